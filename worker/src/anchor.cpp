@@ -1,0 +1,1 @@
+int tessera_worker_anchor = 0;
