@@ -1,0 +1,90 @@
+// The step plan: what the scheduler tells a worker to compute in one iteration, and what the
+// worker answers. Plain data; the msgpack codec lives in protocol.h. The scheduler is the only
+// author of plans; a worker executes them exactly as told (DESIGN.md, Processes).
+//
+// Invariants of a well-formed plan (checked by the worker on receipt, errors reported per step):
+// - every page id is in [0, num_pages) of that worker's pool;
+// - for each SeqPlan, slot_mapping.size() == tokens.size() and
+//   slot_mapping[i] == block_table[(start_pos + i) / page_size] * page_size + (start_pos + i) % page_size;
+// - block_table covers positions [0, start_pos + tokens.size());
+// - a request id appears at most once per plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;        // nucleus mass in (0, 1]
+  int32_t top_k = 0;         // 0 = off
+  float min_p = 0.0f;        // 0 = off; keep tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // 1 = off (CTRL-style: divide positive logits, multiply negative)
+  float presence_penalty = 0.0f;    // OpenAI-style, over generated tokens
+  float frequency_penalty = 0.0f;   // OpenAI-style, over generated tokens
+  uint64_t seed = 0;                // per-request RNG seed; same seed + same plan -> same tokens
+  int32_t top_logprobs = 0;         // also return the n most likely alternatives (0..20)
+  bool logprobs = false;            // return the chosen token's log-probability
+};
+
+// One sequence's share of a step.
+struct SeqPlan {
+  uint64_t request_id = 0;
+  std::vector<int32_t> tokens;        // tokens to compute now (a prefill chunk or one decode token)
+  int32_t start_pos = 0;              // position of tokens[0]
+  std::vector<int32_t> block_table;   // page ids covering positions [0, start_pos + tokens.size())
+  std::vector<int64_t> slot_mapping;  // per token: page_id * page_size + offset, where its K/V is written
+  bool sample = false;                // sample a token from the logits of the last token
+  SamplingParams sampling;            // used when sample (and for penalties' history)
+  // Tokens generated so far for this request (for penalties), sent only when the worker has no
+  // state for the request (first step or after preemption); otherwise the worker tracks them.
+  std::vector<int32_t> generated;
+};
+
+// Copy page src to page dst in every layer (copy-on-write of a shared partial page).
+struct PageCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
+// Fill pages from a kvstore blob (preference K/V injection): positions [0, num_tokens) of the
+// blob go to `pages` in order; V is scaled by alpha, K never.
+struct KvFill {
+  uint64_t request_id = 0;
+  std::string blob_key;        // kvstore key (fingerprint, user, content hash), opaque here
+  std::vector<int32_t> pages;  // destination pages, ceil(num_tokens / page_size) of them
+  int32_t num_tokens = 0;
+  float alpha = 1.0f;
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  std::vector<PageCopy> copies;   // applied first
+  std::vector<KvFill> fills;      // applied second
+  std::vector<SeqPlan> seqs;      // computed third, as one ragged batch
+  std::vector<uint64_t> released; // requests finished or cancelled: the worker drops their state
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct SeqResult {
+  uint64_t request_id = 0;
+  int32_t token = -1;                 // sampled token (when the plan asked to sample)
+  float logprob = 0.0f;               // of `token`, when requested
+  std::vector<TokenLogprob> top;      // top alternatives, most likely first, when requested
+};
+
+struct StepResult {
+  uint64_t step_id = 0;
+  std::vector<SeqResult> results;  // one per SeqPlan with sample == true, in plan order
+  int32_t error_code = 0;          // tessera::ErrorCode; non-zero means the step was not applied
+  std::string error_message;
+  double compute_ms = 0.0;
+};
+
+}  // namespace tessera
