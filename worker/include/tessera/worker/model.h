@@ -20,21 +20,12 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/dtype.h"
 #include "tessera/common/result.h"
 
 namespace tessera::worker {
 
-enum class DType : uint8_t {
-  kF32 = 0,
-  kF16 = 1,
-  kBF16 = 2,
-  kQ8_0 = 3,  // ggml Q8_0: blocks of 32 along cols, {f16 scale; int8 q[32]} = 34 bytes
-  kQ4_0 = 4,  // ggml Q4_0: blocks of 32, {f16 scale; uint8 q[16]} = 18 bytes, value = (nibble - 8) * d
-};
-
-const char* dtype_name(DType t);
-// Bytes of one row of `cols` elements (cols must be a multiple of the block size for blocked types).
-size_t dtype_row_bytes(DType t, int64_t cols);
+using tessera::DType;  // element types live in common/dtype.h (kernels use them too)
 
 // A read-only view of a weight tensor. 1-D tensors have rows == 1.
 struct Tensor {
