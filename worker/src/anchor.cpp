@@ -1,1 +1,0 @@
-int tessera_worker_anchor = 0;
