@@ -1,0 +1,144 @@
+// The packed K/V blob: one preference's K/V for every layer, in one K region and one V region,
+// behind a self-describing header, optionally compressed or quantized.
+//
+// In memory (PackedKv) each region is [n_layers][n_tokens][n_kv_heads][head_dim] elements of
+// `dtype`, row-major — per layer the same token-major order as a page of the worker's pool.
+//
+// On the wire / in storage (little-endian, 64-byte header, then the payload):
+//   off size field
+//    0   4  magic "TKV1"
+//    4   2  version (1)
+//    6   1  dtype   (tessera::DType: 0 f32, 1 f16, 2 bf16)
+//    7   1  codec   (Codec below)
+//    8   8  model fingerprint
+//   16   4  n_layers      20 4 n_tokens      24 4 n_kv_heads      28 4 head_dim
+//   32   4  group_size (int8/int4; 0 otherwise)
+//   36   4  reserved (0)
+//   40   8  payload_bytes (encoded payload size; the blob is exactly 64 + payload_bytes)
+//   48   8  checksum = XXH64(payload, seed = XXH64(64 header bytes with this field zeroed, 0)):
+//           it covers the header and the encoded bytes as stored, so a flipped bit anywhere is
+//           caught before any decompression.
+//   56   8  reserved (0)
+//
+// Codecs:
+//   none  payload = K region bytes, then V region bytes (exact, bf16 bit-exact)
+//   zstd  payload = zstd(K bytes ‖ V bytes) (exact)
+//   int8  payload = zstd(quantized), quantized = for K then V: n_groups × {f32 scale, f32 zero}
+//         then the codes. Groups are `group_size` consecutive elements of the flattened region
+//         (the last one may be shorter). Asymmetric: zero = min(group), scale = (max-min)/255,
+//         q = round((x - zero) / scale) in [0, 255], x' = zero + q * scale.
+//   int4  as int8 with 15 levels per group and two codes per byte (low nibble first).
+// Quantized codecs dequantize back to the blob's dtype (f16/bf16 round to nearest even).
+// Error bound per element (before the final dtype rounding): |x - x'| <= scale / 2, i.e.
+// (max - min) / 510 for int8 and (max - min) / 30 for int4 of its group.
+//
+// Everything here is a pure function; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/dtype.h"
+#include "tessera/common/result.h"
+
+namespace tessera::kvstore {
+
+enum class Codec : uint8_t { kNone = 0, kZstd = 1, kInt8 = 2, kInt4 = 3 };
+const char* codec_name(Codec c);                       // "none", "zstd", "int8", "int4"
+Result<Codec> parse_codec(std::string_view name);      // inverse of codec_name
+
+inline constexpr size_t kBlobHeaderBytes = 64;
+inline constexpr uint16_t kBlobVersion = 1;
+
+struct KvShape {
+  uint32_t n_layers = 0;
+  uint32_t n_tokens = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint64_t elements_per_region() const {  // elements of K (and of V)
+    return uint64_t{n_layers} * n_tokens * n_kv_heads * head_dim;
+  }
+  bool operator==(const KvShape&) const = default;
+};
+
+// Decoded K/V. Invariant (checked by encode): k.size() == v.size() ==
+// shape.elements_per_region() * element size of dtype (f32, f16 or bf16 only).
+struct PackedKv {
+  uint64_t fingerprint = 0;  // model fingerprint (worker::Model::fingerprint)
+  DType dtype = DType::kF32;
+  KvShape shape;
+  std::vector<uint8_t> k;
+  std::vector<uint8_t> v;
+
+  size_t region_bytes() const;  // bytes of one region implied by shape and dtype
+  // Byte offset of (layer, token) in a region: rows of n_kv_heads * head_dim elements.
+  size_t row_offset(uint32_t layer, uint32_t token) const;
+};
+
+struct BlobHeader {
+  uint16_t version = kBlobVersion;
+  DType dtype = DType::kF32;
+  Codec codec = Codec::kNone;
+  uint64_t fingerprint = 0;
+  KvShape shape;
+  uint32_t group_size = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;
+};
+
+struct EncodeOptions {
+  Codec codec = Codec::kZstd;
+  uint32_t group_size = 64;  // int8/int4 only; 2..65536 (even for int4 is not required)
+  int zstd_level = 3;        // 1..19
+};
+
+struct DecodeOptions {
+  // When non-zero, a blob for another model is refused (kInvalidArgument naming both).
+  uint64_t expected_fingerprint = 0;
+  uint64_t max_decoded_bytes = uint64_t{4} << 30;  // refuse absurd shapes (kTooLarge)
+};
+
+// Packs kv with the chosen codec. Errors: unsupported dtype, size/shape mismatch, bad options.
+Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options);
+
+// Parses and validates the header only (magic, version, dtype, codec, shapes, sizes). Does not
+// verify the checksum — verify_blob does.
+Result<BlobHeader> peek_blob_header(std::string_view blob);
+
+// Header checks plus the checksum over header and payload; no decompression. Cheap (~GB/s).
+Result<BlobHeader> verify_blob(std::string_view blob);
+
+// Full decode with every check: header, checksum, fingerprint, decompressed size, codec
+// parameters (finite scales). Corrupt -> kCorruptFile, short -> kTruncatedFile.
+Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options = {});
+
+// How well a codec did on one input.
+struct CodecReport {
+  Codec codec = Codec::kNone;
+  uint32_t group_size = 0;
+  uint64_t raw_bytes = 0;      // 2 * region_bytes
+  uint64_t encoded_bytes = 0;  // whole blob, header included
+  double ratio = 0.0;          // raw_bytes / encoded_bytes
+  double max_abs_error = 0.0;  // over K and V, in float
+  double rms_error = 0.0;
+  double relative_error = 0.0;  // rms_error / rms(x)
+  double encode_ms = 0.0;
+  double decode_ms = 0.0;
+};
+
+// Encodes, decodes and compares with the input.
+Result<CodecReport> measure_codec(const PackedKv& kv, const EncodeOptions& options);
+
+// Element conversions used by the codecs (exposed for tests and the worker).
+float element_to_float(DType dtype, const uint8_t* p);
+void float_to_element(DType dtype, float x, uint8_t* p);  // f16/bf16: round to nearest even
+size_t element_bytes(DType dtype);                         // 4 or 2; 0 for unsupported dtypes
+
+// XXH64 — the blob checksum's hash.
+uint64_t xxh64(const void* data, size_t len, uint64_t seed = 0);
+
+}  // namespace tessera::kvstore
