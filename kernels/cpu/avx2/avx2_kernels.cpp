@@ -1,0 +1,214 @@
+// AVX2 + FMA + F16C paths (the baseline x86-64 SIMD level). Compiled with those flags only in
+// this translation unit; called only when isa_supported(Isa::kAvx2).
+//
+// Float GEMM: register tiles of RM rows x RN tokens, 8-lane dot products along cols, scalar
+// column tail. Q8_0 GEMM: per 32-element block, maddubs(|w|, sign(x, w)) -> madd -> int32,
+// scaled by d_w * d_x in f32 (activations are signed int8 here).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "isa_table.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+struct LoadF32 {
+  static __m256 load(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
+  static float scalar(const uint8_t* row, int64_t k) {
+    float v;
+    std::memcpy(&v, row + 4 * k, 4);
+    return v;
+  }
+};
+struct LoadF16 {
+  static __m256 load(const uint8_t* row, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  }
+  static float scalar(const uint8_t* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return _cvtsh_ss(h);
+  }
+};
+struct LoadBF16 {
+  static __m256 load(const uint8_t* row, int64_t k) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float scalar(const uint8_t* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return bf16_to_f32(h);
+  }
+};
+
+template <class L, int RM, int RN>
+void tile_float(const GemmJob& g, int64_t r, int64_t t) {
+  __m256 acc[RM][RN];
+  const uint8_t* w[RM];
+  const float* x[RN];
+  for (int i = 0; i < RM; ++i) {
+    w[i] = g.w + (r + i) * g.w_row_bytes;
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < RN; ++j) x[j] = g.x + (t + j) * g.x_stride;
+  int64_t k = 0;
+  for (; k + 8 <= g.cols; k += 8) {
+    __m256 xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm256_loadu_ps(x[j] + k);
+    for (int i = 0; i < RM; ++i) {
+      const __m256 wv = L::load(w[i], k);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) {
+    float* y = g.y + (t + j) * g.y_stride + r;
+    for (int i = 0; i < RM; ++i) {
+      float s = hsum(acc[i][j]);
+      for (int64_t kk = k; kk < g.cols; ++kk) s += L::scalar(w[i], kk) * x[j][kk];
+      y[i] = s;
+    }
+  }
+}
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+template <int RM, int RN>
+void tile_q8(const GemmQ8Job& g, int64_t r, int64_t t) {
+  const int64_t nb = g.cols / 32;
+  __m256 acc[RM][RN];
+  const uint8_t* w[RM];
+  const int8_t* xq[RN];
+  const float* xd[RN];
+  for (int i = 0; i < RM; ++i) {
+    w[i] = g.w + (r + i) * g.w_row_bytes;
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < RN; ++j) {
+    xq[j] = g.xq + (t + j) * g.cols;
+    xd[j] = g.xd + (t + j) * nb;
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * 32));
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* blk = w[i] + b * 34;
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      const __m256i aw = _mm256_sign_epi8(wv, wv);
+      const float dw = half_to_float(blk);
+      for (int j = 0; j < RN; ++j) {
+        const __m256i sx = _mm256_sign_epi8(xv[j], wv);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xd[j][b]), acc[i][j]);
+      }
+    }
+  }
+  for (int j = 0; j < RN; ++j) {
+    float* y = g.y + (t + j) * g.y_stride + r;
+    for (int i = 0; i < RM; ++i) y[i] = hsum(acc[i][j]);
+  }
+}
+
+template <class Job, class Fn, int RM, int RN, template <int, int> class Tile>
+struct TileTable {
+  Fn fns[RM + 1][RN + 1] = {};
+  constexpr TileTable() { fill(std::make_integer_sequence<int, RM * RN>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fns[I / RN + 1][I % RN + 1] = &Tile<I / RN + 1, I % RN + 1>::run), ...);
+  }
+};
+
+template <class L>
+struct FloatTile {
+  template <int RM, int RN>
+  struct T {
+    static void run(const GemmJob& g, int64_t r, int64_t t) { tile_float<L, RM, RN>(g, r, t); }
+  };
+};
+template <int RM, int RN>
+struct Q8Tile {
+  static void run(const GemmQ8Job& g, int64_t r, int64_t t) { tile_q8<RM, RN>(g, r, t); }
+};
+
+using FloatTileFn = void (*)(const GemmJob&, int64_t, int64_t);
+using Q8TileFn = void (*)(const GemmQ8Job&, int64_t, int64_t);
+constexpr int kFloatRM = 2, kFloatRN = 4;
+constexpr int kQ8RM = 2, kQ8RN = 3;
+
+template <class L>
+void gemm_float(const GemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  static constexpr TileTable<GemmJob, FloatTileFn, kFloatRM, kFloatRN, FloatTile<L>::template T> table;
+  for (int64_t t = t0; t < t1; t += kFloatRN) {
+    const int64_t rn = std::min<int64_t>(kFloatRN, t1 - t);
+    for (int64_t r = r0; r < r1; r += kFloatRM) table.fns[std::min<int64_t>(kFloatRM, r1 - r)][rn](g, r, t);
+  }
+}
+
+void gemm_q8_0(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  static constexpr TileTable<GemmQ8Job, Q8TileFn, kQ8RM, kQ8RN, Q8Tile> table;
+  for (int64_t t = t0; t < t1; t += kQ8RN) {
+    const int64_t rn = std::min<int64_t>(kQ8RN, t1 - t);
+    for (int64_t r = r0; r < r1; r += kQ8RM) table.fns[std::min<int64_t>(kQ8RM, r1 - r)][rn](g, r, t);
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void scale(float a, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] *= a;
+}
+
+}  // namespace
+
+const IsaKernels& avx2_kernels() {
+  static const IsaKernels k{
+      .gemm_f32 = gemm_float<LoadF32>,
+      .gemm_f16 = gemm_float<LoadF16>,
+      .gemm_bf16 = gemm_float<LoadBF16>,
+      .gemm_q8_0 = gemm_q8_0,
+      .q8_offset_u8 = false,
+      .dot = dot,
+      .axpy = axpy,
+      .scale = scale,
+  };
+  return k;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,255 @@
+// AVX-512 (F/BW/VL/DQ + VNNI) paths. Compiled with those flags only in this translation unit;
+// called only when isa_supported(Isa::kAvx512).
+//
+// Float GEMM: register tiles of RM weight rows x RN tokens, each accumulator a dot product
+// along cols in 16-lane vectors (horizontal sum at the end), masked loads for the column tail.
+// Q8_0 GEMM: two 32-element blocks per zmm; activations arrive as uint8 (q + 128), so
+// vpdpbusd(acc = -128 * sum(w), x_u8, w_s8) gives sum(x * w) exactly per 4-lane group;
+// each block's int32 partial sums are scaled by d_w * d_x and accumulated in f32.
+#include <immintrin.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "isa_table.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+// Horizontal sum (GCC 12's _mm512_reduce_add_ps trips -Wuninitialized inside its header).
+inline float hsum(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+struct LoadF32 {
+  static __m512 load(const uint8_t* row, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k); }
+  static __m512 load_mask(const uint8_t* row, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+  }
+};
+struct LoadF16 {
+  static __m512 load(const uint8_t* row, int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  }
+  static __m512 load_mask(const uint8_t* row, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * k));
+  }
+};
+struct LoadBF16 {
+  static __m512 load(const uint8_t* row, int64_t k) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static __m512 load_mask(const uint8_t* row, int64_t k, __mmask16 m) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * k);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <class L, int RM, int RN>
+void tile_float(const GemmJob& g, int64_t r, int64_t t) {
+  __m512 acc[RM][RN];
+  const uint8_t* w[RM];
+  const float* x[RN];
+  for (int i = 0; i < RM; ++i) {
+    w[i] = g.w + (r + i) * g.w_row_bytes;
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int j = 0; j < RN; ++j) x[j] = g.x + (t + j) * g.x_stride;
+  int64_t k = 0;
+  for (; k + 16 <= g.cols; k += 16) {
+    __m512 xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm512_loadu_ps(x[j] + k);
+    for (int i = 0; i < RM; ++i) {
+      const __m512 wv = L::load(w[i], k);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  if (k < g.cols) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (g.cols - k)) - 1u);
+    __m512 xv[RN];
+    for (int j = 0; j < RN; ++j) xv[j] = _mm512_maskz_loadu_ps(m, x[j] + k);
+    for (int i = 0; i < RM; ++i) {
+      const __m512 wv = L::load_mask(w[i], k, m);
+      for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
+  }
+  for (int j = 0; j < RN; ++j) {
+    float* y = g.y + (t + j) * g.y_stride + r;
+    for (int i = 0; i < RM; ++i) y[i] = hsum(acc[i][j]);
+  }
+}
+
+inline float half_to_float(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+template <int RM, int RN>
+void tile_q8(const GemmQ8Job& g, int64_t r, int64_t t) {
+  const int64_t nb = g.cols / 32;
+  __m512 acc[RM][RN];
+  const uint8_t* w[RM];
+  const uint8_t* xq[RN];
+  const float* xd[RN];
+  for (int i = 0; i < RM; ++i) {
+    w[i] = g.w + (r + i) * g.w_row_bytes;
+    for (int j = 0; j < RN; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int j = 0; j < RN; ++j) {
+    xq[j] = reinterpret_cast<const uint8_t*>(g.xq) + (t + j) * g.cols;
+    xd[j] = g.xd + (t + j) * nb;
+  }
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    __m512i xv[RN];
+    __m512 dx[RN];
+    for (int j = 0; j < RN; ++j) {
+      xv[j] = _mm512_loadu_si512(xq[j] + b * 32);
+      dx[j] = _mm512_insertf32x8(_mm512_set1_ps(xd[j][b]), _mm256_set1_ps(xd[j][b + 1]), 1);
+    }
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* blk = w[i] + b * 34;
+      const __m512i wv = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2))),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 36)), 1);
+      const __m512 dw = _mm512_insertf32x8(_mm512_set1_ps(half_to_float(blk)), _mm256_set1_ps(half_to_float(blk + 34)), 1);
+      const __m512i nsw = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wv));
+      for (int j = 0; j < RN; ++j) {
+        const __m512i d = _mm512_dpbusd_epi32(nsw, xv[j], wv);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw, dx[j]), acc[i][j]);
+      }
+    }
+  }
+  if (b < nb) {  // odd block count: one 256-bit block
+    const __m256i c128h = _mm256_set1_epi8(static_cast<char>(0x80));
+    const __m256i zeroh = _mm256_setzero_si256();
+    for (int i = 0; i < RM; ++i) {
+      const uint8_t* blk = w[i] + b * 34;
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      const float dw = half_to_float(blk);
+      const __m256i nsw = _mm256_sub_epi32(zeroh, _mm256_dpbusd_epi32(zeroh, c128h, wv));
+      for (int j = 0; j < RN; ++j) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[j] + b * 32));
+        const __m256i d = _mm256_dpbusd_epi32(nsw, xv, wv);
+        const __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(dw * xd[j][b]));
+        acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_zextps256_ps512(s));
+      }
+    }
+  }
+  for (int j = 0; j < RN; ++j) {
+    float* y = g.y + (t + j) * g.y_stride + r;
+    for (int i = 0; i < RM; ++i) y[i] = hsum(acc[i][j]);
+  }
+}
+
+// Tile dispatch tables: [rm][rn] for rm in 1..RM, rn in 1..RN.
+template <class Job, class Fn, int RM, int RN, template <int, int> class Tile>
+struct TileTable {
+  Fn fns[RM + 1][RN + 1] = {};
+  constexpr TileTable() { fill(std::make_integer_sequence<int, RM * RN>{}); }
+  template <int... I>
+  constexpr void fill(std::integer_sequence<int, I...>) {
+    ((fns[I / RN + 1][I % RN + 1] = &Tile<I / RN + 1, I % RN + 1>::run), ...);
+  }
+};
+
+template <class L>
+struct FloatTile {
+  template <int RM, int RN>
+  struct T {
+    static void run(const GemmJob& g, int64_t r, int64_t t) { tile_float<L, RM, RN>(g, r, t); }
+  };
+};
+template <int RM, int RN>
+struct Q8Tile {
+  static void run(const GemmQ8Job& g, int64_t r, int64_t t) { tile_q8<RM, RN>(g, r, t); }
+};
+
+using FloatTileFn = void (*)(const GemmJob&, int64_t, int64_t);
+using Q8TileFn = void (*)(const GemmQ8Job&, int64_t, int64_t);
+
+constexpr int kFloatRM = 4, kFloatRN = 6;
+constexpr int kQ8RM = 4, kQ8RN = 4;
+
+template <class L>
+void gemm_float(const GemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  static constexpr TileTable<GemmJob, FloatTileFn, kFloatRM, kFloatRN, FloatTile<L>::template T> table;
+  for (int64_t t = t0; t < t1; t += kFloatRN) {
+    const int64_t rn = std::min<int64_t>(kFloatRN, t1 - t);
+    for (int64_t r = r0; r < r1; r += kFloatRM) {
+      const int64_t rm = std::min<int64_t>(kFloatRM, r1 - r);
+      table.fns[rm][rn](g, r, t);
+    }
+  }
+}
+
+void gemm_q8_0(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  static constexpr TileTable<GemmQ8Job, Q8TileFn, kQ8RM, kQ8RN, Q8Tile> table;
+  for (int64_t t = t0; t < t1; t += kQ8RN) {
+    const int64_t rn = std::min<int64_t>(kQ8RN, t1 - t);
+    for (int64_t r = r0; r < r1; r += kQ8RM) {
+      const int64_t rm = std::min<int64_t>(kQ8RM, r1 - r);
+      table.fns[rm][rn](g, r, t);
+    }
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+    acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc0);
+  }
+  return hsum(_mm512_add_ps(acc0, acc1));
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+void scale(float a, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(av, _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+}  // namespace
+
+const IsaKernels& avx512_kernels() {
+  static const IsaKernels k{
+      .gemm_f32 = gemm_float<LoadF32>,
+      .gemm_f16 = gemm_float<LoadF16>,
+      .gemm_bf16 = gemm_float<LoadBF16>,
+      .gemm_q8_0 = gemm_q8_0,
+      .q8_offset_u8 = true,
+      .dot = dot,
+      .axpy = axpy,
+      .scale = scale,
+  };
+  return k;
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,56 @@
+// Private: the per-ISA function table behind matmul() and paged_attention().
+// Each ISA translation unit fills one IsaKernels; the scalar one is the oracle.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::kernels::cpu {
+
+// Float-weight GEMM job: y[t, r] = sum_c w[r, c] * x[t, c] for rows [r0, r1), tokens [t0, t1).
+struct GemmJob {
+  const uint8_t* w = nullptr;  // row r at w + r * w_row_bytes
+  size_t w_row_bytes = 0;
+  int64_t cols = 0;
+  const float* x = nullptr;    // row t at x + t * x_stride
+  int64_t x_stride = 0;
+  float* y = nullptr;          // row t at y + t * y_stride
+  int64_t y_stride = 0;
+};
+
+// Q8_0-weight GEMM job; activations pre-quantized by IsaKernels::quantize_q8 into
+// xq [n, cols] bytes (row t at xq + t * cols) and xd [n, cols / 32] scales.
+struct GemmQ8Job {
+  const uint8_t* w = nullptr;  // Q8_0 blocks: {fp16 d, int8 q[32]} = 34 bytes
+  size_t w_row_bytes = 0;
+  int64_t cols = 0;
+  const int8_t* xq = nullptr;
+  const float* xd = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+using GemmFn = void (*)(const GemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+using GemmQ8Fn = void (*)(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+struct IsaKernels {
+  GemmFn gemm_f32;
+  GemmFn gemm_f16;
+  GemmFn gemm_bf16;
+  GemmQ8Fn gemm_q8_0;
+  // The activation bytes a Q8 path expects: signed int8, or int8 + 128 as uint8 (VNNI u8 x s8).
+  bool q8_offset_u8;
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
+  void (*scale)(float a, float* y, int64_t n);                 // y *= a
+};
+
+const IsaKernels& scalar_kernels();
+const IsaKernels& avx2_kernels();
+const IsaKernels& avx512_kernels();
+
+// Shared by all paths: q[c] = round_half_even(x[c] / d_b), d_b = max|x in block b| / 127.
+// When offset_u8, q is stored as (uint8)(q + 128).
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, bool offset_u8);
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,201 @@
+#include "tessera/kernels/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "tessera/common/check.h"
+
+namespace tessera::kernels {
+
+float fp16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits = 0;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalize
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 112) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_fp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (ax < 0x38800000u) {  // subnormal or zero in half
+    float a;
+    std::memcpy(&a, &ax, 4);
+    const float scaled = a * 16777216.0f;  // 2^24: half subnormal unit
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(scaled)));
+  }
+  const uint32_t mant_odd = (ax >> 13) & 1u;
+  const uint32_t rounded = ax + 0xfffu + mant_odd;  // round half to even
+  return static_cast<uint16_t>(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+void dequantize_row(DType t, const void* row, float* out, int64_t cols) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(out, p, static_cast<size_t>(cols) * 4);
+      return;
+    case DType::kF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * c, 2);
+        out[c] = fp16_to_f32(h);
+      }
+      return;
+    case DType::kBF16:
+      for (int64_t c = 0; c < cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * c, 2);
+        out[c] = bf16_to_f32(h);
+      }
+      return;
+    case DType::kQ8_0:
+      TS_CHECK_EQ(cols % 32, 0);
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* blk = p + b * 34;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const float d = fp16_to_f32(h);
+        for (int i = 0; i < 32; ++i) out[b * 32 + i] = static_cast<float>(static_cast<int8_t>(blk[2 + i])) * d;
+      }
+      return;
+    case DType::kQ4_0:
+      TS_CHECK_EQ(cols % 32, 0);
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        const uint8_t* blk = p + b * 18;
+        uint16_t h;
+        std::memcpy(&h, blk, 2);
+        const float d = fp16_to_f32(h);
+        for (int i = 0; i < 16; ++i) {
+          out[b * 32 + i] = static_cast<float>((blk[2 + i] & 0x0f) - 8) * d;
+          out[b * 32 + i + 16] = static_cast<float>((blk[2 + i] >> 4) - 8) * d;
+        }
+      }
+      return;
+  }
+  TS_CHECK(false) << "dequantize_row: unknown dtype";
+}
+
+void quantize_row_q8_0(const float* x, void* out, int64_t cols) {
+  TS_CHECK_EQ(cols % 32, 0);
+  auto* p = static_cast<uint8_t*>(out);
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_fp16(d);
+    std::memcpy(p + b * 34, &h, 2);
+    for (int i = 0; i < 32; ++i) {
+      p[b * 34 + 2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::nearbyint(x[b * 32 + i] * id)));
+    }
+  }
+}
+
+void rmsnorm(const float* x, int64_t x_stride, const float* weight, float* out, int64_t out_stride, int64_t n,
+             int64_t dim, float eps) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x + t * x_stride;
+    float* o = out + t * out_stride;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) o[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void rope_table(const int32_t* positions, int64_t n, int64_t head_dim, float theta, float* cos_sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      const double angle = static_cast<double>(positions[t]) * freq;
+      cos_sin[t * head_dim + 2 * i] = static_cast<float>(std::cos(angle));
+      cos_sin[t * head_dim + 2 * i + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void rope(float* x, int64_t x_stride, int64_t n, int64_t n_heads, int64_t head_dim, const float* cos_sin,
+          bool interleaved) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* cs = cos_sin + t * head_dim;
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + t * x_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = interleaved ? 2 * i : i;
+        const int64_t b = interleaved ? 2 * i + 1 : i + half;
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float v0 = v[a], v1 = v[b];
+        v[a] = v0 * c - v1 * s;
+        v[b] = v0 * s + v1 * c;
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
+              int64_t out_stride, int64_t n, int64_t cols) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* g = gate + t * gate_stride;
+    const float* u = up + t * up_stride;
+    float* o = out + t * out_stride;
+    for (int64_t i = 0; i < cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::fmax(mx, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void add_inplace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace tessera::kernels

@@ -1,0 +1,26 @@
+// Instruction-set paths of the CPU kernels, chosen at run time.
+//
+// Every kernel with SIMD code has one implementation per Isa, compiled in its own translation
+// unit with that ISA's flags (kernels/cpu/avx2/, kernels/cpu/avx512/), plus the portable scalar
+// path, which is the oracle the others are tested against. Nothing is compiled with
+// -march=native; detect_isa() asks the CPU (__builtin_cpu_supports) which paths may run.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace tessera::kernels {
+
+enum class Isa : uint8_t {
+  kScalar = 0,  // portable C++; the reference for tests
+  kAvx2 = 1,    // AVX2 + FMA + F16C
+  kAvx512 = 2,  // AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Sapphire Rapids, Zen 4 and later)
+};
+
+const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
+std::optional<Isa> parse_isa(std::string_view name);
+bool isa_supported(Isa isa);    // this CPU can run the path
+Isa detect_isa();               // the best supported path
+
+}  // namespace tessera::kernels

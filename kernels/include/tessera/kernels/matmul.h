@@ -1,0 +1,39 @@
+// y = W x for a batch of activation rows: Y[t, r] = sum_c W[r, c] * X[t, c].
+//
+// One kernel for decode (n = 1, a GEMV) and prefill / multi-sequence decode (n > 1, a GEMM,
+// register-blocked over rows x tokens and cache-blocked over row chunks x token blocks).
+// Weights: F32, F16, BF16 (converted to f32 in registers, f32 FMA) and Q8_0 (the activations
+// are first quantized per row to Q8_0-style blocks {f32 scale, int8[32]}, then int8 dot
+// products: AVX-512 VNNI vpdpbusd, AVX2 maddubs). Q4_0 is not supported (matmul_supports()).
+//
+// Contract (checked with TS_CHECK; the caller validates shapes and dtypes first):
+// - W is row-major [rows, cols], blocked along cols for Q8_0 (cols % 32 == 0);
+// - X rows are `x_stride` floats apart, Y rows `y_stride` floats apart; Y must not alias X;
+// - the pool, when given, is used for the parallel region (nullptr = the calling thread).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/common/dtype.h"
+#include "tessera/kernels/isa.h"
+
+namespace tessera::kernels {
+
+class ThreadPool;
+
+struct MatmulArgs {
+  DType w_type = DType::kF32;
+  const void* w = nullptr;  // [rows, cols] weights, dtype_row_bytes(w_type, cols) bytes per row
+  int64_t rows = 0;         // output features
+  int64_t cols = 0;         // input features
+  const float* x = nullptr; // [n, cols] activations, row t at x + t * x_stride
+  int64_t x_stride = 0;
+  int64_t n = 0;            // number of activation rows (tokens)
+  float* y = nullptr;       // [n, rows] outputs, row t at y + t * y_stride (overwritten)
+  int64_t y_stride = 0;
+};
+
+bool matmul_supports(DType w_type);
+void matmul(const MatmulArgs& args, ThreadPool* pool, Isa isa);
+
+}  // namespace tessera::kernels
