@@ -1,0 +1,201 @@
+// Protocol v1: the messages every Tessera process (and any foreign client) exchanges, and
+// their msgpack codec. docs/protocol.md is the human contract for these structs; keep the two
+// in step.
+//
+// Framing (see zmq_util.h): one message = one msgpack map in the last frame of a ZeroMQ
+// multipart message; ROUTER sockets see the peer identity (and, for REQ-style peers, an empty
+// delimiter) in front of it. Every map carries `v` (= kProtocolVersion), `type` (a string
+// naming the message) and `id` (uint64: request id or correlation id). Unknown keys are
+// ignored; missing optional keys take the defaults written below.
+//
+// Error policy: decode() never throws and never aborts on any byte sequence. It returns
+// kMalformedMessage for bytes that are not one msgpack map, kProtocolMismatch for a wrong `v`,
+// kInvalidArgument for a missing or wrongly-typed field, kOutOfRange for a number outside
+// its range; the message names the field ("max_tokens must be >= 1 (got 0)").
+//
+// Thread-safety: all functions are pure; the structs are plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tessera/common/result.h"
+#include "tessera/common/step_plan.h"
+
+namespace tessera::protocol {
+
+inline constexpr int32_t kProtocolVersion = 1;
+
+// Upper bounds checked by validation; a service may configure tighter limits of its own.
+inline constexpr int32_t kMaxTopLogprobs = 20;
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopTokenIds = 256;
+inline constexpr size_t kMaxMessageBytes = 64u << 20;  // whole encoded message
+
+// ---- Client <-> frontend, frontend <-> scheduler -------------------------------------------
+
+struct ChatMessage {
+  std::string role;     // "system" | "user" | "assistant"
+  std::string content;
+};
+
+enum class RequestKind : uint8_t { kCompletion, kChat };
+
+// type "completion" or "chat". A client sends prompt text (or token ids) or chat messages; the
+// frontend forwards to a scheduler the same message with `prompt_tokens` filled (tokenized,
+// chat template applied) and `preference_tokens` filled when a preference is given.
+struct GenerateRequest {
+  uint64_t id = 0;
+  RequestKind kind = RequestKind::kCompletion;
+  std::string model;                       // "" = the served model
+  std::string prompt;                      // completion: text
+  std::vector<int32_t> prompt_tokens;      // completion: token ids (wins over `prompt` when non-empty)
+  std::vector<ChatMessage> messages;       // chat
+  SamplingParams sampling;
+  int32_t max_tokens = 16;                 // >= 1
+  std::vector<std::string> stop;           // stop strings (<= kMaxStopStrings), never emitted
+  std::vector<int32_t> stop_token_ids;     // extra stop tokens besides EOS
+  bool ignore_eos = false;
+  bool stream = true;                      // ZMQ API: token events as they come, else one final
+  std::string user;                        // end-user id (preference namespace)
+  std::string preference;                  // preference text to inject (DKI)
+  std::vector<int32_t> preference_tokens;  // filled by the frontend
+  float preference_alpha = 0.5f;           // [0, 1]; effective alpha = min(alpha, 0.7)
+  int32_t priority = 0;                    // [-100, 100]; higher runs first
+  std::string routing_key;                 // consistent-hash key; "" = user, else the prompt prefix
+};
+
+// type "cancel": stop request `id`, free its pages. Answered by a "final" with
+// finish_reason "cancelled" (or nothing if the id is unknown/finished).
+struct CancelRequest {
+  uint64_t id = 0;
+};
+
+// type "token": new tokens of request `id`. Scheduler -> frontend carries only `tokens`
+// (+ logprobs); frontend -> client also carries `text` (the UTF-8-safe text delta after stop
+// string handling). logprobs/top_logprobs are parallel to `tokens` when requested.
+struct TokenEvent {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+};
+
+struct Timings {
+  double queue_ms = 0.0;   // admission wait
+  double ttft_ms = 0.0;    // arrival -> first token
+  double decode_ms = 0.0;  // first token -> last token
+  double total_ms = 0.0;   // arrival -> final
+};
+
+// type "final": the last message of a successful (or cancelled) request.
+// finish_reason: "stop" (EOS, stop token or stop string), "length" (max_tokens or context),
+// "cancelled".
+struct FinalEvent {
+  uint64_t id = 0;
+  std::string finish_reason = "stop";
+  std::string text;                 // frontend -> client: the full text when stream == false
+  std::vector<int32_t> tokens;      // frontend -> client when stream == false
+  Usage usage;
+  Timings timings;
+};
+
+// type "error": the request `id` (0 when it could not be read) failed; no more events follow.
+struct ErrorEvent {
+  uint64_t id = 0;
+  ErrorCode code = ErrorCode::kInternal;  // numeric on the wire (`code`), name in `error`
+  std::string message;
+};
+
+// ---- Scheduler <-> worker ------------------------------------------------------------------
+
+// type "register": worker -> scheduler, first message after connecting.
+struct RegisterWorker {
+  uint64_t id = 0;                        // correlation id
+  std::string worker_name;                // unique per scheduler, e.g. "host:rank0"
+  std::vector<std::string> capabilities;  // e.g. "cpu", "cuda", "kv_fill", "logprobs"
+  uint64_t model_fingerprint = 0;
+  int32_t num_pages = 0;        // >= 1
+  int32_t page_size = 16;       // >= 1
+  int32_t max_batch_tokens = 0; // >= 1
+  int32_t max_seq_len = 0;      // >= 1
+  int32_t vocab_size = 0;       // >= 1
+  int32_t eos_id = -1;
+};
+
+// type "register_ack": scheduler -> worker.
+struct RegisterAck {
+  uint64_t id = 0;
+  bool accepted = true;
+  std::string reason;             // when !accepted
+  int32_t heartbeat_ms = 1000;    // heartbeat interval to use (>= 1)
+};
+
+// type "step_plan" / "step_result": a StepPlan / StepResult (step_plan.h), id = step_id.
+struct StepPlanMsg {
+  uint64_t id = 0;
+  StepPlan plan;
+};
+struct StepResultMsg {
+  uint64_t id = 0;
+  StepResult result;
+};
+
+// type "heartbeat": sent every heartbeat_ms by each side of a link (frontend -> scheduler,
+// worker -> scheduler); the receiver answers with its own heartbeat with the same `id`.
+// A peer silent for 3 intervals is dead.
+struct Heartbeat {
+  uint64_t id = 0;            // sender's sequence number
+  std::string role;           // "frontend" | "scheduler" | "worker"
+  std::string name;
+  int32_t live_workers = 0;   // scheduler: workers answering heartbeats
+  int32_t running = 0;        // requests running
+  int32_t waiting = 0;        // requests queued
+  int32_t free_pages = 0;
+  int64_t unix_ms = 0;        // sender's clock, informational
+};
+
+// type "drain": stop admitting new requests, finish running ones. type "shutdown": exit.
+struct Drain {
+  uint64_t id = 0;
+};
+struct Shutdown {
+  uint64_t id = 0;
+};
+
+using Message = std::variant<GenerateRequest, CancelRequest, TokenEvent, FinalEvent, ErrorEvent,
+                             RegisterWorker, RegisterAck, StepPlanMsg, StepResultMsg, Heartbeat,
+                             Drain, Shutdown>;
+
+// The `type` string of a message ("completion", "chat", "cancel", "token", "final", "error",
+// "register", "register_ack", "step_plan", "step_result", "heartbeat", "drain", "shutdown").
+std::string_view message_type(const Message& m);
+uint64_t message_id(const Message& m);
+
+// Encodes to one msgpack map (all fields written, `v`/`type`/`id` first).
+std::string encode(const Message& m);
+// Decodes and validates (validate() below for requests and plans). Never throws.
+Result<Message> decode(std::string_view bytes);
+// Best effort: the `id` of a message that failed to decode, so the error can be correlated.
+uint64_t peek_id(std::string_view bytes);
+
+// Range checks on a request (also applied by decode(); the HTTP layer calls it too).
+Status validate(const GenerateRequest& r);
+Status validate(const SamplingParams& s);
+// Structural checks on a plan that need no pool knowledge (slot/page consistency is the worker's).
+Status validate(const StepPlan& p);
+
+// Encodes an error reply for a request id.
+std::string encode_error(uint64_t id, ErrorCode code, std::string message);
+
+}  // namespace tessera::protocol

@@ -1,0 +1,269 @@
+#include "tessera/common/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::config {
+namespace {
+
+std::string normalize(std::string_view key) {
+  std::string k(key);
+  for (char& c : k) c = (c == '_') ? '-' : c;
+  return k;
+}
+
+std::string trim(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::kString: return "string";
+    case Type::kInt: return "int";
+    case Type::kFloat: return "float";
+    case Type::kBool: return "bool";
+  }
+  return "?";
+}
+
+std::string fmt_bound(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Checks `value` against the option; returns the canonical form.
+Result<std::string> check_value(const Option& o, std::string_view value, std::string_view source) {
+  auto bad = [&](const std::string& why) {
+    return make_error(ErrorCode::kInvalidArgument, "option --" + o.name + " (from " + std::string(source) + "): " + why +
+                                                       " (got '" + std::string(value) + "')");
+  };
+  std::string v(value);
+  switch (o.type) {
+    case Type::kString:
+      if (!o.choices.empty()) {
+        for (const auto& c : o.choices)
+          if (c == v) return v;
+        std::string all;
+        for (const auto& c : o.choices) all += (all.empty() ? "" : "|") + c;
+        return bad("must be one of " + all);
+      }
+      return v;
+    case Type::kBool:
+      if (v == "true" || v == "1" || v == "yes" || v == "on") return std::string("true");
+      if (v == "false" || v == "0" || v == "no" || v == "off") return std::string("false");
+      return bad("must be true or false");
+    case Type::kInt: {
+      if (v.empty()) return bad("must be an integer");
+      errno = 0;
+      char* end = nullptr;
+      long long x = std::strtoll(v.c_str(), &end, 10);
+      if (errno != 0 || end == nullptr || *end != '\0') return bad("must be an integer");
+      if (static_cast<double>(x) < o.min || static_cast<double>(x) > o.max)
+        return bad("must be in [" + fmt_bound(o.min) + ", " + fmt_bound(o.max) + "]");
+      return std::to_string(x);
+    }
+    case Type::kFloat: {
+      if (v.empty()) return bad("must be a number");
+      errno = 0;
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (errno != 0 || end == nullptr || *end != '\0' || !std::isfinite(x)) return bad("must be a number");
+      if (x < o.min || x > o.max) return bad("must be in [" + fmt_bound(o.min) + ", " + fmt_bound(o.max) + "]");
+      return v;
+    }
+  }
+  return bad("unknown type");
+}
+
+}  // namespace
+
+Options::Options(std::string program, std::string section) : program_(std::move(program)), section_(std::move(section)) {}
+
+Options& Options::add(Option option) {
+  option.name = normalize(option.name);
+  for (const auto& e : entries_) TS_CHECK(e.option.name != option.name) << "option --" << option.name << " declared twice";
+  TS_CHECK(option.name != "config" && option.name != "help") << "--" << option.name << " is built in";
+  auto v = check_value(option, option.default_value, "default");
+  TS_CHECK(v.ok()) << v.error().to_string();
+  std::string value = *v;
+  entries_.push_back(Entry{std::move(option), std::move(value), "default"});
+  return *this;
+}
+
+Options::Entry& Options::entry(std::string_view name) {
+  std::string n = normalize(name);
+  for (auto& e : entries_)
+    if (e.option.name == n) return e;
+  TS_CHECK(false) << "option --" << n << " was never declared";
+  return entries_.front();
+}
+
+const Options::Entry& Options::entry(std::string_view name) const {
+  return const_cast<Options*>(this)->entry(name);
+}
+
+Status Options::set(std::string_view name, std::string_view value, std::string_view source) {
+  std::string n = normalize(name);
+  for (auto& e : entries_) {
+    if (e.option.name != n) continue;
+    TS_ASSIGN_OR_RETURN(e.value, check_value(e.option, value, source));
+    e.source = std::string(source);
+    return ok_status();
+  }
+  return make_error(ErrorCode::kInvalidArgument, "unknown option '" + n + "' (from " + std::string(source) + "); see " +
+                                                     program_ + " --help");
+}
+
+Status Options::load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(ErrorCode::kIoError, "cannot open config file " + path);
+  std::string line;
+  int lineno = 0;
+  bool applies = true;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const std::string where = path + ":" + std::to_string(lineno);
+    size_t hash = line.find('#');
+    std::string t = trim(hash == std::string::npos ? line : std::string_view(line).substr(0, hash));
+    if (t.empty()) continue;
+    if (t.front() == '[') {
+      if (t.back() != ']') return make_error(ErrorCode::kInvalidArgument, where + ": bad section header '" + t + "'");
+      std::string sec = trim(std::string_view(t).substr(1, t.size() - 2));
+      applies = sec == section_;
+      continue;
+    }
+    size_t eq = t.find('=');
+    if (eq == std::string::npos) return make_error(ErrorCode::kInvalidArgument, where + ": expected 'key = value' (got '" + t + "')");
+    if (!applies) continue;
+    std::string key = trim(std::string_view(t).substr(0, eq));
+    std::string value = trim(std::string_view(t).substr(eq + 1));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    TS_TRY(set(key, value, where));
+  }
+  return ok_status();
+}
+
+Status Options::parse(const std::vector<std::string>& args) {
+  // Pass 1: flags into a list (and find --config / --help).
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::string config_path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      help_requested_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0)
+      return make_error(ErrorCode::kInvalidArgument, "unexpected argument '" + a + "'; see " + program_ + " --help");
+    std::string name = a.substr(2), value;
+    size_t eq = name.find('=');
+    bool has_value = eq != std::string::npos;
+    if (has_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    name = normalize(name);
+    if (name == "config") {
+      if (!has_value) {
+        if (i + 1 >= args.size()) return make_error(ErrorCode::kInvalidArgument, "--config needs a file");
+        value = args[++i];
+      }
+      config_path = value;
+      continue;
+    }
+    const Entry* e = nullptr;
+    for (const auto& x : entries_)
+      if (x.option.name == name) e = &x;
+    if (e == nullptr) return make_error(ErrorCode::kInvalidArgument, "unknown option --" + name + "; see " + program_ + " --help");
+    if (!has_value) {
+      if (e->option.type == Type::kBool && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+        value = "true";
+      } else {
+        if (i + 1 >= args.size()) return make_error(ErrorCode::kInvalidArgument, "--" + name + " needs a value");
+        value = args[++i];
+      }
+    }
+    flags.emplace_back(name, value);
+  }
+  if (help_requested_) return ok_status();
+  if (config_path.empty()) {
+    if (const char* env = std::getenv("TESSERA_CONFIG")) config_path = env;
+  }
+  if (!config_path.empty()) TS_TRY(load_file(config_path));
+  for (auto& e : entries_) {
+    if (e.option.env.empty()) continue;
+    if (const char* v = std::getenv(e.option.env.c_str())) TS_TRY(set(e.option.name, v, "env " + e.option.env));
+  }
+  for (const auto& [name, value] : flags) TS_TRY(set(name, value, "flag"));
+  return ok_status();
+}
+
+std::string Options::get(std::string_view name) const { return entry(name).value; }
+
+int64_t Options::get_int(std::string_view name) const {
+  const Entry& e = entry(name);
+  TS_CHECK(e.option.type == Type::kInt) << "--" << e.option.name << " is not an int";
+  return std::strtoll(e.value.c_str(), nullptr, 10);
+}
+
+double Options::get_float(std::string_view name) const {
+  const Entry& e = entry(name);
+  TS_CHECK(e.option.type == Type::kFloat || e.option.type == Type::kInt) << "--" << e.option.name << " is not a number";
+  return std::strtod(e.value.c_str(), nullptr);
+}
+
+bool Options::get_bool(std::string_view name) const {
+  const Entry& e = entry(name);
+  TS_CHECK(e.option.type == Type::kBool) << "--" << e.option.name << " is not a bool";
+  return e.value == "true";
+}
+
+std::string Options::source(std::string_view name) const { return entry(name).source; }
+
+std::string Options::help() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [--config FILE] [options]\n\n"
+     << "Options (precedence: flag > environment > config file [" << section_ << "] > default):\n";
+  for (const auto& e : entries_) {
+    const Option& o = e.option;
+    os << "  --" << o.name << " <" << type_name(o.type) << ">\n      " << o.help << "\n      default: "
+       << (o.default_value.empty() ? "\"\"" : o.default_value);
+    if (!o.env.empty()) os << "   env: " << o.env;
+    if (std::isfinite(o.min) || std::isfinite(o.max)) os << "   range: [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "]";
+    if (!o.choices.empty()) {
+      os << "   one of:";
+      for (const auto& c : o.choices) os << " " << c;
+    }
+    os << "\n";
+  }
+  os << "  --config FILE\n      key = value file; keys are option names, [" << section_
+     << "] section applies (env: TESSERA_CONFIG)\n  --help\n      this text\n";
+  return os.str();
+}
+
+std::string Options::markdown_table() const {
+  std::ostringstream os;
+  os << "| flag / config key | type | default | env | description |\n|---|---|---|---|---|\n";
+  for (const auto& e : entries_) {
+    const Option& o = e.option;
+    os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << o.default_value << "` | "
+       << (o.env.empty() ? "" : "`" + o.env + "`") << " | " << o.help;
+    if (std::isfinite(o.min) || std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
+    if (!o.choices.empty()) {
+      os << " One of:";
+      for (const auto& c : o.choices) os << " `" << c << "`";
+      os << ".";
+    }
+    os << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace tessera::config

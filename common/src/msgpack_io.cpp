@@ -1,0 +1,247 @@
+#include "msgpack_io.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace tessera::protocol::detail {
+
+// ---- Writer --------------------------------------------------------------------------------
+
+void Writer::be32(uint32_t v) {
+  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+  raw(b, 4);
+}
+
+void Writer::begin_map() {
+  out_.push_back(static_cast<char>(0xdf));
+  maps_.emplace_back(out_.size(), 0);
+  be32(0);
+}
+
+void Writer::end_map() {
+  TS_CHECK(!maps_.empty());
+  auto [off, n] = maps_.back();
+  maps_.pop_back();
+  out_[off] = static_cast<char>(n >> 24);
+  out_[off + 1] = static_cast<char>(n >> 16);
+  out_[off + 2] = static_cast<char>(n >> 8);
+  out_[off + 3] = static_cast<char>(n);
+}
+
+void Writer::begin_array(uint32_t n) {
+  out_.push_back(static_cast<char>(0xdd));
+  be32(n);
+}
+
+void Writer::key(std::string_view k) {
+  TS_CHECK(!maps_.empty()) << "key outside a map";
+  ++maps_.back().second;
+  str(k);
+}
+
+void Writer::str(std::string_view s) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(&buf);
+  pk.pack_str(static_cast<uint32_t>(s.size()));
+  pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+  raw(buf.data(), buf.size());
+}
+
+void Writer::u64(uint64_t v) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer>(&buf).pack_uint64(v);
+  raw(buf.data(), buf.size());
+}
+
+void Writer::i64(int64_t v) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer>(&buf).pack_int64(v);
+  raw(buf.data(), buf.size());
+}
+
+void Writer::f32(float v) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer>(&buf).pack_float(v);
+  raw(buf.data(), buf.size());
+}
+
+void Writer::f64(double v) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer>(&buf).pack_double(v);
+  raw(buf.data(), buf.size());
+}
+
+void Writer::boolean(bool v) { out_.push_back(static_cast<char>(v ? 0xc3 : 0xc2)); }
+void Writer::nil() { out_.push_back(static_cast<char>(0xc0)); }
+
+void Writer::i32s(const std::vector<int32_t>& v) {
+  begin_array(static_cast<uint32_t>(v.size()));
+  for (int32_t x : v) i64(x);
+}
+void Writer::i64s(const std::vector<int64_t>& v) {
+  begin_array(static_cast<uint32_t>(v.size()));
+  for (int64_t x : v) i64(x);
+}
+void Writer::u64s(const std::vector<uint64_t>& v) {
+  begin_array(static_cast<uint32_t>(v.size()));
+  for (uint64_t x : v) u64(x);
+}
+void Writer::f32s(const std::vector<float>& v) {
+  begin_array(static_cast<uint32_t>(v.size()));
+  for (float x : v) f32(x);
+}
+void Writer::strs(const std::vector<std::string>& v) {
+  begin_array(static_cast<uint32_t>(v.size()));
+  for (const auto& x : v) str(x);
+}
+
+// ---- Readers -------------------------------------------------------------------------------
+
+std::string type_name(const msgpack::object& o) {
+  switch (o.type) {
+    case msgpack::type::NIL: return "nil";
+    case msgpack::type::BOOLEAN: return "bool";
+    case msgpack::type::POSITIVE_INTEGER: return "integer";
+    case msgpack::type::NEGATIVE_INTEGER: return "negative integer";
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: return "float";
+    case msgpack::type::STR: return "string";
+    case msgpack::type::BIN: return "binary";
+    case msgpack::type::ARRAY: return "array";
+    case msgpack::type::MAP: return "map";
+    case msgpack::type::EXT: return "ext";
+  }
+  return "unknown";
+}
+
+namespace {
+
+Error type_error(const std::string& name, const char* expected, const msgpack::object& o) {
+  return make_error(ErrorCode::kInvalidArgument,
+                    "field '" + name + "' must be " + expected + " (got " + type_name(o) + ")");
+}
+
+template <class T>
+Status read_int(const msgpack::object& o, const std::string& name, T* out) {
+  if (o.type == msgpack::type::POSITIVE_INTEGER) {
+    if (o.via.u64 > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+      return make_error(ErrorCode::kOutOfRange, "field '" + name + "' is too large (" + std::to_string(o.via.u64) + ")");
+    *out = static_cast<T>(o.via.u64);
+    return ok_status();
+  }
+  if (o.type == msgpack::type::NEGATIVE_INTEGER) {
+    if constexpr (std::is_unsigned_v<T>) {
+      return make_error(ErrorCode::kOutOfRange, "field '" + name + "' must be >= 0 (got " + std::to_string(o.via.i64) + ")");
+    } else {
+      if (o.via.i64 < static_cast<int64_t>(std::numeric_limits<T>::min()))
+        return make_error(ErrorCode::kOutOfRange, "field '" + name + "' is too small (" + std::to_string(o.via.i64) + ")");
+      *out = static_cast<T>(o.via.i64);
+      return ok_status();
+    }
+  }
+  return type_error(name, "an integer", o);
+}
+
+template <class T>
+Status read_float(const msgpack::object& o, const std::string& name, T* out) {
+  switch (o.type) {
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64: *out = static_cast<T>(o.via.f64); return ok_status();
+    case msgpack::type::POSITIVE_INTEGER: *out = static_cast<T>(o.via.u64); return ok_status();
+    case msgpack::type::NEGATIVE_INTEGER: *out = static_cast<T>(o.via.i64); return ok_status();
+    default: return type_error(name, "a number", o);
+  }
+}
+
+template <class T>
+Status read_vec(const msgpack::object& o, const std::string& name, std::vector<T>* out) {
+  if (o.type != msgpack::type::ARRAY) return type_error(name, "an array", o);
+  std::vector<T> v(o.via.array.size);
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    TS_TRY(read(o.via.array.ptr[i], name + "[" + std::to_string(i) + "]", &v[i]));
+  }
+  *out = std::move(v);
+  return ok_status();
+}
+
+}  // namespace
+
+Status read(const msgpack::object& o, const std::string& name, uint64_t* out) { return read_int(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, int64_t* out) { return read_int(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, int32_t* out) { return read_int(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, float* out) { return read_float(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, double* out) { return read_float(o, name, out); }
+
+Status read(const msgpack::object& o, const std::string& name, bool* out) {
+  if (o.type != msgpack::type::BOOLEAN) return type_error(name, "a bool", o);
+  *out = o.via.boolean;
+  return ok_status();
+}
+
+Status read(const msgpack::object& o, const std::string& name, std::string* out) {
+  if (o.type != msgpack::type::STR) return type_error(name, "a string", o);
+  out->assign(o.via.str.ptr, o.via.str.size);
+  return ok_status();
+}
+
+Status read(const msgpack::object& o, const std::string& name, std::vector<int32_t>* out) { return read_vec(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, std::vector<int64_t>* out) { return read_vec(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, std::vector<uint64_t>* out) { return read_vec(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, std::vector<float>* out) { return read_vec(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, std::vector<std::string>* out) { return read_vec(o, name, out); }
+
+Result<MapView> as_map(const msgpack::object& o, const std::string& path) {
+  if (o.type != msgpack::type::MAP)
+    return make_error(ErrorCode::kInvalidArgument, "'" + (path.empty() ? std::string("message") : path) +
+                                                       "' must be a map (got " + type_name(o) + ")");
+  return MapView(o, path);
+}
+
+const msgpack::object* MapView::find(std::string_view key) const {
+  const msgpack::object_map& m = o_.via.map;
+  for (uint32_t i = 0; i < m.size; ++i) {
+    const msgpack::object& k = m.ptr[i].key;
+    if (k.type == msgpack::type::STR && std::string_view(k.via.str.ptr, k.via.str.size) == key) {
+      const msgpack::object& v = m.ptr[i].val;
+      return v.type == msgpack::type::NIL ? nullptr : &v;
+    }
+  }
+  return nullptr;
+}
+
+std::string MapView::field(std::string_view key) const {
+  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+}
+
+// ---- SamplingParams ------------------------------------------------------------------------
+
+void write_sampling(Writer& w, const SamplingParams& s) {
+  w.key("temperature"); w.f32(s.temperature);
+  w.key("top_p"); w.f32(s.top_p);
+  w.key("top_k"); w.i64(s.top_k);
+  w.key("min_p"); w.f32(s.min_p);
+  w.key("repetition_penalty"); w.f32(s.repetition_penalty);
+  w.key("presence_penalty"); w.f32(s.presence_penalty);
+  w.key("frequency_penalty"); w.f32(s.frequency_penalty);
+  w.key("seed"); w.u64(s.seed);
+  w.key("logprobs"); w.boolean(s.logprobs);
+  w.key("top_logprobs"); w.i64(s.top_logprobs);
+}
+
+Status read_sampling(const MapView& m, SamplingParams* s) {
+  TS_TRY(opt(m, "temperature", &s->temperature));
+  TS_TRY(opt(m, "top_p", &s->top_p));
+  TS_TRY(opt(m, "top_k", &s->top_k));
+  TS_TRY(opt(m, "min_p", &s->min_p));
+  TS_TRY(opt(m, "repetition_penalty", &s->repetition_penalty));
+  TS_TRY(opt(m, "presence_penalty", &s->presence_penalty));
+  TS_TRY(opt(m, "frequency_penalty", &s->frequency_penalty));
+  TS_TRY(opt(m, "seed", &s->seed));
+  TS_TRY(opt(m, "logprobs", &s->logprobs));
+  TS_TRY(opt(m, "top_logprobs", &s->top_logprobs));
+  return ok_status();
+}
+
+}  // namespace tessera::protocol::detail

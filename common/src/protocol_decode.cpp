@@ -1,0 +1,382 @@
+// Protocol v1 decoder and validation. Never throws: msgpack-c exceptions (truncated input,
+// parse errors, size limits) are caught here and become kMalformedMessage.
+#include <cmath>
+#include <exception>
+#include <unordered_set>
+
+#include "msgpack_io.h"
+#include "tessera/common/protocol.h"
+
+namespace tessera::protocol {
+namespace {
+
+using detail::MapView;
+using detail::opt;
+using detail::opt_array;
+using detail::req;
+
+// Bounds on what msgpack-c may allocate while parsing untrusted bytes.
+const msgpack::unpack_limit kLimits(/*array=*/1u << 22, /*map=*/4096, /*str=*/kMaxMessageBytes,
+                                    /*bin=*/kMaxMessageBytes, /*ext=*/1u << 20, /*depth=*/16);
+
+Error range_error(const std::string& what) { return make_error(ErrorCode::kOutOfRange, what); }
+
+template <class T>
+std::string num(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+    return buf;
+  } else {
+    return std::to_string(v);
+  }
+}
+
+Status top_list(const msgpack::object& o, const std::string& path, std::vector<TokenLogprob>* out) {
+  if (o.type != msgpack::type::ARRAY)
+    return make_error(ErrorCode::kInvalidArgument, "field '" + path + "' must be an array (got " + detail::type_name(o) + ")");
+  out->clear();
+  for (uint32_t i = 0; i < o.via.array.size; ++i) {
+    const std::string p = path + "[" + std::to_string(i) + "]";
+    TS_ASSIGN_OR_RETURN(MapView m, detail::as_map(o.via.array.ptr[i], p));
+    TokenLogprob t;
+    TS_TRY(req(m, "token", &t.token));
+    TS_TRY(req(m, "logprob", &t.logprob));
+    out->push_back(t);
+  }
+  return ok_status();
+}
+
+Status decode_request(const MapView& m, RequestKind kind, GenerateRequest* r) {
+  r->kind = kind;
+  TS_TRY(opt(m, "model", &r->model));
+  if (kind == RequestKind::kChat) {
+    auto read_messages = [&](const msgpack::object& o, const std::string& p) -> Status {
+      TS_ASSIGN_OR_RETURN(MapView mm, detail::as_map(o, p));
+      ChatMessage cm;
+      TS_TRY(req(mm, "role", &cm.role));
+      TS_TRY(req(mm, "content", &cm.content));
+      r->messages.push_back(std::move(cm));
+      return ok_status();
+    };
+    TS_TRY(opt_array(m, "messages", read_messages));
+  } else {
+    TS_TRY(opt(m, "prompt", &r->prompt));
+  }
+  TS_TRY(opt(m, "prompt_tokens", &r->prompt_tokens));
+  TS_TRY(detail::read_sampling(m, &r->sampling));
+  TS_TRY(opt(m, "max_tokens", &r->max_tokens));
+  TS_TRY(opt(m, "stop", &r->stop));
+  TS_TRY(opt(m, "stop_token_ids", &r->stop_token_ids));
+  TS_TRY(opt(m, "ignore_eos", &r->ignore_eos));
+  TS_TRY(opt(m, "stream", &r->stream));
+  TS_TRY(opt(m, "user", &r->user));
+  TS_TRY(opt(m, "preference", &r->preference));
+  TS_TRY(opt(m, "preference_tokens", &r->preference_tokens));
+  TS_TRY(opt(m, "preference_alpha", &r->preference_alpha));
+  TS_TRY(opt(m, "priority", &r->priority));
+  TS_TRY(opt(m, "routing_key", &r->routing_key));
+  return validate(*r);
+}
+
+Status decode_token(const MapView& m, TokenEvent* e) {
+  TS_TRY(opt(m, "tokens", &e->tokens));
+  TS_TRY(opt(m, "text", &e->text));
+  TS_TRY(opt(m, "logprobs", &e->logprobs));
+  auto read_top_logprobs = [&](const msgpack::object& o, const std::string& p) -> Status {
+    std::vector<TokenLogprob> top;
+    TS_TRY(top_list(o, p, &top));
+    e->top_logprobs.push_back(std::move(top));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "top_logprobs", read_top_logprobs));
+  return ok_status();
+}
+
+Status decode_final(const MapView& m, FinalEvent* e) {
+  TS_TRY(opt(m, "finish_reason", &e->finish_reason));
+  TS_TRY(opt(m, "text", &e->text));
+  TS_TRY(opt(m, "tokens", &e->tokens));
+  if (const msgpack::object* u = m.find("usage")) {
+    TS_ASSIGN_OR_RETURN(MapView um, detail::as_map(*u, "usage"));
+    TS_TRY(opt(um, "prompt_tokens", &e->usage.prompt_tokens));
+    TS_TRY(opt(um, "completion_tokens", &e->usage.completion_tokens));
+    TS_TRY(opt(um, "cached_tokens", &e->usage.cached_tokens));
+  }
+  if (const msgpack::object* t = m.find("timings")) {
+    TS_ASSIGN_OR_RETURN(MapView tm, detail::as_map(*t, "timings"));
+    TS_TRY(opt(tm, "queue_ms", &e->timings.queue_ms));
+    TS_TRY(opt(tm, "ttft_ms", &e->timings.ttft_ms));
+    TS_TRY(opt(tm, "decode_ms", &e->timings.decode_ms));
+    TS_TRY(opt(tm, "total_ms", &e->timings.total_ms));
+  }
+  return ok_status();
+}
+
+Status decode_error(const MapView& m, ErrorEvent* e) {
+  int32_t code = static_cast<int32_t>(ErrorCode::kInternal);
+  TS_TRY(req(m, "code", &code));
+  e->code = static_cast<ErrorCode>(code);
+  TS_TRY(opt(m, "message", &e->message));
+  return ok_status();
+}
+
+Status decode_register(const MapView& m, RegisterWorker* r) {
+  TS_TRY(req(m, "worker_name", &r->worker_name));
+  TS_TRY(opt(m, "capabilities", &r->capabilities));
+  TS_TRY(req(m, "model_fingerprint", &r->model_fingerprint));
+  TS_TRY(req(m, "num_pages", &r->num_pages));
+  TS_TRY(opt(m, "page_size", &r->page_size));
+  TS_TRY(req(m, "max_batch_tokens", &r->max_batch_tokens));
+  TS_TRY(req(m, "max_seq_len", &r->max_seq_len));
+  TS_TRY(req(m, "vocab_size", &r->vocab_size));
+  TS_TRY(opt(m, "eos_id", &r->eos_id));
+  if (r->worker_name.empty()) return make_error(ErrorCode::kInvalidArgument, "worker_name must not be empty");
+  if (r->num_pages < 1) return range_error("num_pages must be >= 1 (got " + num(r->num_pages) + ")");
+  if (r->page_size < 1) return range_error("page_size must be >= 1 (got " + num(r->page_size) + ")");
+  if (r->max_batch_tokens < 1) return range_error("max_batch_tokens must be >= 1 (got " + num(r->max_batch_tokens) + ")");
+  if (r->max_seq_len < 1) return range_error("max_seq_len must be >= 1 (got " + num(r->max_seq_len) + ")");
+  if (r->vocab_size < 1) return range_error("vocab_size must be >= 1 (got " + num(r->vocab_size) + ")");
+  return ok_status();
+}
+
+Status decode_register_ack(const MapView& m, RegisterAck* r) {
+  TS_TRY(req(m, "accepted", &r->accepted));
+  TS_TRY(opt(m, "reason", &r->reason));
+  TS_TRY(opt(m, "heartbeat_ms", &r->heartbeat_ms));
+  if (r->heartbeat_ms < 1) return range_error("heartbeat_ms must be >= 1 (got " + num(r->heartbeat_ms) + ")");
+  return ok_status();
+}
+
+Status decode_plan(const MapView& m, StepPlan* p) {
+  TS_TRY(req(m, "step_id", &p->step_id));
+  auto read_copies = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView c, detail::as_map(o, path));
+    PageCopy pc;
+    TS_TRY(req(c, "src", &pc.src));
+    TS_TRY(req(c, "dst", &pc.dst));
+    p->copies.push_back(pc);
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "copies", read_copies));
+  auto read_fills = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView f, detail::as_map(o, path));
+    KvFill kf;
+    TS_TRY(req(f, "request_id", &kf.request_id));
+    TS_TRY(req(f, "blob_key", &kf.blob_key));
+    TS_TRY(req(f, "pages", &kf.pages));
+    TS_TRY(req(f, "num_tokens", &kf.num_tokens));
+    TS_TRY(opt(f, "alpha", &kf.alpha));
+    p->fills.push_back(std::move(kf));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "fills", read_fills));
+  auto read_seqs = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView s, detail::as_map(o, path));
+    SeqPlan sp;
+    TS_TRY(req(s, "request_id", &sp.request_id));
+    TS_TRY(req(s, "tokens", &sp.tokens));
+    TS_TRY(req(s, "start_pos", &sp.start_pos));
+    TS_TRY(req(s, "block_table", &sp.block_table));
+    TS_TRY(req(s, "slot_mapping", &sp.slot_mapping));
+    TS_TRY(opt(s, "sample", &sp.sample));
+    if (const msgpack::object* so = s.find("sampling")) {
+      TS_ASSIGN_OR_RETURN(MapView sm, detail::as_map(*so, s.field("sampling")));
+      TS_TRY(detail::read_sampling(sm, &sp.sampling));
+    }
+    TS_TRY(opt(s, "generated", &sp.generated));
+    p->seqs.push_back(std::move(sp));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "seqs", read_seqs));
+  TS_TRY(opt(m, "released", &p->released));
+  return validate(*p);
+}
+
+Status decode_result(const MapView& m, StepResult* r) {
+  TS_TRY(req(m, "step_id", &r->step_id));
+  auto read_results = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView s, detail::as_map(o, path));
+    SeqResult sr;
+    TS_TRY(req(s, "request_id", &sr.request_id));
+    TS_TRY(req(s, "token", &sr.token));
+    TS_TRY(opt(s, "logprob", &sr.logprob));
+    if (const msgpack::object* t = s.find("top")) TS_TRY(top_list(*t, s.field("top"), &sr.top));
+    r->results.push_back(std::move(sr));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "results", read_results));
+  TS_TRY(opt(m, "error_code", &r->error_code));
+  TS_TRY(opt(m, "error_message", &r->error_message));
+  TS_TRY(opt(m, "compute_ms", &r->compute_ms));
+  return ok_status();
+}
+
+Status decode_heartbeat(const MapView& m, Heartbeat* h) {
+  TS_TRY(opt(m, "role", &h->role));
+  TS_TRY(opt(m, "name", &h->name));
+  TS_TRY(opt(m, "live_workers", &h->live_workers));
+  TS_TRY(opt(m, "running", &h->running));
+  TS_TRY(opt(m, "waiting", &h->waiting));
+  TS_TRY(opt(m, "free_pages", &h->free_pages));
+  TS_TRY(opt(m, "unix_ms", &h->unix_ms));
+  return ok_status();
+}
+
+template <class T, class Fn>
+Result<Message> build(uint64_t id, const MapView& m, Fn fn) {
+  T msg;
+  msg.id = id;
+  TS_TRY(fn(m, &msg));
+  return Message(std::move(msg));
+}
+
+Result<Message> decode_object(const msgpack::object& root) {
+  TS_ASSIGN_OR_RETURN(MapView m, detail::as_map(root, ""));
+  int64_t v = 0;
+  TS_TRY(req(m, "v", &v));
+  if (v != kProtocolVersion)
+    return make_error(ErrorCode::kProtocolMismatch,
+                      "protocol version " + std::to_string(v) + " is not supported (this build speaks v" +
+                          std::to_string(kProtocolVersion) + ")");
+  std::string type;
+  TS_TRY(req(m, "type", &type));
+  uint64_t id = 0;
+  TS_TRY(req(m, "id", &id));
+  auto none = [](const MapView&, auto*) { return ok_status(); };
+  if (type == "completion")
+    return build<GenerateRequest>(id, m, [](const MapView& mm, GenerateRequest* r) {
+      return decode_request(mm, RequestKind::kCompletion, r);
+    });
+  if (type == "chat")
+    return build<GenerateRequest>(id, m, [](const MapView& mm, GenerateRequest* r) {
+      return decode_request(mm, RequestKind::kChat, r);
+    });
+  if (type == "cancel") return build<CancelRequest>(id, m, none);
+  if (type == "token") return build<TokenEvent>(id, m, decode_token);
+  if (type == "final") return build<FinalEvent>(id, m, decode_final);
+  if (type == "error") return build<ErrorEvent>(id, m, decode_error);
+  if (type == "register") return build<RegisterWorker>(id, m, decode_register);
+  if (type == "register_ack") return build<RegisterAck>(id, m, decode_register_ack);
+  if (type == "step_plan")
+    return build<StepPlanMsg>(id, m, [](const MapView& mm, StepPlanMsg* p) { return decode_plan(mm, &p->plan); });
+  if (type == "step_result")
+    return build<StepResultMsg>(id, m, [](const MapView& mm, StepResultMsg* r) { return decode_result(mm, &r->result); });
+  if (type == "heartbeat") return build<Heartbeat>(id, m, decode_heartbeat);
+  if (type == "drain") return build<Drain>(id, m, none);
+  if (type == "shutdown") return build<Shutdown>(id, m, none);
+  return make_error(ErrorCode::kInvalidArgument, "unknown message type '" + type + "'");
+}
+
+bool finite_in(float v, float lo, float hi) { return std::isfinite(v) && v >= lo && v <= hi; }
+
+}  // namespace
+
+Result<Message> decode(std::string_view bytes) {
+  if (bytes.empty()) return make_error(ErrorCode::kMalformedMessage, "empty message");
+  if (bytes.size() > kMaxMessageBytes)
+    return make_error(ErrorCode::kTooLarge, "message of " + std::to_string(bytes.size()) + " bytes exceeds " +
+                                                std::to_string(kMaxMessageBytes));
+  try {
+    size_t off = 0;
+    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, kLimits);
+    if (off != bytes.size())
+      return make_error(ErrorCode::kMalformedMessage,
+                        std::to_string(bytes.size() - off) + " trailing bytes after the msgpack map");
+    return decode_object(oh.get());
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::kMalformedMessage, std::string("not a valid msgpack message: ") + e.what());
+  }
+}
+
+uint64_t peek_id(std::string_view bytes) {
+  try {
+    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), nullptr, nullptr, kLimits);
+    if (oh.get().type != msgpack::type::MAP) return 0;
+    MapView m(oh.get(), "");
+    uint64_t id = 0;
+    if (!opt(m, "id", &id).ok()) return 0;
+    return id;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+Status validate(const SamplingParams& s) {
+  if (!finite_in(s.temperature, 0.0f, 2.0f))
+    return range_error("temperature must be in [0, 2] (got " + num(s.temperature) + ")");
+  if (!std::isfinite(s.top_p) || s.top_p <= 0.0f || s.top_p > 1.0f)
+    return range_error("top_p must be in (0, 1] (got " + num(s.top_p) + ")");
+  if (s.top_k < 0) return range_error("top_k must be >= 0 (got " + num(s.top_k) + ")");
+  if (!finite_in(s.min_p, 0.0f, 1.0f)) return range_error("min_p must be in [0, 1] (got " + num(s.min_p) + ")");
+  if (!std::isfinite(s.repetition_penalty) || s.repetition_penalty <= 0.0f || s.repetition_penalty > 10.0f)
+    return range_error("repetition_penalty must be in (0, 10] (got " + num(s.repetition_penalty) + ")");
+  if (!finite_in(s.presence_penalty, -2.0f, 2.0f))
+    return range_error("presence_penalty must be in [-2, 2] (got " + num(s.presence_penalty) + ")");
+  if (!finite_in(s.frequency_penalty, -2.0f, 2.0f))
+    return range_error("frequency_penalty must be in [-2, 2] (got " + num(s.frequency_penalty) + ")");
+  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs)
+    return range_error("top_logprobs must be in [0, " + num(kMaxTopLogprobs) + "] (got " + num(s.top_logprobs) + ")");
+  return ok_status();
+}
+
+Status validate(const GenerateRequest& r) {
+  TS_TRY(validate(r.sampling));
+  if (r.max_tokens < 1) return range_error("max_tokens must be >= 1 (got " + num(r.max_tokens) + ")");
+  if (r.kind == RequestKind::kChat) {
+    if (r.messages.empty() && r.prompt_tokens.empty())
+      return make_error(ErrorCode::kInvalidArgument, "messages must not be empty");
+    for (size_t i = 0; i < r.messages.size(); ++i) {
+      const std::string& role = r.messages[i].role;
+      if (role != "system" && role != "user" && role != "assistant")
+        return make_error(ErrorCode::kInvalidArgument, "messages[" + num(i) + "].role must be system, user or assistant (got '" + role + "')");
+    }
+  }
+  for (size_t i = 0; i < r.prompt_tokens.size(); ++i)
+    if (r.prompt_tokens[i] < 0) return range_error("prompt_tokens[" + num(i) + "] must be >= 0 (got " + num(r.prompt_tokens[i]) + ")");
+  if (r.stop.size() > kMaxStopStrings)
+    return range_error("stop has " + num(r.stop.size()) + " strings; at most " + num(kMaxStopStrings) + " are allowed");
+  for (size_t i = 0; i < r.stop.size(); ++i)
+    if (r.stop[i].empty()) return make_error(ErrorCode::kInvalidArgument, "stop[" + num(i) + "] must not be empty");
+  if (r.stop_token_ids.size() > kMaxStopTokenIds)
+    return range_error("stop_token_ids has " + num(r.stop_token_ids.size()) + " ids; at most " + num(kMaxStopTokenIds) + " are allowed");
+  for (size_t i = 0; i < r.stop_token_ids.size(); ++i)
+    if (r.stop_token_ids[i] < 0) return range_error("stop_token_ids[" + num(i) + "] must be >= 0 (got " + num(r.stop_token_ids[i]) + ")");
+  if (!finite_in(r.preference_alpha, 0.0f, 1.0f))
+    return range_error("preference_alpha must be in [0, 1] (got " + num(r.preference_alpha) + ")");
+  if (r.priority < -100 || r.priority > 100) return range_error("priority must be in [-100, 100] (got " + num(r.priority) + ")");
+  return ok_status();
+}
+
+Status validate(const StepPlan& p) {
+  std::unordered_set<uint64_t> seen;
+  for (size_t i = 0; i < p.seqs.size(); ++i) {
+    const SeqPlan& s = p.seqs[i];
+    const std::string at = "seqs[" + num(i) + "]";
+    if (!seen.insert(s.request_id).second)
+      return make_error(ErrorCode::kInvalidArgument, at + ".request_id " + num(s.request_id) + " appears twice in the plan");
+    if (s.tokens.empty()) return make_error(ErrorCode::kInvalidArgument, at + ".tokens must not be empty");
+    if (s.start_pos < 0) return range_error(at + ".start_pos must be >= 0 (got " + num(s.start_pos) + ")");
+    if (s.slot_mapping.size() != s.tokens.size())
+      return make_error(ErrorCode::kInvalidArgument, at + ".slot_mapping has " + num(s.slot_mapping.size()) +
+                                                         " entries for " + num(s.tokens.size()) + " tokens");
+    for (int32_t page : s.block_table)
+      if (page < 0) return range_error(at + ".block_table holds a negative page id (" + num(page) + ")");
+    for (int64_t slot : s.slot_mapping)
+      if (slot < 0) return range_error(at + ".slot_mapping holds a negative slot (" + num(slot) + ")");
+    if (s.sample) TS_TRY(validate(s.sampling));
+  }
+  for (size_t i = 0; i < p.copies.size(); ++i)
+    if (p.copies[i].src < 0 || p.copies[i].dst < 0)
+      return range_error("copies[" + num(i) + "] has a negative page id");
+  for (size_t i = 0; i < p.fills.size(); ++i) {
+    const KvFill& f = p.fills[i];
+    if (f.num_tokens < 0) return range_error("fills[" + num(i) + "].num_tokens must be >= 0");
+    if (!finite_in(f.alpha, 0.0f, 1.0f)) return range_error("fills[" + num(i) + "].alpha must be in [0, 1] (got " + num(f.alpha) + ")");
+    for (int32_t page : f.pages)
+      if (page < 0) return range_error("fills[" + num(i) + "].pages holds a negative page id (" + num(page) + ")");
+  }
+  return ok_status();
+}
+
+}  // namespace tessera::protocol

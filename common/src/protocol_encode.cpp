@@ -1,0 +1,312 @@
+// Protocol v1 encoder: every message becomes one msgpack map with `v`, `type`, `id` first.
+#include "msgpack_io.h"
+#include "tessera/common/protocol.h"
+
+namespace tessera::protocol {
+namespace {
+
+using detail::Writer;
+
+void header(Writer& w, std::string_view type, uint64_t id) {
+  w.key("v");
+  w.i64(kProtocolVersion);
+  w.key("type");
+  w.str(type);
+  w.key("id");
+  w.u64(id);
+}
+
+void write_top(Writer& w, const std::vector<TokenLogprob>& top) {
+  w.begin_array(static_cast<uint32_t>(top.size()));
+  for (const auto& t : top) {
+    w.begin_map();
+    w.key("token");
+    w.i64(t.token);
+    w.key("logprob");
+    w.f32(t.logprob);
+    w.end_map();
+  }
+}
+
+struct Encoder {
+  Writer& w;
+
+  void operator()(const GenerateRequest& r) {
+    header(w, r.kind == RequestKind::kChat ? "chat" : "completion", r.id);
+    w.key("model");
+    w.str(r.model);
+    if (r.kind == RequestKind::kChat) {
+      w.key("messages");
+      w.begin_array(static_cast<uint32_t>(r.messages.size()));
+      for (const auto& m : r.messages) {
+        w.begin_map();
+        w.key("role");
+        w.str(m.role);
+        w.key("content");
+        w.str(m.content);
+        w.end_map();
+      }
+    } else {
+      w.key("prompt");
+      w.str(r.prompt);
+    }
+    w.key("prompt_tokens");
+    w.i32s(r.prompt_tokens);
+    detail::write_sampling(w, r.sampling);
+    w.key("max_tokens");
+    w.i64(r.max_tokens);
+    w.key("stop");
+    w.strs(r.stop);
+    w.key("stop_token_ids");
+    w.i32s(r.stop_token_ids);
+    w.key("ignore_eos");
+    w.boolean(r.ignore_eos);
+    w.key("stream");
+    w.boolean(r.stream);
+    w.key("user");
+    w.str(r.user);
+    w.key("preference");
+    w.str(r.preference);
+    w.key("preference_tokens");
+    w.i32s(r.preference_tokens);
+    w.key("preference_alpha");
+    w.f32(r.preference_alpha);
+    w.key("priority");
+    w.i64(r.priority);
+    w.key("routing_key");
+    w.str(r.routing_key);
+  }
+
+  void operator()(const CancelRequest& r) { header(w, "cancel", r.id); }
+
+  void operator()(const TokenEvent& e) {
+    header(w, "token", e.id);
+    w.key("tokens");
+    w.i32s(e.tokens);
+    w.key("text");
+    w.str(e.text);
+    w.key("logprobs");
+    w.f32s(e.logprobs);
+    w.key("top_logprobs");
+    w.begin_array(static_cast<uint32_t>(e.top_logprobs.size()));
+    for (const auto& top : e.top_logprobs) write_top(w, top);
+  }
+
+  void operator()(const FinalEvent& e) {
+    header(w, "final", e.id);
+    w.key("finish_reason");
+    w.str(e.finish_reason);
+    w.key("text");
+    w.str(e.text);
+    w.key("tokens");
+    w.i32s(e.tokens);
+    w.key("usage");
+    w.begin_map();
+    w.key("prompt_tokens");
+    w.i64(e.usage.prompt_tokens);
+    w.key("completion_tokens");
+    w.i64(e.usage.completion_tokens);
+    w.key("cached_tokens");
+    w.i64(e.usage.cached_tokens);
+    w.end_map();
+    w.key("timings");
+    w.begin_map();
+    w.key("queue_ms");
+    w.f64(e.timings.queue_ms);
+    w.key("ttft_ms");
+    w.f64(e.timings.ttft_ms);
+    w.key("decode_ms");
+    w.f64(e.timings.decode_ms);
+    w.key("total_ms");
+    w.f64(e.timings.total_ms);
+    w.end_map();
+  }
+
+  void operator()(const ErrorEvent& e) {
+    header(w, "error", e.id);
+    w.key("code");
+    w.i64(static_cast<int32_t>(e.code));
+    w.key("error");
+    w.str(error_code_name(e.code));
+    w.key("message");
+    w.str(e.message);
+  }
+
+  void operator()(const RegisterWorker& r) {
+    header(w, "register", r.id);
+    w.key("worker_name");
+    w.str(r.worker_name);
+    w.key("capabilities");
+    w.strs(r.capabilities);
+    w.key("model_fingerprint");
+    w.u64(r.model_fingerprint);
+    w.key("num_pages");
+    w.i64(r.num_pages);
+    w.key("page_size");
+    w.i64(r.page_size);
+    w.key("max_batch_tokens");
+    w.i64(r.max_batch_tokens);
+    w.key("max_seq_len");
+    w.i64(r.max_seq_len);
+    w.key("vocab_size");
+    w.i64(r.vocab_size);
+    w.key("eos_id");
+    w.i64(r.eos_id);
+  }
+
+  void operator()(const RegisterAck& r) {
+    header(w, "register_ack", r.id);
+    w.key("accepted");
+    w.boolean(r.accepted);
+    w.key("reason");
+    w.str(r.reason);
+    w.key("heartbeat_ms");
+    w.i64(r.heartbeat_ms);
+  }
+
+  void operator()(const StepPlanMsg& m) {
+    header(w, "step_plan", m.id);
+    const StepPlan& p = m.plan;
+    w.key("step_id");
+    w.u64(p.step_id);
+    w.key("copies");
+    w.begin_array(static_cast<uint32_t>(p.copies.size()));
+    for (const auto& c : p.copies) {
+      w.begin_map();
+      w.key("src");
+      w.i64(c.src);
+      w.key("dst");
+      w.i64(c.dst);
+      w.end_map();
+    }
+    w.key("fills");
+    w.begin_array(static_cast<uint32_t>(p.fills.size()));
+    for (const auto& f : p.fills) {
+      w.begin_map();
+      w.key("request_id");
+      w.u64(f.request_id);
+      w.key("blob_key");
+      w.str(f.blob_key);
+      w.key("pages");
+      w.i32s(f.pages);
+      w.key("num_tokens");
+      w.i64(f.num_tokens);
+      w.key("alpha");
+      w.f32(f.alpha);
+      w.end_map();
+    }
+    w.key("seqs");
+    w.begin_array(static_cast<uint32_t>(p.seqs.size()));
+    for (const auto& s : p.seqs) {
+      w.begin_map();
+      w.key("request_id");
+      w.u64(s.request_id);
+      w.key("tokens");
+      w.i32s(s.tokens);
+      w.key("start_pos");
+      w.i64(s.start_pos);
+      w.key("block_table");
+      w.i32s(s.block_table);
+      w.key("slot_mapping");
+      w.i64s(s.slot_mapping);
+      w.key("sample");
+      w.boolean(s.sample);
+      w.key("sampling");
+      w.begin_map();
+      detail::write_sampling(w, s.sampling);
+      w.end_map();
+      w.key("generated");
+      w.i32s(s.generated);
+      w.end_map();
+    }
+    w.key("released");
+    w.u64s(p.released);
+  }
+
+  void operator()(const StepResultMsg& m) {
+    header(w, "step_result", m.id);
+    const StepResult& r = m.result;
+    w.key("step_id");
+    w.u64(r.step_id);
+    w.key("results");
+    w.begin_array(static_cast<uint32_t>(r.results.size()));
+    for (const auto& s : r.results) {
+      w.begin_map();
+      w.key("request_id");
+      w.u64(s.request_id);
+      w.key("token");
+      w.i64(s.token);
+      w.key("logprob");
+      w.f32(s.logprob);
+      w.key("top");
+      write_top(w, s.top);
+      w.end_map();
+    }
+    w.key("error_code");
+    w.i64(r.error_code);
+    w.key("error_message");
+    w.str(r.error_message);
+    w.key("compute_ms");
+    w.f64(r.compute_ms);
+  }
+
+  void operator()(const Heartbeat& h) {
+    header(w, "heartbeat", h.id);
+    w.key("role");
+    w.str(h.role);
+    w.key("name");
+    w.str(h.name);
+    w.key("live_workers");
+    w.i64(h.live_workers);
+    w.key("running");
+    w.i64(h.running);
+    w.key("waiting");
+    w.i64(h.waiting);
+    w.key("free_pages");
+    w.i64(h.free_pages);
+    w.key("unix_ms");
+    w.i64(h.unix_ms);
+  }
+
+  void operator()(const Drain& d) { header(w, "drain", d.id); }
+  void operator()(const Shutdown& s) { header(w, "shutdown", s.id); }
+};
+
+struct TypeName {
+  std::string_view operator()(const GenerateRequest& r) const {
+    return r.kind == RequestKind::kChat ? "chat" : "completion";
+  }
+  std::string_view operator()(const CancelRequest&) const { return "cancel"; }
+  std::string_view operator()(const TokenEvent&) const { return "token"; }
+  std::string_view operator()(const FinalEvent&) const { return "final"; }
+  std::string_view operator()(const ErrorEvent&) const { return "error"; }
+  std::string_view operator()(const RegisterWorker&) const { return "register"; }
+  std::string_view operator()(const RegisterAck&) const { return "register_ack"; }
+  std::string_view operator()(const StepPlanMsg&) const { return "step_plan"; }
+  std::string_view operator()(const StepResultMsg&) const { return "step_result"; }
+  std::string_view operator()(const Heartbeat&) const { return "heartbeat"; }
+  std::string_view operator()(const Drain&) const { return "drain"; }
+  std::string_view operator()(const Shutdown&) const { return "shutdown"; }
+};
+
+}  // namespace
+
+std::string_view message_type(const Message& m) { return std::visit(TypeName{}, m); }
+
+uint64_t message_id(const Message& m) {
+  return std::visit([](const auto& x) -> uint64_t { return x.id; }, m);
+}
+
+std::string encode(const Message& m) {
+  Writer w;
+  w.begin_map();
+  std::visit(Encoder{w}, m);
+  w.end_map();
+  return w.take();
+}
+
+std::string encode_error(uint64_t id, ErrorCode code, std::string message) {
+  return encode(ErrorEvent{.id = id, .code = code, .message = std::move(message)});
+}
+
+}  // namespace tessera::protocol
