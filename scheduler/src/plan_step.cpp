@@ -1,0 +1,244 @@
+// Batcher::step(): one iteration of continuous batching, as named stages (see batcher.h).
+// Planning only reserves: pages are allocated and locks taken here, but a sequence's computed
+// length advances only when apply() confirms the step.
+#include <algorithm>
+
+#include "sequence.h"
+#include "tessera/common/check.h"
+#include "tessera/common/log.h"
+
+namespace tessera::scheduler {
+
+struct Batcher::Planner {
+  uint64_t step_id = 0;
+  int32_t budget = 0;                // tokens left in this step
+  std::vector<Sequence*> scheduled;  // plan order
+  std::vector<PageCopy> copies;
+  std::vector<KvFill> fills;
+  std::vector<uint64_t> released;    // preempted in this step
+};
+
+namespace {
+void schedule(Sequence& s, std::vector<Sequence*>& scheduled, int32_t start, int32_t count) {
+  s.in_plan = true;
+  s.reserved_decode = false;
+  s.sched_start = start;
+  s.sched_count = count;
+  scheduled.push_back(&s);
+}
+}  // namespace
+
+Result<StepPlan> Batcher::step() {
+  if (outstanding_) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "step: plan " + std::to_string(q_->inflight_step) + " has not been applied yet");
+  }
+  Planner p;
+  p.step_id = next_step_id_++;
+  order_running();
+  schedule_running(p);
+  admit_waiting(p);
+  StepPlan plan;
+  build_plan(p, plan);
+  outstanding_ = true;
+  ++stats_.steps;
+  return plan;
+}
+
+// Stage 1: survival order. Preemption victims are taken from the back.
+void Batcher::order_running() { std::sort(q_->running.begin(), q_->running.end(), runs_before); }
+
+// Stages 2 and 3: every running decode gets its token; prefills share what is left, in order.
+void Batcher::schedule_running(Planner& p) {
+  int32_t decodes = 0;
+  for (Sequence* s : q_->running) {
+    s->in_plan = false;
+    s->admitted_this_step = false;
+    s->reserved_decode = s->len() - s->num_computed == 1;
+    decodes += s->reserved_decode ? 1 : 0;
+  }
+  p.budget = config_.max_step_tokens - decodes;
+  TS_CHECK_GE(p.budget, 0);
+  // Victims leave from the back, so index i stays valid; a sequence preempting itself is the last.
+  for (size_t i = 0; i < q_->running.size(); ++i) {
+    Sequence& s = *q_->running[i];
+    const int32_t start = s.num_computed;
+    if (s.reserved_decode) {
+      if (ensure_pages(p, s, start + 1, /*may_preempt_self=*/true)) schedule(s, p.scheduled, start, 1);
+      continue;
+    }
+    const int32_t want = std::min(s.len() - start, p.budget);
+    if (want <= 0) continue;
+    const int32_t n = fit_chunk(p, s, start, want);
+    if (n <= 0) continue;
+    p.budget -= n;
+    schedule(s, p.scheduled, start, n);
+  }
+}
+
+// Stage 4: admission in priority/arrival order; stops at the first request that does not fit,
+// so a large request is never starved by smaller ones behind it.
+void Batcher::admit_waiting(Planner& p) {
+  while (p.budget > 0 && static_cast<int32_t>(q_->running.size()) < config_.max_running) {
+    Sequence* next = nullptr;
+    for (Sequence* s : q_->waiting) {
+      if (s->preempted_in_step != p.step_id) {  // released in this plan: admit next step
+        next = s;
+        break;
+      }
+    }
+    if (next == nullptr || !admit_one(p, *next)) break;
+  }
+}
+
+bool Batcher::admit_one(Planner& p, Sequence& s) {
+  const int32_t ps = config_.page_size;
+  // Match the prefix. At least the last token is computed (its logits are needed).
+  MatchResult m = index_->match(s.req.ns, s.tokens);
+  int32_t use = std::min(m.matched_tokens, s.len() - 1);
+  if (s.prefix_len > 0 && use < s.prefix_len) use = 0;  // a preference is filled whole, or reused whole
+  const int32_t keep = use / ps;
+  const bool cow = use % ps != 0;  // the page holding position `use` is shared: copy it before writing
+  const bool fill = s.prefix_len > 0 && use == 0;
+  if (use > 0) TS_CHECK(index_->lock(m.handle).ok());
+  s.lock = use > 0 ? m.handle : RadixHandle{};
+  for (int32_t i = 0; i < keep; ++i) {
+    pages_->retain(m.pages[static_cast<size_t>(i)]);
+    s.block_table.push_back(m.pages[static_cast<size_t>(i)]);
+  }
+  s.indexed_pages = keep;
+  s.num_computed = use;  // 0 with a fill: the fill computes [0, P) in this step
+  const int32_t start = fill ? s.prefix_len : use;
+  // Allocate pages for the first chunk (evicting or preempting strictly worse sequences).
+  q_->waiting.erase(&s);
+  const int32_t want = std::min(s.len() - start, p.budget);
+  const int32_t n = want > 0 ? fit_chunk(p, s, start, want) : 0;
+  if (n <= 0) {  // roll back: nothing of this admission stays
+    release_all(s);
+    s.num_computed = 0;
+    q_->waiting.insert(&s);
+    return false;
+  }
+  if (cow) {
+    p.copies.push_back(PageCopy{m.pages[static_cast<size_t>(keep)], s.block_table[static_cast<size_t>(keep)]});
+    ++stats_.page_copies;
+  }
+  if (fill) {
+    const auto fill_pages = static_cast<size_t>(pages_for(s.prefix_len, ps));
+    p.fills.push_back(KvFill{s.req.id, s.req.preference->blob_key,
+                             std::vector<int32_t>(s.block_table.begin(), s.block_table.begin() + static_cast<ptrdiff_t>(fill_pages)),
+                             s.prefix_len, s.req.preference->alpha});
+  }
+  if (!s.admitted_once) {
+    s.admitted_once = true;
+    s.cached_prompt_tokens = std::max(0, use - s.prefix_len);
+    stats_.prompt_tokens += static_cast<int64_t>(s.req.prompt.size());
+    stats_.cached_prompt_tokens += s.cached_prompt_tokens;
+  }
+  ++stats_.admitted;
+  s.running = true;
+  s.admitted_this_step = true;
+  auto& r = q_->running;
+  r.insert(std::upper_bound(r.begin(), r.end(), &s, runs_before), &s);
+  p.budget -= n;
+  schedule(s, p.scheduled, start, n);
+  TS_LOG(kDebug) << "req=" << s.req.id << " | admitted: cached " << use << " of " << s.len() << " positions"
+                 << (cow ? ", copy-on-write" : "") << (fill ? ", preference fill" : "");
+  return true;
+}
+
+// Stage 5: pages for positions [0, end_pos). Free pages first, then LRU eviction of unlocked
+// cached pages, then preemption of the worst running sequence if it runs after `s` (or `s`
+// itself when may_preempt_self). False when the pages cannot be had; `s` was preempted if allowed.
+bool Batcher::ensure_pages(Planner& p, Sequence& s, int32_t end_pos, bool may_preempt_self) {
+  const int32_t need = pages_for(end_pos, config_.page_size) - static_cast<int32_t>(s.block_table.size());
+  if (need <= 0) return true;
+  while (pages_->num_free() < need) {
+    if (index_->evict(need - pages_->num_free()) > 0) continue;
+    if (q_->running.empty()) return false;
+    Sequence* victim = q_->running.back();
+    if (victim == &s) {
+      if (may_preempt_self) preempt(p, s);
+      return false;
+    }
+    if (!runs_before(&s, victim)) return false;
+    preempt(p, *victim);
+  }
+  TS_CHECK(pages_->allocate(need, s.block_table).ok());
+  return true;
+}
+
+// The largest chunk of at most `want` tokens from position `start` whose pages can be had
+// without preempting anything that runs before `s`.
+int32_t Batcher::fit_chunk(Planner& p, Sequence& s, int32_t start, int32_t want) {
+  if (ensure_pages(p, s, start + want, /*may_preempt_self=*/false)) return want;
+  // Everything evictable is gone and no victim is left: take what the free pages allow.
+  const int32_t room = (static_cast<int32_t>(s.block_table.size()) + pages_->num_free()) * config_.page_size - start;
+  const int32_t n = std::min(want, room);
+  if (n <= 0) return 0;
+  TS_CHECK(ensure_pages(p, s, start + n, false));
+  return n;
+}
+
+// Preemption by recompute: keep the computed prefix matchable, release everything, re-queue.
+void Batcher::preempt(Planner& p, Sequence& v) {
+  TS_CHECK(!v.admitted_this_step) << "req=" << v.req.id << " would be preempted by a later admission";
+  if (v.in_plan) {  // scheduled earlier in this step: take it back out
+    p.scheduled.erase(std::find(p.scheduled.begin(), p.scheduled.end(), &v));
+    p.budget += v.sched_count;
+    v.in_plan = false;
+  } else if (v.reserved_decode) {
+    p.budget += 1;
+    v.reserved_decode = false;
+  }
+  cache_prefix(v);
+  release_all(v);
+  erase_running(v);
+  v.num_computed = 0;
+  v.preempted_in_step = p.step_id;
+  if (v.worker_has_state) p.released.push_back(v.req.id);
+  v.worker_has_state = false;
+  q_->waiting.insert(&v);
+  ++stats_.preemptions;
+  TS_LOG(kDebug) << "req=" << v.req.id << " | preempted at " << v.len() << " positions";
+}
+
+// Stage 6: the plan the worker executes.
+void Batcher::build_plan(Planner& p, StepPlan& plan) {
+  const int32_t ps = config_.page_size;
+  plan.step_id = p.step_id;
+  plan.copies = std::move(p.copies);
+  plan.fills = std::move(p.fills);
+  plan.released = std::move(pending_released_);
+  pending_released_.clear();
+  plan.released.insert(plan.released.end(), p.released.begin(), p.released.end());
+  plan.seqs.reserve(p.scheduled.size());
+  q_->inflight.clear();
+  q_->inflight_step = p.step_id;
+  for (Sequence* sp : p.scheduled) {
+    Sequence& s = *sp;
+    const int32_t start = s.sched_start;
+    const int32_t end = start + s.sched_count;
+    SeqPlan& out = plan.seqs.emplace_back();
+    out.request_id = s.req.id;
+    out.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + end);
+    out.start_pos = start;
+    out.block_table.assign(s.block_table.begin(), s.block_table.begin() + pages_for(end, ps));
+    out.slot_mapping.resize(static_cast<size_t>(s.sched_count));
+    for (int32_t i = 0; i < s.sched_count; ++i) {
+      const int32_t pos = start + i;
+      out.slot_mapping[static_cast<size_t>(i)] =
+          static_cast<int64_t>(s.block_table[static_cast<size_t>(pos / ps)]) * ps + pos % ps;
+    }
+    out.sample = end == s.len();
+    out.sampling = s.req.sampling;
+    if (!s.worker_has_state) {
+      out.generated.assign(s.tokens.begin() + s.prompt_end, s.tokens.end());
+      s.worker_has_state = true;
+    }
+    q_->inflight.push_back(Queues::InFlight{s.req.id, end, out.sample});
+    stats_.planned_tokens += s.sched_count;
+  }
+}
+
+}  // namespace tessera::scheduler

@@ -1,0 +1,67 @@
+// Private: one request's life inside a Batcher, and the batcher's queues.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "tessera/scheduler/batcher.h"
+
+namespace tessera::scheduler {
+
+struct Sequence {
+  Request req;
+  // Radix key and position space: [prefix_len placeholders for the preference] + prompt + generated.
+  std::vector<int32_t> tokens;
+  int32_t prefix_len = 0;    // P: positions filled from the preference blob
+  int32_t prompt_end = 0;    // P + prompt size
+  int32_t num_computed = 0;  // positions whose K/V is in the block table's pages (confirmed by apply)
+  std::vector<int32_t> block_table;  // held pages, covering at least [0, num_computed)
+  RadixHandle lock;          // locked radix node covering the indexed prefix (empty: none)
+  int32_t indexed_pages = 0; // leading block-table pages known to be the index's own
+  uint64_t arrival = 0;
+  bool running = false;
+  bool worker_has_state = false;
+  bool admitted_once = false;
+  int32_t cached_prompt_tokens = 0;
+  // Planning state of the current step.
+  bool in_plan = false;
+  bool reserved_decode = false;
+  bool admitted_this_step = false;
+  int32_t sched_start = 0;
+  int32_t sched_count = 0;
+  uint64_t preempted_in_step = 0;
+
+  int32_t len() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t generated() const { return len() - prompt_end; }
+  int32_t priority() const { return req.priority; }
+};
+
+// Higher priority first, then earlier arrival: the order of admission and of survival.
+inline bool runs_before(const Sequence* a, const Sequence* b) {
+  if (a->priority() != b->priority()) return a->priority() > b->priority();
+  return a->arrival < b->arrival;
+}
+
+struct RunsBefore {
+  bool operator()(const Sequence* a, const Sequence* b) const { return runs_before(a, b); }
+};
+
+struct Batcher::Queues {
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> live;
+  std::set<Sequence*, RunsBefore> waiting;  // priority, arrival are fixed while queued
+  std::vector<Sequence*> running;           // sorted by runs_before at the start of each step
+  struct InFlight {
+    uint64_t id;
+    int32_t end_pos;  // num_computed once the step is applied
+    bool sample;
+  };
+  uint64_t inflight_step = 0;
+  std::vector<InFlight> inflight;
+};
+
+inline int32_t pages_for(int32_t positions, int32_t page_size) { return (positions + page_size - 1) / page_size; }
+
+}  // namespace tessera::scheduler
