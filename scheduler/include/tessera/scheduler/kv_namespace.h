@@ -8,11 +8,11 @@
 namespace tessera::scheduler {
 
 struct KvNamespace {
-  std::string model_fingerprint;  // which weights computed the K/V
-  std::string tenant_salt;        // optional tenant isolation ("" = none)
+  std::string model_fingerprint{};  // which weights computed the K/V
+  std::string tenant_salt{};      // optional tenant isolation ("" = none)
   // Preference-injected sequences only (else empty / 0): the user, the hash of the preference
   // text, and the effective alpha (min(alpha, 0.7)) that scaled V.
-  std::string user;
+  std::string user{};
   uint64_t preference_hash = 0;
   float alpha = 0.0f;
 
