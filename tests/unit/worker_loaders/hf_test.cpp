@@ -142,7 +142,9 @@ TEST_P(HfDirectory, SingleFileLoadsSameValues) {
   EXPECT_TRUE((*r)->config().tied_embeddings);
   EXPECT_EQ((*r)->output.data, (*r)->tok_embeddings.data);
   // Same config and values as the llama2.c file except the RoPE layout and dtype.
-  if (dtype == "F32") EXPECT_EQ((*r)->parameter_count(), source().parameter_count());
+  if (dtype == "F32") {
+    EXPECT_EQ((*r)->parameter_count(), source().parameter_count());
+  }
   std::filesystem::remove_all(dir);
 }
 
