@@ -10,7 +10,7 @@
 // Exactly one plan is outstanding between step() and apply() (plan, then apply: STYLE.md habit
 // 4). Every plan returned by step() must be answered by apply() with its step_id, even an empty
 // one; needs_worker(plan) says whether it has anything for the worker (if not, apply
-// StepResult{.step_id = plan.step_id} without sending it).
+// a StepResult with just that step_id, without sending it).
 //
 // One step, as named stages (src/plan_step.cpp):
 //   1. order running  — running sequences by priority (high first), then arrival (early first);
@@ -64,7 +64,7 @@ struct BatcherConfig {
   int32_t max_step_tokens = 2048; // token budget per step (decodes + prefill chunks); >= max_running
   int32_t max_running = 256;      // cap on running sequences
   int32_t max_waiting = 65536;    // submit() answers kOverloaded beyond this
-  std::vector<int32_t> eos_ids;   // the model's end-of-sequence tokens
+  std::vector<int32_t> eos_ids{}; // the model's end-of-sequence tokens
 };
 
 struct BatcherStats {

@@ -16,19 +16,19 @@ namespace tessera::scheduler {
 // and is filled from a kvstore blob (KvFill) instead of being computed; the prompt starts at
 // position num_tokens. The request's namespace must carry the user, preference hash and alpha.
 struct Preference {
-  std::string blob_key;    // kvstore key, opaque to the scheduler
+  std::string blob_key{};  // kvstore key, opaque to the scheduler
   int32_t num_tokens = 0;  // P >= 1
   float alpha = 1.0f;      // effective alpha, in (0.1, 0.7]
 };
 
 struct Request {
   uint64_t id = 0;                // unique among the batcher's live requests
-  std::vector<int32_t> prompt;    // token ids >= 0, at least one
+  std::vector<int32_t> prompt{};  // token ids >= 0, at least one
   KvNamespace ns;
   std::optional<Preference> preference;
   SamplingParams sampling;
   int32_t max_tokens = 256;       // >= 1
-  std::vector<int32_t> stop_ids;  // extra stop tokens, besides the model's EOS ids
+  std::vector<int32_t> stop_ids{};// extra stop tokens, besides the model's EOS ids
   bool ignore_eos = false;
   int32_t priority = 0;           // higher runs first and is preempted last
 };
@@ -63,7 +63,7 @@ struct FinishEvent {
   FinishReason reason = FinishReason::kStop;
   int32_t stop_token = -1;  // with kStop
   Usage usage;
-  std::string message;      // with kError: what went wrong
+  std::string message{};    // with kError: what went wrong
 };
 
 }  // namespace tessera::scheduler
