@@ -1,0 +1,201 @@
+// Engine::execute: plans that must be refused (and leave the pool untouched), page copies,
+// per-request sampler state, releases, seeded sampling.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "synth_model.h"
+#include "tessera/worker/engine.h"
+
+namespace tessera::worker {
+namespace {
+
+using testing::SynthModel;
+using testing::SynthSpec;
+
+constexpr int32_t kPageSize = 4;
+
+SeqPlan seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> table, bool sample = true) {
+  SeqPlan s;
+  s.request_id = id;
+  s.tokens = std::move(tokens);
+  s.start_pos = start;
+  s.block_table = std::move(table);
+  for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) {
+    const int32_t p = start + i;
+    s.slot_mapping.push_back(static_cast<int64_t>(s.block_table[static_cast<size_t>(p / kPageSize)]) * kPageSize + p % kPageSize);
+  }
+  s.sample = sample;
+  s.sampling.temperature = 0.0f;
+  return s;
+}
+
+class ExecuteTest : public ::testing::Test {
+ protected:
+  ExecuteTest() : model_(SynthSpec{}) {
+    auto e = Engine::create(model_, {.pool = {.num_pages = 8, .page_size = kPageSize}, .threads = 2, .isa = std::nullopt});
+    TS_CHECK(e.ok()) << e.error().to_string();
+    engine_ = std::move(*e);
+  }
+  std::vector<float> pool_snapshot() {
+    std::vector<float> out;
+    for (int32_t l = 0; l < engine_->pool().num_layers(); ++l) {
+      const float* p = engine_->pool().layer(l);
+      out.insert(out.end(), p, p + engine_->pool().bytes() / sizeof(float) / static_cast<size_t>(engine_->pool().num_layers()));
+    }
+    return out;
+  }
+  void expect_refused(const StepPlan& plan, ErrorCode code, const std::string& needle) {
+    const auto before = pool_snapshot();
+    auto r = engine_->execute(plan);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, code) << r.error().to_string();
+    EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+    EXPECT_EQ(pool_snapshot(), before) << "a refused plan changed the pool";
+  }
+
+  SynthModel model_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(ExecuteTest, BadPlansAreRefusedWithoutSideEffects) {
+  StepPlan p;
+  p.seqs.push_back(seq(1, {1, 2, 3}, 0, {0}));
+  p.seqs[0].block_table = {8};  // page outside the pool
+  p.seqs[0].slot_mapping = {32, 33, 34};
+  expect_refused(p, ErrorCode::kOutOfRange, "block_table[0] = 8");
+
+  p.seqs = {seq(1, {1, 2, 3, 4, 5}, 0, {0})};  // 5 positions need 2 pages
+  p.seqs[0].slot_mapping.resize(5, 0);
+  expect_refused(p, ErrorCode::kInvalidArgument, "need 2");
+
+  p.seqs = {seq(1, {1, 2, 3}, 0, {2})};
+  p.seqs[0].slot_mapping[1] = 5;  // inconsistent with the block table
+  expect_refused(p, ErrorCode::kInvalidArgument, "slot_mapping[1] = 5");
+
+  p.seqs = {seq(1, {1, 2}, 0, {2})};
+  p.seqs[0].slot_mapping.pop_back();
+  expect_refused(p, ErrorCode::kInvalidArgument, "slot_mapping has 1 entries for 2 tokens");
+
+  p.seqs = {seq(1, {1, 97}, 0, {2})};
+  expect_refused(p, ErrorCode::kOutOfRange, "token 97");
+
+  p.seqs = {seq(1, {}, 0, {2})};
+  expect_refused(p, ErrorCode::kInvalidArgument, "no tokens");
+
+  p.seqs = {seq(1, {1}, -1, {2})};
+  p.seqs[0].slot_mapping = {8};
+  expect_refused(p, ErrorCode::kOutOfRange, "start_pos");
+
+  p.seqs = {seq(1, {1}, 0, {2}), seq(1, {2}, 0, {3})};
+  expect_refused(p, ErrorCode::kInvalidArgument, "appears twice");
+
+  p.seqs = {seq(1, {1}, 0, {2})};
+  p.seqs[0].sampling.top_p = 0.0f;
+  p.seqs[0].sampling.temperature = 1.0f;
+  expect_refused(p, ErrorCode::kInvalidArgument, "top_p");
+
+  p.seqs = {seq(1, {1}, 0, {2})};
+  p.copies = {{.src = 0, .dst = 9}};
+  expect_refused(p, ErrorCode::kOutOfRange, "copies[0]");
+
+  p.copies.clear();
+  p.fills.push_back({.request_id = 1, .blob_key = "k", .pages = {3}, .num_tokens = 2, .alpha = 0.5f});
+  expect_refused(p, ErrorCode::kUnsupported, "not implemented yet: kvstore fill");
+}
+
+TEST_F(ExecuteTest, GreedyStepsMatchReferenceArgmax) {
+  // Prompt of 6 tokens, then 5 greedy decode steps through execute().
+  std::vector<int32_t> all = {5, 17, 42, 3, 88, 9};
+  StepPlan p;
+  p.step_id = 1;
+  p.seqs.push_back(seq(7, all, 0, {3, 1}));
+  for (int step = 0; step < 5; ++step) {
+    auto r = engine_->execute(p);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    ASSERT_EQ(r->results.size(), 1u);
+    EXPECT_EQ(r->step_id, p.step_id);
+    auto ref = reference_forward(model_, all);
+    ASSERT_TRUE(ref.ok());
+    const auto last = std::span<const float>(*ref).subspan(all.size() * 97 - 97, 97);
+    const int32_t want = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    EXPECT_EQ(r->results[0].token, want) << "step " << step;
+    all.push_back(r->results[0].token);
+    const int32_t pos = static_cast<int32_t>(all.size()) - 1;
+    p = StepPlan{};
+    p.step_id = static_cast<uint64_t>(step) + 2;
+    p.seqs.push_back(seq(7, {all.back()}, pos, {3, 1, 6}));
+  }
+}
+
+TEST_F(ExecuteTest, PageCopyDuplicatesKvInEveryLayer) {
+  StepPlan p;
+  p.seqs.push_back(seq(1, {1, 2, 3}, 0, {5}, false));
+  ASSERT_TRUE(engine_->execute(p).ok());
+  StepPlan c;
+  c.copies = {{.src = 5, .dst = 2}};
+  auto r = engine_->execute(c);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_TRUE(r->results.empty());
+  KvPool& pool = engine_->pool();
+  for (int32_t l = 0; l < pool.num_layers(); ++l) {
+    for (int32_t off = 0; off < 3; ++off) {
+      const float* a = pool.key(l, 5 * kPageSize + off);
+      const float* b = pool.key(l, 2 * kPageSize + off);
+      EXPECT_TRUE(std::equal(a, a + pool.token_floats(), b));
+      EXPECT_TRUE(std::equal(pool.value(l, 5 * kPageSize + off), pool.value(l, 5 * kPageSize + off) + pool.token_floats(),
+                             pool.value(l, 2 * kPageSize + off)));
+    }
+  }
+  // A continuation on the copy gives the same logits as on the original.
+  StepPlan on_orig, on_copy;
+  on_orig.seqs.push_back(seq(2, {4}, 3, {5}));
+  on_copy.seqs.push_back(seq(3, {4}, 3, {2}));
+  auto ro = engine_->execute(on_orig);
+  auto rc = engine_->execute(on_copy);
+  ASSERT_TRUE(ro.ok() && rc.ok());
+  EXPECT_EQ(ro->results[0].token, rc->results[0].token);
+}
+
+TEST_F(ExecuteTest, SamplerStateLivesUntilReleased) {
+  StepPlan p;
+  p.seqs.push_back(seq(11, {1, 2}, 0, {0}));
+  p.seqs.push_back(seq(12, {3}, 0, {1}));
+  p.seqs.push_back(seq(13, {3}, 0, {4}, false));  // no sampling, no state
+  ASSERT_TRUE(engine_->execute(p).ok());
+  EXPECT_EQ(engine_->num_request_states(), 2u);
+  StepPlan rel;
+  rel.released = {11, 999};
+  ASSERT_TRUE(engine_->execute(rel).ok());
+  EXPECT_EQ(engine_->num_request_states(), 1u);
+}
+
+TEST_F(ExecuteTest, SameSeedSameTokensDifferentSeedDiffers) {
+  auto run = [&](uint64_t id, uint64_t seed) {
+    std::vector<int32_t> out;
+    std::vector<int32_t> all = {1, 2, 3};
+    for (int step = 0; step < 12; ++step) {
+      StepPlan p;
+      SeqPlan s = step == 0 ? seq(id, all, 0, {0, 1, 2, 3}) : seq(id, {all.back()}, static_cast<int32_t>(all.size()) - 1, {0, 1, 2, 3});
+      s.sampling.temperature = 1.5f;  // flat: many candidates
+      s.sampling.seed = seed;
+      s.sampling.logprobs = true;
+      p.seqs.push_back(s);
+      auto r = engine_->execute(p);
+      TS_CHECK(r.ok()) << r.error().to_string();
+      EXPECT_LE(r->results[0].logprob, 0.0f);
+      all.push_back(r->results[0].token);
+      out.push_back(r->results[0].token);
+    }
+    StepPlan rel;
+    rel.released = {id};
+    TS_CHECK(engine_->execute(rel).ok());
+    return out;
+  };
+  const auto a = run(21, 1234), b = run(22, 1234), c = run(23, 99);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+}  // namespace
+}  // namespace tessera::worker

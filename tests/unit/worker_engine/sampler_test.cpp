@@ -1,0 +1,178 @@
+// Sampler on hand-made logits: exact cut sets for top-k / top-p / min-p, exact penalties,
+// log-probabilities, seeds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tessera/worker/sampler.h"
+
+namespace tessera::worker {
+namespace {
+
+// Logits whose softmax is exactly the given probabilities (log p).
+std::vector<float> from_probs(const std::vector<double>& p) {
+  std::vector<float> l;
+  for (double v : p) l.push_back(static_cast<float>(std::log(v)));
+  return l;
+}
+
+// The set of tokens drawn over many samples (each Sampler call with a fresh logits copy).
+std::set<int32_t> support(const SamplingParams& params, const std::vector<float>& logits, int draws = 4000) {
+  Sampler s(params);
+  std::set<int32_t> seen;
+  for (int i = 0; i < draws; ++i) {
+    auto l = logits;
+    seen.insert(s.sample(l).token);
+  }
+  return seen;
+}
+
+const std::vector<double> kProbs = {0.05, 0.4, 0.25, 0.15, 0.1, 0.05};  // sorted: 1, 2, 3, 4, {0, 5}
+
+TEST(Sampler, GreedyAndTopK1PickTheArgmax) {
+  const auto logits = from_probs(kProbs);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingParams k1;
+  k1.temperature = 5.0f;
+  k1.top_k = 1;
+  EXPECT_EQ(support(greedy, logits, 50), std::set<int32_t>{1});
+  EXPECT_EQ(support(k1, logits, 50), std::set<int32_t>{1});
+  // Ties go to the lowest id.
+  std::vector<float> tie = {0.0f, 2.0f, 2.0f};
+  EXPECT_EQ(Sampler(greedy).sample(tie).token, 1);
+}
+
+TEST(Sampler, TopKTopPMinPCutSetsAreExact) {
+  const auto logits = from_probs(kProbs);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 3;
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{1, 2, 3}));
+  p.top_k = 0;
+  p.top_p = 0.64f;  // 0.4 + 0.25 = 0.65 reaches the mass: {1, 2}
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{1, 2}));
+  p.top_p = 0.66f;  // needs the third token
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{1, 2, 3}));
+  p.top_p = 1.0f;
+  p.min_p = 0.3f;  // keep p >= 0.12: {1, 2, 3}
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{1, 2, 3}));
+  p.min_p = 0.24f;  // keep p >= 0.096: {1, 2, 3, 4}
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{1, 2, 3, 4}));
+  p.min_p = 0.0f;
+  EXPECT_EQ(support(p, logits), (std::set<int32_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(Sampler, DrawFrequenciesFollowTheDistribution) {
+  const auto logits = from_probs(kProbs);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 5;
+  Sampler s(p);
+  std::map<int32_t, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    auto l = logits;
+    ++counts[s.sample(l).token];
+  }
+  for (size_t t = 0; t < kProbs.size(); ++t) {
+    const double f = static_cast<double>(counts[static_cast<int32_t>(t)]) / n;
+    // 5 standard deviations of a binomial proportion.
+    EXPECT_NEAR(f, kProbs[t], 5 * std::sqrt(kProbs[t] * (1 - kProbs[t]) / n)) << t;
+  }
+}
+
+TEST(Sampler, PenaltiesAreExact) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.logprobs = true;
+  p.top_logprobs = 4;
+  Sampler s(p);
+  s.set_history(std::vector<int32_t>{0, 0, 2});
+  s.accept(3);
+  std::vector<float> logits = {4.0f, 1.0f, -2.0f, 3.0f};
+  const auto out = s.sample(logits);
+  // token 0 (twice): 4 / 2 - 0.5 - 0.25 * 2 = 1.0; token 2 (once): -2 * 2 - 0.5 - 0.25 = -4.75;
+  // token 3 (once): 3 / 2 - 0.75 = 0.75; token 1 untouched.
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);
+  EXPECT_FLOAT_EQ(logits[1], 1.0f);
+  EXPECT_FLOAT_EQ(logits[2], -4.75f);
+  EXPECT_FLOAT_EQ(logits[3], 0.75f);
+  EXPECT_EQ(out.token, 0);  // tie 0/1 -> lowest id
+  const double z = std::log(2 * std::exp(1.0) + std::exp(-4.75) + std::exp(0.75));
+  EXPECT_NEAR(out.logprob, 1.0 - z, 1e-6);
+  ASSERT_EQ(out.top.size(), 4u);
+  EXPECT_EQ(out.top[0].token, 0);
+  EXPECT_EQ(out.top[1].token, 1);
+  EXPECT_EQ(out.top[2].token, 3);
+  EXPECT_EQ(out.top[3].token, 2);
+  double sum = 0;
+  for (const auto& t : out.top) sum += std::exp(static_cast<double>(t.logprob));
+  EXPECT_NEAR(sum, 1.0, 1e-6);  // all 4 tokens listed: the probabilities sum to 1
+  EXPECT_NEAR(out.top[3].logprob, -4.75 - z, 1e-5);
+}
+
+TEST(Sampler, LogprobsIgnoreTemperatureAndTruncation) {
+  const auto logits = from_probs(kProbs);
+  SamplingParams p;
+  p.temperature = 0.3f;
+  p.top_k = 2;
+  p.logprobs = true;
+  p.top_logprobs = 6;
+  Sampler s(p);
+  auto l = logits;
+  const auto out = s.sample(l);
+  ASSERT_EQ(out.top.size(), 6u);
+  double sum = 0;
+  for (const auto& t : out.top) {
+    sum += std::exp(static_cast<double>(t.logprob));
+    EXPECT_NEAR(t.logprob, std::log(kProbs[static_cast<size_t>(t.token)]), 1e-6);
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  EXPECT_NEAR(out.logprob, std::log(kProbs[static_cast<size_t>(out.token)]), 1e-6);
+}
+
+TEST(Sampler, SameSeedSameSequence) {
+  std::vector<float> logits(50);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(std::sin(static_cast<double>(i)));
+  auto draw = [&](uint64_t seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 40; ++i) {
+      auto l = logits;
+      out.push_back(s.sample(l).token);
+    }
+    return out;
+  };
+  EXPECT_EQ(draw(42), draw(42));
+  EXPECT_NE(draw(42), draw(43));
+}
+
+TEST(Sampler, ValidationNamesTheField) {
+  SamplingParams p;
+  p.temperature = -1.0f;
+  auto st = validate_sampling_params(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("temperature"), std::string::npos);
+  p = {};
+  p.top_logprobs = 21;
+  EXPECT_FALSE(validate_sampling_params(p).ok());
+  p = {};
+  p.repetition_penalty = 0.0f;
+  EXPECT_FALSE(validate_sampling_params(p).ok());
+  p = {};
+  p.min_p = NAN;
+  EXPECT_FALSE(validate_sampling_params(p).ok());
+  EXPECT_TRUE(validate_sampling_params(SamplingParams{}).ok());
+}
+
+}  // namespace
+}  // namespace tessera::worker

@@ -1,0 +1,80 @@
+// The CPU forward pass over the paged K/V pool, and the step-plan executor.
+//
+// Engine::forward runs one ragged batch: each sequence brings its tokens (a prefill chunk or
+// a single decode token), the position of its first token, its block table and its slot
+// mapping (where each token's K/V goes). For every layer the K/V of all the batch's tokens are
+// written to their slots first, then each query attends over positions [0, its position]
+// through its block table; one step may mix prefill chunks and decode tokens. Logits are
+// computed only for the last token of sequences that ask for them.
+//
+// Engine::execute applies a StepPlan exactly as told (validate everything first; then page
+// copies, then the forward, then sampling with per-request sampler state that lives until the
+// request id appears in plan.released). A plan that fails validation changes nothing.
+//
+// reference_forward is the deliberately simple oracle: one sequence, contiguous K/V, plain
+// loops, f32 math over dequantized weights (activations are never quantized).
+//
+// Ownership and threads: the Engine borrows the Model (which must outlive it) and owns its
+// KvPool, scratch buffers and thread pool. Not thread-safe: one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "tessera/common/result.h"
+#include "tessera/common/step_plan.h"
+#include "tessera/kernels/isa.h"
+#include "tessera/worker/kv_pool.h"
+#include "tessera/worker/model.h"
+
+namespace tessera::worker {
+
+struct EngineOptions {
+  PoolConfig pool;
+  int32_t threads = 0;               // 0 = std::thread::hardware_concurrency()
+  std::optional<kernels::Isa> isa;   // kernel path; default kernels::detect_isa()
+};
+
+// One sequence of a forward batch. Spans must stay valid during forward().
+struct SeqInput {
+  std::span<const int32_t> tokens;        // >= 1 token ids in [0, vocab)
+  int32_t start_pos = 0;                  // position of tokens[0]
+  std::span<const int32_t> block_table;   // pages covering positions [0, start_pos + tokens.size())
+  std::span<const int64_t> slot_mapping;  // per token: block_table[p / ps] * ps + p % ps, p = start_pos + i
+  bool want_logits = false;               // logits of the last token
+};
+
+class Engine {
+ public:
+  // Checks the model (shapes, dtypes the kernels support) and allocates the pool.
+  static Result<std::unique_ptr<Engine>> create(const Model& model, const EngineOptions& options);
+  ~Engine();
+
+  // Returns the logits of the sequences with want_logits, [count, vocab] row-major in batch
+  // order; the view is valid until the next forward()/execute(). Bad input (token ids, page
+  // ids, inconsistent slot mapping) gives kInvalidArgument/kOutOfRange and writes nothing.
+  Result<std::span<const float>> forward(std::span<const SeqInput> batch);
+
+  // Executes a step plan. Errors name the sequence and field; nothing is applied then.
+  // KvFill directives are not implemented yet (kUnsupported) unless the list is empty.
+  Result<StepResult> execute(const StepPlan& plan);
+
+  const Model& model() const;
+  KvPool& pool();
+  int32_t threads() const;
+  kernels::Isa isa() const;
+  size_t num_request_states() const;  // requests with live sampler state
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Logits for every position of `tokens` (positions 0..n-1), [n, vocab] row-major.
+Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens);
+
+}  // namespace tessera::worker

@@ -1,0 +1,67 @@
+// Per-request token sampling (SamplingParams in common/step_plan.h).
+//
+// Pipeline, in this order, over one row of logits:
+//   1. penalties over the request's history (the tokens passed to accept()/set_history(),
+//      i.e. generated tokens, not the prompt): repetition (CTRL-style: a positive logit is
+//      divided by the penalty, a negative one multiplied), then presence (subtract once per
+//      seen token) and frequency (subtract per occurrence);
+//   2. log-probabilities, when asked: log-softmax of the penalized logits at temperature 1,
+//      before any truncation (so they sum to 1 over the whole vocabulary and do not depend on
+//      temperature/top-k/top-p/min-p);
+//   3. choice: greedy (argmax, lowest id on ties) when temperature == 0 or top_k == 1;
+//      otherwise logits / temperature -> top-k -> softmax -> min-p (keep p >= min_p * p_max)
+//      -> top-p (smallest most-likely-first prefix whose mass reaches top_p) -> one draw from
+//      the renormalized survivors with the request's RNG.
+// Stop tokens are the caller's business (the scheduler decides when a request ends).
+//
+// Determinism: the RNG is std::mt19937_64 seeded with params.seed; uniform numbers are built
+// from its 53 high bits, so the same seed and the same logits give the same tokens everywhere.
+// Not thread-safe; one Sampler per request.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "tessera/common/result.h"
+#include "tessera/common/step_plan.h"
+
+namespace tessera::worker {
+
+// kInvalidArgument naming the field when a parameter is out of its range (temperature >= 0,
+// top_p in (0, 1], top_k >= 0, min_p in [0, 1], repetition_penalty > 0, top_logprobs 0..20,
+// all finite).
+Status validate_sampling_params(const SamplingParams& params);
+
+struct SampleOutcome {
+  int32_t token = -1;
+  float logprob = 0.0f;            // of token (step 2), when params.logprobs or top_logprobs > 0
+  std::vector<TokenLogprob> top;   // params.top_logprobs most likely tokens (step 2), best first
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+
+  const SamplingParams& params() const { return params_; }
+  // Replaces the penalty history (e.g. after a preemption the scheduler resends it).
+  void set_history(std::span<const int32_t> tokens);
+  // Adds a token to the penalty history.
+  void accept(int32_t token);
+
+  // Samples one token from `logits` (one entry per vocabulary id; modified in place).
+  // logits must be non-empty.
+  SampleOutcome sample(std::span<float> logits);
+
+ private:
+  double uniform();  // [0, 1)
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::unordered_map<int32_t, int32_t> counts_;  // token -> occurrences in the history
+  std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
+};
+
+}  // namespace tessera::worker

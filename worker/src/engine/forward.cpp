@@ -1,0 +1,139 @@
+// The paged forward pass of one validated ragged batch.
+#include <cmath>
+#include <cstring>
+
+#include "engine_impl.h"
+#include "tessera/kernels/attention.h"
+#include "tessera/kernels/matmul.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::worker {
+namespace {
+
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
+  using kernels::matmul;
+  const ModelConfig& c = cfg;
+  const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * hd, kv_dim = static_cast<int64_t>(c.n_kv_heads) * hd;
+  kernels::ThreadPool* tp = threads.get();
+
+  // Flatten the batch.
+  s.token_indptr.assign(1, 0);
+  s.page_indptr.assign(1, 0);
+  s.start_pos.clear();
+  s.page_ids.clear();
+  s.positions.clear();
+  s.slots.clear();
+  s.out_row_index.clear();
+  std::vector<int32_t> tokens;
+  for (const SeqInput& in : batch) {
+    for (size_t i = 0; i < in.tokens.size(); ++i) {
+      tokens.push_back(in.tokens[i]);
+      s.positions.push_back(in.start_pos + static_cast<int32_t>(i));
+      s.slots.push_back(in.slot_mapping[i]);
+    }
+    const int64_t end = in.start_pos + static_cast<int64_t>(in.tokens.size());
+    const int64_t np = (end + pool.page_size() - 1) / pool.page_size();
+    s.page_ids.insert(s.page_ids.end(), in.block_table.begin(), in.block_table.begin() + np);
+    s.page_indptr.push_back(static_cast<int32_t>(s.page_ids.size()));
+    s.token_indptr.push_back(static_cast<int32_t>(tokens.size()));
+    s.start_pos.push_back(in.start_pos);
+    if (in.want_logits) s.out_row_index.push_back(static_cast<int32_t>(tokens.size()) - 1);
+  }
+  const int64_t T = static_cast<int64_t>(tokens.size());
+
+  float* x = grow(s.x, static_cast<size_t>(T * dim));
+  float* xn = grow(s.xn, static_cast<size_t>(T * dim));
+  float* q = grow(s.q, static_cast<size_t>(T * q_dim));
+  float* k = grow(s.k, static_cast<size_t>(T * kv_dim));
+  float* v = grow(s.v, static_cast<size_t>(T * kv_dim));
+  float* att = grow(s.att, static_cast<size_t>(T * q_dim));
+  float* o = grow(s.o, static_cast<size_t>(T * dim));
+  float* gate = grow(s.gate, static_cast<size_t>(T * hidden));
+  float* up = grow(s.up, static_cast<size_t>(T * hidden));
+  float* cs = grow(s.cos_sin, static_cast<size_t>(T * hd));
+
+  // Embeddings and the RoPE table (shared by all layers).
+  const size_t emb_row = dtype_row_bytes(model.tok_embeddings.dtype, dim);
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::dequantize_row(model.tok_embeddings.dtype,
+                            static_cast<const uint8_t*>(model.tok_embeddings.data) + static_cast<size_t>(tokens[static_cast<size_t>(t)]) * emb_row,
+                            x + t * dim, dim);
+  }
+  kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs);
+  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+
+  auto linear = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
+    matmul({.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in, .x_stride = in_stride, .n = T,
+            .y = out, .y_stride = out_stride},
+           tp, isa);
+  };
+  auto add_bias = [&](const Tensor& b, float* out, int64_t width) {
+    if (b.empty()) return;
+    for (int64_t t = 0; t < T; ++t) kernels::add_inplace(out + t * width, b.f32(), width);
+  };
+
+  const kernels::PagedAttentionArgs att_base{
+      .q = q, .q_stride = q_dim, .out = att, .out_stride = q_dim, .kv = nullptr, .page_size = pool.page_size(),
+      .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
+      .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .n_seqs = static_cast<int32_t>(batch.size()),
+      .token_indptr = s.token_indptr.data(), .start_pos = s.start_pos.data(), .page_indptr = s.page_indptr.data(),
+      .page_ids = s.page_ids.data()};
+
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layers[static_cast<size_t>(l)];
+    // Attention block.
+    kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
+    linear(w.wq, xn, dim, q, q_dim);
+    linear(w.wk, xn, dim, k, kv_dim);
+    linear(w.wv, xn, dim, v, kv_dim);
+    if (c.attn_bias) {
+      add_bias(w.bq, q, q_dim);
+      add_bias(w.bk, k, kv_dim);
+      add_bias(w.bv, v, kv_dim);
+    }
+    kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
+    kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t slot = s.slots[static_cast<size_t>(t)];
+      std::memcpy(pool.key(l, slot), k + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+      std::memcpy(pool.value(l, slot), v + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+    }
+    kernels::PagedAttentionArgs a = att_base;
+    a.kv = pool.layer(l);
+    kernels::paged_attention(a, tp, isa);
+    linear(w.wo, att, q_dim, o, dim);
+    kernels::add_inplace(x, o, T * dim);
+    // MLP block.
+    kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
+    linear(w.w_gate, xn, dim, gate, hidden);
+    linear(w.w_up, xn, dim, up, hidden);
+    kernels::silu_mul(gate, hidden, up, hidden, gate, hidden, T, hidden);
+    linear(w.w_down, gate, hidden, o, dim);
+    kernels::add_inplace(x, o, T * dim);
+  }
+
+  // Logits of the rows that asked for them.
+  const int64_t n_out = static_cast<int64_t>(s.out_row_index.size());
+  if (n_out == 0) return {};
+  float* rows = grow(s.out_rows, static_cast<size_t>(n_out * dim));
+  for (int64_t i = 0; i < n_out; ++i) {
+    kernels::rmsnorm(x + s.out_row_index[static_cast<size_t>(i)] * dim, dim, model.final_norm.f32(), rows + i * dim, dim, 1,
+                     dim, c.rms_eps);
+  }
+  float* logits = grow(s.logits, static_cast<size_t>(n_out * c.vocab_size));
+  matmul({.w_type = model.output.dtype, .w = model.output.data, .rows = c.vocab_size, .cols = dim, .x = rows,
+          .x_stride = dim, .n = n_out, .y = logits, .y_stride = c.vocab_size},
+         tp, isa);
+  return {logits, static_cast<size_t>(n_out * c.vocab_size)};
+}
+
+}  // namespace tessera::worker

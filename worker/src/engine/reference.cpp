@@ -1,0 +1,131 @@
+// The oracle forward pass: one sequence, contiguous K/V, plain loops, f32 math, every weight
+// dequantized to f32 first. Slow on purpose; used by tests only.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine_impl.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::worker {
+namespace {
+
+std::vector<float> dequant(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.rows * t.cols));
+  const size_t rb = dtype_row_bytes(t.dtype, t.cols);
+  for (int64_t r = 0; r < t.rows; ++r) {
+    kernels::dequantize_row(t.dtype, static_cast<const uint8_t*>(t.data) + static_cast<size_t>(r) * rb,
+                            out.data() + r * t.cols, t.cols);
+  }
+  return out;
+}
+
+// out[r] = sum_c w[r, c] * in[c]
+void matvec(const std::vector<float>& w, int64_t rows, int64_t cols, const float* in, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) acc += w[static_cast<size_t>(r * cols + c)] * in[c];
+    out[r] = acc;
+  }
+}
+
+void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+
+void rotate(float* v, int64_t hd, int32_t pos, float theta, bool interleaved) {
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double ang = pos * std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+    const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
+    const float v0 = v[a], v1 = v[b];
+    v[a] = v0 * c - v1 * s;
+    v[b] = v0 * s + v1 * c;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens) {
+  TS_TRY(check_model(model));
+  const ModelConfig& c = model.config();
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= c.vocab_size) return make_error(ErrorCode::kOutOfRange, "reference_forward: token " + std::to_string(t));
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size()), dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
+  const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  const int32_t group = c.n_heads / c.n_kv_heads;
+  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  const std::vector<float> emb = dequant(model.tok_embeddings), out_w = dequant(model.output);
+
+  std::vector<float> x(static_cast<size_t>(n * dim));
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(emb.data() + tokens[static_cast<size_t>(t)] * dim, dim, x.data() + t * dim);
+  }
+  std::vector<float> kc(static_cast<size_t>(n * kv_dim)), vc(static_cast<size_t>(n * kv_dim));
+  std::vector<float> xn(static_cast<size_t>(dim)), q(static_cast<size_t>(q_dim)), att(static_cast<size_t>(q_dim)),
+      o(static_cast<size_t>(dim)), g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), sc(static_cast<size_t>(n));
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = model.layers[static_cast<size_t>(l)];
+    const auto wq = dequant(w.wq), wk = dequant(w.wk), wv = dequant(w.wv), wo = dequant(w.wo);
+    const auto wg = dequant(w.w_gate), wu = dequant(w.w_up), wd = dequant(w.w_down);
+    // Each position in order: K/V of position t are cached before t attends.
+    for (int64_t t = 0; t < n; ++t) {
+      float* xt = x.data() + t * dim;
+      rmsnorm(xt, w.attn_norm.f32(), xn.data(), dim, c.rms_eps);
+      matvec(wq, q_dim, dim, xn.data(), q.data());
+      matvec(wk, kv_dim, dim, xn.data(), kc.data() + t * kv_dim);
+      matvec(wv, kv_dim, dim, xn.data(), vc.data() + t * kv_dim);
+      if (c.attn_bias) {
+        for (int64_t i = 0; i < q_dim; ++i) q[static_cast<size_t>(i)] += w.bq.f32()[i];
+        for (int64_t i = 0; i < kv_dim; ++i) {
+          kc[static_cast<size_t>(t * kv_dim + i)] += w.bk.f32()[i];
+          vc[static_cast<size_t>(t * kv_dim + i)] += w.bv.f32()[i];
+        }
+      }
+      for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c.rope_theta, interleaved);
+      for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+        rotate(kc.data() + t * kv_dim + h * hd, hd, static_cast<int32_t>(t), c.rope_theta, interleaved);
+      }
+      for (int32_t h = 0; h < c.n_heads; ++h) {
+        const int64_t kvh = h / group;
+        float mx = -INFINITY;
+        for (int64_t p = 0; p <= t; ++p) {
+          float d = 0.0f;
+          for (int64_t i = 0; i < hd; ++i) d += q[static_cast<size_t>(h * hd + i)] * kc[static_cast<size_t>(p * kv_dim + kvh * hd + i)];
+          sc[static_cast<size_t>(p)] = d / std::sqrt(static_cast<float>(hd));
+          mx = std::max(mx, sc[static_cast<size_t>(p)]);
+        }
+        float z = 0.0f;
+        for (int64_t p = 0; p <= t; ++p) z += (sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx));
+        for (int64_t i = 0; i < hd; ++i) {
+          float acc = 0.0f;
+          for (int64_t p = 0; p <= t; ++p) acc += sc[static_cast<size_t>(p)] * vc[static_cast<size_t>(p * kv_dim + kvh * hd + i)];
+          att[static_cast<size_t>(h * hd + i)] = acc / z;
+        }
+      }
+      matvec(wo, dim, q_dim, att.data(), o.data());
+      for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
+      rmsnorm(xt, w.ffn_norm.f32(), xn.data(), dim, c.rms_eps);
+      matvec(wg, hidden, dim, xn.data(), g.data());
+      matvec(wu, hidden, dim, xn.data(), u.data());
+      for (int64_t i = 0; i < hidden; ++i) {
+        const float gi = g[static_cast<size_t>(i)];
+        g[static_cast<size_t>(i)] = gi / (1.0f + std::exp(-gi)) * u[static_cast<size_t>(i)];
+      }
+      matvec(wd, dim, hidden, g.data(), o.data());
+      for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
+    }
+  }
+  std::vector<float> logits(static_cast<size_t>(n * c.vocab_size));
+  for (int64_t t = 0; t < n; ++t) {
+    rmsnorm(x.data() + t * dim, model.final_norm.f32(), xn.data(), dim, c.rms_eps);
+    matvec(out_w, c.vocab_size, dim, xn.data(), logits.data() + t * c.vocab_size);
+  }
+  return logits;
+}
+
+}  // namespace tessera::worker

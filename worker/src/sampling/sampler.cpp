@@ -1,0 +1,133 @@
+#include "tessera/worker/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace tessera::worker {
+namespace {
+
+Status bad(const std::string& field, const std::string& rule, double value) {
+  return make_error(ErrorCode::kInvalidArgument, "sampling: " + field + " must be " + rule + " (got " + std::to_string(value) + ")");
+}
+
+// Most likely first; lower id first on equal logits (deterministic).
+bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+Status validate_sampling_params(const SamplingParams& p) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) return bad("temperature", ">= 0", p.temperature);
+  if (!std::isfinite(p.top_p) || p.top_p <= 0.0f || p.top_p > 1.0f) return bad("top_p", "in (0, 1]", p.top_p);
+  if (p.top_k < 0) return bad("top_k", ">= 0", p.top_k);
+  if (!std::isfinite(p.min_p) || p.min_p < 0.0f || p.min_p > 1.0f) return bad("min_p", "in [0, 1]", p.min_p);
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f) {
+    return bad("repetition_penalty", "> 0", p.repetition_penalty);
+  }
+  if (!std::isfinite(p.presence_penalty)) return bad("presence_penalty", "finite", p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty)) return bad("frequency_penalty", "finite", p.frequency_penalty);
+  if (p.top_logprobs < 0 || p.top_logprobs > 20) return bad("top_logprobs", "in [0, 20]", p.top_logprobs);
+  return ok_status();
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+void Sampler::set_history(std::span<const int32_t> tokens) {
+  counts_.clear();
+  for (int32_t t : tokens) ++counts_[t];
+}
+
+void Sampler::accept(int32_t token) { ++counts_[token]; }
+
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+SampleOutcome Sampler::sample(std::span<float> logits) {
+  TS_CHECK(!logits.empty());
+  const int64_t n = static_cast<int64_t>(logits.size());
+  // 1. Penalties over the history.
+  for (const auto& [tok, count] : counts_) {
+    if (tok < 0 || tok >= n || count <= 0) continue;
+    float& l = logits[static_cast<size_t>(tok)];
+    if (params_.repetition_penalty != 1.0f) l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
+  }
+  SampleOutcome out;
+  // 2. Log-probabilities of the penalized logits (temperature 1, no truncation).
+  const bool want_lp = params_.logprobs || params_.top_logprobs > 0;
+  double log_z = 0.0;
+  if (want_lp) {
+    const float mx = *std::max_element(logits.begin(), logits.end());
+    double z = 0.0;
+    for (float l : logits) z += std::exp(static_cast<double>(l) - mx);
+    log_z = mx + std::log(z);
+  }
+  // 3. Choice.
+  if (params_.temperature == 0.0f || params_.top_k == 1) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; ++i) {
+      if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+    }
+    out.token = best;
+  } else {
+    cand_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) cand_[static_cast<size_t>(i)] = {logits[static_cast<size_t>(i)] / params_.temperature, static_cast<int32_t>(i)};
+    size_t keep = cand_.size();
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
+      keep = static_cast<size_t>(params_.top_k);
+      std::partial_sort(cand_.begin(), cand_.begin() + static_cast<std::ptrdiff_t>(keep), cand_.end(), better);
+    } else {
+      std::sort(cand_.begin(), cand_.end(), better);
+    }
+    // Softmax over the survivors (sorted, most likely first); p[0] is p_max.
+    std::vector<double> p(keep);
+    double z = 0.0;
+    for (size_t i = 0; i < keep; ++i) z += (p[i] = std::exp(static_cast<double>(cand_[i].first) - cand_[0].first));
+    for (auto& v : p) v /= z;
+    const double p_max = 1.0 / z;  // = p[0]: cand_[0] is the most likely survivor
+    if (params_.min_p > 0.0f) {
+      const double cut = static_cast<double>(params_.min_p) * p_max;
+      size_t k = 1;
+      while (k < keep && p[k] >= cut) ++k;
+      keep = k;
+    }
+    if (params_.top_p < 1.0f) {
+      double mass = 0.0;
+      for (size_t i = 0; i < keep; ++i) mass += p[i];
+      double cum = 0.0;
+      size_t k = 0;
+      while (k < keep) {
+        cum += p[k] / mass;
+        ++k;
+        if (cum >= static_cast<double>(params_.top_p)) break;
+      }
+      keep = k;
+    }
+    double mass = 0.0;
+    for (size_t i = 0; i < keep; ++i) mass += p[i];
+    const double u = uniform() * mass;
+    double acc = 0.0;
+    out.token = cand_[keep - 1].second;
+    for (size_t i = 0; i < keep; ++i) {
+      acc += p[i];
+      if (u < acc) {
+        out.token = cand_[i].second;
+        break;
+      }
+    }
+  }
+  if (want_lp) {
+    out.logprob = static_cast<float>(logits[static_cast<size_t>(out.token)] - log_z);
+    if (params_.top_logprobs > 0) {
+      const size_t k = std::min(static_cast<size_t>(params_.top_logprobs), static_cast<size_t>(n));
+      std::vector<std::pair<float, int32_t>> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = {logits[static_cast<size_t>(i)], static_cast<int32_t>(i)};
+      std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), better);
+      for (size_t i = 0; i < k; ++i) out.top.push_back({all[i].second, static_cast<float>(all[i].first - log_z)});
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::worker
