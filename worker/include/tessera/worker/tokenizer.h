@@ -28,9 +28,13 @@ class Tokenizer {
   // The raw bytes of one token, as it contributes to decoded text (byte-fallback tokens give
   // their byte; SentencePiece U+2581 becomes ' '; byte-level BPE maps back to bytes). Control
   // tokens (BOS/EOS) give "". May be an incomplete UTF-8 sequence.
+  // Byte-level BPE added/special tokens ("<|im_start|>") give their literal text, as Hugging
+  // Face's decode does, so that decode(encode(t)) == t. Ids outside the vocabulary give "".
   virtual std::string token_bytes(int32_t id) const = 0;
 
   // Decodes a whole sequence. SentencePiece drops the dummy-prefix space of the first piece.
+  // Ill-formed UTF-8 (e.g. a lone byte-fallback token) becomes U+FFFD, one per maximal
+  // ill-formed subsequence, so the result is always valid UTF-8.
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
 
   virtual int32_t vocab_size() const = 0;
@@ -39,6 +43,9 @@ class Tokenizer {
   // Token id of an exact piece/added-token string ("<|im_end|>"), or -1.
   virtual int32_t token_id(std::string_view piece) const = 0;
   virtual bool is_control(int32_t id) const = 0;
+  // True when encode() prepends a dummy-prefix space that decode() drops from the first
+  // non-control piece (SentencePiece with add_space_prefix).
+  virtual bool strips_first_space() const { return false; }
 };
 
 // Loads a tokenizer file: llama2.c tokenizer.bin, tokenizer.json (or a directory holding it),
@@ -51,10 +58,17 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_from_vocab(const VocabSpec& vocab);
 // bytes of an incomplete code point are held until it completes. One per sequence.
 class IncrementalDecoder {
  public:
-  explicit IncrementalDecoder(const Tokenizer& tokenizer) : tok_(tokenizer) {}
+  // sequence_start: the ids begin a sequence, so the dummy-prefix space of the first piece is
+  // dropped exactly as decode() drops it. Pass false when the ids continue a sequence whose
+  // start was not pushed (e.g. streaming a completion after its prompt).
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool sequence_start = true)
+      : tok_(tokenizer), first_(sequence_start) {}
   // Returns the text that became complete with this token (possibly empty).
   std::string push(int32_t id);
-  // Returns whatever is held (invalid trailing bytes become U+FFFD) and resets.
+  // Returns whatever is held (invalid trailing bytes become U+FFFD) and resets the UTF-8 state
+  // (the first-piece state is kept). For any ids, the concatenation of every push() and the
+  // final flush() equals tokenizer.decode(ids). Ill-formed bytes become U+FFFD as soon as they
+  // are known to be ill-formed.
   std::string flush();
 
  private:
