@@ -17,29 +17,45 @@
 
 namespace tessera::kernels {
 namespace {
+
 // ~30-60 us of pause loops on current x86 before a worker blocks on the condition variable.
 constexpr int kSpinIterations = 1 << 11;
-}  // namespace
 
-struct ThreadPool::Shared {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<uint64_t> generation{0};  // bumped once per region; workers run each one once
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> next{0};         // next task index to hand out
-  std::atomic<int> pending{0};          // workers that have not finished the current region
-  int64_t n_tasks = 0;                  // written before generation is bumped (release)
+// One parallel region, on the caller's stack for the duration of run().
+struct Region {
   void (*fn)(void*, int64_t) = nullptr;
   void* ctx = nullptr;
-  std::vector<std::thread> threads;
+  int64_t n_tasks = 0;
+  std::atomic<int64_t> next{0};  // next task index to hand out
+  std::atomic<int64_t> done{0};  // tasks finished
 
   void work() {
     for (;;) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= n_tasks) return;
       fn(ctx, i);
+      done.fetch_add(1, std::memory_order_release);
     }
   }
+};
+
+}  // namespace
+
+// Protocol: the caller publishes `region`, bumps `generation` and works itself. A region is
+// over when all its tasks are done; the caller then unpublishes it and waits only for workers
+// that are inside it (`active`), never for workers that are asleep or descheduled — a late
+// worker finds no region (or a later one) and goes back to waiting. `active` is incremented
+// before `region` is read and the caller clears `region` before reading `active` (both
+// seq_cst), so a worker that can still see a region is always counted.
+struct ThreadPool::Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<Region*> region{nullptr};
+  std::atomic<int> active{0};
+  std::atomic<int> sleepers{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
 
   void worker_loop() {
     uint64_t seen = 0;
@@ -48,14 +64,17 @@ struct ThreadPool::Shared {
         if (generation.load(std::memory_order_acquire) != seen || stop.load(std::memory_order_relaxed)) break;
         TS_CPU_RELAX();
       }
-      if (generation.load(std::memory_order_acquire) == seen && !stop.load(std::memory_order_relaxed)) {
+      if (generation.load(std::memory_order_acquire) == seen && !stop.load()) {
         std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return generation.load(std::memory_order_acquire) != seen || stop.load(); });
+        sleepers.fetch_add(1);
+        cv.wait(lock, [&] { return generation.load() != seen || stop.load(); });
+        sleepers.fetch_sub(1);
       }
       if (stop.load()) return;
       seen = generation.load(std::memory_order_acquire);
-      work();
-      pending.fetch_sub(1, std::memory_order_acq_rel);
+      active.fetch_add(1, std::memory_order_seq_cst);
+      if (Region* r = region.load(std::memory_order_seq_cst)) r->work();
+      active.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 };
@@ -81,18 +100,26 @@ void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx) {
     return;
   }
   Shared& s = *shared_;
-  s.n_tasks = n_tasks;
-  s.fn = fn;
-  s.ctx = ctx;
-  s.next.store(0, std::memory_order_relaxed);
-  s.pending.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.generation.fetch_add(1, std::memory_order_release);
+  Region r;
+  r.fn = fn;
+  r.ctx = ctx;
+  r.n_tasks = n_tasks;
+  s.region.store(&r, std::memory_order_seq_cst);
+  s.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(s.mu); }  // a sleeper between its check and wait sees the new generation
+    s.cv.notify_all();
   }
-  s.cv.notify_all();
-  s.work();
-  for (int spins = 0; s.pending.load(std::memory_order_acquire) != 0; ++spins) {
+  r.work();
+  for (int spins = 0; r.done.load(std::memory_order_acquire) < n_tasks; ++spins) {
+    if (spins < kSpinIterations) {
+      TS_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  s.region.store(nullptr, std::memory_order_seq_cst);
+  for (int spins = 0; s.active.load(std::memory_order_seq_cst) != 0; ++spins) {
     if (spins < kSpinIterations) {
       TS_CPU_RELAX();
     } else {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -73,6 +74,32 @@ class Engine {
   explicit Engine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// One sequence generated through Engine::execute (the paged path): a prefill step, then one
+// decode step per token, on pages [0, ceil((prompt + max_tokens) / page_size)) of the pool,
+// as request id `request_id` (released at the end). Used by `tessera generate`, tests and
+// benchmarks; the serving path drives execute() from the scheduler instead.
+struct GenerateRequest {
+  std::span<const int32_t> prompt;       // >= 1 token
+  int32_t max_tokens = 16;               // new tokens at most (>= 1)
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;         // generation ends after emitting one of these
+  std::function<bool(int32_t token)> on_token;  // optional; return false to stop early
+  uint64_t request_id = 1;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;    // generated tokens (a stop token included)
+  std::vector<float> logprobs;    // per token, when sampling.logprobs
+  std::vector<std::vector<TokenLogprob>> top;  // per token, when sampling.top_logprobs > 0
+  bool stopped = false;           // ended on a stop id (or on_token returned false)
+  double prefill_ms = 0.0;        // the prompt step (it also yields the first token)
+  double decode_ms = 0.0;         // all later steps
+};
+
+// Errors: kInvalidArgument (empty prompt, max_tokens < 1), kResourceExhausted (the pool has
+// too few pages), and whatever execute() reports.
+Result<GenerateResult> generate(Engine& engine, const GenerateRequest& request);
 
 // Logits for every position of `tokens` (positions 0..n-1), [n, vocab] row-major.
 Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens);
