@@ -1,0 +1,97 @@
+// L2: Redis, shared between nodes. Keys and values are signed (key.h); every value read is
+// MAC-checked, and a failure is an error (kPermissionDenied) and a counted metric, never data.
+//
+// Availability: Redis being down is a normal state. A health thread PINGs the server (every
+// `health_interval_ms` while up; with exponential backoff from 100 ms to `max_backoff_ms` while
+// down). While down, every operation fails fast with kUnavailable without touching the network;
+// an I/O error in an operation marks the server down and wakes the health thread. Connections
+// come from a small pool, one per concurrent caller; callers block only on their own I/O.
+//
+// Per user the keys are also kept in a Redis set (the user index, key.h) so invalidate_user can
+// delete them; the index's TTL is refreshed on every put.
+//
+// Thread-safety: all methods may be called concurrently. Counters are atomics.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/common/result.h"
+#include "tessera/kvstore/key.h"
+
+struct redisContext;
+
+namespace tessera::kvstore {
+
+struct RedisConfig {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  uint32_t ttl_s = 86400;          // default TTL of a value (24 h)
+  int connect_timeout_ms = 300;
+  int io_timeout_ms = 3000;
+  int health_interval_ms = 500;
+  int max_backoff_ms = 5000;
+};
+
+// Parses "host:port".
+Result<std::pair<std::string, int>> parse_host_port(std::string_view address);
+
+struct L2Counters {
+  uint64_t hits = 0, misses = 0, puts = 0, errors = 0, mac_failures = 0, reconnects = 0;
+  uint64_t bytes_written = 0, bytes_read = 0;
+};
+
+class RedisL2 {
+ public:
+  // Fails only on bad configuration (an empty secret); an unreachable server is not an error.
+  static Result<std::unique_ptr<RedisL2>> create(const RedisConfig& config, std::string secret);
+  ~RedisL2();
+  RedisL2(const RedisL2&) = delete;
+  RedisL2& operator=(const RedisL2&) = delete;
+
+  // SET value EX ttl (ttl_s 0 = the configured default) and add the key to the user index.
+  Status put(const BlobKey& key, std::string_view blob, uint32_t ttl_s = 0);
+  // nullopt on a miss; kPermissionDenied on a MAC failure; kUnavailable when down.
+  Result<std::optional<std::string>> get(const BlobKey& key);
+  Result<bool> exists(const BlobKey& key);
+  Result<bool> remove(const BlobKey& key);
+  Result<uint64_t> remove_user(const std::string& user);  // keys deleted
+  Result<uint64_t> clear();                               // every tessera:pref_kv* key
+
+  bool up() const { return up_.load(std::memory_order_acquire); }
+  L2Counters counters() const;
+  const KeySigner& signer() const { return signer_; }
+  const RedisConfig& config() const { return config_; }
+
+ private:
+  RedisL2(const RedisConfig& config, std::string secret);
+  class Conn;  // a pooled connection; returns itself to the pool
+  Result<Conn> acquire();
+  void release(redisContext* c, bool healthy);
+  void go_down(const std::string& why);    // up_ = false, drop idle connections
+  void mark_down(const std::string& why);  // go_down + wake the health thread; not under health_mu_
+  bool ping_once();
+  void health_loop();
+
+  const RedisConfig config_;
+  const KeySigner signer_;
+  std::atomic<bool> up_{false};
+  std::mutex pool_mu_;
+  std::vector<redisContext*> idle_;  // GUARDED_BY(pool_mu_)
+  std::mutex health_mu_;
+  std::condition_variable health_cv_;
+  bool stop_ = false;          // GUARDED_BY(health_mu_)
+  bool check_now_ = false;     // GUARDED_BY(health_mu_)
+  std::thread health_;
+  std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, errors_{0}, mac_failures_{0}, reconnects_{0};
+  std::atomic<uint64_t> bytes_written_{0}, bytes_read_{0};
+};
+
+}  // namespace tessera::kvstore

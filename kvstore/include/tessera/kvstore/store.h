@@ -1,0 +1,89 @@
+// The kvstore's storage logic: L1 (l1_cache.h) in front of an optional Redis L2 (redis_l2.h),
+// with metrics. Independent of the transport (the ZeroMQ service in server.h uses it).
+//
+// Semantics:
+// - put: the blob is checked (header and checksum: blob.h verify_blob; its fingerprint must equal
+//   the key's) and stored in L1 (unless larger than the L1 quotas) and in L2 (when configured and
+//   up). It fails only when it was stored nowhere. L1 entries expire with the same TTL as L2.
+// - get: L1, then L2; an L2 hit is promoted to L1. A value failing its MAC is a miss, counted in
+//   tessera_kvstore_mac_failures_total. Redis down = L1 only (never an error).
+// - remove / invalidate_user / clear act on every tier; when Redis is configured but down they
+//   clear L1 and then fail with kUnavailable saying that L2 was not cleared (retry later).
+//
+// Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
+// the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
+// worker threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tessera/common/result.h"
+#include "tessera/kvstore/key.h"
+#include "tessera/kvstore/l1_cache.h"
+#include "tessera/kvstore/redis_l2.h"
+
+namespace tessera::kvstore {
+
+enum class Tier : uint8_t { kNone = 0, kL1 = 1, kL2 = 2 };
+const char* tier_name(Tier t);  // "", "l1", "l2"
+
+struct StoreConfig {
+  L1Config l1;
+  std::optional<RedisConfig> redis;  // nullopt = L1 only
+  std::string secret;                // HMAC secret; required when redis is set
+  uint64_t max_blob_bytes = uint64_t{256} << 20;
+  uint32_t default_ttl_s = 86400;    // used when a put gives none
+};
+
+struct GetResult {
+  Blob blob;  // nullptr on a miss
+  Tier tier = Tier::kNone;
+};
+
+struct PutResult {
+  bool l1 = false;
+  bool l2 = false;
+  std::string note;  // why a tier was skipped ("" when stored everywhere configured)
+};
+
+struct InvalidateResult {
+  uint64_t l1 = 0;  // entries removed from L1
+  uint64_t l2 = 0;  // keys removed from Redis
+};
+
+class Store {
+ public:
+  static Result<std::unique_ptr<Store>> create(StoreConfig config);
+  ~Store();
+
+  GetResult get_l1(const BlobKey& key);
+  Result<GetResult> get(const BlobKey& key);
+  Result<PutResult> put(const BlobKey& key, std::string blob, uint32_t ttl_s = 0);
+  Result<Tier> exists(const BlobKey& key);
+  Result<bool> remove(const BlobKey& key);
+  Result<InvalidateResult> invalidate_user(const std::string& user);
+  Result<InvalidateResult> clear();
+
+  bool l2_configured() const { return l2_ != nullptr; }
+  bool l2_up() const { return l2_ != nullptr && l2_->up(); }
+  L1Stats l1_stats() const { return l1_.stats(); }
+  RedisL2* l2() { return l2_.get(); }  // nullptr when L1 only
+  // Prometheus text exposition of every kvstore metric (docs/kvstore.md lists them).
+  std::string metrics_text() const;
+
+ private:
+  explicit Store(StoreConfig config);
+  Status l2_unavailable_after_l1(uint64_t l1_removed, const Error& cause) const;
+
+  const StoreConfig config_;
+  L1Cache l1_;
+  std::unique_ptr<RedisL2> l2_;
+  std::atomic<uint64_t> l1_hits_{0}, l1_misses_{0}, l2_hits_{0}, l2_misses_{0}, misses_{0};
+  std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0};
+};
+
+}  // namespace tessera::kvstore

@@ -1,0 +1,333 @@
+#include "tessera/kvstore/redis_l2.h"
+
+#include <hiredis/hiredis.h>
+
+#include <charconv>
+
+#include "tessera/common/log.h"
+
+namespace tessera::kvstore {
+namespace {
+
+timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const {
+    if (r != nullptr) freeReplyObject(r);
+  }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+Reply command(redisContext* c, const std::vector<std::string_view>& argv) {
+  std::vector<const char*> ptrs;
+  std::vector<size_t> lens;
+  ptrs.reserve(argv.size());
+  lens.reserve(argv.size());
+  for (auto a : argv) {
+    ptrs.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  return Reply(static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data())));
+}
+
+}  // namespace
+
+Result<std::pair<std::string, int>> parse_host_port(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return make_error(ErrorCode::kInvalidArgument, "redis address must be host:port (got '" + std::string(address) + "')");
+  }
+  int port = 0;
+  const std::string_view p = address.substr(colon + 1);
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+  if (ec != std::errc() || end != p.data() + p.size() || port <= 0 || port > 65535) {
+    return make_error(ErrorCode::kInvalidArgument, "redis port must be 1..65535 (got '" + std::string(p) + "')");
+  }
+  return std::pair{std::string(address.substr(0, colon)), port};
+}
+
+// A pooled connection; hands itself back (or frees itself when broken) on destruction.
+class RedisL2::Conn {
+ public:
+  Conn(RedisL2* owner, redisContext* c) : owner_(owner), c_(c) {}
+  Conn(Conn&& o) noexcept : owner_(o.owner_), c_(o.c_), broken_(o.broken_) { o.c_ = nullptr; }
+  Conn& operator=(Conn&&) = delete;
+  ~Conn() {
+    if (c_ != nullptr) owner_->release(c_, !broken_);
+  }
+  redisContext* get() const { return c_; }
+  // Classifies a reply: nullptr = I/O failure (connection broken, server marked down).
+  Status check(const Reply& r, const char* what) {
+    if (r == nullptr) {
+      broken_ = true;
+      const std::string err = c_->errstr[0] != '\0' ? c_->errstr : "no reply";
+      owner_->mark_down(std::string(what) + ": " + err);
+      owner_->errors_.fetch_add(1);
+      return make_error(ErrorCode::kUnavailable, std::string("redis ") + what + ": " + err);
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+      owner_->errors_.fetch_add(1);
+      return make_error(ErrorCode::kIoError, std::string("redis ") + what + ": " + std::string(r->str, r->len));
+    }
+    return ok_status();
+  }
+
+ private:
+  RedisL2* owner_;
+  redisContext* c_;
+  bool broken_ = false;
+};
+
+RedisL2::RedisL2(const RedisConfig& config, std::string secret) : config_(config), signer_(std::move(secret)) {}
+
+Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std::string secret) {
+  if (secret.empty()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "an HMAC secret is required when Redis is on (--hmac-secret or TESSERA_KVSTORE_SECRET)");
+  }
+  if (config.host.empty()) return make_error(ErrorCode::kInvalidArgument, "redis host is empty");
+  if (config.ttl_s == 0) return make_error(ErrorCode::kOutOfRange, "redis ttl must be >= 1 s");
+  std::unique_ptr<RedisL2> l2(new RedisL2(config, std::move(secret)));
+  l2->up_.store(l2->ping_once());
+  if (!l2->up()) {
+    TS_LOG(kWarn) << "redis=" << config.host << ":" << config.port << " | not reachable at start; serving from L1";
+  }
+  l2->health_ = std::thread([p = l2.get()] { p->health_loop(); });
+  return l2;
+}
+
+RedisL2::~RedisL2() {
+  {
+    std::lock_guard lock(health_mu_);
+    stop_ = true;
+  }
+  health_cv_.notify_all();
+  if (health_.joinable()) health_.join();
+  std::lock_guard lock(pool_mu_);
+  for (redisContext* c : idle_) redisFree(c);
+  idle_.clear();
+}
+
+bool RedisL2::ping_once() {
+  redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(config_.connect_timeout_ms));
+  bool ok = false;
+  if (c != nullptr && c->err == 0) {
+    redisSetTimeout(c, to_timeval(config_.connect_timeout_ms));
+    Reply r = command(c, {"PING"});
+    ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+  }
+  if (c != nullptr) redisFree(c);
+  return ok;
+}
+
+void RedisL2::health_loop() {
+  int backoff_ms = 100;
+  std::unique_lock lock(health_mu_);
+  while (!stop_) {
+    int wait_ms = config_.health_interval_ms;
+    {
+      lock.unlock();
+      const bool ok = ping_once();
+      lock.lock();
+      if (ok) {
+        if (!up()) {
+          reconnects_.fetch_add(1);
+          TS_LOG(kInfo) << "redis=" << config_.host << ":" << config_.port << " | reachable; L2 back on";
+        }
+        up_.store(true, std::memory_order_release);
+        backoff_ms = 100;
+      } else {
+        if (up()) go_down("health check failed");  // health_mu_ is held: no mark_down
+        wait_ms = backoff_ms;
+        backoff_ms = std::min(backoff_ms * 2, config_.max_backoff_ms);
+      }
+    }
+    check_now_ = false;
+    health_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return stop_ || check_now_; });
+  }
+}
+
+void RedisL2::go_down(const std::string& why) {
+  if (up_.exchange(false)) {
+    TS_LOG(kWarn) << "redis=" << config_.host << ":" << config_.port << " | down (" << why << "); serving from L1";
+  }
+  std::lock_guard lock(pool_mu_);
+  for (redisContext* c : idle_) redisFree(c);
+  idle_.clear();
+}
+
+void RedisL2::mark_down(const std::string& why) {
+  go_down(why);
+  {
+    std::lock_guard lock(health_mu_);
+    check_now_ = true;
+  }
+  health_cv_.notify_all();
+}
+
+Result<RedisL2::Conn> RedisL2::acquire() {
+  if (!up()) return make_error(ErrorCode::kUnavailable, "redis is down; L2 skipped");
+  {
+    std::lock_guard lock(pool_mu_);
+    if (!idle_.empty()) {
+      redisContext* c = idle_.back();
+      idle_.pop_back();
+      return Conn(this, c);
+    }
+  }
+  redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(config_.connect_timeout_ms));
+  if (c == nullptr || c->err != 0) {
+    const std::string err = c != nullptr ? c->errstr : "out of memory";
+    if (c != nullptr) redisFree(c);
+    mark_down("connect: " + err);
+    errors_.fetch_add(1);
+    return make_error(ErrorCode::kUnavailable, "redis connect: " + err);
+  }
+  redisSetTimeout(c, to_timeval(config_.io_timeout_ms));
+  return Conn(this, c);
+}
+
+void RedisL2::release(redisContext* c, bool healthy) {
+  if (healthy && c->err == 0 && up()) {
+    std::lock_guard lock(pool_mu_);
+    if (idle_.size() < 64) {
+      idle_.push_back(c);
+      return;
+    }
+  }
+  redisFree(c);
+}
+
+Status RedisL2::put(const BlobKey& key, std::string_view blob, uint32_t ttl_s) {
+  TS_TRY(validate_key(key));
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  const std::string name = signer_.redis_key(key);
+  const std::string index = signer_.user_index_key(key.user);
+  const std::string value = signer_.seal(key, blob);
+  const std::string ttl = std::to_string(ttl_s == 0 ? config_.ttl_s : ttl_s);
+  // Pipelined: SET, SADD, EXPIRE (the index lives at least as long as its longest member).
+  const std::vector<std::vector<std::string_view>> cmds = {
+      {"SET", name, value, "EX", ttl}, {"SADD", index, name}, {"EXPIRE", index, ttl, "GT"}, {"EXPIRE", index, ttl, "NX"}};
+  for (const auto& argv : cmds) {
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (auto a : argv) {
+      ptrs.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    redisAppendCommandArgv(conn.get(), static_cast<int>(argv.size()), ptrs.data(), lens.data());
+  }
+  Status first_error = ok_status();
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(conn.get(), &raw) != REDIS_OK) raw = nullptr;
+    Reply r(static_cast<redisReply*>(raw));
+    Status st = conn.check(r, "put");
+    if (!st.ok()) {
+      if (r == nullptr) return st;  // connection gone: no more replies
+      if (first_error.ok()) first_error = std::move(st);
+    }
+  }
+  if (!first_error.ok()) return first_error;
+  puts_.fetch_add(1);
+  bytes_written_.fetch_add(value.size());
+  return ok_status();
+}
+
+Result<std::optional<std::string>> RedisL2::get(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  const std::string name = signer_.redis_key(key);
+  Reply r = command(conn.get(), {"GET", name});
+  TS_TRY(conn.check(r, "get"));
+  if (r->type == REDIS_REPLY_NIL) {
+    misses_.fetch_add(1);
+    return std::optional<std::string>();
+  }
+  if (r->type != REDIS_REPLY_STRING) {
+    errors_.fetch_add(1);
+    return make_error(ErrorCode::kCorruptFile, "redis value for a kv key is not a string");
+  }
+  bytes_read_.fetch_add(r->len);
+  auto blob = signer_.open(key, std::string_view(r->str, r->len));
+  if (!blob.ok()) {
+    mac_failures_.fetch_add(1);
+    TS_LOG(kWarn) << "user=" << key.user << " | rejected L2 value: " << blob.error().message;
+    return blob.take_error();
+  }
+  hits_.fetch_add(1);
+  return std::optional<std::string>(std::move(blob).value());
+}
+
+Result<bool> RedisL2::exists(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  Reply r = command(conn.get(), {"EXISTS", signer_.redis_key(key)});
+  TS_TRY(conn.check(r, "exists"));
+  return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+}
+
+Result<bool> RedisL2::remove(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  const std::string name = signer_.redis_key(key);
+  Reply r = command(conn.get(), {"DEL", name});
+  TS_TRY(conn.check(r, "delete"));
+  Reply s = command(conn.get(), {"SREM", signer_.user_index_key(key.user), name});
+  TS_TRY(conn.check(s, "delete"));
+  return r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+}
+
+Result<uint64_t> RedisL2::remove_user(const std::string& user) {
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  const std::string index = signer_.user_index_key(user);
+  Reply members = command(conn.get(), {"SMEMBERS", index});
+  TS_TRY(conn.check(members, "invalidate_user"));
+  uint64_t removed = 0;
+  if (members->type == REDIS_REPLY_ARRAY && members->elements > 0) {
+    std::vector<std::string_view> argv{"DEL"};
+    for (size_t i = 0; i < members->elements; ++i) {
+      const redisReply* m = members->element[i];
+      if (m->type == REDIS_REPLY_STRING) argv.emplace_back(m->str, m->len);
+    }
+    Reply del = command(conn.get(), argv);
+    TS_TRY(conn.check(del, "invalidate_user"));
+    if (del->type == REDIS_REPLY_INTEGER) removed = static_cast<uint64_t>(del->integer);
+  }
+  Reply del_index = command(conn.get(), {"DEL", index});
+  TS_TRY(conn.check(del_index, "invalidate_user"));
+  return removed;
+}
+
+Result<uint64_t> RedisL2::clear() {
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  uint64_t removed = 0;
+  std::string cursor = "0";
+  do {
+    Reply r = command(conn.get(), {"SCAN", cursor, "MATCH", "tessera:pref_kv*", "COUNT", "1000"});
+    TS_TRY(conn.check(r, "clear"));
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+      return make_error(ErrorCode::kIoError, "redis clear: unexpected SCAN reply");
+    }
+    cursor.assign(r->element[0]->str, r->element[0]->len);
+    const redisReply* keys = r->element[1];
+    if (keys->elements == 0) continue;
+    std::vector<std::string_view> argv{"UNLINK"};
+    for (size_t i = 0; i < keys->elements; ++i) {
+      std::string_view k(keys->element[i]->str, keys->element[i]->len);
+      argv.push_back(k);
+      if (k.starts_with(kRedisKeyPrefix)) ++removed;
+    }
+    Reply del = command(conn.get(), argv);
+    TS_TRY(conn.check(del, "clear"));
+  } while (cursor != "0");
+  return removed;
+}
+
+L2Counters RedisL2::counters() const {
+  return {hits_.load(), misses_.load(), puts_.load(), errors_.load(), mac_failures_.load(), reconnects_.load(),
+          bytes_written_.load(), bytes_read_.load()};
+}
+
+}  // namespace tessera::kvstore

@@ -1,0 +1,214 @@
+#include "tessera/kvstore/store.h"
+
+#include <sstream>
+
+#include "tessera/common/log.h"
+#include "tessera/kvstore/blob.h"
+
+namespace tessera::kvstore {
+
+const char* tier_name(Tier t) {
+  switch (t) {
+    case Tier::kNone: return "";
+    case Tier::kL1: return "l1";
+    case Tier::kL2: return "l2";
+  }
+  return "";
+}
+
+Store::Store(StoreConfig config) : config_(std::move(config)), l1_(config_.l1) {}
+Store::~Store() = default;
+
+Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
+  if (config.default_ttl_s == 0) return make_error(ErrorCode::kOutOfRange, "ttl must be >= 1 s");
+  if (config.l1.per_user_max_bytes > config.l1.max_bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "per-user L1 quota (" + std::to_string(config.l1.per_user_max_bytes) +
+                                                       ") exceeds the L1 size (" + std::to_string(config.l1.max_bytes) + ")");
+  }
+  std::unique_ptr<Store> s(new Store(std::move(config)));
+  if (s->config_.redis) {
+    RedisConfig rc = *s->config_.redis;
+    rc.ttl_s = s->config_.default_ttl_s;
+    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(rc, s->config_.secret));
+  }
+  return s;
+}
+
+GetResult Store::get_l1(const BlobKey& key) {
+  Blob b = l1_.get(key);
+  if (b == nullptr) return {};
+  l1_hits_.fetch_add(1);
+  get_bytes_.fetch_add(b->size());
+  return {std::move(b), Tier::kL1};
+}
+
+Result<GetResult> Store::get(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  if (GetResult r = get_l1(key); r.blob != nullptr) return r;
+  l1_misses_.fetch_add(1);
+  if (l2_ != nullptr && l2_->up()) {
+    auto got = l2_->get(key);
+    if (got.ok() && got->has_value()) {
+      auto blob = std::make_shared<const std::string>(std::move(**got));
+      const Status promoted = l1_.put(key, blob, Clock::now() + std::chrono::seconds(config_.default_ttl_s));
+      if (!promoted.ok()) {
+        TS_LOG(kDebug) << "user=" << key.user << " | L2 hit not promoted: " << promoted.error().message;
+      }
+      l2_hits_.fetch_add(1);
+      get_bytes_.fetch_add(blob->size());
+      return GetResult{std::move(blob), Tier::kL2};
+    }
+    if (got.ok()) l2_misses_.fetch_add(1);  // MAC failures and outages are counted by RedisL2
+  }
+  misses_.fetch_add(1);
+  return GetResult{};
+}
+
+Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_s) {
+  TS_TRY(validate_key(key));
+  if (blob.size() > config_.max_blob_bytes) {
+    rejected_puts_.fetch_add(1);
+    return make_error(ErrorCode::kTooLarge, "blob of " + std::to_string(blob.size()) + " bytes exceeds max_blob_bytes " +
+                                                std::to_string(config_.max_blob_bytes));
+  }
+  auto header = verify_blob(blob);
+  if (!header.ok()) {
+    rejected_puts_.fetch_add(1);
+    return header.take_error();
+  }
+  if (header->fingerprint != key.fingerprint) {
+    rejected_puts_.fetch_add(1);
+    return make_error(ErrorCode::kInvalidArgument, "blob fingerprint " + std::to_string(header->fingerprint) +
+                                                       " does not match the key's " + std::to_string(key.fingerprint));
+  }
+  const uint32_t ttl = ttl_s == 0 ? config_.default_ttl_s : ttl_s;
+  PutResult out;
+  auto shared = std::make_shared<const std::string>(std::move(blob));
+  const Status l1 = l1_.put(key, shared, Clock::now() + std::chrono::seconds(ttl));
+  out.l1 = l1.ok();
+  if (!l1.ok()) out.note = "L1: " + l1.error().message;
+  if (l2_ != nullptr) {
+    const Status l2 = l2_->put(key, *shared, ttl);
+    out.l2 = l2.ok();
+    if (!l2.ok()) out.note += (out.note.empty() ? "L2: " : "; L2: ") + l2.error().message;
+  }
+  if (!out.l1 && !out.l2) {
+    rejected_puts_.fetch_add(1);
+    return make_error(l1.ok() ? ErrorCode::kUnavailable : l1.error().code, "blob stored in no tier: " + out.note);
+  }
+  puts_.fetch_add(1);
+  put_bytes_.fetch_add(shared->size());
+  return out;
+}
+
+Result<Tier> Store::exists(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  if (l1_.contains(key)) return Tier::kL1;
+  if (l2_ != nullptr && l2_->up()) {
+    auto e = l2_->exists(key);
+    if (e.ok() && *e) return Tier::kL2;
+  }
+  return Tier::kNone;
+}
+
+Status Store::l2_unavailable_after_l1(uint64_t l1_removed, const Error& cause) const {
+  return make_error(ErrorCode::kUnavailable, "L1 cleared (" + std::to_string(l1_removed) +
+                                                 " entries) but L2 was not: " + cause.message + "; retry later");
+}
+
+Result<bool> Store::remove(const BlobKey& key) {
+  TS_TRY(validate_key(key));
+  bool removed = l1_.erase(key);
+  if (l2_ != nullptr) {
+    auto r = l2_->remove(key);
+    if (!r.ok()) return l2_unavailable_after_l1(removed ? 1 : 0, r.error()).take_error();
+    removed = removed || *r;
+  }
+  return removed;
+}
+
+Result<InvalidateResult> Store::invalidate_user(const std::string& user) {
+  if (std::string problem = validate_user(user); !problem.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, std::move(problem));
+  }
+  InvalidateResult out;
+  out.l1 = l1_.erase_user(user);
+  if (l2_ != nullptr) {
+    auto r = l2_->remove_user(user);
+    if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
+    out.l2 = *r;
+  }
+  TS_LOG(kInfo) << "user=" << user << " | invalidated: l1=" << out.l1 << " l2=" << out.l2;
+  return out;
+}
+
+Result<InvalidateResult> Store::clear() {
+  InvalidateResult out;
+  out.l1 = l1_.clear();
+  if (l2_ != nullptr) {
+    auto r = l2_->clear();
+    if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
+    out.l2 = *r;
+  }
+  return out;
+}
+
+namespace {
+
+void metric(std::ostringstream& os, const char* name, const char* type, const char* help) {
+  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+}
+
+}  // namespace
+
+std::string Store::metrics_text() const {
+  std::ostringstream os;
+  const L1Stats l1 = l1_.stats();
+  const L2Counters l2 = l2_ != nullptr ? l2_->counters() : L2Counters{};
+  metric(os, "tessera_kvstore_hits_total", "counter", "Gets answered from a tier (l1: memory, l2: Redis).");
+  os << "tessera_kvstore_hits_total{tier=\"l1\"} " << l1_hits_.load() << '\n';
+  os << "tessera_kvstore_hits_total{tier=\"l2\"} " << l2_hits_.load() << '\n';
+  metric(os, "tessera_kvstore_misses_total", "counter",
+         "Gets a tier could not answer (l1: not in memory; l2: not in Redis; all: answered as a miss).");
+  os << "tessera_kvstore_misses_total{tier=\"l1\"} " << l1_misses_.load() << '\n';
+  os << "tessera_kvstore_misses_total{tier=\"l2\"} " << l2_misses_.load() << '\n';
+  os << "tessera_kvstore_misses_total{tier=\"all\"} " << misses_.load() << '\n';
+  metric(os, "tessera_kvstore_puts_total", "counter", "Blobs accepted by put (stored in at least one tier).");
+  os << "tessera_kvstore_puts_total " << puts_.load() << '\n';
+  metric(os, "tessera_kvstore_rejected_puts_total", "counter", "Puts refused (bad blob, too large, stored nowhere).");
+  os << "tessera_kvstore_rejected_puts_total " << rejected_puts_.load() << '\n';
+  metric(os, "tessera_kvstore_put_bytes_total", "counter", "Blob bytes accepted by put.");
+  os << "tessera_kvstore_put_bytes_total " << put_bytes_.load() << '\n';
+  metric(os, "tessera_kvstore_get_bytes_total", "counter", "Blob bytes served by get hits.");
+  os << "tessera_kvstore_get_bytes_total " << get_bytes_.load() << '\n';
+  metric(os, "tessera_kvstore_l1_entries", "gauge", "Blobs held in L1.");
+  os << "tessera_kvstore_l1_entries " << l1.entries << '\n';
+  metric(os, "tessera_kvstore_l1_bytes", "gauge", "Blob bytes held in L1 (keys not counted).");
+  os << "tessera_kvstore_l1_bytes " << l1.bytes << '\n';
+  metric(os, "tessera_kvstore_l1_users", "gauge", "Users with at least one L1 entry.");
+  os << "tessera_kvstore_l1_users " << l1.users << '\n';
+  metric(os, "tessera_kvstore_l1_evictions_total", "counter",
+         "L1 entries dropped: entries/bytes = global bounds, user_quota = per-user byte quota, expired = TTL.");
+  os << "tessera_kvstore_l1_evictions_total{reason=\"entries\"} " << l1.evictions_entries << '\n';
+  os << "tessera_kvstore_l1_evictions_total{reason=\"bytes\"} " << l1.evictions_bytes << '\n';
+  os << "tessera_kvstore_l1_evictions_total{reason=\"user_quota\"} " << l1.evictions_user_quota << '\n';
+  os << "tessera_kvstore_l1_evictions_total{reason=\"expired\"} " << l1.expired << '\n';
+  metric(os, "tessera_kvstore_redis_up", "gauge", "1 when Redis (L2) answers, 0 when down or not configured.");
+  os << "tessera_kvstore_redis_up " << (l2_up() ? 1 : 0) << '\n';
+  metric(os, "tessera_kvstore_redis_reconnects_total", "counter", "Times Redis came back after being down.");
+  os << "tessera_kvstore_redis_reconnects_total " << l2.reconnects << '\n';
+  metric(os, "tessera_kvstore_l2_errors_total", "counter", "Failed Redis operations (I/O or server errors).");
+  os << "tessera_kvstore_l2_errors_total " << l2.errors << '\n';
+  metric(os, "tessera_kvstore_l2_puts_total", "counter", "Values written to Redis.");
+  os << "tessera_kvstore_l2_puts_total " << l2.puts << '\n';
+  metric(os, "tessera_kvstore_l2_bytes_written_total", "counter", "Bytes of sealed values written to Redis.");
+  os << "tessera_kvstore_l2_bytes_written_total " << l2.bytes_written << '\n';
+  metric(os, "tessera_kvstore_l2_bytes_read_total", "counter", "Bytes of values read from Redis.");
+  os << "tessera_kvstore_l2_bytes_read_total " << l2.bytes_read << '\n';
+  metric(os, "tessera_kvstore_mac_failures_total", "counter",
+         "Redis values rejected because their MAC did not match their key (tampered or moved).");
+  os << "tessera_kvstore_mac_failures_total " << l2.mac_failures << '\n';
+  return os.str();
+}
+
+}  // namespace tessera::kvstore
