@@ -1,0 +1,153 @@
+// `tessera model inspect PATH [--json]`: format, architecture, shapes, dtypes, parameter
+// count, fingerprint and vocabulary summary of a model file or directory.
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tessera/tools/command.h"
+#include "tessera/worker/model.h"
+
+namespace tessera::tools {
+namespace {
+
+using worker::Model;
+using worker::Tensor;
+
+struct NamedTensor {
+  std::string name;
+  const Tensor* t;
+};
+
+// Top-level tensors and layer 0's (the other layers have the same shapes and dtypes).
+std::vector<NamedTensor> representative_tensors(const Model& m) {
+  std::vector<NamedTensor> out = {{"token_embd", &m.tok_embeddings}, {"output_norm", &m.final_norm}};
+  if (!m.config().tied_embeddings) out.push_back({"output", &m.output});
+  if (!m.layers.empty()) {
+    const worker::LayerWeights& w = m.layers[0];
+    const std::pair<const char*, const Tensor*> layer[] = {
+        {"attn_norm", &w.attn_norm}, {"attn_q", &w.wq}, {"attn_k", &w.wk}, {"attn_v", &w.wv},
+        {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_output", &w.wo},
+        {"ffn_norm", &w.ffn_norm}, {"ffn_gate", &w.w_gate}, {"ffn_up", &w.w_up}, {"ffn_down", &w.w_down}};
+    for (const auto& [name, t] : layer) {
+      if (!t->empty()) out.push_back({std::string("blk.*.") + name, t});
+    }
+  }
+  return out;
+}
+
+// Weight bytes per dtype over every tensor (tied output counted once).
+std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
+  std::map<std::string, int64_t> out;
+  auto add = [&](const Tensor& t) {
+    if (!t.empty()) out[dtype_name(t.dtype)] += t.rows * static_cast<int64_t>(dtype_row_bytes(t.dtype, t.cols));
+  };
+  add(m.tok_embeddings);
+  add(m.final_norm);
+  if (!m.config().tied_embeddings) add(m.output);
+  for (const auto& w : m.layers) {
+    for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
+                            &w.w_up, &w.w_down}) {
+      add(*t);
+    }
+  }
+  return out;
+}
+
+std::string token_text(const worker::VocabSpec& v, int32_t id) {
+  if (id < 0 || id >= static_cast<int32_t>(v.tokens.size())) return "";
+  return v.tokens[static_cast<size_t>(id)];
+}
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string path;
+  bool json = false;
+  for (const std::string& a : args) {
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--help" || a == "-h") {
+      std::printf("usage: tessera model inspect PATH [--json]\n"
+                  "  PATH: a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face model directory\n");
+      return 0;
+    } else if (path.empty() && (a.empty() || a[0] != '-')) {
+      path = a;
+    } else {
+      std::fprintf(stderr, "tessera model inspect: unexpected argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "usage: tessera model inspect PATH [--json]\n");
+    return 2;
+  }
+  auto loaded = worker::load_model(path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "tessera model inspect: %s\n", loaded.error().to_string().c_str());
+    return 1;
+  }
+  const Model& m = **loaded;
+  const worker::ModelConfig& c = m.config();
+  const worker::VocabSpec& v = m.vocab;
+  const auto tensors = representative_tensors(m);
+  const auto bytes = bytes_by_dtype(m);
+  char fp[24];
+  std::snprintf(fp, sizeof fp, "%016" PRIx64, m.fingerprint);
+  const char* layout = c.rope_layout == worker::RopeLayout::kInterleaved ? "interleaved" : "halves";
+
+  if (json) {
+    nlohmann::json j;
+    j["path"] = path;
+    j["format"] = worker::model_format_name(m.format());
+    j["architecture"] = c.architecture;
+    j["config"] = {{"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
+                   {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"vocab_size", c.vocab_size},
+                   {"max_seq_len", c.max_seq_len}, {"rms_eps", c.rms_eps}, {"rope_theta", c.rope_theta},
+                   {"rope_layout", layout}, {"attn_bias", c.attn_bias}, {"tied_embeddings", c.tied_embeddings}};
+    j["parameter_count"] = m.parameter_count();
+    j["fingerprint"] = fp;
+    j["weight_bytes"] = bytes;
+    nlohmann::json ts = nlohmann::json::array();
+    for (const auto& [name, t] : tensors) {
+      ts.push_back({{"name", name}, {"dtype", dtype_name(t->dtype)}, {"shape", {t->rows, t->cols}}});
+    }
+    j["tensors"] = ts;
+    j["vocab"] = {{"model", v.model}, {"pre", v.pre}, {"tokens", v.tokens.size()}, {"merges", v.merges.size()},
+                  {"bos_id", v.bos_id}, {"eos_id", v.eos_id}, {"unk_id", v.unk_id}, {"pad_id", v.pad_id},
+                  {"add_bos", v.add_bos}, {"add_space_prefix", v.add_space_prefix},
+                  {"has_chat_template", !v.chat_template.empty()}};
+    // Token texts may hold arbitrary bytes: replace invalid UTF-8 rather than throw.
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  std::printf("path:         %s\n", path.c_str());
+  std::printf("format:       %s\n", worker::model_format_name(m.format()));
+  std::printf("architecture: %s\n", c.architecture.c_str());
+  std::printf("shape:        dim %d, hidden %d, layers %d, heads %d, kv heads %d, head_dim %d, vocab %d, context %d\n",
+              c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_seq_len);
+  std::printf("              rms_eps %g, rope_theta %g, rope layout %s, qkv bias %s, tied embeddings %s\n", c.rms_eps,
+              c.rope_theta, layout, c.attn_bias ? "yes" : "no", c.tied_embeddings ? "yes" : "no");
+  std::printf("parameters:   %" PRId64 "\n", m.parameter_count());
+  std::printf("fingerprint:  %s\n", fp);
+  std::printf("weights:     ");
+  for (const auto& [dt, n] : bytes) std::printf(" %s %.2f MiB", dt.c_str(), static_cast<double>(n) / (1 << 20));
+  std::printf("\ntensors:\n");
+  for (const auto& [name, t] : tensors) {
+    std::printf("  %-20s %-5s [%" PRId64 ", %" PRId64 "]\n", name.c_str(), dtype_name(t->dtype), t->rows, t->cols);
+  }
+  if (v.tokens.empty()) {
+    std::printf("vocab:        none embedded (use a separate tokenizer file)\n");
+  } else {
+    std::printf("vocab:        %s (pre '%s'), %zu tokens, %zu merges, bos %d '%s', eos %d '%s', add_bos %s, chat template %s\n",
+                v.model.c_str(), v.pre.c_str(), v.tokens.size(), v.merges.size(), v.bos_id,
+                token_text(v, v.bos_id).c_str(), v.eos_id, token_text(v, v.eos_id).c_str(), v.add_bos ? "yes" : "no",
+                v.chat_template.empty() ? "no" : "yes");
+  }
+  return 0;
+}
+
+TESSERA_COMMAND("model inspect", "print a model's format, architecture, shapes, dtypes and parameter count", run_inspect);
+
+}  // namespace
+}  // namespace tessera::tools
