@@ -204,6 +204,22 @@ TEST(GgufLlamaVocab, SameIdsAsTokenizerBin) {
   EXPECT_EQ((*no_bos)->encode("Once", true), (std::vector<int32_t>{403}));
 }
 
+// The real GGUF file (llama.cpp's converter wrote its tokenizer.ggml.* vocabulary).
+TEST(GgufLlamaVocab, Stories260KGgufMatchesTok512) {
+  auto gguf = load_tokenizer(shared_path("models/stories260K/stories260K.gguf"));
+  ASSERT_TRUE(gguf.ok()) << gguf.error().to_string();
+  const auto bin = testutil::must_load(shared_path("models/stories260K/tok512.bin"));
+  ASSERT_NE(bin, nullptr);
+  EXPECT_EQ((*gguf)->vocab_size(), 512);
+  EXPECT_EQ((*gguf)->bos_id(), 1);
+  EXPECT_EQ((*gguf)->eos_id(), 2);
+  for (const std::string& t : sample_texts()) {
+    const auto ids = (*gguf)->encode(t, true);
+    EXPECT_EQ(ids, bin->encode(t, true)) << t;
+    EXPECT_EQ((*gguf)->decode(ids), t);
+  }
+}
+
 TEST(SpmErrors, MissingTruncatedAndCorruptFiles) {
   const std::string dir = testing::make_temp_dir("tok-errors");
   auto missing = load_tokenizer(dir + "/nope.bin");
