@@ -119,6 +119,13 @@ __global__ void to_f32_kernel(const T* src, int64_t n, float* dst) {
   if (i < n) dst[i] = to_f32(src[i]);
 }
 
+template <class T>
+__global__ void gather_kernel(const T* src, int64_t cols, const int32_t* rows, T* dst) {
+  const int64_t i = blockIdx.x;
+  const T* row = src + static_cast<int64_t>(rows[i]) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) dst[i * cols + c] = row[c];
+}
+
 unsigned grid_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -185,6 +192,18 @@ cudaError_t convert_weights(DType src_type, const void* src, int64_t rows, int64
         break;
       default: return cudaErrorInvalidValue;
     }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t gather_rows(HalfType t, const void* src, int64_t cols, const int32_t* rows, int64_t n, void* dst,
+                        cudaStream_t stream) {
+  if (n <= 0) return n < 0 ? cudaErrorInvalidValue : cudaSuccess;
+  if (cols <= 0 || n > 0x7fffffff) return cudaErrorInvalidValue;
+  return detail::dispatch_half(t, [&](auto tag) {
+    using T = decltype(tag);
+    gather_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(static_cast<const T*>(src), cols, rows,
+                                                                       static_cast<T*>(dst));
     return cudaGetLastError();
   });
 }

@@ -56,6 +56,11 @@ cudaError_t swiglu(const float* gate_up, int64_t n, int64_t hidden, HalfType out
 cudaError_t convert_weights(DType src_type, const void* src, int64_t rows, int64_t cols, HalfType dst_type, void* dst,
                             cudaStream_t stream);
 
+// dst[i, :] = src[rows[i], :] for i in [0, n): src [*, cols] and dst [n, cols] of type t
+// (row-major, contiguous); rows: [n] indices into src (not checked here).
+cudaError_t gather_rows(HalfType t, const void* src, int64_t cols, const int32_t* rows, int64_t n, void* dst,
+                        cudaStream_t stream);
+
 // dst[i] = (float) src[i] for n elements of a 16-bit type (test and readback helper).
 cudaError_t half_to_f32(HalfType src_type, const void* src, int64_t n, float* dst, cudaStream_t stream);
 // dst[i] = src[i] rounded to nearest even in dst_type.
