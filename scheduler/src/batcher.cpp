@@ -39,6 +39,8 @@ Result<std::unique_ptr<Batcher>> Batcher::create(BatcherConfig c) {
     return invalid("batcher config: max_step_tokens (" + std::to_string(c.max_step_tokens) +
                    ") must be >= max_running (" + std::to_string(c.max_running) + ") so every running sequence can decode");
   }
+  if (c.max_prefill_chunk < 1) return invalid("batcher config: max_prefill_chunk must be >= 1");
+  if (c.admission_headroom < 0) return invalid("batcher config: admission_headroom must be >= 0");
   if (c.max_waiting < 1) return invalid("batcher config: max_waiting must be >= 1");
   for (int32_t e : c.eos_ids) {
     if (e < 0) return invalid("batcher config: negative eos id " + std::to_string(e));

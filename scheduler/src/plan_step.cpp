@@ -67,7 +67,7 @@ void Batcher::schedule_running(Planner& p) {
       if (ensure_pages(p, s, start + 1, /*may_preempt_self=*/true)) schedule(s, p.scheduled, start, 1);
       continue;
     }
-    const int32_t want = std::min(s.len() - start, p.budget);
+    const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
     if (want <= 0) continue;
     const int32_t n = fit_chunk(p, s, start, want);
     if (n <= 0) continue;
@@ -111,8 +111,12 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   const int32_t start = fill ? s.prefix_len : use;
   // Allocate pages for the first chunk (evicting or preempting strictly worse sequences).
   q_->waiting.erase(&s);
-  const int32_t want = std::min(s.len() - start, p.budget);
-  const int32_t n = want > 0 ? fit_chunk(p, s, start, want) : 0;
+  const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
+  const bool outranks = !q_->running.empty() && s.priority() > q_->running.back()->priority();
+  const int32_t headroom = outranks ? 0 : config_.admission_headroom * static_cast<int32_t>(q_->running.size());
+  const int32_t need = pages_for(start + std::max(want, 0), ps) - static_cast<int32_t>(s.block_table.size());
+  const bool room = pages_->num_free() + index_->evictable_pages() - need >= headroom;
+  const int32_t n = want > 0 && room ? fit_chunk(p, s, start, want) : 0;
   if (n <= 0) {  // roll back: nothing of this admission stays
     release_all(s);
     s.num_computed = 0;

@@ -151,6 +151,60 @@ TEST_F(BatcherScenario, ASharedPrefixIsMatchedAndNotRecomputed) {
       });
 }
 
+TEST(BatcherSharing, APrefillChunkIsSharedAsSoonAsItCompletes) {
+  Harness h(BatcherConfig{.page_size = 4, .num_pages = 32, .max_context = 64, .max_step_tokens = 20, .max_prefill_chunk = 9, .max_running = 4});
+  const auto prompt = iota_tokens(10, 30);
+  StepPlan a_first, b_first;
+  Scenario("insert per completed prefill chunk")
+      .Given("A's 30-token prompt has had its first 9-token chunk computed", [&] {
+        h.submit(make_request(1, prompt, 2));
+        a_first = h.step();
+        EXPECT_EQ(a_first.seqs.at(0).tokens.size(), 9u);
+      })
+      .When("B with the same prompt arrives while A is still prefilling", [&] {
+        h.submit(make_request(2, prompt, 2));
+        b_first = h.step();
+      })
+      .Then("B starts after A's two completed pages and reads them, in the same step as A's next chunk", [&] {
+        ASSERT_NE(Harness::find(b_first, 1), nullptr);
+        EXPECT_EQ(Harness::find(b_first, 1)->start_pos, 9);
+        const SeqPlan* b = Harness::find(b_first, 2);
+        ASSERT_NE(b, nullptr);
+        EXPECT_EQ(b->start_pos, 8);
+        EXPECT_EQ(std::vector<int32_t>(b->block_table.begin(), b->block_table.begin() + 2),
+                  std::vector<int32_t>(a_first.seqs[0].block_table.begin(), a_first.seqs[0].block_table.begin() + 2));
+        h.run_until_idle(30);
+        EXPECT_EQ(h.finish_of(2)->usage.cached_prompt_tokens, 8);
+      });
+}
+
+TEST(BatcherSharing, IdenticalPrefixesComputedTogetherAreDeduplicated) {
+  Harness h(BatcherConfig{.page_size = 4, .num_pages = 32, .max_context = 64, .max_step_tokens = 64, .max_running = 4});
+  const auto prompt = iota_tokens(10, 20);  // 5 full pages
+  StepPlan first, second;
+  Scenario("deduplication on insert")
+      .Given("A and B with the same prompt are admitted in the same step", [&] {
+        h.submit(make_request(1, prompt, 4));
+        h.submit(make_request(2, prompt, 4));
+        first = h.plan();
+        ASSERT_EQ(first.seqs.size(), 2u);
+        EXPECT_NE(first.seqs[0].block_table, first.seqs[1].block_table);  // nothing to share yet
+        EXPECT_EQ(h.batcher->pages().num_held(), 10);
+      })
+      .When("their prefills complete", [&] { h.apply(first); })
+      .Then("B switches to A's indexed pages and its duplicates are freed", [&] {
+        EXPECT_EQ(h.batcher->pages().num_held(), 5);
+        second = h.step();
+        ASSERT_EQ(second.seqs.size(), 2u);
+        const auto& a = second.seqs[0].block_table;
+        const auto& b = second.seqs[1].block_table;
+        EXPECT_EQ(std::vector<int32_t>(a.begin(), a.begin() + 5), std::vector<int32_t>(b.begin(), b.begin() + 5));
+        EXPECT_NE(a[5], b[5]);  // each decodes into its own private page
+        EXPECT_EQ(h.batcher->pages().ref_count(a[0]), 2);
+        h.run_until_idle(10);
+      });
+}
+
 TEST_F(BatcherScenario, CopyOnWriteOfASharedPageThatMustBeWritten) {
   const auto prompt = iota_tokens(10, 8);  // exactly 2 pages
   StepPlan a_first, b_first;

@@ -28,7 +28,7 @@ class BatcherSimulation : public ::testing::TestWithParam<SimParams> {};
 
 TEST_P(BatcherSimulation, EveryRequestFinishesOrIsCancelledAndNothingLeaks) {
   const SimParams sp = GetParam();
-  const BatcherConfig config{.page_size = 8, .num_pages = 80, .max_context = 256, .max_step_tokens = 64,
+  const BatcherConfig config{.page_size = 8, .num_pages = 80, .max_context = 256, .max_step_tokens = 64, .max_prefill_chunk = 24,
                              .max_running = 12, .max_waiting = 100000, .eos_ids = {}};
   Harness h(config, /*eos_one_in=*/40);
   std::mt19937_64 rng(sp.seed);

@@ -16,8 +16,10 @@
 //   1. order running  — running sequences by priority (high first), then arrival (early first);
 //   2. reserve decodes — every running sequence in decode gets one token of the budget;
 //   3. schedule running — in that order: decodes, and the next prefill chunk of sequences still
-//      in prefill (chunked prefill: a chunk is cut to the remaining token budget);
-//   4. admit waiting  — in the same order while the token budget, max_running and pages allow:
+//      in prefill (chunked prefill: a chunk is at most max_prefill_chunk tokens and is cut to the
+//      remaining token budget);
+//   4. admit waiting  — in the same order while the token budget, max_running, pages and the
+//      admission headroom allow:
 //      match the prefix in the radix index, lock it, copy-on-write a shared page it must write,
 //      emit a KvFill for a preference, schedule the first chunk;
 //   5. allocate pages — for each scheduled chunk: free pages, else evict unlocked cached pages
@@ -62,7 +64,13 @@ struct BatcherConfig {
   int32_t num_pages = 4096;       // the worker's pool
   int32_t max_context = 4096;     // positions per sequence, preference included
   int32_t max_step_tokens = 2048; // token budget per step (decodes + prefill chunks); >= max_running
+  int32_t max_prefill_chunk = 512;// tokens of one sequence's prefill per step (several prefills share a step)
   int32_t max_running = 256;      // cap on running sequences
+  // Admission headroom, against preemption thrash: a request is admitted only while, after its
+  // first chunk, at least this many pages per running sequence stay free or evictable (for their
+  // decodes to grow into). Not applied to a request of strictly higher priority than the lowest
+  // running one, nor when nothing runs. 0 = admit whenever the first chunk fits.
+  int32_t admission_headroom = 1;
   int32_t max_waiting = 65536;    // submit() answers kOverloaded beyond this
   std::vector<int32_t> eos_ids{}; // the model's end-of-sequence tokens
 };
@@ -92,7 +100,8 @@ struct Sequence;  // private (src/sequence.h)
 class Batcher {
  public:
   // kInvalidArgument names the offending field (page_size < 1, num_pages < 1, max_context < 2,
-  // max_running < 1, max_step_tokens < max_running, max_waiting < 1, negative eos id).
+  // max_running < 1, max_step_tokens < max_running, max_prefill_chunk < 1, admission_headroom < 0, max_waiting < 1,
+  // negative eos id).
   static Result<std::unique_ptr<Batcher>> create(BatcherConfig config);
   ~Batcher();
   Batcher(const Batcher&) = delete;
