@@ -17,12 +17,17 @@ namespace {
 
 using nlohmann::json;
 
-Result<json> read_json(const std::string& path) {
+Result<std::string> read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorCode::kIoError, path + ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
-  json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  return ss.str();
+}
+
+Result<json> read_json(const std::string& path) {
+  TS_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return make_error(ErrorCode::kCorruptFile, path + ": not valid JSON");
   if (!j.is_object()) return make_error(ErrorCode::kCorruptFile, path + ": top level is not a JSON object");
   return j;
@@ -137,9 +142,12 @@ Result<std::vector<std::string>> shard_files(const std::string& dir) {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const LoadOptions& options) {
+Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
+                                            std::vector<std::shared_ptr<const FileBytes>> shards) {
   const std::string config_path = dir + "/config.json";
-  TS_ASSIGN_OR_RETURN(json cj, read_json(config_path));
+  json cj = json::parse(config_text, nullptr, /*allow_exceptions=*/false);
+  if (cj.is_discarded()) return make_error(ErrorCode::kCorruptFile, config_path + ": not valid JSON");
+  if (!cj.is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": top level is not a JSON object");
   Config cfg(cj, config_path);
   auto model = std::make_unique<LoadedModel>(ModelFormat::kSafetensors, dir);
   ModelConfig& c = model->mutable_config();
@@ -166,10 +174,9 @@ Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const L
   }
   TS_TRY(validate_config(c, config_path));
 
-  TS_ASSIGN_OR_RETURN(std::vector<std::string> files, shard_files(dir));
   TensorMap tensors;
-  for (const std::string& path : files) {
-    TS_ASSIGN_OR_RETURN(std::shared_ptr<const FileBytes> fb, FileBytes::open(path, options.use_mmap));
+  for (std::shared_ptr<const FileBytes>& fb : shards) {
+    const std::string path = fb->path();
     TS_ASSIGN_OR_RETURN(SafetensorsFile st, parse_safetensors(*fb));
     for (const auto& [name, t] : st.tensors) {
       const std::string canonical = canonical_name(name);
@@ -186,6 +193,18 @@ Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const L
   c.tied_embeddings = tie || tensors.count("output.weight") == 0;
   TS_TRY(assemble_model(*model, tensors, dir));
   return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const LoadOptions& options) {
+  const std::string config_path = dir + "/config.json";
+  TS_ASSIGN_OR_RETURN(std::string config_text, read_text(config_path));
+  TS_ASSIGN_OR_RETURN(std::vector<std::string> files, shard_files(dir));
+  std::vector<std::shared_ptr<const FileBytes>> shards;
+  for (const std::string& path : files) {
+    TS_ASSIGN_OR_RETURN(std::shared_ptr<const FileBytes> fb, FileBytes::open(path, options.use_mmap));
+    shards.push_back(std::move(fb));
+  }
+  return load_hf_from(dir, config_text, std::move(shards));
 }
 
 }  // namespace tessera::worker::loaders

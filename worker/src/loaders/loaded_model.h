@@ -77,5 +77,9 @@ bool add_overflows(uint64_t a, uint64_t b, uint64_t* out);
 Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> file);
 Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file);
 Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const LoadOptions& options);
+// The Hugging Face loader after file I/O: config.json's text and the safetensors shards
+// (tests and fuzz targets call it with in-memory bytes). `dir` labels errors.
+Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
+                                            std::vector<std::shared_ptr<const FileBytes>> shards);
 
 }  // namespace tessera::worker::loaders

@@ -1,0 +1,34 @@
+// Shared by the fuzz targets: reads every byte of every tensor of a loaded Model, so that
+// AddressSanitizer (under libFuzzer) catches a tensor whose claimed bytes lie outside the
+// buffer the loader validated.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/worker/model.h"
+
+namespace tessera::fuzz {
+
+inline uint64_t touch(const worker::Tensor& t) {
+  if (t.empty()) return 0;
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  const size_t n = static_cast<size_t>(t.rows) * dtype_row_bytes(t.dtype, t.cols);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+inline uint64_t touch_model(const worker::Model& m) {
+  uint64_t sum = touch(m.tok_embeddings) + touch(m.final_norm) + touch(m.output) +
+                 static_cast<uint64_t>(m.parameter_count());
+  for (const worker::LayerWeights& w : m.layers) {
+    for (const worker::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm,
+                                    &w.w_gate, &w.w_up, &w.w_down}) {
+      sum += touch(*t);
+    }
+  }
+  for (const auto& s : m.vocab.tokens) sum += s.size();
+  return sum;
+}
+
+}  // namespace tessera::fuzz
