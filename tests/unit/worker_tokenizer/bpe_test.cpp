@@ -2,7 +2,9 @@
 // vocabulary as a GGUF "gpt2" VocabSpec, small hand-made tokenizer.json files, and errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "tessera/testing/paths.h"
@@ -172,6 +174,37 @@ TEST(TinyBpe, MergesStringAndArrayFormsAgree) {
   // lstrip: the spaces before <tag> belong to the token.
   EXPECT_EQ(a->encode("ab  <tag>ab", false), (std::vector<int32_t>{256, 259, 256}));
   std::filesystem::remove_all(dir);
+}
+
+TEST(TinyBpe, ByteLevelAddPrefixSpace) {
+  const std::string dir = testing::make_temp_dir("tok-prefix");
+  json j = tiny_tokenizer();
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  auto tok = testutil::must_load(write_json(dir, "tokenizer.json", j));
+  ASSERT_NE(tok, nullptr);
+  // "ab" becomes " ab" (258); a text already starting with a space gets none added.
+  EXPECT_EQ(tok->encode("ab", false), (std::vector<int32_t>{258}));
+  EXPECT_EQ(tok->encode(" ab", false), (std::vector<int32_t>{258}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Smollm2, ConcurrentEncodeGivesSameIds) {
+  const auto tok = testutil::must_load(shared_path("tokenizers/smollm2/tokenizer.json"));
+  ASSERT_NE(tok, nullptr);
+  const auto cases = smollm2_cases();
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int round = 0; round < 50; ++round) {
+        for (const Case& c : cases) {
+          if (tok->encode(c.text, false) != c.ids) mismatches.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(TinyBpe, ErrorsNameTheProblem) {

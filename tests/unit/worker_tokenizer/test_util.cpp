@@ -5,15 +5,12 @@
 #include <cstring>
 #include <fstream>
 #include <algorithm>
-#include <map>
 
 namespace tessera::worker::testutil {
 
 int32_t Llama2cVocab::id(const std::string& piece) const {
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i] == piece) return static_cast<int32_t>(i);
-  }
-  return -1;
+  auto it = lookup.find(piece);
+  return it == lookup.end() ? -1 : it->second;
 }
 
 Llama2cVocab read_llama2c_vocab(const std::string& path) {
@@ -30,16 +27,12 @@ Llama2cVocab read_llama2c_vocab(const std::string& path) {
     v.scores.push_back(score);
     off += static_cast<size_t>(len);
   }
+  for (size_t i = 0; i < v.pieces.size(); ++i) v.lookup.emplace(v.pieces[i], static_cast<int32_t>(i));
   return v;
 }
 
 std::vector<int32_t> reference_encode(const Llama2cVocab& v, const std::string& text, bool bos) {
-  std::map<std::string, int32_t> lookup;  // like run.c's sorted vocab + bsearch
-  for (size_t i = 0; i < v.pieces.size(); ++i) lookup.emplace(v.pieces[i], static_cast<int32_t>(i));
-  auto find = [&](const std::string& s) {
-    auto it = lookup.find(s);
-    return it == lookup.end() ? -1 : it->second;
-  };
+  auto find = [&](const std::string& s) { return v.id(s); };
   std::vector<int32_t> tokens;
   if (bos) tokens.push_back(1);
   if (!text.empty()) tokens.push_back(find(" "));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +16,8 @@ namespace tessera::worker::testutil {
 struct Llama2cVocab {
   std::vector<std::string> pieces;
   std::vector<float> scores;
-  int32_t id(const std::string& piece) const;  // -1 if absent; aborts the test if ambiguous is not needed
+  std::map<std::string, int32_t> lookup;  // piece -> first id, like run.c's sorted vocab + bsearch
+  int32_t id(const std::string& piece) const;  // -1 if absent
 };
 
 Llama2cVocab read_llama2c_vocab(const std::string& path);
