@@ -1,0 +1,223 @@
+#include "worker_service.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "tessera/common/log.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
+
+namespace tessera::worker_app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The compute thread: takes one plan at a time, runs Engine::execute, sends the encoded
+// step_result over its end of the inproc PAIR.
+class Compute {
+ public:
+  Compute(zmq::context_t& ctx, worker::Engine& engine) : engine_(engine), out_(ctx, zmq::socket_type::pair) {
+    out_.connect("inproc://worker-results");
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Compute() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // False when a plan is already in flight (the scheduler broke the one-plan rule).
+  bool submit(StepPlan plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_) return false;
+    busy_ = true;
+    plan_ = std::move(plan);
+    cv_.notify_all();
+    return true;
+  }
+  bool busy() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return busy_;
+  }
+  void done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      StepPlan plan;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || plan_.has_value(); });
+        if (stop_) return;
+        plan = std::move(*plan_);
+        plan_.reset();
+      }
+      const auto t0 = Clock::now();
+      auto r = engine_.execute(plan);
+      StepResult result;
+      if (r.ok()) {
+        result = std::move(*r);
+      } else {
+        result.step_id = plan.step_id;
+        result.error_code = static_cast<int32_t>(r.error().code);
+        result.error_message = r.error().message;
+        TS_LOG(kWarn) << "step=" << plan.step_id << " | plan rejected: " << r.error().to_string();
+      }
+      result.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      std::string body = protocol::encode(protocol::StepResultMsg{.id = plan.step_id, .result = std::move(result)});
+      (void)zmqu::send(out_, {std::move(body)});
+    }
+  }
+
+  worker::Engine& engine_;
+  zmq::socket_t out_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<StepPlan> plan_;  // GUARDED_BY(mu_)
+  bool busy_ = false;             // GUARDED_BY(mu_): a plan is queued or executing
+  bool stop_ = false;             // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+StepResult error_result(uint64_t step_id, const Error& e) {
+  StepResult r;
+  r.step_id = step_id;
+  r.error_code = static_cast<int32_t>(e.code);
+  r.error_message = e.message;
+  return r;
+}
+
+}  // namespace
+
+Status run_service(const ServiceConfig& config, const worker::Model& model, worker::Engine& engine,
+                   const std::atomic<bool>& stop_requested) {
+  zmq::context_t ctx(1);
+  zmq::socket_t results(ctx, zmq::socket_type::pair);
+  zmq::socket_t sched(ctx, zmq::socket_type::dealer);
+  try {
+    results.bind("inproc://worker-results");
+    sched.set(zmq::sockopt::linger, 0);
+    sched.set(zmq::sockopt::routing_id, config.name);
+    sched.connect(config.scheduler_endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "cannot connect to scheduler '" + config.scheduler_endpoint + "': " + e.what());
+  }
+  Compute compute(ctx, engine);
+
+  const auto& mc = model.config();
+  protocol::RegisterWorker reg{.id = 1,
+                               .worker_name = config.name,
+                               .capabilities = {"cpu", "logprobs"},
+                               .model_fingerprint = model.fingerprint,
+                               .num_pages = engine.pool().num_pages(),
+                               .page_size = engine.pool().page_size(),
+                               .max_batch_tokens = config.max_batch_tokens,
+                               .max_seq_len = mc.max_seq_len,
+                               .vocab_size = mc.vocab_size,
+                               .eos_id = config.eos_id};
+  auto send = [&](const protocol::Message& m) { (void)zmqu::send(sched, {protocol::encode(m)}, /*dontwait=*/true); };
+
+  bool registered = false;
+  bool exiting = false;  // drain/shutdown/signal: leave once no plan is in flight
+  int heartbeat_ms = config.heartbeat_ms;
+  uint64_t beat_seq = 0;
+  auto last_heard = Clock::now();
+  auto next_register = Clock::now();
+  auto next_beat = Clock::now();
+
+  while (true) {
+    if (stop_requested.load() && !exiting) {
+      TS_LOG(kInfo) << "signal: finishing the current step, then exiting";
+      exiting = true;
+    }
+    if (exiting && !compute.busy()) break;
+    const auto now = Clock::now();
+    if (!registered && now >= next_register) {
+      send(reg);
+      next_register = now + milliseconds(1000);
+    }
+    if (registered && now >= next_beat) {
+      send(protocol::Heartbeat{.id = ++beat_seq, .role = "worker", .name = config.name, .unix_ms = unix_ms()});
+      next_beat = now + milliseconds(heartbeat_ms);
+    }
+    if (registered && now - last_heard > milliseconds(config.dead_after_ms)) {
+      TS_LOG(kWarn) << "scheduler silent for " << config.dead_after_ms << " ms: registering again";
+      registered = false;
+      next_register = now;
+      continue;
+    }
+
+    zmq::pollitem_t items[] = {{sched.handle(), 0, ZMQ_POLLIN, 0}, {results.handle(), 0, ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, milliseconds(std::min(heartbeat_ms, 100)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      return make_error(ErrorCode::kInternal, std::string("zmq poll: ") + e.what());
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      auto frames = zmqu::recv(results, true);
+      compute.done();
+      if (frames.ok() && !frames->empty()) (void)zmqu::send(sched, {frames->back()}, true);
+    }
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    for (int n = 0; n < 64; ++n) {
+      auto frames = zmqu::recv(sched, true);
+      if (!frames.ok() || frames->empty()) break;
+      last_heard = Clock::now();
+      const std::string& body = frames->back();
+      auto msg = protocol::decode(body);
+      if (!msg.ok()) {
+        // A plan that fails validation still needs an answer, or the scheduler's batcher waits.
+        const uint64_t id = protocol::peek_id(body);
+        TS_LOG(kWarn) << "undecodable message from scheduler (id " << id << "): " << msg.error().to_string();
+        if (registered && id != 0 && !compute.busy())
+          send(protocol::StepResultMsg{.id = id, .result = error_result(id, msg.error())});
+        continue;
+      }
+      if (auto* ack = std::get_if<protocol::RegisterAck>(&*msg)) {
+        if (!ack->accepted)
+          return make_error(ErrorCode::kPermissionDenied, "scheduler rejected registration: " + ack->reason);
+        if (!registered) {
+          TS_LOG(kInfo) << "registered with " << config.scheduler_endpoint << " as '" << config.name << "'";
+        }
+        registered = true;
+        heartbeat_ms = std::max(1, ack->heartbeat_ms);
+        next_beat = Clock::now();
+      } else if (auto* plan = std::get_if<protocol::StepPlanMsg>(&*msg)) {
+        if (!registered) continue;
+        const uint64_t step = plan->plan.step_id;
+        if (!compute.submit(std::move(plan->plan))) {
+          send(protocol::StepResultMsg{
+              .id = step, .result = error_result(step, make_error(ErrorCode::kInvalidArgument,
+                                                                  "a step plan is already executing on this worker"))});
+        }
+      } else if (std::holds_alternative<protocol::Heartbeat>(*msg)) {
+        // liveness only (last_heard updated above)
+      } else if (std::holds_alternative<protocol::Drain>(*msg) || std::holds_alternative<protocol::Shutdown>(*msg)) {
+        TS_LOG(kInfo) << protocol::message_type(*msg) << " requested by the scheduler";
+        exiting = true;
+      } else {
+        TS_LOG(kWarn) << "ignoring '" << protocol::message_type(*msg) << "' from the scheduler";
+      }
+    }
+  }
+  // Say goodbye so the scheduler fails our requests at once instead of waiting for the timeout.
+  send(protocol::Shutdown{.id = beat_seq + 1});
+  return ok_status();
+}
+
+}  // namespace tessera::worker_app

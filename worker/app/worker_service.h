@@ -1,0 +1,43 @@
+// The tessera-worker process loop: one Engine, one DEALER to the scheduler's worker ROUTER.
+//
+// Protocol (docs/protocol.md, "Scheduler <-> worker"): the worker sends `register` (resent every
+// second until a `register_ack`), then executes every `step_plan` exactly as told and answers a
+// `step_result` with the same id. A plan that cannot be decoded or fails validation in the engine
+// is answered with a step_result whose error_code is set (the scheduler fails that step's
+// sequences); the worker keeps serving. Heartbeats go out every heartbeat_ms (from the ack);
+// a scheduler silent for dead_after_ms is presumed restarted: the worker drops its request state
+// and registers again. `drain` finishes the current step and exits; `shutdown` and
+// request_stop() (SIGTERM/SIGINT) do the same.
+//
+// Threads: the service thread (run()) owns the ZeroMQ sockets; one compute thread runs
+// Engine::execute so that heartbeats keep flowing during a long prefill. Plans go to the compute
+// thread through a mutex-guarded slot; results come back over an inproc PAIR socket. At most one
+// plan is in flight (the scheduler sends the next plan only after the previous result).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/common/result.h"
+#include "tessera/worker/engine.h"
+#include "tessera/worker/model.h"
+
+namespace tessera::worker_app {
+
+struct ServiceConfig {
+  std::string scheduler_endpoint = "tcp://127.0.0.1:8101";
+  std::string name;               // unique per scheduler
+  int32_t max_batch_tokens = 2048;
+  int32_t eos_id = -1;            // sent in register; -1 = none
+  int heartbeat_ms = 500;         // until the ack says otherwise
+  int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
+};
+
+// Runs until drain/shutdown/request_stop(). Borrowed model and engine must outlive the call.
+// Returns an error only for setup failures (bad endpoint) or a rejected registration.
+Status run_service(const ServiceConfig& config, const worker::Model& model, worker::Engine& engine,
+                   const std::atomic<bool>& stop_requested);
+
+}  // namespace tessera::worker_app
