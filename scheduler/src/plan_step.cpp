@@ -19,6 +19,28 @@ struct Batcher::Planner {
 };
 
 namespace {
+// How much of a matched prefix an admitted sequence reuses.
+struct PrefixUse {
+  int32_t use = 0;    // positions whose K/V is reused
+  int32_t keep = 0;   // matched pages shared as they are (use / page_size)
+  int32_t start = 0;  // first position to compute
+  bool cow = false;   // the page holding position `use` is shared: copy it before writing into it
+  bool fill = false;  // the preference [0, P) is filled from its blob in this step
+};
+
+// Rules: at least the last token is computed (its logits are needed); a preference is reused
+// whole or filled whole (a KvFill writes the blob from position 0).
+PrefixUse decide_prefix_use(int32_t matched, int32_t len, int32_t prefix_len, int32_t page_size) {
+  PrefixUse u;
+  u.use = std::min(matched, len - 1);
+  if (prefix_len > 0 && u.use < prefix_len) u.use = 0;
+  u.keep = u.use / page_size;
+  u.cow = u.use % page_size != 0;
+  u.fill = prefix_len > 0 && u.use == 0;
+  u.start = u.fill ? prefix_len : u.use;
+  return u;
+}
+
 void schedule(Sequence& s, std::vector<Sequence*>& scheduled, int32_t start, int32_t count) {
   s.in_plan = true;
   s.reserved_decode = false;
@@ -93,23 +115,20 @@ void Batcher::admit_waiting(Planner& p) {
 
 bool Batcher::admit_one(Planner& p, Sequence& s) {
   const int32_t ps = config_.page_size;
-  // Match the prefix. At least the last token is computed (its logits are needed).
-  MatchResult m = index_->match(s.req.ns, s.tokens);
-  int32_t use = std::min(m.matched_tokens, s.len() - 1);
-  if (s.prefix_len > 0 && use < s.prefix_len) use = 0;  // a preference is filled whole, or reused whole
-  const int32_t keep = use / ps;
-  const bool cow = use % ps != 0;  // the page holding position `use` is shared: copy it before writing
-  const bool fill = s.prefix_len > 0 && use == 0;
-  if (use > 0) TS_CHECK(index_->lock(m.handle).ok());
-  s.lock = use > 0 ? m.handle : RadixHandle{};
-  for (int32_t i = 0; i < keep; ++i) {
+  // Match the prefix, lock and share what is reused.
+  const MatchResult m = index_->match(s.req.ns, s.tokens);
+  const PrefixUse u = decide_prefix_use(m.matched_tokens, s.len(), s.prefix_len, ps);
+  if (u.use > 0) TS_CHECK(index_->lock(m.handle).ok());
+  s.lock = u.use > 0 ? m.handle : RadixHandle{};
+  for (int32_t i = 0; i < u.keep; ++i) {
     pages_->retain(m.pages[static_cast<size_t>(i)]);
     s.block_table.push_back(m.pages[static_cast<size_t>(i)]);
   }
-  s.indexed_pages = keep;
-  s.num_computed = use;  // 0 with a fill: the fill computes [0, P) in this step
-  const int32_t start = fill ? s.prefix_len : use;
-  // Allocate pages for the first chunk (evicting or preempting strictly worse sequences).
+  s.indexed_pages = u.keep;
+  s.num_computed = u.use;  // 0 with a fill: the fill computes [0, P) in this step
+  const int32_t start = u.start;
+  // Allocate pages for the first chunk (evicting or preempting strictly worse sequences), keeping
+  // the admission headroom.
   q_->waiting.erase(&s);
   const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
   const bool outranks = !q_->running.empty() && s.priority() > q_->running.back()->priority();
@@ -123,11 +142,12 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
     q_->waiting.insert(&s);
     return false;
   }
-  if (cow) {
-    p.copies.push_back(PageCopy{m.pages[static_cast<size_t>(keep)], s.block_table[static_cast<size_t>(keep)]});
+  // Copy-on-write and preference fill directives.
+  if (u.cow) {
+    p.copies.push_back(PageCopy{m.pages[static_cast<size_t>(u.keep)], s.block_table[static_cast<size_t>(u.keep)]});
     ++stats_.page_copies;
   }
-  if (fill) {
+  if (u.fill) {
     const auto fill_pages = static_cast<size_t>(pages_for(s.prefix_len, ps));
     p.fills.push_back(KvFill{s.req.id, s.req.preference->blob_key,
                              std::vector<int32_t>(s.block_table.begin(), s.block_table.begin() + static_cast<ptrdiff_t>(fill_pages)),
@@ -135,10 +155,11 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   }
   if (!s.admitted_once) {
     s.admitted_once = true;
-    s.cached_prompt_tokens = std::max(0, use - s.prefix_len);
+    s.cached_prompt_tokens = std::max(0, u.use - s.prefix_len);
     stats_.prompt_tokens += static_cast<int64_t>(s.req.prompt.size());
     stats_.cached_prompt_tokens += s.cached_prompt_tokens;
   }
+  // Move to the running queue and schedule the first chunk.
   ++stats_.admitted;
   s.running = true;
   s.admitted_this_step = true;
@@ -146,8 +167,8 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   r.insert(std::upper_bound(r.begin(), r.end(), &s, runs_before), &s);
   p.budget -= n;
   schedule(s, p.scheduled, start, n);
-  TS_LOG(kDebug) << "req=" << s.req.id << " | admitted: cached " << use << " of " << s.len() << " positions"
-                 << (cow ? ", copy-on-write" : "") << (fill ? ", preference fill" : "");
+  TS_LOG(kDebug) << "req=" << s.req.id << " | admitted: cached " << u.use << " of " << s.len() << " positions"
+                 << (u.cow ? ", copy-on-write" : "") << (u.fill ? ", preference fill" : "");
   return true;
 }
 

@@ -108,7 +108,8 @@ class Batcher {
   Batcher& operator=(const Batcher&) = delete;
 
   // Queues a request. Errors: kInvalidArgument (empty prompt, negative token id, max_tokens < 1,
-  // duplicate live id, preference without user/hash in the namespace or with num_tokens < 1);
+  // an id that is live or whose release has not been sent yet, preference without user/hash in
+  // the namespace or with num_tokens < 1);
   // kTooLarge (prompt does not leave room for one generated token in max_context, or the longest
   // possible sequence needs more pages than the pool has); kOverloaded (waiting queue full).
   Status submit(Request request);
