@@ -19,7 +19,8 @@ struct GemmJob {
 };
 
 // Q8_0-weight GEMM job; activations pre-quantized by IsaKernels::quantize_q8 into
-// xq [n, cols] bytes (row t at xq + t * cols) and xd [n, cols / 32] scales.
+// xq [n, cols] bytes (row t at xq + t * cols) and xd [n, cols / 32 * q8_scale_repeat] scales
+// (each block's scale repeated q8_scale_repeat times, so SIMD paths load them as vectors).
 struct GemmQ8Job {
   const uint8_t* w = nullptr;  // Q8_0 blocks: {fp16 d, int8 q[32]} = 34 bytes
   size_t w_row_bytes = 0;
@@ -38,8 +39,11 @@ struct IsaKernels {
   GemmFn gemm_f16;
   GemmFn gemm_bf16;
   GemmQ8Fn gemm_q8_0;
-  // The activation bytes a Q8 path expects: signed int8, or int8 + 128 as uint8 (VNNI u8 x s8).
-  bool q8_offset_u8;
+  // Quantizes one activation row (cols % 32 == 0) into q [cols] and d [cols / 32 * q8_scale_repeat].
+  // q is signed int8, or int8 + 128 stored as uint8 on paths whose int8 dot is u8 x s8 (VNNI).
+  // Every path rounds identically (x * (1 / d), ties to even), so they feed the same integers.
+  void (*quantize_q8)(const float* x, int64_t cols, int8_t* q, float* d);
+  int q8_scale_repeat;
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   void (*scale)(float a, float* y, int64_t n);                 // y *= a
@@ -49,8 +53,8 @@ const IsaKernels& scalar_kernels();
 const IsaKernels& avx2_kernels();
 const IsaKernels& avx512_kernels();
 
-// Shared by all paths: q[c] = round_half_even(x[c] / d_b), d_b = max|x in block b| / 127.
-// When offset_u8, q is stored as (uint8)(q + 128).
-void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, bool offset_u8);
+// The scalar quantizer: q[c] = round_half_even(x[c] * (1 / d_b)), d_b = max|x in block b| / 127,
+// one scale per block, signed q.
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d);
 
 }  // namespace tessera::kernels::cpu

@@ -87,13 +87,13 @@ void matmul(const MatmulArgs& a, ThreadPool* pool, Isa isa) {
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xd;
   xq.resize(static_cast<size_t>(a.n * a.cols));
-  xd.resize(static_cast<size_t>(a.n * (a.cols / 32)));
+  const int64_t scales_per_row = a.cols / 32 * k.q8_scale_repeat;
+  xd.resize(static_cast<size_t>(a.n * scales_per_row));
   // Plain pointers: inside the tasks, `xq`/`xd` would name the worker thread's own instances.
   int8_t* q_base = xq.data();
   float* d_base = xd.data();
   auto quantize = [&](int64_t t) {
-    cpu::quantize_activations_q8(a.x + t * a.x_stride, a.cols, q_base + t * a.cols, d_base + t * (a.cols / 32),
-                                 k.q8_offset_u8);
+    k.quantize_q8(a.x + t * a.x_stride, a.cols, q_base + t * a.cols, d_base + t * scales_per_row);
   };
   if (pool != nullptr && a.n >= 16) {
     pool->parallel_for(a.n, quantize);

@@ -71,7 +71,7 @@ void scale(float a, float* y, int64_t n) {
 
 }  // namespace
 
-void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, bool offset_u8) {
+void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d) {
   for (int64_t b = 0; b < cols / 32; ++b) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
@@ -80,7 +80,7 @@ void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d, 
     d[b] = db;
     for (int i = 0; i < 32; ++i) {
       const int v = static_cast<int>(std::nearbyint(x[b * 32 + i] * id));
-      q[b * 32 + i] = offset_u8 ? static_cast<int8_t>(static_cast<uint8_t>(v + 128)) : static_cast<int8_t>(v);
+      q[b * 32 + i] = static_cast<int8_t>(v);
     }
   }
 }
@@ -91,7 +91,8 @@ const IsaKernels& scalar_kernels() {
       .gemm_f16 = gemm_float<load_f16>,
       .gemm_bf16 = gemm_float<load_bf16>,
       .gemm_q8_0 = gemm_q8_0,
-      .q8_offset_u8 = false,
+      .quantize_q8 = quantize_activations_q8,
+      .q8_scale_repeat = 1,
       .dot = dot,
       .axpy = axpy,
       .scale = scale,
