@@ -82,6 +82,7 @@ class Harness {
     EXPECT_TRUE(p.ok()) << p.error().to_string();
     expect_invariants();
     expect_writes_private(*p);
+    history.push_back(*p);
     return std::move(p).value();
   }
 
@@ -126,6 +127,14 @@ class Harness {
     }
     return nullptr;
   }
+  // The request's share of every plan so far, in order.
+  std::vector<SeqPlan> plans_of(uint64_t id) const {
+    std::vector<SeqPlan> out;
+    for (const auto& p : history) {
+      if (const SeqPlan* s = find(p, id)) out.push_back(*s);
+    }
+    return out;
+  }
   static const SeqPlan* find(const StepPlan& p, uint64_t id) {
     for (const auto& s : p.seqs) {
       if (s.request_id == id) return &s;
@@ -138,6 +147,7 @@ class Harness {
   std::vector<TokenEvent> tokens;
   std::vector<TokenEvent> last_tokens;
   std::vector<FinishEvent> finished;
+  std::vector<StepPlan> history;  // every plan, in order
 };
 
 }  // namespace tessera::testing

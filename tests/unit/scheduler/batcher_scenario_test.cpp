@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "batcher_harness.h"
 
@@ -300,6 +301,24 @@ TEST(BatcherPreemption, PreemptionAndResumeYieldTheSamePlan) {
       .And("from then on B's plans and outputs equal the twin's, which was never preempted", [&] {
         h.run_until_idle(40);
         twin.run_until_idle(40);
+        const SeqPlan* r = Harness::find(resumed, 2);
+        ASSERT_NE(r, nullptr);
+        const int32_t resumed_end = r->start_pos + static_cast<int32_t>(r->tokens.size());
+        std::map<int32_t, SeqPlan> twin_plans;
+        for (const SeqPlan& s : twin.plans_of(2)) twin_plans[s.start_pos] = s;
+        int compared = 0;
+        for (const SeqPlan& s : h.plans_of(2)) {
+          if (s.start_pos < resumed_end) continue;
+          ASSERT_EQ(twin_plans.count(s.start_pos), 1u) << "position " << s.start_pos;
+          const SeqPlan& t = twin_plans[s.start_pos];
+          EXPECT_EQ(s.tokens, t.tokens);
+          EXPECT_EQ(s.sample, t.sample);
+          EXPECT_EQ(s.block_table.size(), t.block_table.size());
+          EXPECT_EQ(std::vector<int32_t>(s.block_table.begin(), s.block_table.begin() + 3),
+                    std::vector<int32_t>(t.block_table.begin(), t.block_table.begin() + 3));  // the shared prompt pages
+          ++compared;
+        }
+        EXPECT_GT(compared, 0);
         EXPECT_EQ(h.output_of(2), twin.output_of(2));
         EXPECT_EQ(h.output_of(1), twin.output_of(1));
         ASSERT_NE(h.finish_of(2), nullptr);
