@@ -132,6 +132,20 @@ Result<FinishEvent> Batcher::cancel(uint64_t request_id) {
   return finish(*it->second, FinishReason::kCancelled, -1, "cancelled");
 }
 
+std::vector<FinishEvent> Batcher::fail_all(const std::string& message) {
+  std::vector<uint64_t> ids;
+  ids.reserve(q_->live.size());
+  for (const auto& [id, s] : q_->live) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  std::vector<FinishEvent> out;
+  out.reserve(ids.size());
+  for (uint64_t id : ids) out.push_back(finish(*q_->live.at(id), FinishReason::kError, -1, message));
+  q_->inflight.clear();
+  outstanding_ = false;
+  pending_released_.clear();  // nobody to tell
+  return out;
+}
+
 // ---- shared helpers ----
 
 void Batcher::cache_prefix(Sequence& s) {

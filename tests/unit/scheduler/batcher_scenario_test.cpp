@@ -540,6 +540,34 @@ TEST_F(BatcherScenario, AFailedStepFinishesItsSequencesWithAnError) {
   EXPECT_EQ(h.step().released.size(), 2u);
 }
 
+TEST_F(BatcherScenario, FailAllEndsEveryRequestWhenTheWorkerDies) {
+  Scenario("worker death")
+      .Given("two running requests, one waiting, and a plan in flight", [&] {
+        h.submit(make_request(1, iota_tokens(10, 6), 20));
+        h.submit(make_request(2, iota_tokens(30, 6), 20));
+        h.step();
+        h.submit(make_request(3, iota_tokens(50, 6), 20));
+        h.plan();
+      })
+      .When("the worker is declared dead", [&] {
+        const auto events = h.batcher->fail_all("worker w0 stopped heartbeating");
+        ASSERT_EQ(events.size(), 3u);
+        for (const auto& e : events) {
+          EXPECT_EQ(e.reason, FinishReason::kError);
+          EXPECT_EQ(e.message, "worker w0 stopped heartbeating");
+        }
+      })
+      .Then("nothing is live, held or outstanding, and the batcher can serve again", [&] {
+        EXPECT_FALSE(h.batcher->has_work());
+        EXPECT_FALSE(h.batcher->plan_outstanding());
+        EXPECT_EQ(h.batcher->pages().num_held(), 0);
+        h.submit(make_request(4, iota_tokens(10, 6), 2));
+        h.run_until_idle(5);
+        ASSERT_NE(h.finish_of(4), nullptr);
+        EXPECT_EQ(h.finish_of(4)->reason, FinishReason::kLength);
+      });
+}
+
 TEST_F(BatcherScenario, AResultThatDoesNotMatchThePlanIsRejected) {
   h.submit(make_request(1, iota_tokens(10, 6), 5));
   StepPlan p = h.plan();

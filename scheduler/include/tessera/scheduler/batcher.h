@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tessera/common/result.h"
@@ -117,6 +118,11 @@ class Batcher {
   // Cancels a live request: releases its pages and locks at once (a result for it still in
   // flight is ignored) and reports its id to the worker in the next plan. kNotFound otherwise.
   Result<FinishEvent> cancel(uint64_t request_id);
+
+  // Ends every live request with FinishReason::kError and `message` (the worker died or was
+  // removed): releases all pages and locks, forgets the outstanding plan and pending releases.
+  // Cached pages stay in the index. Returns the finish events, in request id order.
+  std::vector<FinishEvent> fail_all(const std::string& message);
 
   // Plans the next step. kInvalidArgument when the previous plan has not been applied yet.
   Result<StepPlan> step();
