@@ -15,6 +15,11 @@
 // namespace hash, or, for a preference-injected request, the hash of (model, tenant, user), so a
 // user's requests meet their preference K/V on the same worker.
 //
+// Use, with one Batcher per worker:
+//   std::vector<WorkerSnapshot> snap;
+//   for (auto& [name, b] : batchers) snap.push_back({name, b->load(), b->cached_prefix_tokens(req)});
+//   auto decision = router.route(router.routing_key(req), snap);
+//
 // Thread-safety: none; a const Router may be read concurrently.
 #pragma once
 
