@@ -1,0 +1,54 @@
+// tessera-frontend: see frontend/include/tessera/frontend/frontend.h and docs/api.md.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "tessera/common/config.h"
+#include "tessera/common/log.h"
+#include "tessera/frontend/frontend.h"
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  log::set_component("frontend");
+  config::Options options("tessera-frontend", "frontend");
+  frontend::declare_options(options);
+  Status parsed = options.parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tessera-frontend: %s\n", parsed.error().message.c_str());
+    return 2;
+  }
+  if (options.help_requested()) {
+    std::printf("%s", options.help().c_str());
+    return 0;
+  }
+  log::set_level(options.get("log-level"));
+
+  // Block SIGINT/SIGTERM in every thread; one thread waits for them and stops the server.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto fe = frontend::Frontend::create(frontend::config_from_options(options));
+  if (!fe.ok()) {
+    std::fprintf(stderr, "tessera-frontend: %s\n", fe.error().to_string().c_str());
+    return 1;
+  }
+  // One machine-readable line for supervisors and tests (ports may have been chosen by the OS).
+  std::printf("LISTENING http=%d zmq=%s\n", (*fe)->http_port(), (*fe)->zmq_endpoint().c_str());
+  std::fflush(stdout);
+  TS_LOG(kInfo) << "serving http on port " << (*fe)->http_port() << ", zmq client api on " << (*fe)->zmq_endpoint();
+
+  frontend::Frontend* raw = fe->get();
+  std::thread waiter([raw, signals] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    TS_LOG(kInfo) << "signal " << sig << ": shutting down";
+    raw->stop();
+  });
+  waiter.detach();
+  (*fe)->run();
+  return 0;
+}

@@ -1,0 +1,70 @@
+// tessera-frontend: the OpenAI-compatible HTTP server (Boost.Beast on Boost.Asio, a few
+// threads, C++20 coroutines) and the ZeroMQ client API, both in front of the schedulers.
+//
+// A request is validated (openai.h / protocol::validate), checked against the limits below,
+// rendered with the chat template (chat_template.h), tokenized, given an id and a routing key,
+// and handed to the Hub (hub.h), which sends it to a scheduler and routes its token events
+// back. Text goes out through Generation (UTF-8-safe detokenization + stop strings).
+//
+// Status codes: 400 bad input, 404 unknown model or route, 413 body or prompt too long,
+// 429 concurrency or queue limit, 503 no ready scheduler (never waits for one), 504 request
+// timeout. A client that disconnects has its request cancelled at the scheduler.
+//
+// Ownership/threads: Frontend owns the io_context, its threads, the tokenizer and the Hub.
+// run() blocks until stop() (thread-safe, also from a signal-handling thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/common/config.h"
+#include "tessera/common/result.h"
+
+namespace tessera::frontend {
+
+struct FrontendConfig {
+  std::string host = "127.0.0.1";
+  int http_port = 8000;                  // 0 = pick a free port
+  std::string zmq_endpoint = "tcp://127.0.0.1:8001";  // client API ROUTER; "" = off; port * = free
+  std::vector<std::string> schedulers = {"tcp://127.0.0.1:8100"};
+  std::string model;                     // model file (tokenizer/template/name source)
+  std::string tokenizer;                 // tokenizer file; "" = from the model
+  std::string model_name;                // served id; "" = model file name without extension
+  std::string chat_template = "auto";    // auto | chatml | llama2 | llama3
+  std::string chat_template_file;        // Jinja text to recognize (overrides the model's)
+  int http_threads = 2;
+  int64_t max_body_bytes = 1 << 20;
+  int32_t max_prompt_tokens = 4096;
+  int32_t max_concurrent_requests = 256;
+  int32_t max_queued_requests = 1024;
+  int32_t default_max_tokens = 256;
+  int64_t request_timeout_ms = 300000;
+  int heartbeat_ms = 500;
+  int scheduler_dead_ms = 1500;
+};
+
+// Declares every frontend option (flag, config key [frontend], env var, default, check).
+void declare_options(config::Options& options);
+FrontendConfig config_from_options(const config::Options& options);
+
+class Frontend {
+ public:
+  // Loads the tokenizer, binds the HTTP port and the client API, connects to schedulers.
+  static Result<std::unique_ptr<Frontend>> create(const FrontendConfig& config);
+  ~Frontend();
+
+  int http_port() const;                     // as bound
+  std::string zmq_endpoint() const;          // as bound ("" when off)
+  void run();                                // serves until stop()
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit Frontend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::frontend

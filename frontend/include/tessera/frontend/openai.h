@@ -1,0 +1,62 @@
+// The OpenAI-compatible HTTP schema: request JSON -> protocol::GenerateRequest, and the JSON of
+// responses, stream chunks, errors and /v1/models. docs/api.md documents every field.
+//
+// Parsing returns a Result whose Error says what is wrong; `bad_param` receives the JSON field
+// at fault (the "param" of the error body). Wrong types and malformed JSON are
+// kInvalidArgument / kMalformedMessage (HTTP 400); ranges are checked by protocol::validate().
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tessera/common/protocol.h"
+
+namespace tessera::frontend {
+
+struct ParseOptions {
+  int32_t default_max_tokens = 256;  // when the request gives none
+};
+
+struct ParsedRequest {
+  protocol::GenerateRequest request;
+  bool logprobs = false;  // client asked for logprobs (completions: `logprobs: n`; chat: `logprobs: true`)
+};
+
+// POST /v1/completions (kind = kCompletion) or /v1/chat/completions (kind = kChat).
+Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind kind, const ParseOptions& options,
+                                    std::string* bad_param);
+
+// HTTP status of an error code: 1xx input -> 400 (kNotFound 404, kTooLarge 413),
+// kOverloaded/kResourceExhausted 429, kUnavailable/kPeerDead 503, kDeadlineExceeded 504, else 500.
+int http_status(ErrorCode code);
+// {"error": {"message", "type", "param", "code"}}
+std::string error_json(const Error& error, std::string_view param = "");
+
+struct TokenLogprobText {
+  std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+struct ResponseMeta {
+  protocol::RequestKind kind = protocol::RequestKind::kCompletion;
+  std::string id;     // "cmpl-..." / "chatcmpl-..."
+  std::string model;
+  int64_t created = 0;  // unix seconds
+  bool logprobs = false;
+};
+
+// Whole (non-streamed) response.
+std::string response_json(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                          const protocol::FinalEvent& final_event, std::string_view finish_reason);
+// One server-sent event "data: {...}\n\n". finish_reason empty = not the last chunk; the last
+// chunk carries `usage` and `timings` too. first: chat chunks announce the assistant role.
+std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event);
+std::string models_json(const std::string& model, int64_t created);
+
+}  // namespace tessera::frontend

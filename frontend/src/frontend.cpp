@@ -1,0 +1,336 @@
+// Frontend construction, options, admission and request preparation.
+#include <boost/asio/ip/address.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "frontend_impl.h"
+#include "tessera/common/log.h"
+#include "tessera/worker/model.h"
+
+namespace tessera::frontend {
+
+namespace fs = std::filesystem;
+
+// ---- Options -------------------------------------------------------------------------------
+
+void declare_options(config::Options& o) {
+  using config::Type;
+  o.add({.name = "host", .type = Type::kString, .default_value = "127.0.0.1", .help = "HTTP listen address", .env = "TESSERA_FRONTEND_HOST"});
+  o.add({.name = "http-port", .type = Type::kInt, .default_value = "8000", .help = "HTTP listen port (0 = any free port)",
+         .env = "TESSERA_HTTP_PORT", .min = 0, .max = 65535});
+  o.add({.name = "zmq-endpoint", .type = Type::kString, .default_value = "tcp://127.0.0.1:8001",
+         .help = "ZeroMQ ROUTER endpoint of the msgpack client API (\"\" = off; port * = any free port)", .env = "TESSERA_ZMQ_ENDPOINT"});
+  o.add({.name = "schedulers", .type = Type::kString, .default_value = "tcp://127.0.0.1:8100",
+         .help = "comma-separated scheduler endpoints (ZeroMQ ROUTER), picked per request by hashing its routing key",
+         .env = "TESSERA_SCHEDULERS"});
+  o.add({.name = "model", .type = Type::kString, .default_value = "",
+         .help = "model file or directory: source of the tokenizer (GGUF), chat template and served name", .env = "TESSERA_MODEL"});
+  o.add({.name = "tokenizer", .type = Type::kString, .default_value = "",
+         .help = "tokenizer file (tokenizer.bin, tokenizer.json, .gguf); \"\" = the model's", .env = "TESSERA_TOKENIZER"});
+  o.add({.name = "model-name", .type = Type::kString, .default_value = "",
+         .help = "model id served in /v1/models and accepted in requests; \"\" = model file name without extension",
+         .env = "TESSERA_MODEL_NAME"});
+  o.add({.name = "chat-template", .type = Type::kString, .default_value = "auto",
+         .help = "chat template: auto (recognize the model's, else built-in ChatML) or a fixed one", .env = "TESSERA_CHAT_TEMPLATE",
+         .choices = {"auto", "chatml", "llama2", "llama3"}});
+  o.add({.name = "chat-template-file", .type = Type::kString, .default_value = "",
+         .help = "file with a Jinja chat template to recognize instead of the model's", .env = "TESSERA_CHAT_TEMPLATE_FILE"});
+  o.add({.name = "http-threads", .type = Type::kInt, .default_value = "2", .help = "threads serving HTTP",
+         .env = "TESSERA_HTTP_THREADS", .min = 1, .max = 64});
+  o.add({.name = "max-body-bytes", .type = Type::kInt, .default_value = "1048576", .help = "largest request body; larger gets 413",
+         .env = "TESSERA_MAX_BODY_BYTES", .min = 1024, .max = 1 << 30});
+  o.add({.name = "max-prompt-tokens", .type = Type::kInt, .default_value = "4096", .help = "longest prompt in tokens; longer gets 413",
+         .env = "TESSERA_MAX_PROMPT_TOKENS", .min = 1, .max = 1 << 24});
+  o.add({.name = "max-concurrent-requests", .type = Type::kInt, .default_value = "256",
+         .help = "requests in flight at this frontend; more get 429", .env = "TESSERA_MAX_CONCURRENT_REQUESTS", .min = 1, .max = 1 << 20});
+  o.add({.name = "max-queued-requests", .type = Type::kInt, .default_value = "1024",
+         .help = "requests waiting at the schedulers (from their heartbeats) above which new ones get 429",
+         .env = "TESSERA_MAX_QUEUED_REQUESTS", .min = 0, .max = 1 << 24});
+  o.add({.name = "default-max-tokens", .type = Type::kInt, .default_value = "256", .help = "max_tokens when a request gives none",
+         .env = "TESSERA_DEFAULT_MAX_TOKENS", .min = 1, .max = 1 << 20});
+  o.add({.name = "request-timeout-ms", .type = Type::kInt, .default_value = "300000",
+         .help = "a request still running after this long is cancelled and answered 504", .env = "TESSERA_REQUEST_TIMEOUT_MS",
+         .min = 100, .max = 86400000});
+  o.add({.name = "heartbeat-ms", .type = Type::kInt, .default_value = "500", .help = "heartbeat interval towards schedulers",
+         .env = "TESSERA_HEARTBEAT_MS", .min = 10, .max = 60000});
+  o.add({.name = "scheduler-dead-ms", .type = Type::kInt, .default_value = "1500",
+         .help = "a scheduler silent this long is dead: its requests fail (kPeerDead, HTTP 503) and /ready turns false",
+         .env = "TESSERA_SCHEDULER_DEAD_MS", .min = 20, .max = 600000});
+  o.add({.name = "log-level", .type = Type::kString, .default_value = "info", .help = "log level", .env = "TESSERA_LOG_LEVEL",
+         .choices = {"debug", "info", "warn", "error", "off"}});
+}
+
+FrontendConfig config_from_options(const config::Options& o) {
+  FrontendConfig c;
+  c.host = o.get("host");
+  c.http_port = static_cast<int>(o.get_int("http-port"));
+  c.zmq_endpoint = o.get("zmq-endpoint");
+  c.schedulers.clear();
+  std::stringstream ss(o.get("schedulers"));
+  for (std::string ep; std::getline(ss, ep, ',');)
+    if (!ep.empty()) c.schedulers.push_back(ep);
+  c.model = o.get("model");
+  c.tokenizer = o.get("tokenizer");
+  c.model_name = o.get("model-name");
+  c.chat_template = o.get("chat-template");
+  c.chat_template_file = o.get("chat-template-file");
+  c.http_threads = static_cast<int>(o.get_int("http-threads"));
+  c.max_body_bytes = o.get_int("max-body-bytes");
+  c.max_prompt_tokens = static_cast<int32_t>(o.get_int("max-prompt-tokens"));
+  c.max_concurrent_requests = static_cast<int32_t>(o.get_int("max-concurrent-requests"));
+  c.max_queued_requests = static_cast<int32_t>(o.get_int("max-queued-requests"));
+  c.default_max_tokens = static_cast<int32_t>(o.get_int("default-max-tokens"));
+  c.request_timeout_ms = o.get_int("request-timeout-ms");
+  c.heartbeat_ms = static_cast<int>(o.get_int("heartbeat-ms"));
+  c.scheduler_dead_ms = static_cast<int>(o.get_int("scheduler-dead-ms"));
+  return c;
+}
+
+// ---- Metrics -------------------------------------------------------------------------------
+
+FrontendMetrics::FrontendMetrics(metrics::Registry& r)
+    : registry(r),
+      inflight(r.gauge("tessera_frontend_inflight_requests", "generation requests in flight at this frontend")),
+      prompt_tokens(r.counter("tessera_frontend_prompt_tokens_total", "prompt tokens of finished requests")),
+      cached_tokens(r.counter("tessera_frontend_cached_prompt_tokens_total",
+                              "prompt tokens of finished requests whose K/V came from the prefix cache")),
+      completion_tokens(r.counter("tessera_frontend_completion_tokens_total", "tokens generated for finished requests")),
+      prefix_hit_rate(r.gauge("tessera_frontend_prefix_cache_hit_rate",
+                              "prefix-cache hit rate = cached prompt tokens / prompt tokens, over finished requests")),
+      disconnects(r.counter("tessera_frontend_client_disconnects_total", "requests cancelled because the client went away")),
+      timeouts(r.counter("tessera_frontend_request_timeouts_total", "requests cancelled after request-timeout-ms")),
+      ttft(r.histogram("tessera_frontend_ttft_seconds", "time to first token: request arrival -> first token event",
+                       metrics::latency_buckets())),
+      e2e(r.histogram("tessera_frontend_request_seconds", "request arrival -> last byte of the response", metrics::latency_buckets())),
+      ready(r.gauge("tessera_frontend_ready", "1 while a scheduler with a live worker answers heartbeats")) {}
+
+void FrontendMetrics::count_response(const std::string& route, int status) {
+  registry.counter("tessera_frontend_http_responses_total", "HTTP responses by route and status",
+                   {{"route", route}, {"status", std::to_string(status)}})
+      .inc();
+}
+
+void FrontendMetrics::finished(const protocol::FinalEvent& f) {
+  prompt_tokens.inc(f.usage.prompt_tokens);
+  cached_tokens.inc(f.usage.cached_tokens);
+  completion_tokens.inc(f.usage.completion_tokens);
+  double p = prompt_tokens.value();
+  prefix_hit_rate.set(p > 0 ? cached_tokens.value() / p : 0.0);
+}
+
+// ---- Preparation ---------------------------------------------------------------------------
+
+Result<std::unique_ptr<InflightSlot>> Frontend::Impl::admit() {
+  if (!hub->ready())
+    return make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later");
+  if (hub->waiting() >= config.max_queued_requests)
+    return make_error(ErrorCode::kOverloaded, "scheduler queues are full (" + std::to_string(hub->waiting()) + " waiting)");
+  int32_t n = inflight.fetch_add(1) + 1;
+  if (n > config.max_concurrent_requests) {
+    inflight.fetch_sub(1);
+    return make_error(ErrorCode::kOverloaded,
+                      "too many concurrent requests (limit " + std::to_string(config.max_concurrent_requests) + ")");
+  }
+  return std::make_unique<InflightSlot>(inflight, metrics->inflight);
+}
+
+std::vector<int32_t> Frontend::Impl::tokenize_chat(const RenderedChat& chat) const {
+  std::vector<int32_t> out;
+  const bool explicit_bos = !chat.segments.empty() && chat.segments.front().special &&
+                            (chat.segments.front().text == "<s>" || chat.segments.front().text == "<|begin_of_text|>");
+  if (tokenizer_adds_bos && !explicit_bos) out.push_back(tokenizer->bos_id());
+  for (const auto& seg : chat.segments) {
+    if (seg.special) {
+      int32_t id = tokenizer->token_id(seg.text);
+      if (id < 0 && seg.text == "<s>") id = tokenizer->bos_id();
+      if (id < 0 && seg.text == "</s>") id = tokenizer->eos_id();
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    std::vector<int32_t> t = tokenizer->encode(seg.text, /*add_special=*/false);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+Status Frontend::Impl::prepare(protocol::GenerateRequest& r) {
+  if (!r.model.empty() && r.model != model_name)
+    return make_error(ErrorCode::kNotFound, "model '" + r.model + "' does not exist (this server serves '" + model_name + "')");
+  const int32_t vocab = tokenizer->vocab_size();
+  if (r.kind == protocol::RequestKind::kChat) {
+    TS_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(chat_template, r.messages));
+    r.prompt_tokens = tokenize_chat(chat);
+    for (const auto& piece : chat.stop_pieces) {
+      int32_t id = tokenizer->token_id(piece);
+      if (id < 0 && piece == "</s>") id = tokenizer->eos_id();
+      if (id >= 0) r.stop_token_ids.push_back(id);
+    }
+  } else if (r.prompt_tokens.empty()) {
+    r.prompt_tokens = tokenizer->encode(r.prompt, /*add_special=*/true);
+  }
+  for (int32_t t : r.prompt_tokens)
+    if (t >= vocab)
+      return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                                                    std::to_string(vocab) + ")");
+  for (int32_t t : r.stop_token_ids)
+    if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "stop token id " + std::to_string(t) + " is outside the vocabulary");
+  if (r.prompt_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
+  if (static_cast<int64_t>(r.prompt_tokens.size()) > config.max_prompt_tokens)
+    return make_error(ErrorCode::kTooLarge, "the prompt is " + std::to_string(r.prompt_tokens.size()) +
+                                                " tokens; the limit is " + std::to_string(config.max_prompt_tokens));
+  if (!r.preference.empty()) {
+    if (r.user.empty()) return make_error(ErrorCode::kInvalidArgument, "preference needs a user");
+    r.preference_tokens = tokenizer->encode(r.preference, /*add_special=*/false);
+  }
+  if (r.routing_key.empty()) {
+    if (!r.user.empty()) {
+      r.routing_key = "user:" + r.user;
+    } else {
+      // Requests sharing a prompt prefix go to the same scheduler (and its prefix cache).
+      const size_t n = std::min<size_t>(r.prompt_tokens.size(), 64);
+      r.routing_key.assign(reinterpret_cast<const char*>(r.prompt_tokens.data()), n * sizeof(int32_t));
+    }
+  }
+  r.id = hub->next_id();
+  return ok_status();
+}
+
+std::string Frontend::Impl::ready_json(bool* ready) const {
+  nlohmann::json s = nlohmann::json::array();
+  for (const auto& st : hub->schedulers())
+    s.push_back({{"endpoint", st.endpoint}, {"alive", st.alive}, {"live_workers", st.live_workers}, {"running", st.running},
+                 {"waiting", st.waiting}});
+  *ready = hub->ready();
+  return nlohmann::json{{"ready", *ready}, {"schedulers", s}}.dump();
+}
+
+// ---- Construction --------------------------------------------------------------------------
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct TokenizerSource {
+  std::unique_ptr<worker::Tokenizer> tokenizer;
+  std::string chat_template;  // Jinja text from the model files, "" if none
+};
+
+Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
+  TokenizerSource out;
+  const bool gguf = c.model.size() > 5 && c.model.substr(c.model.size() - 5) == ".gguf";
+  if (gguf) {
+    TS_ASSIGN_OR_RETURN(auto model, worker::load_model(c.model));
+    out.chat_template = model->vocab.chat_template;
+    if (c.tokenizer.empty()) {
+      TS_ASSIGN_OR_RETURN(out.tokenizer, worker::tokenizer_from_vocab(model->vocab));
+      return out;
+    }
+  }
+  std::string path = c.tokenizer;
+  if (path.empty() && !c.model.empty() && fs::is_directory(c.model)) path = c.model;
+  if (path.empty())
+    return make_error(ErrorCode::kInvalidArgument,
+                      "no tokenizer: give --tokenizer (a llama2.c model has none inside) or a .gguf / Hugging Face --model");
+  TS_ASSIGN_OR_RETURN(out.tokenizer, worker::load_tokenizer(path));
+  // Hugging Face directories keep the template in tokenizer_config.json.
+  fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  fs::path cfg = dir / "tokenizer_config.json";
+  if (out.chat_template.empty() && fs::exists(cfg)) {
+    auto j = nlohmann::json::parse(read_file(cfg.string()), nullptr, false);
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      out.chat_template = j["chat_template"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Frontend::Frontend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Frontend::~Frontend() {
+  stop();
+  for (auto& t : impl_->threads)
+    if (t.joinable()) t.join();
+  impl_->hub.reset();
+}
+
+Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  if (config.schedulers.empty()) return make_error(ErrorCode::kInvalidArgument, "--schedulers is empty");
+  TS_ASSIGN_OR_RETURN(TokenizerSource src, load_tokenizer_for(config));
+  impl->tokenizer = std::move(src.tokenizer);
+  std::string jinja = src.chat_template;
+  if (!config.chat_template_file.empty()) {
+    if (!fs::exists(config.chat_template_file))
+      return make_error(ErrorCode::kIoError, "cannot open --chat-template-file " + config.chat_template_file);
+    jinja = read_file(config.chat_template_file);
+  }
+  impl->chat_template = detect_chat_template(jinja);
+  if (config.chat_template == "chatml") impl->chat_template = {ChatTemplateKind::kChatML, impl->chat_template.default_system, false};
+  if (config.chat_template == "llama2") impl->chat_template = {ChatTemplateKind::kLlama2, "", false};
+  if (config.chat_template == "llama3") impl->chat_template = {ChatTemplateKind::kLlama3, "", false};
+  {
+    std::vector<int32_t> probe = impl->tokenizer->encode("a", true);
+    impl->tokenizer_adds_bos = impl->tokenizer->bos_id() >= 0 && !probe.empty() && probe.front() == impl->tokenizer->bos_id();
+  }
+  impl->model_name = config.model_name;
+  if (impl->model_name.empty()) {
+    const std::string& from = config.model.empty() ? config.tokenizer : config.model;
+    impl->model_name = fs::path(from).filename().string();
+    if (!fs::is_directory(from)) impl->model_name = fs::path(from).stem().string();
+  }
+  impl->created_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  impl->metrics = std::make_unique<FrontendMetrics>(impl->registry);
+
+  Impl* raw = impl.get();
+  TS_ASSIGN_OR_RETURN(impl->hub, Hub::start(HubConfig{.scheduler_endpoints = config.schedulers,
+                                                      .client_endpoint = config.zmq_endpoint,
+                                                      .heartbeat_ms = config.heartbeat_ms,
+                                                      .dead_after_ms = config.scheduler_dead_ms,
+                                                      .name = "frontend"},
+                                            impl->registry, [raw](zmqu::Envelope env) { raw->on_client_message(std::move(env)); }));
+  boost::system::error_code ec;
+  auto addr = boost::asio::ip::make_address(config.host, ec);
+  if (ec) return make_error(ErrorCode::kInvalidArgument, "--host '" + config.host + "' is not an IP address");
+  auto acceptor = std::make_unique<boost::asio::ip::tcp::acceptor>(impl->ioc);
+  boost::asio::ip::tcp::endpoint ep(addr, static_cast<uint16_t>(config.http_port));
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(boost::asio::socket_base::max_listen_connections, ec);
+  if (ec) return make_error(ErrorCode::kUnavailable, "cannot listen on " + config.host + ":" + std::to_string(config.http_port) + ": " + ec.message());
+  impl->acceptor = std::move(acceptor);
+  TS_LOG(kInfo) << "model=" << impl->model_name << " | chat template " << chat_template_name(impl->chat_template.kind)
+                << (impl->chat_template.builtin ? " (built-in)" : " (recognized)");
+  return std::unique_ptr<Frontend>(new Frontend(std::move(impl)));
+}
+
+int Frontend::http_port() const { return impl_->acceptor->local_endpoint().port(); }
+std::string Frontend::zmq_endpoint() const { return impl_->hub->client_endpoint(); }
+
+void Frontend::run() {
+  impl_->start_accept();
+  for (int i = 1; i < impl_->config.http_threads; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+  impl_->ioc.run();
+  for (auto& t : impl_->threads)
+    if (t.joinable()) t.join();
+}
+
+void Frontend::stop() {
+  if (impl_->stopped.exchange(true)) return;
+  impl_->ioc.stop();
+}
+
+}  // namespace tessera::frontend

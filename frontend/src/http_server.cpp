@@ -1,0 +1,315 @@
+// The HTTP/1.1 server: one C++20 coroutine per connection on a strand, keep-alive, bounded
+// bodies, server-sent events for stream: true.
+#include <sys/socket.h>
+
+#include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <deque>
+#include <optional>
+
+#include "frontend_impl.h"
+#include "tessera/common/log.h"
+#include "tessera/frontend/generation.h"
+
+namespace tessera::frontend {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Request = http::request<http::string_body>;
+using protocol::Message;
+
+constexpr auto kIdleTimeout = std::chrono::seconds(60);
+constexpr auto kDisconnectCheck = std::chrono::milliseconds(200);
+
+// Events of one request, handed from the hub thread to the connection's coroutine. The
+// coroutine and the wake-up handler run on the same strand, so a message pushed between the
+// coroutine's queue check and its wait still cancels that wait (no lost wake-up).
+class Channel : public RequestSink, public std::enable_shared_from_this<Channel> {
+ public:
+  explicit Channel(net::any_io_executor strand) : strand_(strand), timer_(strand) {}
+
+  void on_message(Message m) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(m));
+    }
+    net::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
+  }
+
+  // The next message, or nullopt when `until` passes first.
+  net::awaitable<std::optional<Message>> next(Clock::time_point until) {
+    if (auto m = pop()) co_return m;
+    timer_.expires_at(until);
+    boost::system::error_code ec;
+    co_await timer_.async_wait(net::redirect_error(net::use_awaitable, ec));
+    co_return pop();
+  }
+
+ private:
+  std::optional<Message> pop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return std::nullopt;
+    Message m = std::move(queue_.front());
+    queue_.pop_front();
+    return m;
+  }
+  net::any_io_executor strand_;
+  net::steady_timer timer_;
+  std::mutex mu_;
+  std::deque<Message> queue_;  // GUARDED_BY(mu_)
+};
+
+// True when the client closed its side (or reset): a peek reads EOF or a hard error.
+bool peer_closed(beast::tcp_stream& stream) {
+  char c;
+  ssize_t n = ::recv(stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  return false;
+}
+
+struct Conn {
+  Frontend::Impl* s;
+  beast::tcp_stream& stream;
+  unsigned version;
+  bool keep_alive;
+  std::string route;
+
+  net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
+    http::response<http::string_body> res{static_cast<http::status>(status), version};
+    res.set(http::field::server, "tessera");
+    res.set(http::field::content_type, std::string(content_type));
+    res.keep_alive(keep_alive);
+    res.body() = std::move(body);
+    res.prepare_payload();
+    s->metrics->count_response(route, status);
+    boost::system::error_code ec;
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec && keep_alive;
+  }
+
+  net::awaitable<bool> error(const Error& e, std::string_view param = "") {
+    co_return co_await respond(http_status(e.code), "application/json", error_json(e, param));
+  }
+
+  net::awaitable<bool> write_chunk(const std::string& data) {
+    boost::system::error_code ec;
+    co_await net::async_write(stream, http::make_chunk(net::buffer(data)), net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  net::awaitable<bool> start_events() {
+    http::response<http::empty_body> res{http::status::ok, version};
+    res.set(http::field::server, "tessera");
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.keep_alive(keep_alive);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> sr{res};
+    s->metrics->count_response(route, 200);
+    boost::system::error_code ec;
+    co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  net::awaitable<bool> end_events(const std::string& last) {
+    if (!co_await write_chunk(last + "data: [DONE]\n\n")) co_return false;
+    boost::system::error_code ec;
+    co_await net::async_write(stream, http::make_chunk_last(), net::redirect_error(net::use_awaitable, ec));
+    co_return !ec && keep_alive;
+  }
+
+  net::awaitable<bool> generate(const Request& req, protocol::RequestKind kind);
+};
+
+net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind kind) {
+  const auto arrival = Clock::now();
+  std::string bad_param;
+  auto parsed = parse_request(req.body(), kind, ParseOptions{.default_max_tokens = s->config.default_max_tokens}, &bad_param);
+  if (!parsed.ok()) co_return co_await error(parsed.error(), bad_param);
+  protocol::GenerateRequest& r = parsed->request;
+  if (Status st = s->prepare(r); !st.ok()) co_return co_await error(st.error(), st.error().code == ErrorCode::kNotFound ? "model" : "");
+  auto slot = s->admit();
+  if (!slot.ok()) co_return co_await error(slot.error());
+
+  const uint64_t id = r.id;
+  const bool streaming = r.stream;
+  const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
+  ResponseMeta meta{.kind = kind,
+                    .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
+                    .model = s->model_name,
+                    .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+                    .logprobs = parsed->logprobs};
+  Generation gen(*s->tokenizer, r.stop, parsed->logprobs);
+  auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
+  s->hub->submit(std::move(r), channel);
+
+  const auto deadline = arrival + std::chrono::milliseconds(s->config.request_timeout_ms);
+  bool events_started = false, first_chunk = true, first_token = true, cancel_sent = false;
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      s->hub->abandon(id);
+      s->metrics->timeouts.inc();
+      Error e = make_error(ErrorCode::kDeadlineExceeded,
+                           "request did not finish within " + std::to_string(s->config.request_timeout_ms) + " ms");
+      if (!events_started) co_return co_await error(e);
+      co_return co_await end_events("data: " + error_json(e) + "\n\n");
+    }
+    std::optional<Message> msg = co_await channel->next(std::min(deadline, now + kDisconnectCheck));
+    if (!msg) {
+      if (peer_closed(stream)) {
+        s->hub->abandon(id);
+        s->metrics->disconnects.inc();
+        TS_LOG(kInfo) << "req=" << id << " | client went away; cancelled";
+        co_return false;
+      }
+      continue;
+    }
+    if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) {
+      if (first_token) {
+        s->metrics->ttft.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+        first_token = false;
+      }
+      Generation::Delta d = gen.on_tokens(*tok);
+      if (gen.stop_hit() && !cancel_sent) {
+        s->hub->cancel(id);  // the scheduler answers with a final event
+        cancel_sent = true;
+      }
+      if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
+      if (!events_started && !(events_started = co_await start_events())) {
+        s->hub->abandon(id);
+        co_return false;
+      }
+      if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
+        s->hub->abandon(id);
+        s->metrics->disconnects.inc();
+        co_return false;
+      }
+      first_chunk = false;
+      continue;
+    }
+    if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
+      std::string tail = gen.finish();
+      protocol::FinalEvent f = *fin;
+      std::string reason = gen.stop_hit() ? "stop" : f.finish_reason;
+      if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();
+      if (f.usage.prompt_tokens == 0) f.usage.prompt_tokens = prompt_tokens;
+      s->metrics->finished(f);
+      s->metrics->e2e.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+      if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
+      if (!events_started && !(events_started = co_await start_events())) co_return false;
+      co_return co_await end_events(stream_chunk(meta, tail, {}, first_chunk, reason, &f));
+    }
+    if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      Error e = make_error(err->code, err->message);
+      if (!events_started) co_return co_await error(e);
+      co_return co_await end_events("data: " + error_json(e) + "\n\n");
+    }
+  }
+}
+
+net::awaitable<bool> handle(Frontend::Impl* s, beast::tcp_stream& stream, const Request& req) {
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  const bool get = req.method() == http::verb::get;
+  const bool post = req.method() == http::verb::post;
+  Conn c{s, stream, req.version(), req.keep_alive(), path};
+  if (path == "/v1/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kCompletion);
+  if (path == "/v1/chat/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kChat);
+  if (path == "/health" && get) co_return co_await c.respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/ready" && get) {
+    bool ready = false;
+    std::string body = s->ready_json(&ready);
+    co_return co_await c.respond(ready ? 200 : 503, "application/json", body);
+  }
+  if (path == "/metrics" && get) {
+    s->metrics->ready.set(s->hub->ready() ? 1 : 0);
+    co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s->registry.render());
+  }
+  if (path == "/v1/models" && get) co_return co_await c.respond(200, "application/json", models_json(s->model_name, s->created_unix));
+  c.route = "other";
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics", "/v1/models"})
+    if (path == known)
+      co_return co_await c.respond(405, "application/json",
+                                   error_json(make_error(ErrorCode::kInvalidArgument,
+                                                         "method " + std::string(req.method_string()) + " is not allowed on " + path)));
+  co_return co_await c.error(make_error(ErrorCode::kNotFound, "unknown route " + std::string(req.method_string()) + " " + path));
+}
+
+net::awaitable<void> session(Frontend::Impl* s, tcp::socket socket) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  for (;;) {
+    http::request_parser<http::string_body> parser;
+    parser.body_limit(static_cast<uint64_t>(s->config.max_body_bytes));
+    parser.header_limit(64 * 1024);
+    stream.expires_after(kIdleTimeout);
+    boost::system::error_code ec;
+    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted)
+      break;
+    if (ec) {
+      Conn c{s, stream, 11, false, "other"};
+      stream.expires_after(std::chrono::seconds(5));
+      if (ec == http::error::body_limit)
+        co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s->config.max_body_bytes) + " bytes"));
+      else
+        co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
+      // Close gracefully: stop sending, then discard what the client still sends (bounded), so
+      // the close does not turn into a reset that could destroy the answer in flight.
+      boost::system::error_code ignored;
+      stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      stream.expires_after(std::chrono::seconds(2));
+      std::vector<char> sink(64 * 1024);
+      for (size_t drained = 0; drained < (64u << 20);) {
+        size_t n = co_await stream.async_read_some(net::buffer(sink), net::redirect_error(net::use_awaitable, ignored));
+        if (ignored) break;
+        drained += n;
+      }
+      co_return;
+    }
+    stream.expires_never();
+    Request req = parser.release();
+    if (!co_await handle(s, stream, req)) break;
+  }
+  boost::system::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+net::awaitable<void> accept_loop(Frontend::Impl* s) {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await s->acceptor->async_accept(net::make_strand(s->ioc), net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (s->stopped.load() || ec == net::error::operation_aborted) co_return;
+      TS_LOG(kWarn) << "accept: " << ec.message();
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true), ec);
+    auto ex = socket.get_executor();
+    net::co_spawn(ex, session(s, std::move(socket)), net::detached);
+  }
+}
+
+}  // namespace
+
+void Frontend::Impl::start_accept() { net::co_spawn(ioc, accept_loop(this), net::detached); }
+
+}  // namespace tessera::frontend

@@ -1,0 +1,397 @@
+#include "tessera/frontend/openai.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace tessera::frontend {
+namespace {
+
+using json = nlohmann::json;
+using protocol::RequestKind;
+
+const char* json_type(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    default: return "unknown";
+  }
+}
+
+// Field readers: absent or null leaves the output unchanged.
+class Reader {
+ public:
+  Reader(const json& obj, std::string* bad_param) : obj_(obj), bad_param_(bad_param) {}
+
+  const json* find(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  Error type_error(const char* key, const char* expected, const json& v) const {
+    *bad_param_ = key;
+    return make_error(ErrorCode::kInvalidArgument,
+                      std::string("'") + key + "' must be " + expected + " (got " + json_type(v) + ")");
+  }
+  Error fail(const char* key, ErrorCode code, std::string message) const {
+    *bad_param_ = key;
+    return make_error(code, std::move(message));
+  }
+
+  Status str(const char* key, std::string* out) const {
+    const json* v = find(key);
+    if (!v) return ok_status();
+    if (!v->is_string()) return type_error(key, "a string", *v);
+    *out = v->get<std::string>();
+    return ok_status();
+  }
+  Status boolean(const char* key, bool* out) const {
+    const json* v = find(key);
+    if (!v) return ok_status();
+    if (!v->is_boolean()) return type_error(key, "a boolean", *v);
+    *out = v->get<bool>();
+    return ok_status();
+  }
+  template <class T>
+  Status integer(const char* key, T* out) const {
+    const json* v = find(key);
+    if (!v) return ok_status();
+    if (v->is_number_float()) {
+      double d = v->get<double>();
+      if (std::floor(d) != d) return type_error(key, "an integer", *v);
+      if (d < -9.0e18 || d > 9.0e18) return fail(key, ErrorCode::kOutOfRange, std::string("'") + key + "' is out of range");
+      return set_int(key, static_cast<int64_t>(d), out);
+    }
+    if (v->is_number_unsigned()) {
+      uint64_t u = v->get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) return fail(key, ErrorCode::kOutOfRange, std::string("'") + key + "' is out of range");
+      return set_int(key, static_cast<int64_t>(u), out);
+    }
+    if (v->is_number_integer()) return set_int(key, v->get<int64_t>(), out);
+    return type_error(key, "an integer", *v);
+  }
+  Status number(const char* key, float* out) const {
+    const json* v = find(key);
+    if (!v) return ok_status();
+    if (!v->is_number()) return type_error(key, "a number", *v);
+    *out = v->get<float>();
+    return ok_status();
+  }
+
+ private:
+  template <class T>
+  Status set_int(const char* key, int64_t x, T* out) const {
+    if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        (x > 0 && static_cast<uint64_t>(x) > static_cast<uint64_t>(std::numeric_limits<T>::max())))
+      return fail(key, ErrorCode::kOutOfRange, std::string("'") + key + "' is out of range (got " + std::to_string(x) + ")");
+    *out = static_cast<T>(x);
+    return ok_status();
+  }
+  const json& obj_;
+  std::string* bad_param_;
+};
+
+// Chat message content: a string, or an array of {"type": "text", "text": "..."} parts.
+Result<std::string> message_content(const json& c, size_t i, std::string* bad_param) {
+  const std::string param = "messages[" + std::to_string(i) + "].content";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {
+    std::string out;
+    for (const auto& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        *bad_param = param;
+        return make_error(ErrorCode::kInvalidArgument, param + ": only {\"type\": \"text\", \"text\": ...} parts are supported");
+      }
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  *bad_param = param;
+  return make_error(ErrorCode::kInvalidArgument, param + " must be a string (got " + json_type(c) + ")");
+}
+
+Status parse_prompt(const json& body, protocol::GenerateRequest* r, std::string* bad_param) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) {
+    *bad_param = "prompt";
+    return make_error(ErrorCode::kInvalidArgument, "'prompt' is required");
+  }
+  const json& p = *it;
+  if (p.is_string()) {
+    r->prompt = p.get<std::string>();
+    return ok_status();
+  }
+  if (p.is_array()) {
+    if (p.size() == 1 && p[0].is_string()) {
+      r->prompt = p[0].get<std::string>();
+      return ok_status();
+    }
+    if (!p.empty() && p[0].is_array()) {
+      *bad_param = "prompt";
+      return make_error(ErrorCode::kUnsupported, "batched prompts are not supported; send one prompt per request");
+    }
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (!p[i].is_number_integer()) {
+        *bad_param = "prompt";
+        return make_error(ErrorCode::kInvalidArgument, "'prompt' must be a string or an array of token ids (element " +
+                                                           std::to_string(i) + " is " + json_type(p[i]) + ")");
+      }
+      int64_t t = p[i].get<int64_t>();
+      if (t < 0 || t > INT32_MAX) {
+        *bad_param = "prompt";
+        return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is out of range");
+      }
+      r->prompt_tokens.push_back(static_cast<int32_t>(t));
+    }
+    if (r->prompt_tokens.empty()) {
+      *bad_param = "prompt";
+      return make_error(ErrorCode::kInvalidArgument, "'prompt' must not be an empty array");
+    }
+    return ok_status();
+  }
+  *bad_param = "prompt";
+  return make_error(ErrorCode::kInvalidArgument, std::string("'prompt' must be a string or an array of token ids (got ") +
+                                                     json_type(p) + ")");
+}
+
+Status parse_messages(const json& body, protocol::GenerateRequest* r, std::string* bad_param) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array()) {
+    *bad_param = "messages";
+    return make_error(ErrorCode::kInvalidArgument, it == body.end() ? "'messages' is required"
+                                                                    : std::string("'messages' must be an array (got ") + json_type(*it) + ")");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      *bad_param = at + ".role";
+      return make_error(ErrorCode::kInvalidArgument, at + " must be an object with a string 'role'");
+    }
+    protocol::ChatMessage cm;
+    cm.role = m["role"].get<std::string>();
+    if (m.contains("content") && !m["content"].is_null()) {
+      TS_ASSIGN_OR_RETURN(cm.content, message_content(m["content"], i, bad_param));
+    }
+    r->messages.push_back(std::move(cm));
+  }
+  return ok_status();
+}
+
+Status parse_stop(const Reader& rd, const json& body, protocol::GenerateRequest* r) {
+  const json* s = rd.find("stop");
+  if (!s) return ok_status();
+  if (s->is_string()) {
+    r->stop.push_back(s->get<std::string>());
+    return ok_status();
+  }
+  if (!s->is_array()) return rd.type_error("stop", "a string or an array of strings", *s);
+  for (const auto& x : *s) {
+    if (!x.is_string()) return rd.type_error("stop", "a string or an array of strings", x);
+    r->stop.push_back(x.get<std::string>());
+  }
+  (void)body;
+  return ok_status();
+}
+
+}  // namespace
+
+Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind, const ParseOptions& options,
+                                    std::string* bad_param) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) return make_error(ErrorCode::kMalformedMessage, "request body is not valid JSON");
+  if (!body.is_object())
+    return make_error(ErrorCode::kInvalidArgument, std::string("request body must be a JSON object (got ") + json_type(body) + ")");
+  ParsedRequest out;
+  protocol::GenerateRequest& r = out.request;
+  r.kind = kind;
+  r.max_tokens = options.default_max_tokens;
+  r.stream = false;
+  Reader rd(body, bad_param);
+  TS_TRY(rd.str("model", &r.model));
+  if (kind == RequestKind::kChat) TS_TRY(parse_messages(body, &r, bad_param));
+  else TS_TRY(parse_prompt(body, &r, bad_param));
+  TS_TRY(rd.integer("max_tokens", &r.max_tokens));
+  if (kind == RequestKind::kChat) TS_TRY(rd.integer("max_completion_tokens", &r.max_tokens));
+  TS_TRY(rd.boolean("stream", &r.stream));
+  TS_TRY(rd.number("temperature", &r.sampling.temperature));
+  TS_TRY(rd.number("top_p", &r.sampling.top_p));
+  TS_TRY(rd.integer("top_k", &r.sampling.top_k));
+  TS_TRY(rd.number("min_p", &r.sampling.min_p));
+  TS_TRY(rd.number("presence_penalty", &r.sampling.presence_penalty));
+  TS_TRY(rd.number("frequency_penalty", &r.sampling.frequency_penalty));
+  TS_TRY(rd.number("repetition_penalty", &r.sampling.repetition_penalty));
+  TS_TRY(rd.integer("seed", &r.sampling.seed));
+  TS_TRY(parse_stop(rd, body, &r));
+  TS_TRY(rd.str("user", &r.user));
+  TS_TRY(rd.str("preference", &r.preference));
+  TS_TRY(rd.number("preference_alpha", &r.preference_alpha));
+  TS_TRY(rd.integer("priority", &r.priority));
+  TS_TRY(rd.str("routing_key", &r.routing_key));
+  TS_TRY(rd.boolean("ignore_eos", &r.ignore_eos));
+  if (const json* ids = rd.find("stop_token_ids")) {
+    if (!ids->is_array()) return rd.type_error("stop_token_ids", "an array of integers", *ids);
+    for (const auto& x : *ids) {
+      if (!x.is_number_integer()) return rd.type_error("stop_token_ids", "an array of integers", x);
+      int64_t v = x.get<int64_t>();
+      if (v < 0 || v > INT32_MAX) return rd.fail("stop_token_ids", ErrorCode::kOutOfRange, "stop_token_ids holds an out-of-range id");
+      r.stop_token_ids.push_back(static_cast<int32_t>(v));
+    }
+  }
+  int32_t n = 1;
+  TS_TRY(rd.integer("n", &n));
+  if (n != 1) return rd.fail("n", ErrorCode::kUnsupported, "only n = 1 is supported (got " + std::to_string(n) + ")");
+  bool echo = false;
+  TS_TRY(rd.boolean("echo", &echo));
+  if (echo) return rd.fail("echo", ErrorCode::kUnsupported, "echo is not supported");
+  if (kind == RequestKind::kCompletion) {
+    // completions: "logprobs": n (number of alternatives, 0..20)
+    int32_t lp = -1;
+    TS_TRY(rd.integer("logprobs", &lp));
+    if (lp >= 0) {
+      out.logprobs = true;
+      r.sampling.logprobs = true;
+      r.sampling.top_logprobs = lp;
+    }
+  } else {
+    TS_TRY(rd.boolean("logprobs", &out.logprobs));
+    r.sampling.logprobs = out.logprobs;
+    TS_TRY(rd.integer("top_logprobs", &r.sampling.top_logprobs));
+  }
+  Status v = protocol::validate(r);
+  if (!v.ok()) {
+    // Name the field: validation messages start with it.
+    const std::string& m = v.error().message;
+    *bad_param = m.substr(0, m.find_first_of(" [."));
+    return v.take_error();
+  }
+  return out;
+}
+
+int http_status(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kTooLarge: return 413;
+    case ErrorCode::kOverloaded:
+    case ErrorCode::kResourceExhausted: return 429;
+    case ErrorCode::kUnavailable:
+    case ErrorCode::kPeerDead: return 503;
+    case ErrorCode::kDeadlineExceeded: return 504;
+    case ErrorCode::kPermissionDenied: return 403;
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kMalformedMessage:
+    case ErrorCode::kUnsupported:
+    case ErrorCode::kOutOfRange:
+    case ErrorCode::kProtocolMismatch: return 400;
+    default: return 500;
+  }
+}
+
+std::string error_json(const Error& error, std::string_view param) {
+  int status = http_status(error.code);
+  const char* type = status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 404                ? "not_found_error"
+                     : status == 429                ? "rate_limit_error"
+                     : status == 503                ? "service_unavailable"
+                     : status == 504                ? "timeout_error"
+                                                    : "server_error";
+  json j = {{"error",
+             {{"message", error.message},
+              {"type", type},
+              {"param", param.empty() ? json(nullptr) : json(std::string(param))},
+              {"code", std::string(error_code_name(error.code))}}}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+namespace {
+
+json usage_json(const protocol::FinalEvent& f) {
+  return {{"prompt_tokens", f.usage.prompt_tokens},
+          {"completion_tokens", f.usage.completion_tokens},
+          {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}}};
+}
+
+json timings_json(const protocol::FinalEvent& f) {
+  return {{"queue_ms", f.timings.queue_ms}, {"ttft_ms", f.timings.ttft_ms}, {"decode_ms", f.timings.decode_ms},
+          {"total_ms", f.timings.total_ms}};
+}
+
+json logprobs_json(RequestKind kind, const std::vector<TokenLogprobText>& lps) {
+  if (kind == RequestKind::kChat) {
+    json content = json::array();
+    for (const auto& t : lps) {
+      json top = json::array();
+      for (const auto& [s, lp] : t.top) top.push_back({{"token", s}, {"logprob", lp}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array();
+  for (const auto& t : lps) {
+    tokens.push_back(t.token);
+    token_logprobs.push_back(t.logprob);
+    json m = json::object();
+    for (const auto& [s, lp] : t.top) m[s] = lp;
+    top.push_back(m);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+std::string response_json(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                          const protocol::FinalEvent& final_event, std::string_view finish_reason) {
+  json choice = {{"index", 0}, {"finish_reason", std::string(finish_reason)}};
+  choice["logprobs"] = meta.logprobs ? logprobs_json(meta.kind, logprobs) : json(nullptr);
+  if (meta.kind == RequestKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else choice["text"] = text;
+  json j = {{"id", meta.id},
+            {"object", meta.kind == RequestKind::kChat ? "chat.completion" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(final_event)},
+            {"timings", timings_json(final_event)}};
+  return dump(j);
+}
+
+std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event) {
+  json choice = {{"index", 0}};
+  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(std::string(finish_reason));
+  choice["logprobs"] = meta.logprobs && !logprobs.empty() ? logprobs_json(meta.kind, logprobs) : json(nullptr);
+  if (meta.kind == RequestKind::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || finish_reason.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  json j = {{"id", meta.id},
+            {"object", meta.kind == RequestKind::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({choice})}};
+  if (final_event != nullptr) {
+    j["usage"] = usage_json(*final_event);
+    j["timings"] = timings_json(*final_event);
+  }
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string models_json(const std::string& model, int64_t created) {
+  json j = {{"object", "list"},
+            {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tessera"}}})}};
+  return dump(j);
+}
+
+}  // namespace tessera::frontend

@@ -1,0 +1,383 @@
+// The real tessera-frontend binary on loopback ports, talked to over real sockets.
+// Tests named "*NoScheduler*" run with no scheduler at all; tests on the FakeScheduler fixture
+// are PROTOCOL-LEVEL tests: the scheduler is a scripted ZeroMQ ROUTER inside this test
+// (harness.h), not the real scheduler. End-to-end tests come with the scheduler process.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "harness.h"
+#include "tessera/common/metrics.h"
+#include "tessera/common/zmq_util.h"
+#include "tessera/testing/paths.h"
+#include "tessera/worker/tokenizer.h"
+
+namespace tessera::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string tok_path() { return shared_path("models/stories260K/tok512.bin"); }
+
+std::vector<std::string> frontend_args(const std::string& scheduler, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"--model", shared_path("models/stories260K/stories260K.bin"), "--tokenizer", tok_path(),
+                                "--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", scheduler,
+                                "--heartbeat-ms", "50", "--scheduler-dead-ms", "400", "--max-prompt-tokens", "64",
+                                "--log-level", "warn"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+struct Frontend {
+  std::unique_ptr<Process> proc;
+  int port = 0;
+  std::string zmq;
+
+  explicit Frontend(const std::vector<std::string>& args) {
+    proc = std::make_unique<Process>(bin_path("tessera-frontend"), args);
+    std::string line = proc->wait_line("LISTENING ", 20s);
+    EXPECT_FALSE(line.empty()) << "tessera-frontend did not start";
+    if (line.empty()) return;
+    port = std::stoi(line.substr(line.find("http=") + 5));
+    zmq = line.substr(line.find("zmq=") + 4);
+  }
+  void expect_healthy() const {
+    HttpResult h = http_request(port, "GET", "/health");
+    EXPECT_EQ(h.status, 200) << h.error;
+    EXPECT_TRUE(proc->alive());
+  }
+};
+
+void expect_error(const HttpResult& r, int status, const std::string& code, const std::string& param = "") {
+  EXPECT_EQ(r.status, status) << r.body << r.error;
+  json j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body;
+  EXPECT_EQ(j["error"]["code"], code) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string() && !j["error"]["message"].get<std::string>().empty());
+  if (!param.empty()) {
+    EXPECT_EQ(j["error"]["param"], param) << r.body;
+  }
+}
+
+// The token ids stories260K would produce for `text` after "Once upon a time".
+std::vector<int32_t> continuation(const std::string& text) {
+  auto tok = worker::load_tokenizer(tok_path());
+  EXPECT_TRUE(tok.ok());
+  auto p = (*tok)->encode("Once upon a time", true), all = (*tok)->encode("Once upon a time" + text, true);
+  return std::vector<int32_t>(all.begin() + static_cast<long>(p.size()), all.end());
+}
+
+const std::string kStory = ", there was a little girl named Lily. She loved to play outside.";
+
+// ---- No scheduler --------------------------------------------------------------------------
+
+TEST(FrontendNoScheduler, HealthReadyModelsMetrics) {
+  Frontend fe(frontend_args("tcp://127.0.0.1:1"));  // nothing listens there
+  ASSERT_GT(fe.port, 0);
+  fe.expect_healthy();
+  HttpResult ready = http_request(fe.port, "GET", "/ready");
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(json::parse(ready.body)["ready"], false);
+  HttpResult models = http_request(fe.port, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "stories260K");
+  // A valid request while not ready: 503 at once, never a hang.
+  auto t0 = std::chrono::steady_clock::now();
+  expect_error(http_request(fe.port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4})"), 503,
+               "unavailable");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  HttpResult m = http_request(fe.port, "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(m.content_type.rfind("text/plain; version=0.0.4", 0), 0u);
+  auto parsed = metrics::parse_text(m.body);
+  ASSERT_TRUE(parsed.ok()) << parsed.error().to_string();
+  bool saw_hit_rate = false, saw_503 = false;
+  for (const auto& s : *parsed) {
+    saw_hit_rate = saw_hit_rate || s.name == "tessera_frontend_prefix_cache_hit_rate";
+    saw_503 = saw_503 || (s.name == "tessera_frontend_http_responses_total" && s.labels.find("503") != std::string::npos && s.value >= 1);
+  }
+  EXPECT_TRUE(saw_hit_rate);
+  EXPECT_TRUE(saw_503);
+}
+
+TEST(FrontendNoScheduler, BadInputGetsDocumentedErrorsAndProcessStaysUp) {
+  Frontend fe(frontend_args("tcp://127.0.0.1:1"));
+  ASSERT_GT(fe.port, 0);
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string code, param;
+  };
+  const std::string big_prompt(2000, 'a');  // >> 64 tokens, << body limit
+  const std::vector<Case> cases = {
+      {"/v1/completions", R"({"prompt": "Once upon", )", 400, "malformed_message", ""},
+      {"/v1/completions", R"({"prompt": "Once", "max_tokens": "ten"})", 400, "invalid_argument", "max_tokens"},
+      {"/v1/completions", R"({"prompt": 12})", 400, "invalid_argument", "prompt"},
+      {"/v1/completions", R"({"prompt": "Once", "temperature": "hot"})", 400, "invalid_argument", "temperature"},
+      {"/v1/completions", R"({"prompt": "Once", "max_tokens": -5})", 400, "out_of_range", "max_tokens"},
+      {"/v1/completions", R"({"prompt": "Once", "max_tokens": 0})", 400, "out_of_range", "max_tokens"},
+      {"/v1/completions", R"({"prompt": "Once", "top_p": 1.5})", 400, "out_of_range", "top_p"},
+      {"/v1/completions", R"({"prompt": "Once", "model": "gpt-4"})", 404, "not_found", "model"},
+      {"/v1/completions", R"({"prompt": [1, 2, 9999]})", 400, "out_of_range", ""},
+      {"/v1/completions", R"({"prompt": ")" + big_prompt + R"("})", 413, "too_large", ""},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "invalid_argument", "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0})", 400, "out_of_range", "max_tokens"},
+      {"/v1/nope", "", 404, "not_found", ""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.path + " " + c.body.substr(0, 80));
+    expect_error(http_request(fe.port, c.path.find("nope") != std::string::npos ? "GET" : "POST", c.path, c.body), c.status,
+                 c.code, c.param);
+    fe.expect_healthy();
+  }
+  // Oversized body (over --max-body-bytes, default 1 MiB).
+  expect_error(http_request(fe.port, "POST", "/v1/completions", R"({"prompt": ")" + std::string(2 << 20, 'a') + R"("})"), 413,
+               "too_large");
+  fe.expect_healthy();
+  // Not HTTP at all.
+  std::string garbage = raw_exchange(fe.port, std::string("\x16\x03\x01\x00\xff garbage\r\n\r\n", 20));
+  EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
+  fe.expect_healthy();
+  EXPECT_EQ(http_request(fe.port, "DELETE", "/v1/models").status, 405);
+  fe.expect_healthy();
+}
+
+TEST(FrontendNoScheduler, GarbageOnZmqSocketGetsErrorReplies) {
+  Frontend fe(frontend_args("tcp://127.0.0.1:1"));
+  ASSERT_GT(fe.port, 0);
+  zmq::context_t ctx(1);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 5000);
+  dealer.connect(fe.zmq);
+  auto exchange = [&](const zmqu::Frames& frames) -> std::optional<protocol::ErrorEvent> {
+    EXPECT_TRUE(zmqu::send(dealer, frames).ok());
+    auto reply = zmqu::recv(dealer);
+    if (!reply.ok() || reply->empty()) return std::nullopt;
+    auto msg = protocol::decode(reply->back());
+    if (!msg.ok() || !std::holds_alternative<protocol::ErrorEvent>(*msg)) return std::nullopt;
+    return std::get<protocol::ErrorEvent>(*msg);
+  };
+  auto e1 = exchange({std::string("\xc1\xff garbage", 10)});
+  ASSERT_TRUE(e1);
+  EXPECT_EQ(e1->code, ErrorCode::kMalformedMessage);
+  auto e2 = exchange({std::string("\x81\xa1v\x02", 4)});  // {"v": 2}
+  ASSERT_TRUE(e2);
+  EXPECT_EQ(e2->code, ErrorCode::kProtocolMismatch);
+  protocol::GenerateRequest bad;
+  bad.id = 77;
+  bad.prompt = "Once";
+  std::string bytes = protocol::encode(bad);
+  bytes[bytes.find("max_tokens") + 10] = static_cast<char>(0xd0);  // int8 follows: -> garbage-ish value
+  auto e3 = exchange({bytes});
+  ASSERT_TRUE(e3);
+  EXPECT_NE(e3->code, ErrorCode::kOk);
+  // A well-formed request while no scheduler is ready: error 400 (unavailable), with its id.
+  protocol::GenerateRequest ok_req;
+  ok_req.id = 5;
+  ok_req.prompt = "Once upon a time";
+  auto e4 = exchange({protocol::encode(ok_req)});
+  ASSERT_TRUE(e4);
+  EXPECT_EQ(e4->id, 5u);
+  EXPECT_EQ(e4->code, ErrorCode::kUnavailable);
+  fe.expect_healthy();
+  auto parsed = metrics::parse_text(http_request(fe.port, "GET", "/metrics").body);
+  ASSERT_TRUE(parsed.ok());
+  double bad_count = 0;
+  for (const auto& s : *parsed)
+    if (s.name == "tessera_frontend_bad_messages_total" && s.labels == "source=\"zmq_client\"") bad_count = s.value;
+  EXPECT_GE(bad_count, 2);
+}
+
+// ---- Protocol-level tests against a FAKE scheduler -----------------------------------------
+
+class FrontendWithFakeScheduler : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sched.set_script(continuation(kStory), /*cached_tokens=*/3);
+    fe = std::make_unique<Frontend>(frontend_args(sched.endpoint(), extra_args()));
+    ASSERT_GT(fe->port, 0);
+    ASSERT_TRUE(wait_status(fe->port, "/ready", 200, 10s)) << "frontend never became ready";
+  }
+  virtual std::vector<std::string> extra_args() { return {}; }
+
+  FakeScheduler sched;
+  std::unique_ptr<Frontend> fe;
+};
+
+TEST_F(FrontendWithFakeScheduler, CompletionNonStreamed) {
+  HttpResult r = http_request(fe->port, "POST", "/v1/completions",
+                              R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":9,"temperature":0,"top_k":5})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], ", there was a little girl named");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 9);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  auto reqs = sched.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  auto tok = worker::load_tokenizer(tok_path());
+  EXPECT_EQ(reqs[0].prompt_tokens, (*tok)->encode("Once upon a time", true));
+  EXPECT_EQ(reqs[0].max_tokens, 9);
+  EXPECT_EQ(reqs[0].sampling.temperature, 0.0f);
+  EXPECT_EQ(reqs[0].sampling.top_k, 5);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(reqs[0].prompt_tokens.size()));
+}
+
+TEST_F(FrontendWithFakeScheduler, CompletionStreamedAsServerSentEvents) {
+  HttpResult r = http_request(fe->port, "POST", "/v1/completions",
+                              R"({"prompt":"Once upon a time","max_tokens":100,"stream":true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "text/event-stream");
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  json last;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json e = json::parse(events[i]);
+    text += e["choices"][0]["text"].get<std::string>();
+    last = e;
+  }
+  EXPECT_EQ(text, kStory);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  // /metrics shows the prefix-cache hit rate over finished requests.
+  auto parsed = metrics::parse_text(http_request(fe->port, "GET", "/metrics").body);
+  ASSERT_TRUE(parsed.ok());
+  for (const auto& s : *parsed)
+    if (s.name == "tessera_frontend_prefix_cache_hit_rate") {
+      EXPECT_GT(s.value, 0.0);
+    }
+}
+
+TEST_F(FrontendWithFakeScheduler, StopStringCutsTextAndCancels) {
+  sched.set_hold(true, 12);  // "girl" arrives within 12 tokens; the request stays open until cancelled
+  HttpResult r = http_request(fe->port, "POST", "/v1/completions",
+                              R"({"prompt":"Once upon a time","max_tokens":100,"stop":["girl"],"stream":true})");
+  ASSERT_EQ(r.status, 200);
+  std::string text;
+  for (const auto& e : sse_data(r.body))
+    if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text, ", there was a little ");
+  EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s)) << "no cancel after the stop string";
+}
+
+TEST_F(FrontendWithFakeScheduler, ChatUsesBuiltinChatMLAndKeepAlive) {
+  HttpResult r = http_request(fe->port, "POST", "/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], ", there was a");
+  auto tok = worker::load_tokenizer(tok_path());
+  std::vector<int32_t> expect = {(*tok)->bos_id()};
+  for (const char* seg : {"<|im_start|>", "user\nHi", "<|im_end|>", "\n", "<|im_start|>", "assistant\n"}) {
+    auto t = (*tok)->encode(seg, false);
+    expect.insert(expect.end(), t.begin(), t.end());
+  }
+  ASSERT_EQ(sched.requests().size(), 1u);
+  EXPECT_EQ(sched.requests()[0].prompt_tokens, expect);
+}
+
+TEST_F(FrontendWithFakeScheduler, ZmqClientApiCompletes) {
+  zmq::context_t ctx(1);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 5000);
+  dealer.connect(fe->zmq);
+  protocol::GenerateRequest req;
+  req.id = 4242;
+  req.prompt = "Once upon a time";
+  req.max_tokens = 9;
+  req.stream = true;
+  ASSERT_TRUE(zmqu::send(dealer, {protocol::encode(req)}).ok());
+  std::string text;
+  std::optional<protocol::FinalEvent> fin;
+  while (!fin) {
+    auto frames = zmqu::recv(dealer);
+    ASSERT_TRUE(frames.ok() && !frames->empty()) << "no reply";
+    auto msg = protocol::decode(frames->back());
+    ASSERT_TRUE(msg.ok()) << msg.error().to_string();
+    ASSERT_EQ(protocol::message_id(*msg), 4242u);
+    if (auto* t = std::get_if<protocol::TokenEvent>(&*msg)) text += t->text;
+    else if (auto* f = std::get_if<protocol::FinalEvent>(&*msg)) fin = *f;
+    else FAIL() << "unexpected " << protocol::message_type(*msg);
+  }
+  EXPECT_EQ(text, ", there was a little girl named");
+  EXPECT_EQ(fin->finish_reason, "length");
+  EXPECT_EQ(fin->usage.completion_tokens, 9);
+}
+
+TEST_F(FrontendWithFakeScheduler, PythonClientFromProtocolDoc) {
+  const std::string script = source_path("tests/integration/frontend/py_client.py");
+  const std::string cmd = "/usr/bin/python3 " + script + " " + fe->zmq + " 'Once upon a time' 9 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("TEXT: , there was a little girl named\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("FINISH: length"), std::string::npos) << out;
+}
+
+TEST_F(FrontendWithFakeScheduler, ClientDisconnectCancelsRequest) {
+  sched.set_hold(true, 2);
+  std::string got = raw_exchange(fe->port,
+                                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 62\r\n\r\n"
+                                 R"({"prompt":"Once upon a time","max_tokens":50,"stream":true   })",
+                                 /*timeout_ms=*/1500);  // reads the first events, then closes
+  EXPECT_NE(got.find("data: "), std::string::npos) << got;
+  EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s)) << "disconnect did not cancel";
+  fe->expect_healthy();
+}
+
+TEST_F(FrontendWithFakeScheduler, DeadSchedulerFailsInFlightRequestAndReadyTurnsFalse) {
+  sched.set_hold(true, 2);
+  std::thread killer([&] {
+    sched.wait_for([&] { return sched.request_count() > 0; }, 10s);
+    sched.set_silent(true);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  HttpResult r = http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":50})");
+  killer.join();
+  expect_error(r, 503, "peer_dead");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_TRUE(wait_status(fe->port, "/ready", 503, 5s));
+  fe->expect_healthy();
+}
+
+TEST_F(FrontendWithFakeScheduler, NoLiveWorkerMeansNotReady) {
+  sched.set_live_workers(0);
+  EXPECT_TRUE(wait_status(fe->port, "/ready", 503, 5s));
+  expect_error(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once"})"), 503, "unavailable");
+}
+
+class FrontendConcurrencyLimit : public FrontendWithFakeScheduler {
+  std::vector<std::string> extra_args() override { return {"--max-concurrent-requests", "1", "--request-timeout-ms", "1500"}; }
+};
+
+TEST_F(FrontendConcurrencyLimit, SecondRequestGets429AndHeldOneTimesOut) {
+  sched.set_hold(true, 1);
+  HttpResult first;
+  std::thread t([&] {
+    first = http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":50})");
+  });
+  ASSERT_TRUE(sched.wait_for([&] { return sched.request_count() == 1; }, 10s));
+  expect_error(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once"})"), 429, "overloaded");
+  t.join();  // the held request ends after --request-timeout-ms with 504 and a cancel
+  expect_error(first, 504, "deadline_exceeded");
+  EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s));
+  // The slot is free again.
+  sched.set_hold(false);
+  EXPECT_EQ(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2})").status, 200);
+}
+
+}  // namespace
+}  // namespace tessera::testing

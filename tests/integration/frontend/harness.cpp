@@ -1,0 +1,351 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+
+#include <cctype>
+#include <zmq.hpp>
+
+#include "tessera/common/zmq_util.h"
+
+namespace tessera::testing {
+
+
+// ---- Process -------------------------------------------------------------------------------
+
+Process::Process(const std::string& binary, const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return;
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  out_fd_ = fds[0];
+}
+
+Process::~Process() {
+  terminate();
+  if (out_fd_ >= 0) close(out_fd_);
+}
+
+std::string Process::wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    size_t nl;
+    while ((nl = buffered_.find('\n')) != std::string::npos) {
+      std::string line = buffered_.substr(0, nl);
+      buffered_.erase(0, nl + 1);
+      if (line.rfind(prefix, 0) == 0) return line;
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || out_fd_ < 0) return "";
+    pollfd p{out_fd_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+    char buf[4096];
+    ssize_t n = read(out_fd_, buf, sizeof buf);
+    if (n <= 0) return "";
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool Process::alive() { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+int Process::terminate() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  for (int i = 0; i < 100; ++i) {  // up to 5 s for a clean exit, then SIGKILL
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return status;
+    }
+    pollfd none{-1, 0, 0};
+    poll(&none, 0, 50);
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return -1;
+}
+
+// ---- HTTP ----------------------------------------------------------------------------------
+// Plain POSIX sockets with poll() deadlines (Asio's blocking calls ignore SO_RCVTIMEO), so a
+// server that hangs fails the test instead of hanging it.
+
+namespace {
+
+class Conn {
+ public:
+  Conn(int port, int timeout_ms) : deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms)) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~Conn() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  bool send_all(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      if (!wait(POLLOUT)) return false;
+      ssize_t n = ::send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  // Appends what arrives to buf_; false on EOF, error or deadline.
+  bool fill() {
+    if (!wait(POLLIN)) return false;
+    char tmp[16384];
+    ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<size_t>(n));
+    return true;
+  }
+  std::string& buf() { return buf_; }
+
+ private:
+  bool wait(short events) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd_, events, 0};
+    return poll(&p, 1, static_cast<int>(left)) > 0;
+  }
+  int fd_ = -1;
+  std::string buf_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body, int timeout_ms) {
+  HttpResult out;
+  Conn c(port, timeout_ms);
+  if (!c.ok()) {
+    out.error = "connect failed";
+    return out;
+  }
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  if (!body.empty()) req += "Content-Type: application/json\r\n";
+  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  bool sent = c.send_all(req);  // may fail for an over-limit body the server refused early
+  size_t hdr_end;
+  while ((hdr_end = c.buf().find("\r\n\r\n")) == std::string::npos)
+    if (!c.fill()) {
+      out.error = sent ? "no response headers" : "send failed";
+      return out;
+    }
+  std::string head = c.buf().substr(0, hdr_end);
+  std::string rest = c.buf().substr(hdr_end + 4);
+  if (head.rfind("HTTP/1.1 ", 0) != 0) {
+    out.error = "bad status line";
+    return out;
+  }
+  out.status = std::stoi(head.substr(9, 3));
+  std::string lh = lower(head);
+  auto header = [&](const std::string& name) -> std::string {
+    size_t at = lh.find("\r\n" + name + ":");
+    if (at == std::string::npos) return "";
+    size_t start = at + 3 + name.size();
+    size_t end = head.find("\r\n", start);
+    std::string v = head.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    return v.substr(v.find_first_not_of(' '));
+  };
+  out.content_type = header("content-type");
+  c.buf() = rest;
+  if (lower(header("transfer-encoding")) == "chunked") {
+    size_t pos = 0;
+    for (;;) {
+      size_t nl;
+      while ((nl = c.buf().find("\r\n", pos)) == std::string::npos)
+        if (!c.fill()) {
+          out.error = "truncated chunked body";
+          return out;
+        }
+      size_t len = std::stoul(c.buf().substr(pos, nl - pos), nullptr, 16);
+      while (c.buf().size() < nl + 2 + len + 2)
+        if (!c.fill()) {
+          out.error = "truncated chunk";
+          return out;
+        }
+      out.body += c.buf().substr(nl + 2, len);
+      pos = nl + 2 + len + 2;
+      if (len == 0) break;
+    }
+  } else {
+    std::string cl = header("content-length");
+    size_t want = cl.empty() ? 0 : std::stoul(cl);
+    while (c.buf().size() < want)
+      if (!c.fill()) {
+        out.error = "truncated body";
+        return out;
+      }
+    out.body = c.buf().substr(0, want);
+  }
+  return out;
+}
+
+std::string raw_exchange(int port, const std::string& bytes, int timeout_ms) {
+  Conn c(port, timeout_ms);
+  if (!c.ok() || !c.send_all(bytes)) return "";
+  while (c.fill()) {
+  }
+  return c.buf();
+}
+
+bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (http_request(port, "GET", path, "", 2000).status == status) return true;
+    pollfd none{-1, 0, 0};
+    poll(&none, 0, 20);
+  }
+  return false;
+}
+
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string ev = body.substr(pos, end - pos);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+// ---- FakeScheduler -------------------------------------------------------------------------
+
+FakeScheduler::FakeScheduler() {
+  auto* ctx = new zmq::context_t(1);
+  auto* sock = new zmq::socket_t(*ctx, zmq::socket_type::router);
+  sock->set(zmq::sockopt::linger, 0);
+  sock->bind("tcp://127.0.0.1:*");
+  endpoint_ = sock->get(zmq::sockopt::last_endpoint);
+  context_ = ctx;
+  socket_ = sock;
+  thread_ = std::thread([this] { run(); });
+}
+
+FakeScheduler::~FakeScheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  thread_.join();
+  delete static_cast<zmq::socket_t*>(socket_);
+  delete static_cast<zmq::context_t*>(context_);
+}
+
+void FakeScheduler::set_script(std::vector<int32_t> tokens, int32_t cached_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  script_ = std::move(tokens);
+  cached_ = cached_tokens;
+}
+void FakeScheduler::set_hold(bool hold, size_t after) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hold_ = hold;
+  hold_after_ = after;
+}
+void FakeScheduler::set_live_workers(int32_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_workers_ = n;
+}
+void FakeScheduler::set_silent(bool silent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  silent_ = silent;
+}
+std::vector<protocol::GenerateRequest> FakeScheduler::requests() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_;
+}
+std::vector<uint64_t> FakeScheduler::cancels() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancels_;
+}
+bool FakeScheduler::wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, pred);
+}
+
+void FakeScheduler::send(const std::string& identity, const protocol::Message& m) {
+  (void)zmqu::send(*static_cast<zmq::socket_t*>(socket_), {identity, protocol::encode(m)}, true);
+}
+
+void FakeScheduler::run() {
+  auto& sock = *static_cast<zmq::socket_t*>(socket_);
+  for (;;) {
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(10));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_) return;
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    auto frames = zmqu::recv(sock, true);
+    if (!frames.ok() || frames->size() != 2) continue;
+    if (silent_) continue;
+    const std::string identity = (*frames)[0];
+    auto msg = protocol::decode((*frames)[1]);
+    if (!msg.ok()) continue;
+    if (auto* hb = std::get_if<protocol::Heartbeat>(&*msg)) {
+      send(identity, protocol::Heartbeat{.id = hb->id, .role = "scheduler", .name = "fake", .live_workers = live_workers_,
+                                         .running = static_cast<int32_t>(held_.size())});
+    } else if (auto* req = std::get_if<protocol::GenerateRequest>(&*msg)) {
+      requests_.push_back(*req);
+      request_count_.store(requests_.size());
+      const size_t n = std::min<size_t>(script_.size(), static_cast<size_t>(req->max_tokens));
+      const size_t upto = hold_ ? std::min(n, hold_after_) : n;
+      for (size_t i = 0; i < upto; ++i) send(identity, protocol::TokenEvent{.id = req->id, .tokens = {script_[i]}});
+      if (hold_) {
+        held_[req->id] = {identity, static_cast<int32_t>(upto)};
+      } else {
+        send(identity, protocol::FinalEvent{.id = req->id,
+                                            .finish_reason = n == static_cast<size_t>(req->max_tokens) ? "length" : "stop",
+                                            .usage = {.prompt_tokens = static_cast<int32_t>(req->prompt_tokens.size()),
+                                                      .completion_tokens = static_cast<int32_t>(n),
+                                                      .cached_tokens = cached_}});
+      }
+    } else if (auto* c = std::get_if<protocol::CancelRequest>(&*msg)) {
+      cancels_.push_back(c->id);
+      cancel_count_.store(cancels_.size());
+      auto it = held_.find(c->id);
+      if (it != held_.end()) {
+        send(it->second.first, protocol::FinalEvent{.id = c->id, .finish_reason = "cancelled",
+                                                    .usage = {.completion_tokens = it->second.second}});
+        held_.erase(it);
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace tessera::testing

@@ -1,0 +1,105 @@
+// Test harness for the frontend integration tests: spawn a real binary, a small blocking HTTP
+// client (Boost.Beast, with socket timeouts so a hung server fails the test instead of hanging
+// it), and a FAKE SCHEDULER — a ZeroMQ ROUTER in the test process that speaks protocol v1 and
+// answers scripted tokens. Tests using the fake scheduler are protocol-level tests of the
+// frontend; end-to-end tests with the real scheduler and worker live elsewhere.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tessera/common/protocol.h"
+
+namespace tessera::testing {
+
+// A child process with its stdout on a pipe. Killed (SIGTERM, then SIGKILL) on destruction.
+class Process {
+ public:
+  Process(const std::string& binary, const std::vector<std::string>& args);
+  ~Process();
+  // Reads stdout until a line starting with `prefix` (or the deadline); returns it or "".
+  std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout);
+  bool alive();
+  int terminate();  // SIGTERM, wait; returns the exit status (or -1)
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string buffered_;
+};
+
+struct HttpResult {
+  int status = 0;  // 0 = transport failure
+  std::string body;
+  std::string content_type;
+  std::string error;
+};
+
+HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
+                        int timeout_ms = 15000);
+// Sends raw bytes on a fresh connection and returns whatever comes back until close/timeout.
+std::string raw_exchange(int port, const std::string& bytes, int timeout_ms = 5000);
+// Polls GET path until it answers `status` or the deadline passes.
+bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout);
+
+// Server-sent events of a response body: the payloads after "data: ".
+std::vector<std::string> sse_data(const std::string& body);
+
+class FakeScheduler {
+ public:
+  FakeScheduler();
+  ~FakeScheduler();
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Tokens answered to every request (at most max_tokens of them), then a final event.
+  void set_script(std::vector<int32_t> tokens, int32_t cached_tokens = 0);
+  // Hold requests open after `after` tokens until cancelled.
+  void set_hold(bool hold, size_t after = 2);
+  void set_live_workers(int32_t n);
+  // Stop answering anything (as if the process froze or died).
+  void set_silent(bool silent);
+
+  std::vector<protocol::GenerateRequest> requests();
+  std::vector<uint64_t> cancels();
+  // Waits (condition variable, deadline) until pred() holds. pred runs under the state lock:
+  // use only request_count() / cancel_count() in it (lock-free).
+  bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
+  size_t request_count() const { return request_count_.load(); }
+  size_t cancel_count() const { return cancel_count_.load(); }
+
+ private:
+  void run();
+  void send(const std::string& identity, const protocol::Message& m);
+
+  std::string endpoint_;
+  std::thread thread_;
+  bool stop_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> script_;
+  int32_t cached_ = 0;
+  bool hold_ = false;
+  size_t hold_after_ = 2;
+  int32_t live_workers_ = 1;
+  bool silent_ = false;
+  std::vector<protocol::GenerateRequest> requests_;
+  std::vector<uint64_t> cancels_;
+  std::atomic<size_t> request_count_{0};
+  std::atomic<size_t> cancel_count_{0};
+  std::map<uint64_t, std::pair<std::string, int32_t>> held_;  // id -> (identity, tokens sent)
+  void* socket_ = nullptr;  // zmq::socket_t*, owned by the thread
+  void* context_ = nullptr;
+};
+
+}  // namespace tessera::testing
