@@ -47,3 +47,28 @@ cmake --build "$build_dir" -j "$jobs"
 ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")
 [[ -n "${TEST_FILTER:-}" ]] && ctest_args+=(-R "$TEST_FILTER")
 ctest "${ctest_args[@]}"
+
+# ---- fuzz step (model-file parsers; owner: loaders) -------------------------------------
+# When clang is installed: builds only the libFuzzer targets in build-fuzz (clang,
+# TESSERA_FUZZ=ON), seeds them with crafted files plus the real stories260K.gguf, and runs
+# each for 15 s. A crash fails the script (set -e). Skip with TESSERA_SKIP_FUZZ=1; with
+# TEST_FILTER set it runs only when the filter mentions "fuzz".
+if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
+   [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
+  fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_SHARED_DIR="$shared"
+  cmake --build "$fuzz_dir" -j "$jobs" --target gguf_fuzz safetensors_fuzz fuzz_write_seeds
+  corpus="$fuzz_dir/corpus"
+  rm -rf "$corpus"
+  mkdir -p "$corpus/gguf" "$corpus/safetensors"
+  "$fuzz_dir/bin/fuzz_write_seeds" --kind gguf --write-seeds "$corpus/gguf"
+  "$fuzz_dir/bin/fuzz_write_seeds" --kind safetensors --write-seeds "$corpus/safetensors"
+  cp "$shared/models/stories260K/stories260K.gguf" "$corpus/gguf/"
+  for target in gguf safetensors; do
+    echo "tests/run.sh: fuzzing $target for 15 s"
+    "$fuzz_dir/bin/${target}_fuzz" -max_total_time=15 -max_len=1300000 -print_final_stats=1 \
+      -artifact_prefix="$fuzz_dir/crash-$target-" "$corpus/$target"
+  done
+fi
+# ---- end of fuzz step -------------------------------------------------------------------
