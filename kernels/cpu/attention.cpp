@@ -1,8 +1,6 @@
 #include "tessera/kernels/attention.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 #include "isa_table.h"
@@ -22,50 +20,13 @@ const cpu::IsaKernels& kernels_for(Isa isa) {
   return cpu::scalar_kernels();
 }
 
-constexpr int kKeyChunk = 32;  // keys scored per online-softmax update
+// Query tokens per work item: with the GQA group's heads, 4 tokens x group rows share each
+// gathered block of keys.
+constexpr int32_t kTokensPerItem = 4;
 
-// One query row (token `row`, head h) of sequence s over positions [0, pos].
-void attend_one(const PagedAttentionArgs& a, const cpu::IsaKernels& k, int32_t s, int32_t row, int32_t h) {
-  const int32_t hd = a.head_dim;
-  const int32_t group = a.n_heads / a.n_kv_heads;
-  const int32_t kvh = h / group;
-  const int32_t pos = a.start_pos[s] + (row - a.token_indptr[s]);
-  const int32_t* pages = a.page_ids + a.page_indptr[s];
-  const int64_t token_stride = static_cast<int64_t>(a.n_kv_heads) * hd;       // floats per token slot
-  const int64_t page_stride = 2 * static_cast<int64_t>(a.page_size) * token_stride;
-  const int64_t v_offset = static_cast<int64_t>(a.page_size) * token_stride;
-  const float* q = a.q + row * a.q_stride + static_cast<int64_t>(h) * hd;
-  float* out = a.out + row * a.out_stride + static_cast<int64_t>(h) * hd;
-  std::fill(out, out + hd, 0.0f);
-
-  float scores[kKeyChunk];
-  const float* vrows[kKeyChunk];
-  float m = -std::numeric_limits<float>::infinity();
-  float l = 0.0f;
-  for (int32_t p0 = 0; p0 <= pos; p0 += kKeyChunk) {
-    const int32_t cnt = std::min(kKeyChunk, pos + 1 - p0);
-    float cmax = -std::numeric_limits<float>::infinity();
-    for (int32_t c = 0; c < cnt; ++c) {
-      const int32_t p = p0 + c;
-      const float* base = a.kv + pages[p / a.page_size] * page_stride + (p % a.page_size) * token_stride + kvh * hd;
-      scores[c] = k.dot(q, base, hd) * a.scale;
-      vrows[c] = base + v_offset;
-      cmax = std::max(cmax, scores[c]);
-    }
-    if (cmax > m) {
-      const float r = std::exp(m - cmax);  // exp(-inf) = 0 on the first chunk
-      if (l != 0.0f) k.scale(r, out, hd);
-      l *= r;
-      m = cmax;
-    }
-    for (int32_t c = 0; c < cnt; ++c) {
-      const float e = std::exp(scores[c] - m);
-      l += e;
-      k.axpy(e, vrows[c], out, hd);
-    }
-  }
-  k.scale(1.0f / l, out, hd);
-}
+struct Item {
+  int32_t seq, kv_head, row0, row1;  // rows [row0, row1) of q/out, all in sequence `seq`
+};
 
 }  // namespace
 
@@ -74,26 +35,50 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
   TS_CHECK_GT(a.page_size, 0);
   if (a.n_seqs <= 0) return;
   const cpu::IsaKernels& k = kernels_for(isa);
-  const int32_t n_rows = a.token_indptr[a.n_seqs];
-  // Work items: (row, head) pairs, grouped in tasks of a few items.
-  std::vector<int32_t> row_seq(static_cast<size_t>(n_rows));
+  const int32_t group = a.n_heads / a.n_kv_heads;
+  std::vector<Item> items;
   for (int32_t s = 0; s < a.n_seqs; ++s) {
-    for (int32_t r = a.token_indptr[s]; r < a.token_indptr[s + 1]; ++r) row_seq[static_cast<size_t>(r)] = s;
-  }
-  const int64_t items = static_cast<int64_t>(n_rows) * a.n_heads;
-  const int64_t per_task = std::max<int64_t>(1, items / (static_cast<int64_t>(pool ? pool->size() : 1) * 16));
-  const int64_t n_tasks = (items + per_task - 1) / per_task;
-  auto task = [&](int64_t t) {
-    const int64_t end = std::min(items, (t + 1) * per_task);
-    for (int64_t i = t * per_task; i < end; ++i) {
-      const int32_t row = static_cast<int32_t>(i / a.n_heads);
-      attend_one(a, k, row_seq[static_cast<size_t>(row)], row, static_cast<int32_t>(i % a.n_heads));
+    for (int32_t r = a.token_indptr[s]; r < a.token_indptr[s + 1]; r += kTokensPerItem) {
+      const int32_t r1 = std::min(a.token_indptr[s + 1], r + kTokensPerItem);
+      for (int32_t g = 0; g < a.n_kv_heads; ++g) items.push_back({s, g, r, r1});
     }
+  }
+  // Longest rows (largest positions) first: better balance for causal prefill.
+  std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
+    return a.start_pos[x.seq] + (x.row1 - a.token_indptr[x.seq]) > a.start_pos[y.seq] + (y.row1 - a.token_indptr[y.seq]);
+  });
+  const int64_t token_stride = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  auto task = [&](int64_t i) {
+    const Item& it = items[static_cast<size_t>(i)];
+    const int32_t n_rows = (it.row1 - it.row0) * group;
+    thread_local std::vector<float> scratch;
+    thread_local std::vector<const float*> q_rows;
+    thread_local std::vector<float*> out_rows;
+    thread_local std::vector<int32_t> pos;
+    scratch.resize(static_cast<size_t>(cpu::attn_scratch_floats(a.head_dim, n_rows)));
+    q_rows.clear();
+    out_rows.clear();
+    pos.clear();
+    for (int32_t r = it.row0; r < it.row1; ++r) {
+      for (int32_t h = it.kv_head * group; h < (it.kv_head + 1) * group; ++h) {
+        q_rows.push_back(a.q + r * a.q_stride + static_cast<int64_t>(h) * a.head_dim);
+        out_rows.push_back(a.out + r * a.out_stride + static_cast<int64_t>(h) * a.head_dim);
+        pos.push_back(a.start_pos[it.seq] + (r - a.token_indptr[it.seq]));
+      }
+    }
+    const cpu::AttnGroup g{.q_rows = q_rows.data(), .out_rows = out_rows.data(), .pos = pos.data(), .n_rows = n_rows,
+                           .kv = a.kv, .pages = a.page_ids + a.page_indptr[it.seq], .page_size = a.page_size,
+                           .page_stride = 2 * static_cast<int64_t>(a.page_size) * token_stride,
+                           .token_stride = token_stride,
+                           .kv_offset = static_cast<int64_t>(it.kv_head) * a.head_dim,
+                           .v_offset = static_cast<int64_t>(a.page_size) * token_stride,
+                           .head_dim = a.head_dim, .scale = a.scale, .scratch = scratch.data()};
+    k.attend_group(g);
   };
   if (pool == nullptr) {
-    for (int64_t t = 0; t < n_tasks; ++t) task(t);
+    for (size_t i = 0; i < items.size(); ++i) task(static_cast<int64_t>(i));
   } else {
-    pool->parallel_for(n_tasks, task);
+    pool->parallel_for(static_cast<int64_t>(items.size()), task);
   }
 }
 

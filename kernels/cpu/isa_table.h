@@ -31,6 +31,29 @@ struct GemmQ8Job {
   int64_t y_stride = 0;
 };
 
+// Attention of n_rows query rows that share one kv head of one sequence (see attention.h for
+// the pool layout). Row r (query q_rows[r], output out_rows[r], head_dim floats each) is at
+// position pos[r] and attends to positions [0, pos[r]] through `pages`.
+struct AttnGroup {
+  const float* const* q_rows = nullptr;
+  float* const* out_rows = nullptr;
+  const int32_t* pos = nullptr;
+  int32_t n_rows = 0;
+  const float* kv = nullptr;      // the layer's pool
+  const int32_t* pages = nullptr; // the sequence's block table
+  int32_t page_size = 0;
+  int64_t page_stride = 0;        // floats per page (K and V)
+  int64_t token_stride = 0;       // floats per slot (n_kv_heads * head_dim)
+  int64_t kv_offset = 0;          // kv_head * head_dim
+  int64_t v_offset = 0;           // floats from a K slot to its V slot
+  int32_t head_dim = 0;
+  float scale = 1.0f;
+  float* scratch = nullptr;       // attn_scratch_floats(head_dim, n_rows) floats
+};
+inline int64_t attn_scratch_floats(int32_t head_dim, int32_t n_rows) {
+  return static_cast<int64_t>(head_dim) * 16 + 2 * static_cast<int64_t>(n_rows) * head_dim + 2 * n_rows;
+}
+
 using GemmFn = void (*)(const GemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 using GemmQ8Fn = void (*)(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
@@ -44,6 +67,7 @@ struct IsaKernels {
   // Every path rounds identically (x * (1 / d), ties to even), so they feed the same integers.
   void (*quantize_q8)(const float* x, int64_t cols, int8_t* q, float* d);
   int q8_scale_repeat;
+  void (*attend_group)(const AttnGroup& group);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float a, const float* x, float* y, int64_t n);  // y += a * x
   void (*scale)(float a, float* y, int64_t n);                 // y *= a

@@ -1,4 +1,6 @@
 // The portable scalar paths: the oracle every SIMD path is tested against.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -69,6 +71,8 @@ void scale(float a, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
+#include "attention_impl.inc"
+
 }  // namespace
 
 void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d) {
@@ -93,6 +97,7 @@ const IsaKernels& scalar_kernels() {
       .gemm_q8_0 = gemm_q8_0,
       .quantize_q8 = quantize_activations_q8,
       .q8_scale_repeat = 1,
+      .attend_group = attend_group,
       .dot = dot,
       .axpy = axpy,
       .scale = scale,

@@ -7,6 +7,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -236,6 +238,8 @@ void scale(float a, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
+#include "attention_impl.inc"
+
 }  // namespace
 
 const IsaKernels& avx2_kernels() {
@@ -246,6 +250,7 @@ const IsaKernels& avx2_kernels() {
       .gemm_q8_0 = gemm_q8_0,
       .quantize_q8 = quantize_q8,
       .q8_scale_repeat = 8,
+      .attend_group = attend_group,
       .dot = dot,
       .axpy = axpy,
       .scale = scale,

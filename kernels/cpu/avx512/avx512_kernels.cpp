@@ -13,6 +13,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -273,6 +275,106 @@ void scale(float a, float* y, int64_t n) {
   }
 }
 
+#include "attention_impl.inc"
+
+// exp(x) on 16 lanes for x <= 0 (Cephes polynomial, Cody-Waite reduction, scalef), ~1 ulp.
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+// attend_group (attention_impl.inc) with explicit AVX-512 for head_dim % 16 == 0, <= 256:
+// scores of 16 keys per FMA chain, a row's output dims held in registers across a key block.
+void attend_group_avx512(const AttnGroup& g) {
+  constexpr int kMaxVecs = 16;
+  if (g.head_dim % 16 != 0 || g.head_dim / 16 > kMaxVecs) {
+    attend_group(g);
+    return;
+  }
+  const int32_t hd = g.head_dim, nv = hd / 16, nq = g.n_rows;
+  float* kt = g.scratch;             // [hd][16]
+  float* acc = kt + hd * kAttnKeys;  // [nq][hd]
+  float* qs = acc + nq * hd;         // [nq][hd]
+  float* m = qs + nq * hd;
+  float* l = m + nq;
+  int32_t max_pos = 0;
+  const __m512 sv = _mm512_set1_ps(g.scale);
+  for (int32_t r = 0; r < nq; ++r) {
+    max_pos = std::max(max_pos, g.pos[r]);
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+    for (int32_t v = 0; v < nv; ++v) {
+      _mm512_storeu_ps(acc + r * hd + 16 * v, _mm512_setzero_ps());
+      _mm512_storeu_ps(qs + r * hd + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(g.q_rows[r] + 16 * v), sv));
+    }
+  }
+  const float* vrow[kAttnKeys];
+  for (int32_t k0 = 0; k0 <= max_pos; k0 += kAttnKeys) {
+    const int32_t nk = std::min(kAttnKeys, max_pos + 1 - k0);
+    for (int32_t j = 0; j < kAttnKeys; ++j) {
+      if (j < nk) {
+        const int32_t p = k0 + j;
+        const float* base = g.kv + g.pages[p / g.page_size] * g.page_stride + (p % g.page_size) * g.token_stride + g.kv_offset;
+        vrow[j] = base + g.v_offset;
+        for (int32_t d = 0; d < hd; ++d) kt[d * kAttnKeys + j] = base[d];
+      } else {
+        for (int32_t d = 0; d < hd; ++d) kt[d * kAttnKeys + j] = 0.0f;
+      }
+    }
+    for (int32_t r = 0; r < nq; ++r) {
+      const int32_t pos = g.pos[r];
+      if (k0 > pos) continue;
+      const float* q = qs + r * hd;
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
+      for (int32_t d = 0; d < hd; d += 4) {
+        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + d * kAttnKeys), s0);
+        s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_loadu_ps(kt + (d + 1) * kAttnKeys), s1);
+        s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_loadu_ps(kt + (d + 2) * kAttnKeys), s2);
+        s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_loadu_ps(kt + (d + 3) * kAttnKeys), s3);
+      }
+      const __m512 sc = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+      const int32_t valid = std::min(nk, pos - k0 + 1);
+      const __mmask16 vm = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
+      const float bmax = _mm512_mask_reduce_max_ps(vm, sc);
+      const float new_m = std::max(m[r], bmax);
+      float* a = acc + r * hd;
+      __m512 av[kMaxVecs];
+      for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_loadu_ps(a + 16 * v);
+      if (new_m > m[r] && l[r] != 0.0f) {
+        const float corr = std::exp(m[r] - new_m);
+        l[r] *= corr;
+        const __m512 cv = _mm512_set1_ps(corr);
+        for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_mul_ps(av[v], cv);
+      }
+      m[r] = new_m;
+      const __m512 pv = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(sc, _mm512_set1_ps(new_m))));
+      l[r] += hsum(pv);
+      alignas(64) float p[kAttnKeys];
+      _mm512_store_ps(p, pv);
+      for (int32_t j = 0; j < valid; ++j) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vrow[j] + 16 * v), av[v]);
+      }
+      for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(a + 16 * v, av[v]);
+    }
+  }
+  for (int32_t r = 0; r < nq; ++r) {
+    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
+    for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(g.out_rows[r] + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * v), inv));
+  }
+}
+
 }  // namespace
 
 const IsaKernels& avx512_kernels() {
@@ -283,6 +385,7 @@ const IsaKernels& avx512_kernels() {
       .gemm_q8_0 = gemm_q8_0,
       .quantize_q8 = quantize_q8,
       .q8_scale_repeat = 8,
+      .attend_group = attend_group_avx512,
       .dot = dot,
       .axpy = axpy,
       .scale = scale,

@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   // Top-k: the largest key threshold t with count(order_key(z) >= t) >= k.
   uint32_t k_thr = 0;
   if (top_k > 0 && top_k < vocab) {
-    uint32_t lo = 0, hi = 0xffffffffu;  // invariant: count(>= lo) >= k
+    uint64_t lo = 0, hi = 0xffffffffu;  // invariant: count(>= lo) >= k; 64-bit so hi - lo + 1 cannot wrap
     while (lo < hi) {
-      const uint32_t mid = lo + (hi - lo + 1) / 2;
+      const uint64_t mid = lo + (hi - lo + 1) / 2;
       uint32_t c = 0;
       for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += order_key(row[i] * inv_t) >= mid ? 1u : 0u;
       if (red.count(c) >= static_cast<uint32_t>(top_k)) {
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
         hi = mid - 1;
       }
     }
-    k_thr = lo;
+    k_thr = static_cast<uint32_t>(lo);
   }
   // Survivor weights e = exp(z - max) (the max survives: e = 1); min-p keeps e >= min_p.
   const float min_p = a.min_p[r];
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   float p_thr = 0.0f;
   if (top_p < 1.0f) {
     const float need = top_p * total;
-    uint32_t lo = 0, hi = __float_as_uint(1.0f);  // positive floats order like their bits
+    uint32_t lo = 0, hi = __float_as_uint(1.0f);  // positive floats order like their bits (no wrap below 2^31)
     while (lo < hi) {
       const uint32_t mid = lo + (hi - lo + 1) / 2;
       const float w = __uint_as_float(mid);
