@@ -25,6 +25,7 @@ int32_t cuda_device_count() {
 }
 
 CudaEngine::Impl::~Impl() {
+  cudaSetDevice(opt.device);  // tensor-parallel ranks are destroyed from one thread
   for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
   if (pinned_meta != nullptr) cudaFreeHost(pinned_meta);
   if (pinned_logits != nullptr) cudaFreeHost(pinned_logits);

@@ -74,7 +74,9 @@ struct Uploader {
     } else {
       TS_CUDA_TRY(cudaStreamSynchronize(stream));  // previous conversion done before overwriting
     }
-    TS_CUDA_TRY(cudaMemcpy(staging.get(), t.data, src_bytes, cudaMemcpyHostToDevice));
+    // Stream-ordered: the conversion kernel below runs after the copy (a plain cudaMemcpy from
+    // pageable memory may return before its DMA lands, and runs on the legacy stream).
+    TS_CUDA_TRY(cudaMemcpyAsync(staging.get(), t.data, src_bytes, cudaMemcpyHostToDevice, stream));
     const cudaError_t e = kernels::cuda::convert_weights(t.dtype, staging.get(), t.rows, t.cols, dtype, dst, stream);
     if (e == cudaErrorInvalidValue) {
       return make_error(ErrorCode::kUnsupported, std::string("not implemented yet: CUDA upload of ") + dtype_name(t.dtype) +
@@ -87,7 +89,8 @@ struct Uploader {
     if (t.dtype != DType::kF32) return make_error(ErrorCode::kUnsupported, "CUDA upload: " + what + " must be f32");
     const size_t bytes = static_cast<size_t>(t.rows * t.cols) * sizeof(float);
     TS_ASSIGN_OR_RETURN(void* p, alloc(bytes, what));
-    TS_CUDA_TRY(cudaMemcpy(p, t.data, bytes, cudaMemcpyHostToDevice));
+    TS_CUDA_TRY(cudaMemcpyAsync(p, t.data, bytes, cudaMemcpyHostToDevice, stream));
+    TS_CUDA_TRY(cudaStreamSynchronize(stream));  // t.data is the caller's; do not outlive the call
     return static_cast<float*>(p);
   }
 
@@ -136,7 +139,8 @@ Result<DeviceWeights> upload_weights(const Model& model, HalfType dtype, cudaStr
       std::memcpy(b.data() + nq, lw.bk.f32(), static_cast<size_t>(nk) * 4);
       std::memcpy(b.data() + nq + nk, lw.bv.f32(), static_cast<size_t>(nv) * 4);
       TS_ASSIGN_OR_RETURN(void* bp, up.alloc(b.size() * 4, p + "attn_qkv.bias"));
-      TS_CUDA_TRY(cudaMemcpy(bp, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
+      TS_CUDA_TRY(cudaMemcpyAsync(bp, b.data(), b.size() * 4, cudaMemcpyHostToDevice, stream));
+      TS_CUDA_TRY(cudaStreamSynchronize(stream));  // b is a local vector
       d.bqkv = static_cast<float*>(bp);
     }
     w.layers.push_back(d);
