@@ -1,0 +1,78 @@
+// The tessera-scheduler process: the scheduler core (one Batcher per worker, one Router) between
+// frontends and workers, over ZeroMQ/msgpack (docs/protocol.md, "Scheduler").
+//
+// Sockets: two ROUTERs. `frontend_endpoint` takes frontends (and any client that speaks the
+// frontend<->scheduler messages: completion/chat with prompt_tokens filled, cancel, heartbeat);
+// `worker_endpoint` takes workers (register, heartbeat, step_result, shutdown). A worker's
+// ZeroMQ routing id is its name.
+//
+// Threading: ONE event-loop thread (run()) owns both sockets, every Batcher, the Router and all
+// request state; nothing here is shared with other threads except the metrics registry (atomic
+// values; the /metrics HTTP thread only renders it) and the stop flag. Workers compute in their
+// own processes, so one loop keeps every worker busy: each iteration reads what arrived, applies
+// step results, and sends each idle worker its next plan (one plan in flight per worker).
+//
+// Request lifecycle: a request arriving from frontend F with id i gets an internal id (ids are
+// unique per frontend only); the Router picks a worker (consistent hashing with bounded load,
+// scored by cached prefix); its Batcher plans it; sampled tokens go back to F as `token` events
+// carrying i, then one `final` (stop / length / cancelled) or `error`. A cancel from F frees
+// every page at once (Batcher::cancel) and is answered by a `final` with "cancelled".
+//
+// Failure handling: workers and frontends heartbeat every heartbeat_ms; the scheduler answers
+// each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`) is dead: every
+// request it held ends with an `error` kPeerDead and new requests go to the others (or get
+// kUnavailable when none is left). A frontend silent for frontend_dead_ms has its requests
+// cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
+// (workers); nothing a peer sends takes the loop down.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/common/metrics.h"
+#include "tessera/common/result.h"
+#include "tessera/scheduler/router.h"
+
+namespace tessera::scheduler_app {
+
+struct ServiceConfig {
+  std::string name = "scheduler";
+  std::string frontend_endpoint = "tcp://127.0.0.1:8100";  // bind; port * = any free port
+  std::string worker_endpoint = "tcp://127.0.0.1:8101";    // bind; port * = any free port
+  int heartbeat_ms = 500;          // sent to workers in register_ack
+  int worker_dead_ms = 3000;       // > heartbeat_ms
+  int frontend_dead_ms = 5000;     // > heartbeat_ms
+  int32_t max_running = 256;       // per worker
+  int32_t max_waiting = 4096;      // per worker; more gets kOverloaded
+  int32_t max_step_tokens = 0;     // per step; 0 = the worker's max_batch_tokens
+  int32_t max_context = 0;         // 0 = the worker's max_seq_len
+  bool prefix_cache = true;        // false: every request gets its own K/V namespace (no reuse)
+  bool audit = false;              // Batcher::check() after every step (slow; for tests)
+  scheduler::RouterConfig router;
+};
+
+class Service {
+ public:
+  // Binds both sockets. Errors: kInvalidArgument (bad endpoint or config), kUnavailable (bind).
+  static Result<std::unique_ptr<Service>> create(const ServiceConfig& config, metrics::Registry& metrics);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  std::string frontend_endpoint() const;  // as bound
+  std::string worker_endpoint() const;    // as bound
+
+  // Serves until `stop` becomes true (checked at least every 50 ms), then tells every worker
+  // nothing more and fails in-flight requests with kUnavailable.
+  void run(const std::atomic<bool>& stop);
+
+  struct Impl;
+
+ private:
+  explicit Service(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::scheduler_app
