@@ -14,9 +14,10 @@ using detail::warp_sum;
 
 constexpr int kWarps = 4;
 constexpr int kLaneDims = kMaxHeadDim / 32;  // head dims each lane owns: d = lane + 32 * i
+constexpr int kKeysPerIter = 4;              // positions a warp loads before reducing
 
 // Block (kvh, s, split): all `group` query heads of KV head kvh over this split's positions.
-// Each warp takes every kWarps-th position; warps merge their (m, l, acc) at the end.
+// Warps take interleaved runs of kKeysPerIter positions; they merge their (m, l, acc) at the end.
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeAttentionArgs a, int group) {
   const int kvh = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
@@ -47,33 +48,43 @@ __global__ void __launch_bounds__(kWarps * 32) decode_kernel(DecodeAttentionArgs
   const int64_t tok_stride = static_cast<int64_t>(n_kv) * hd;
   const int64_t page_stride = 2 * static_cast<int64_t>(ps) * tok_stride, v_off = static_cast<int64_t>(ps) * tok_stride;
   const int32_t* pages = a.kv.page_ids + a.kv.page_indptr[s];
-  for (int p = begin + warp; p < end; p += kWarps) {
-    const T* kr = kv + pages[p / ps] * page_stride + static_cast<int64_t>(p % ps) * tok_stride + static_cast<int64_t>(kvh) * hd;
-    const T* vr = kr + v_off;
-    float kf[kLaneDims], vf[kLaneDims];
+  // Each warp takes kKeysPerIter consecutive positions per iteration and issues all their
+  // loads before the first reduction, so several K/V rows are in flight per warp.
+  for (int p0 = begin + warp * kKeysPerIter; p0 < end; p0 += kWarps * kKeysPerIter) {
+    float kf[kKeysPerIter][kLaneDims], vf[kKeysPerIter][kLaneDims];
 #pragma unroll
-    for (int i = 0; i < kLaneDims; ++i) {
-      const int d = lane + 32 * i;
-      kf[i] = d < hd ? to_f32(kr[d]) : 0.0f;
-      vf[i] = d < hd ? to_f32(vr[d]) : 0.0f;
-    }
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= group) break;
-      float part = 0.0f;
+    for (int u = 0; u < kKeysPerIter; ++u) {
+      const int p = min(p0 + u, end - 1);  // past the end: reload the last row, skipped below
+      const T* kr = kv + pages[p / ps] * page_stride + static_cast<int64_t>(p % ps) * tok_stride + static_cast<int64_t>(kvh) * hd;
+      const T* vr = kr + v_off;
 #pragma unroll
       for (int i = 0; i < kLaneDims; ++i) {
         const int d = lane + 32 * i;
-        if (d < hd) part += q_s[g][d] * kf[i];
+        kf[u][i] = d < hd ? to_f32(kr[d]) : 0.0f;
+        vf[u][i] = d < hd ? to_f32(vr[d]) : 0.0f;
       }
-      const float score = warp_sum(part);
-      const float mn = fmaxf(m[g], score);
-      const float corr = __expf(m[g] - mn);  // 0 on the first key (m = -inf)
-      const float e = __expf(score - mn);
-      l[g] = l[g] * corr + e;
+    }
 #pragma unroll
-      for (int i = 0; i < kLaneDims; ++i) acc[g][i] = acc[g][i] * corr + e * vf[i];
-      m[g] = mn;
+    for (int u = 0; u < kKeysPerIter; ++u) {
+      if (p0 + u >= end) break;  // warp-uniform
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= group) break;
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) {
+          const int d = lane + 32 * i;
+          if (d < hd) part += q_s[g][d] * kf[u][i];
+        }
+        const float score = warp_sum(part);
+        const float mn = fmaxf(m[g], score);
+        const float corr = __expf(m[g] - mn);  // 0 on the first key (m = -inf)
+        const float e = __expf(score - mn);
+        l[g] = l[g] * corr + e;
+#pragma unroll
+        for (int i = 0; i < kLaneDims; ++i) acc[g][i] = acc[g][i] * corr + e * vf[u][i];
+        m[g] = mn;
+      }
     }
   }
 #pragma unroll
