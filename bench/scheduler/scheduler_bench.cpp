@@ -6,10 +6,12 @@
 
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tessera/scheduler/batcher.h"
 #include "tessera/scheduler/radix_index.h"
+#include "tessera/scheduler/router.h"
 
 namespace tessera::scheduler {
 namespace {
@@ -99,6 +101,40 @@ void BM_RadixInsert(benchmark::State& state) {
   state.SetItemsProcessed(tokens);  // inserted (offered) tokens per second
 }
 BENCHMARK(BM_RadixInsert);
+
+// One routing decision over 8 workers: the routing key, a peek into each worker's index (4096
+// cached sequences each) and the bounded-load choice.
+void BM_RouteRequest(benchmark::State& state) {
+  const KvNamespace ns{.model_fingerprint = "bench"};
+  auto router = Router::create(RouterConfig{});
+  std::vector<std::unique_ptr<PageAllocator>> allocs;
+  std::vector<std::unique_ptr<RadixIndex>> indexes;
+  std::vector<std::string> names;
+  const auto prompts = make_prompts(4096, 4);
+  for (int w = 0; w < 8; ++w) {
+    allocs.push_back(std::make_unique<PageAllocator>(4096 * 16 / 8 + 64));
+    indexes.push_back(std::make_unique<RadixIndex>(*allocs.back(), kPage));
+    names.push_back("worker-" + std::to_string(w));
+    if (!router->add_worker(names.back()).ok()) std::abort();
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {  // each worker caches an eighth of the prompts
+    const std::vector<std::vector<int32_t>> one{prompts[i]};
+    cache_all(*allocs[i % 8], *indexes[i % 8], ns, one);
+  }
+  Request r;
+  r.ns = ns;
+  std::vector<WorkerSnapshot> snap(8);
+  size_t i = 0;
+  for (auto _ : state) {
+    r.prompt = prompts[i++ % prompts.size()];
+    for (size_t w = 0; w < 8; ++w) {
+      snap[w] = WorkerSnapshot{names[w], static_cast<int64_t>(i % 7), indexes[w]->peek(ns, r.prompt)};
+    }
+    auto d = router->route(router->routing_key(r), snap);
+    benchmark::DoNotOptimize(d);
+  }
+}
+BENCHMARK(BM_RouteRequest);
 
 // N running sequences, each with a 512-token prompt, all decoding: plan one step (every
 // sequence gets a decode token, a block table of 33+ pages and a slot mapping).
