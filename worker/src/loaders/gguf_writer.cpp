@@ -117,6 +117,9 @@ void GgufWriter::set_i32_array(const std::string& key, const std::vector<int32_t
   v.ints.assign(a.begin(), a.end());
   put(key, std::move(v));
 }
+void GgufWriter::erase(const std::string& key) {
+  std::erase_if(kv_, [&](const auto& kv) { return kv.first == key; });
+}
 void GgufWriter::set_value(const std::string& key, const GgufValue& v) { put(key, v); }
 
 void GgufWriter::set_alignment(uint32_t alignment) {

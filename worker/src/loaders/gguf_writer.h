@@ -42,6 +42,7 @@ class GgufWriter {
   void set_i32_array(const std::string& key, const std::vector<int32_t>& v);
   // Any value (e.g. nested arrays or odd types in tests).
   void set_value(const std::string& key, const GgufValue& v);
+  void erase(const std::string& key);  // drops a key (tests: "missing key" cases)
   // Sets general.alignment (u32) and uses it for the layout. Must be a power of two.
   void set_alignment(uint32_t alignment);
 
