@@ -135,6 +135,22 @@ uint64_t L1Cache::erase_user(const std::string& user) {
   return n;
 }
 
+uint64_t L1Cache::erase_users_if(const std::function<bool(const std::string&)>& pred) {
+  std::lock_guard lock(mu_);
+  uint64_t n = 0;
+  for (auto it = parts_.begin(); it != parts_.end();) {
+    if (pred(it->first)) {
+      n += it->second.lru.size();
+      entries_ -= it->second.lru.size();
+      bytes_ -= it->second.bytes;
+      it = parts_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
 uint64_t L1Cache::clear() {
   std::lock_guard lock(mu_);
   const uint64_t n = entries_;

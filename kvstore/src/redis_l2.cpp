@@ -1,6 +1,7 @@
 #include "tessera/kvstore/redis_l2.h"
 
 #include <hiredis/hiredis.h>
+#include <sys/socket.h>
 
 #include <charconv>
 
@@ -81,7 +82,8 @@ class RedisL2::Conn {
 
 RedisL2::RedisL2(const RedisConfig& config, std::string secret) : config_(config), signer_(std::move(secret)) {}
 
-Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std::string secret) {
+Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std::string secret,
+                                                 std::function<void(std::string_view)> on_event) {
   if (secret.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "an HMAC secret is required when Redis is on (--hmac-secret or TESSERA_KVSTORE_SECRET)");
@@ -94,6 +96,8 @@ Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std:
     TS_LOG(kWarn) << "redis=" << config.host << ":" << config.port << " | not reachable at start; serving from L1";
   }
   l2->health_ = std::thread([p = l2.get()] { p->health_loop(); });
+  l2->on_event_ = std::move(on_event);
+  l2->subscriber_ = std::thread([p = l2.get()] { p->subscriber_loop(); });
   return l2;
 }
 
@@ -101,9 +105,11 @@ RedisL2::~RedisL2() {
   {
     std::lock_guard lock(health_mu_);
     stop_ = true;
+    if (sub_ctx_ != nullptr) ::shutdown(sub_ctx_->fd, SHUT_RDWR);  // unblocks the subscriber's read
   }
   health_cv_.notify_all();
   if (health_.joinable()) health_.join();
+  if (subscriber_.joinable()) subscriber_.join();
   std::lock_guard lock(pool_mu_);
   for (redisContext* c : idle_) redisFree(c);
   idle_.clear();
@@ -325,9 +331,60 @@ Result<uint64_t> RedisL2::clear() {
   return removed;
 }
 
+Status RedisL2::publish_event(std::string_view event) {
+  TS_ASSIGN_OR_RETURN(Conn conn, acquire());
+  Reply r = command(conn.get(), {"PUBLISH", kEventChannel, event});
+  return conn.check(r, "publish");
+}
+
+void RedisL2::subscriber_loop() {
+  int backoff_ms = 100;
+  while (true) {
+    {
+      std::unique_lock lock(health_mu_);
+      if (stop_) return;
+    }
+    redisContext* c =
+        redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(config_.connect_timeout_ms));
+    bool subscribed = false;
+    if (c != nullptr && c->err == 0) {
+      std::lock_guard lock(health_mu_);
+      if (!stop_) {
+        sub_ctx_ = c;
+        subscribed = true;
+      }
+    }
+    if (subscribed) {
+      Reply r = command(c, {"SUBSCRIBE", kEventChannel});
+      subscribed = r != nullptr && r->type == REDIS_REPLY_ARRAY;
+    }
+    if (subscribed) {
+      backoff_ms = 100;
+      while (true) {  // blocks until an event, a disconnect, or shutdown() from the destructor
+        void* raw = nullptr;
+        if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) break;
+        Reply msg(static_cast<redisReply*>(raw));
+        if (msg->type == REDIS_REPLY_ARRAY && msg->elements == 3 && msg->element[2]->type == REDIS_REPLY_STRING &&
+            std::string_view(msg->element[0]->str, msg->element[0]->len) == "message") {
+          events_received_.fetch_add(1);
+          if (on_event_) on_event_(std::string_view(msg->element[2]->str, msg->element[2]->len));
+        }
+      }
+    }
+    {
+      std::lock_guard lock(health_mu_);
+      sub_ctx_ = nullptr;
+    }
+    if (c != nullptr) redisFree(c);
+    std::unique_lock lock(health_mu_);
+    health_cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms), [&] { return stop_; });
+    backoff_ms = std::min(backoff_ms * 2, config_.max_backoff_ms);
+  }
+}
+
 L2Counters RedisL2::counters() const {
   return {hits_.load(), misses_.load(), puts_.load(), errors_.load(), mac_failures_.load(), reconnects_.load(),
-          bytes_written_.load(), bytes_read_.load()};
+          bytes_written_.load(), bytes_read_.load(), events_received_.load()};
 }
 
 }  // namespace tessera::kvstore

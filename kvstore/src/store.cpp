@@ -1,5 +1,6 @@
 #include "tessera/kvstore/store.h"
 
+#include <random>
 #include <sstream>
 
 #include "tessera/common/log.h"
@@ -16,7 +17,11 @@ const char* tier_name(Tier t) {
   return "";
 }
 
-Store::Store(StoreConfig config) : config_(std::move(config)), l1_(config_.l1) {}
+Store::Store(StoreConfig config) : config_(std::move(config)), l1_(config_.l1) {
+  std::random_device rd;
+  const uint64_t id = (uint64_t{rd()} << 32) ^ rd();
+  node_id_ = to_hex(reinterpret_cast<const uint8_t*>(&id), sizeof id);
+}
 Store::~Store() = default;
 
 Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
@@ -29,7 +34,9 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
   if (s->config_.redis) {
     RedisConfig rc = *s->config_.redis;
     rc.ttl_s = s->config_.default_ttl_s;
-    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(rc, s->config_.secret));
+    Store* self = s.get();
+    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(rc, s->config_.secret,
+                                                [self](std::string_view event) { self->on_event(event); }));
   }
   return s;
 }
@@ -137,6 +144,7 @@ Result<InvalidateResult> Store::invalidate_user(const std::string& user) {
     auto r = l2_->remove_user(user);
     if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
     out.l2 = *r;
+    publish("user:" + l2_->signer().user_index_key(user));
   }
   TS_LOG(kInfo) << "user=" << user << " | invalidated: l1=" << out.l1 << " l2=" << out.l2;
   return out;
@@ -149,8 +157,33 @@ Result<InvalidateResult> Store::clear() {
     auto r = l2_->clear();
     if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
     out.l2 = *r;
+    publish("clear");
   }
   return out;
+}
+
+void Store::publish(const std::string& event) {
+  const Status st = l2_->publish_event(node_id_ + "|" + event);
+  if (!st.ok()) {
+    TS_LOG(kWarn) << "could not tell other nodes to drop their L1 copies: " << st.error().message;
+  }
+}
+
+void Store::on_event(std::string_view message) {
+  const size_t bar = message.find('|');
+  if (bar == std::string_view::npos || message.substr(0, bar) == node_id_) return;  // ours: L1 done already
+  const std::string_view event = message.substr(bar + 1);
+  if (event == "clear") {
+    const uint64_t n = l1_.clear();
+    remote_invalidations_.fetch_add(n);
+    return;
+  }
+  if (event.starts_with("user:")) {
+    const std::string_view index_key = event.substr(5);
+    const KeySigner& signer = l2_->signer();
+    const uint64_t n = l1_.erase_users_if([&](const std::string& u) { return signer.user_index_key(u) == index_key; });
+    remote_invalidations_.fetch_add(n);
+  }
 }
 
 namespace {
@@ -205,6 +238,9 @@ std::string Store::metrics_text() const {
   os << "tessera_kvstore_l2_bytes_written_total " << l2.bytes_written << '\n';
   metric(os, "tessera_kvstore_l2_bytes_read_total", "counter", "Bytes of values read from Redis.");
   os << "tessera_kvstore_l2_bytes_read_total " << l2.bytes_read << '\n';
+  metric(os, "tessera_kvstore_l1_remote_invalidations_total", "counter",
+         "L1 entries dropped because a node (this one included) invalidated their user or cleared the cache.");
+  os << "tessera_kvstore_l1_remote_invalidations_total " << remote_invalidations_.load() << '\n';
   metric(os, "tessera_kvstore_mac_failures_total", "counter",
          "Redis values rejected because their MAC did not match their key (tampered or moved).");
   os << "tessera_kvstore_mac_failures_total " << l2.mac_failures << '\n';

@@ -297,13 +297,17 @@ TEST_F(KvServiceRedis, InvalidateUserClearsEveryTier) {
   auto c1 = client_for(*n1), c2 = client_for(*n2);
   for (const char* h : {"x", "y"}) ASSERT_TRUE(c1->put({kFp, "alice", h}, blob_of(3, 5))->l2);
   ASSERT_TRUE(c1->put({kFp, "bob", "x"}, blob_of(3, 6))->l2);
+  ASSERT_EQ(c2->get({kFp, "alice", "x"})->tier, Tier::kL2);  // node 2 now holds a copy in its L1
+  ASSERT_EQ(c2->exists({kFp, "alice", "x"}).value(), Tier::kL1);
   auto r = c1->invalidate_user("alice");
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->l1, 2u);
   EXPECT_EQ(r->l2, 2u);
+  // Node 2 drops its L1 copy on the invalidation event published through Redis.
+  EXPECT_TRUE(wait_for([&] { return c2->exists({kFp, "alice", "x"}).value() == Tier::kNone; }, 5s));
   for (const char* h : {"x", "y"}) {
     EXPECT_FALSE(c1->get({kFp, "alice", h})->found);
-    EXPECT_FALSE(c2->get({kFp, "alice", h})->found);  // the other node finds nothing in Redis either
+    EXPECT_FALSE(c2->get({kFp, "alice", h})->found);
   }
   EXPECT_TRUE(c2->get({kFp, "bob", "x"})->found);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "2");  // bob's value and index

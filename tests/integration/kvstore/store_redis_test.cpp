@@ -166,14 +166,17 @@ TEST_F(StoreRedis, InvalidateUserClearsEveryTier) {
   }
   EXPECT_NE(store_->get({kFp, "bob", "a"})->blob, nullptr);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "2");  // bob's value and bob's index
-  // The other node's L1 still has its promoted copy until it is invalidated there too (the
-  // service's invalidate_user is per kvstore process; docs/kvstore.md says so).
-  EXPECT_EQ(other->invalidate_user("alice")->l1, 1u);
-  // clear() empties both tiers.
+  // The other node dropped its promoted L1 copy on the invalidation event.
+  EXPECT_TRUE(wait_for([&] { return other->l1_stats().entries == 0; }, 5s));
+  EXPECT_EQ(other->get({kFp, "alice", "a"})->blob, nullptr);
+  EXPECT_NE(other->metrics_text().find("tessera_kvstore_l1_remote_invalidations_total 1\n"), std::string::npos);
+  // clear() empties both tiers, and the other node's L1 too.
+  ASSERT_EQ(other->get({kFp, "bob", "a"})->tier, Tier::kL2);
   auto c = store_->clear();
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->l2, 1u);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "0");
+  EXPECT_TRUE(wait_for([&] { return other->l1_stats().entries == 0; }, 5s));
 }
 
 TEST_F(StoreRedis, InvalidateWhileRedisDownSaysL2WasNotCleared) {

@@ -8,11 +8,13 @@
 #include <cstring>
 #include <random>
 
+#include "kv_error.h"
 #include "synthetic_kv.h"
 
 namespace tessera::kvstore {
 namespace {
 
+using testing::attention_output_rel_error;
 using testing::synthetic_kv;
 
 constexpr uint64_t kFp = 0x1234abcd5678ef01ULL;
@@ -162,49 +164,6 @@ TEST(BlobCodec, RelativeErrorAndRatioOnRealisticKv) {
     std::printf("%s: ratio %.3f rel %.5f max_abs %.5f rms %.6f\n", codec_name(w.codec), r->ratio,
                 r->relative_error, r->max_abs_error, r->rms_error);
   }
-}
-
-// The attention output computed from dequantized K/V stays close to the exact one.
-double attention_output_rel_error(const PackedKv& a, const PackedKv& b, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const KvShape& s = a.shape;
-  const size_t eb = element_bytes(a.dtype);
-  double err2 = 0, ref2 = 0;
-  std::vector<double> q(s.head_dim), wa(s.n_tokens), wb(s.n_tokens);
-  for (uint32_t l = 0; l < s.n_layers; ++l) {
-    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
-      for (int qi = 0; qi < 4; ++qi) {
-        for (auto& x : q) x = normal(rng);
-        auto weights = [&](const PackedKv& kv, std::vector<double>& w) {
-          double mx = -1e300;
-          for (uint32_t t = 0; t < s.n_tokens; ++t) {
-            const uint8_t* k = kv.k.data() + kv.row_offset(l, t) + size_t{h} * s.head_dim * eb;
-            double dot = 0;
-            for (uint32_t d = 0; d < s.head_dim; ++d) dot += q[d] * element_to_float(kv.dtype, k + d * eb);
-            w[t] = dot / std::sqrt(static_cast<double>(s.head_dim));
-            mx = std::max(mx, w[t]);
-          }
-          double sum = 0;
-          for (auto& x : w) sum += (x = std::exp(x - mx));
-          for (auto& x : w) x /= sum;
-        };
-        weights(a, wa);
-        weights(b, wb);
-        for (uint32_t d = 0; d < s.head_dim; ++d) {
-          double oa = 0, ob = 0;
-          for (uint32_t t = 0; t < s.n_tokens; ++t) {
-            const size_t off = a.row_offset(l, t) + (size_t{h} * s.head_dim + d) * eb;
-            oa += wa[t] * element_to_float(a.dtype, a.v.data() + off);
-            ob += wb[t] * element_to_float(b.dtype, b.v.data() + off);
-          }
-          err2 += (oa - ob) * (oa - ob);
-          ref2 += oa * oa;
-        }
-      }
-    }
-  }
-  return std::sqrt(err2 / ref2);
 }
 
 TEST(BlobCodec, AttentionOutputErrorOnRealisticKv) {

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,9 @@ class L1Cache {
   bool contains(const BlobKey& key);
   bool erase(const BlobKey& key);
   uint64_t erase_user(const std::string& user);  // returns entries removed
+  // Removes the partitions of every user for which pred(user) holds (called under the lock:
+  // pred must not call back into the cache). Returns entries removed.
+  uint64_t erase_users_if(const std::function<bool(const std::string&)>& pred);
   uint64_t clear();                              // returns entries removed
   L1Stats stats() const;
   const L1Config& config() const { return config_; }

@@ -8,7 +8,13 @@
 // come from a small pool, one per concurrent caller; callers block only on their own I/O.
 //
 // Per user the keys are also kept in a Redis set (the user index, key.h) so invalidate_user can
-// delete them; the index's TTL is refreshed on every put.
+// delete them; the index's TTL is refreshed on every put (needs Redis >= 7.0: EXPIRE GT/NX).
+//
+// Cross-node L1 invalidation: publish_event() PUBLISHes on the channel kEventChannel and a
+// subscriber thread hands every event (from any node, this one included) to the `on_event`
+// callback — "user:<user index key>" after invalidate_user, "clear" after clear. The user name
+// itself never goes over the wire. Events published while this node is cut off from Redis are
+// not replayed: its L1 copies then live until their TTL or LRU eviction (docs/kvstore.md).
 //
 // Thread-safety: all methods may be called concurrently. Counters are atomics.
 #pragma once
@@ -16,6 +22,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,15 +50,20 @@ struct RedisConfig {
 // Parses "host:port".
 Result<std::pair<std::string, int>> parse_host_port(std::string_view address);
 
+inline constexpr std::string_view kEventChannel = "tessera:pref_kv:events";
+
 struct L2Counters {
   uint64_t hits = 0, misses = 0, puts = 0, errors = 0, mac_failures = 0, reconnects = 0;
   uint64_t bytes_written = 0, bytes_read = 0;
+  uint64_t events_received = 0;
 };
 
 class RedisL2 {
  public:
   // Fails only on bad configuration (an empty secret); an unreachable server is not an error.
-  static Result<std::unique_ptr<RedisL2>> create(const RedisConfig& config, std::string secret);
+  // `on_event` runs on the subscriber thread (may be empty).
+  static Result<std::unique_ptr<RedisL2>> create(const RedisConfig& config, std::string secret,
+                                                 std::function<void(std::string_view)> on_event = {});
   ~RedisL2();
   RedisL2(const RedisL2&) = delete;
   RedisL2& operator=(const RedisL2&) = delete;
@@ -64,6 +76,7 @@ class RedisL2 {
   Result<bool> remove(const BlobKey& key);
   Result<uint64_t> remove_user(const std::string& user);  // keys deleted
   Result<uint64_t> clear();                               // every tessera:pref_kv* key
+  Status publish_event(std::string_view event);
 
   bool up() const { return up_.load(std::memory_order_acquire); }
   L2Counters counters() const;
@@ -79,6 +92,7 @@ class RedisL2 {
   void mark_down(const std::string& why);  // go_down + wake the health thread; not under health_mu_
   bool ping_once();
   void health_loop();
+  void subscriber_loop();
 
   const RedisConfig config_;
   const KeySigner signer_;
@@ -90,8 +104,11 @@ class RedisL2 {
   bool stop_ = false;          // GUARDED_BY(health_mu_)
   bool check_now_ = false;     // GUARDED_BY(health_mu_)
   std::thread health_;
+  std::function<void(std::string_view)> on_event_;
+  std::thread subscriber_;
+  redisContext* sub_ctx_ = nullptr;  // GUARDED_BY(health_mu_); shut down to unblock the subscriber
   std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, errors_{0}, mac_failures_{0}, reconnects_{0};
-  std::atomic<uint64_t> bytes_written_{0}, bytes_read_{0};
+  std::atomic<uint64_t> bytes_written_{0}, bytes_read_{0}, events_received_{0};
 };
 
 }  // namespace tessera::kvstore

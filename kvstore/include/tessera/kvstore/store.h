@@ -9,6 +9,9 @@
 //   tessera_kvstore_mac_failures_total. Redis down = L1 only (never an error).
 // - remove / invalidate_user / clear act on every tier; when Redis is configured but down they
 //   clear L1 and then fail with kUnavailable saying that L2 was not cleared (retry later).
+//   invalidate_user and clear also publish an event on Redis so every other kvstore node drops
+//   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h). Event payload:
+//   "<node id>|user:<user index key>" or "<node id>|clear".
 //
 // Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
 // the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
@@ -78,12 +81,15 @@ class Store {
  private:
   explicit Store(StoreConfig config);
   Status l2_unavailable_after_l1(uint64_t l1_removed, const Error& cause) const;
+  void publish(const std::string& event);
+  void on_event(std::string_view event);  // runs on RedisL2's subscriber thread
 
   const StoreConfig config_;
+  std::string node_id_;  // random; tags this node's events so it skips its own
   L1Cache l1_;
   std::unique_ptr<RedisL2> l2_;
   std::atomic<uint64_t> l1_hits_{0}, l1_misses_{0}, l2_hits_{0}, l2_misses_{0}, misses_{0};
-  std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0};
+  std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
 };
 
 }  // namespace tessera::kvstore

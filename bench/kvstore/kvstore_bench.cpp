@@ -1,0 +1,170 @@
+// kvstore benchmark. Prints markdown tables for docs/BENCHMARKS.md:
+//  1. per codec: compression ratio, encode/decode time, K/V error and attention-output error,
+//     on K/V shaped like a 200-token preference of a 135M model (30 layers, 3 KV heads,
+//     head_dim 64) with realistic statistics (tests/unit/kvstore/synthetic_kv.h);
+//  2. put/get latency through a tessera-kvstore Server on loopback ZeroMQ with the C++ Client:
+//     L1 (memory) and L2 (Redis, L1 disabled so every get goes to Redis).
+//
+//   kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis]
+// Redis: a private redis-server on a free loopback port (tests/support RedisServer).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv_error.h"
+#include "synthetic_kv.h"
+#include "tessera/common/log.h"
+#include "tessera/kvstore/blob.h"
+#include "tessera/kvstore/client.h"
+#include "tessera/kvstore/server.h"
+#include "tessera/kvstore/store.h"
+#include "tessera/testing/redis_server.h"
+
+namespace {
+
+using namespace tessera;
+using namespace tessera::kvstore;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Stats {
+  double p50 = 0, p99 = 0, mean = 0;
+};
+Stats summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  Stats s;
+  s.p50 = v[v.size() / 2];
+  s.p99 = v[std::min(v.size() - 1, static_cast<size_t>(static_cast<double>(v.size()) * 0.99))];
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  return s;
+}
+
+// Runs a Server on its own thread for the lifetime of the object.
+struct LocalService {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+  explicit LocalService(StoreConfig sc) {
+    store = Store::create(std::move(sc)).value();
+    server = Server::create({.listen = "tcp://127.0.0.1:*", .threads = 2}, *store).value();
+    thread = std::thread([this] { (void)server->run(); });
+  }
+  ~LocalService() {
+    server->stop();
+    thread.join();
+  }
+};
+
+void latency_rows(const char* tier, Client& c, const std::string& blob, int iters) {
+  std::vector<double> put, get;
+  for (int i = 0; i < iters; ++i) {
+    const BlobKey key{0x135, "user" + std::to_string(i % 8), "pref" + std::to_string(i)};
+    auto t0 = Clock::now();
+    auto p = c.put(key, blob);
+    put.push_back(ms_since(t0));
+    if (!p.ok()) {
+      std::fprintf(stderr, "put failed: %s\n", p.error().to_string().c_str());
+      std::exit(1);
+    }
+    t0 = Clock::now();
+    auto g = c.get(key);
+    get.push_back(ms_since(t0));
+    if (!g.ok() || !g->found || g->blob.size() != blob.size()) {
+      std::fprintf(stderr, "get failed (%s)\n", g.ok() ? "miss" : g.error().to_string().c_str());
+      std::exit(1);
+    }
+    // Decode as a worker would (checksum + decompress/dequantize).
+  }
+  const Stats p = summarize(put), g = summarize(get);
+  std::printf("| %s | %.2f MB | %.2f | %.2f | %.2f | %.2f |\n", tier, static_cast<double>(blob.size()) / 1e6, p.p50,
+              p.p99, g.p50, g.p99);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 50;
+  uint32_t tokens = 200;
+  DType dtype = DType::kF16;
+  bool redis = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+    else if (a == "--tokens" && i + 1 < argc) tokens = static_cast<uint32_t>(std::stoul(argv[++i]));
+    else if (a == "--dtype" && i + 1 < argc) {
+      const std::string d = argv[++i];
+      dtype = d == "f32" ? DType::kF32 : d == "bf16" ? DType::kBF16 : DType::kF16;
+    } else if (a == "--no-redis") redis = false;
+    else {
+      std::fprintf(stderr, "usage: kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis]\n");
+      return 2;
+    }
+  }
+  log::set_level(log::kWarn);
+  const KvShape shape{30, tokens, 3, 64};
+  const PackedKv kv = kvstore::testing::synthetic_kv(dtype, shape, 0x135, 42);
+  std::printf("K/V: %u layers x %u tokens x %u kv heads x %u head_dim, %s, %.2f MB raw (K+V)\n\n", shape.n_layers,
+              shape.n_tokens, shape.n_kv_heads, shape.head_dim, dtype_name(dtype),
+              2.0 * static_cast<double>(kv.region_bytes()) / 1e6);
+  std::printf("| codec | group | blob MB | ratio | encode ms | decode ms | K/V rel RMS err | K/V max abs err | attn out rel err |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  struct C {
+    Codec codec;
+    uint32_t group;
+  };
+  std::string zstd_blob, int8_blob;
+  for (const C& c : {C{Codec::kNone, 0}, C{Codec::kZstd, 0}, C{Codec::kInt8, 128}, C{Codec::kInt8, 64},
+                     C{Codec::kInt8, 32}, C{Codec::kInt4, 128}, C{Codec::kInt4, 64}, C{Codec::kInt4, 32}}) {
+    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 ? 64 : c.group};
+    // Best of 3 for timings.
+    CodecReport best;
+    for (int r = 0; r < 3; ++r) {
+      CodecReport rep = measure_codec(kv, opts).value();
+      if (r == 0 || rep.encode_ms < best.encode_ms) best.encode_ms = rep.encode_ms;
+      if (r == 0 || rep.decode_ms < best.decode_ms) best.decode_ms = rep.decode_ms;
+      best.ratio = rep.ratio;
+      best.encoded_bytes = rep.encoded_bytes;
+      best.relative_error = rep.relative_error;
+      best.max_abs_error = rep.max_abs_error;
+    }
+    const std::string blob = encode_blob(kv, opts).value();
+    const double attn = kvstore::testing::attention_output_rel_error(kv, decode_blob(blob).value(), 7);
+    if (c.codec == Codec::kZstd) zstd_blob = blob;
+    if (c.codec == Codec::kInt8 && c.group == 64) int8_blob = blob;
+    std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.5f | %.4f | %.5f |\n", codec_name(c.codec),
+                c.group == 0 ? "-" : std::to_string(c.group).c_str(), static_cast<double>(best.encoded_bytes) / 1e6,
+                best.ratio, best.encode_ms, best.decode_ms, best.relative_error, best.max_abs_error, attn);
+  }
+
+  std::printf("\nLatency through the service (C++ Client -> ZeroMQ loopback -> tessera-kvstore Server, %d iterations, ms)\n\n",
+              iters);
+  std::printf("| tier | blob | put p50 | put p99 | get p50 | get p99 |\n|---|---|---|---|---|---|\n");
+  {
+    LocalService svc(StoreConfig{});
+    auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
+    latency_rows("L1 zstd", *c, zstd_blob, iters);
+    latency_rows("L1 int8", *c, int8_blob, iters);
+  }
+  if (redis) {
+    auto r = tessera::testing::RedisServer::start();
+    if (r == nullptr) {
+      std::fprintf(stderr, "no redis-server; skipping L2 rows\n");
+      return 0;
+    }
+    StoreConfig sc;
+    sc.l1.max_entries = 0;  // L1 off: every get goes to Redis
+    sc.redis = RedisConfig{.host = r->host(), .port = r->port()};
+    sc.secret = "bench-secret";
+    LocalService svc(std::move(sc));
+    auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
+    latency_rows("L2 zstd", *c, zstd_blob, iters);
+    latency_rows("L2 int8", *c, int8_blob, iters);
+  }
+  return 0;
+}

@@ -1,0 +1,56 @@
+// Error of dequantized K/V as attention sees it: softmax(q·K/sqrt(d))·V for random queries
+// (4 per layer and KV head), exact K/V vs decoded K/V; returns ||o - o'|| / ||o|| over all.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "tessera/kvstore/blob.h"
+
+namespace tessera::kvstore::testing {
+
+inline double attention_output_rel_error(const PackedKv& a, const PackedKv& b, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const KvShape& s = a.shape;
+  const size_t eb = element_bytes(a.dtype);
+  double err2 = 0, ref2 = 0;
+  std::vector<double> q(s.head_dim), wa(s.n_tokens), wb(s.n_tokens);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    for (uint32_t h = 0; h < s.n_kv_heads; ++h) {
+      for (int qi = 0; qi < 4; ++qi) {
+        for (auto& x : q) x = normal(rng);
+        auto weights = [&](const PackedKv& kv, std::vector<double>& w) {
+          double mx = -1e300;
+          for (uint32_t t = 0; t < s.n_tokens; ++t) {
+            const uint8_t* k = kv.k.data() + kv.row_offset(l, t) + size_t{h} * s.head_dim * eb;
+            double dot = 0;
+            for (uint32_t d = 0; d < s.head_dim; ++d) dot += q[d] * element_to_float(kv.dtype, k + d * eb);
+            w[t] = dot / std::sqrt(static_cast<double>(s.head_dim));
+            mx = std::max(mx, w[t]);
+          }
+          double sum = 0;
+          for (auto& x : w) sum += (x = std::exp(x - mx));
+          for (auto& x : w) x /= sum;
+        };
+        weights(a, wa);
+        weights(b, wb);
+        for (uint32_t d = 0; d < s.head_dim; ++d) {
+          double oa = 0, ob = 0;
+          for (uint32_t t = 0; t < s.n_tokens; ++t) {
+            const size_t off = a.row_offset(l, t) + (size_t{h} * s.head_dim + d) * eb;
+            oa += wa[t] * element_to_float(a.dtype, a.v.data() + off);
+            ob += wb[t] * element_to_float(b.dtype, b.v.data() + off);
+          }
+          err2 += (oa - ob) * (oa - ob);
+          ref2 += oa * oa;
+        }
+      }
+    }
+  }
+  return std::sqrt(err2 / ref2);
+}
+
+}  // namespace tessera::kvstore::testing

@@ -1,0 +1,163 @@
+// Codec error on real K/V: stories260K (shared/models) prefills a preference through the
+// worker's paged Engine; its K/V are read from the page pool, packed, encoded with every codec,
+// decoded and written back; the next tokens' logits are compared with the exact run.
+// Documented tolerances (docs/kvstore.md): lossless codecs reproduce the logits bit for bit;
+// int8 (group 64) and int4 (group 32) stay within the bounds below; int8 keeps the argmax.
+// "attn" is the attention output for random queries (kv_error.h), a harsher probe than the
+// model's own queries; "logits" is the end-to-end effect through the model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kv_error.h"
+#include "tessera/kvstore/blob.h"
+#include "tessera/testing/paths.h"
+#include "tessera/worker/engine.h"
+#include "tessera/worker/tokenizer.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using tessera::testing::shared_path;
+
+constexpr int32_t kPage = 16;
+
+class RealKv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = worker::load_model(shared_path("models/stories260K/stories260K.bin"));
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    model_ = std::move(m).value();
+    auto t = worker::load_tokenizer(shared_path("models/stories260K/tok512.bin"));
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    tok_ = std::move(t).value();
+    auto e = worker::Engine::create(*model_, {.pool = {.num_pages = 24, .page_size = kPage}, .threads = 1});
+    ASSERT_TRUE(e.ok()) << e.error().to_string();
+    engine_ = std::move(e).value();
+    for (int32_t p = 0; p < 24; ++p) blocks_.push_back(p);
+    // A preference-like prefix, prefilled alone at positions [0, P).
+    pref_ = tok_->encode(
+        "Lily liked to play in the park with her dog. She always wore a red hat and she loved "
+        "to eat apples. Her best friend was a little bird named Tim who sang every morning. "
+        "Lily did not like the rain, because it made the grass wet and cold.",
+        true);
+    ASSERT_GT(pref_.size(), 40u);
+    ASSERT_TRUE(run(pref_, 0, false).ok());
+    exact_ = read_kv();
+  }
+
+  Result<std::vector<float>> run(const std::vector<int32_t>& tokens, int32_t start, bool logits) {
+    std::vector<int64_t> slots;
+    for (size_t i = 0; i < tokens.size(); ++i) slots.push_back(start + static_cast<int64_t>(i));
+    const int32_t pages = (start + static_cast<int32_t>(tokens.size()) + kPage - 1) / kPage;
+    worker::SeqInput in{.tokens = tokens, .start_pos = start,
+                        .block_table = std::span<const int32_t>(blocks_.data(), static_cast<size_t>(pages)),
+                        .slot_mapping = slots, .want_logits = logits};
+    TS_ASSIGN_OR_RETURN(std::span<const float> out, engine_->forward(std::span<const worker::SeqInput>(&in, 1)));
+    return std::vector<float>(out.begin(), out.end());
+  }
+
+  // Slots [0, P) of every layer, as a packed f32 blob payload (slot == position here).
+  PackedKv read_kv() {
+    const auto& cfg = model_->config();
+    PackedKv kv;
+    kv.fingerprint = model_->fingerprint;
+    kv.dtype = DType::kF32;
+    kv.shape = {static_cast<uint32_t>(cfg.n_layers), static_cast<uint32_t>(pref_.size()),
+                static_cast<uint32_t>(cfg.n_kv_heads), static_cast<uint32_t>(cfg.head_dim)};
+    kv.k.resize(kv.region_bytes());
+    kv.v.resize(kv.region_bytes());
+    const size_t row = static_cast<size_t>(engine_->pool().token_floats()) * sizeof(float);
+    for (uint32_t l = 0; l < kv.shape.n_layers; ++l) {
+      for (uint32_t t = 0; t < kv.shape.n_tokens; ++t) {
+        std::memcpy(kv.k.data() + kv.row_offset(l, t), engine_->pool().key(static_cast<int32_t>(l), t), row);
+        std::memcpy(kv.v.data() + kv.row_offset(l, t), engine_->pool().value(static_cast<int32_t>(l), t), row);
+      }
+    }
+    return kv;
+  }
+
+  void write_kv(const PackedKv& kv) {
+    const size_t row = static_cast<size_t>(engine_->pool().token_floats()) * sizeof(float);
+    for (uint32_t l = 0; l < kv.shape.n_layers; ++l) {
+      for (uint32_t t = 0; t < kv.shape.n_tokens; ++t) {
+        std::memcpy(engine_->pool().key(static_cast<int32_t>(l), t), kv.k.data() + kv.row_offset(l, t), row);
+        std::memcpy(engine_->pool().value(static_cast<int32_t>(l), t), kv.v.data() + kv.row_offset(l, t), row);
+      }
+    }
+  }
+
+  // Last-token logits of each query continued after the preference.
+  std::vector<std::vector<float>> query_logits() {
+    std::vector<std::vector<float>> out;
+    for (const char* q : {"One day, Lily went to", "Tim the bird", "It started to rain and"}) {
+      auto l = run(tok_->encode(q, false), static_cast<int32_t>(pref_.size()), true);
+      EXPECT_TRUE(l.ok());
+      out.push_back(std::move(l).value());
+    }
+    return out;
+  }
+
+  std::unique_ptr<worker::Model> model_;
+  std::unique_ptr<worker::Tokenizer> tok_;
+  std::unique_ptr<worker::Engine> engine_;
+  std::vector<int32_t> blocks_;
+  std::vector<int32_t> pref_;
+  PackedKv exact_;
+};
+
+size_t argmax(const std::vector<float>& v) { return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+TEST_F(RealKv, CodecErrorOnRealKvAndOnTheLogitsItProduces) {
+  const auto ref = query_logits();
+  struct Case {
+    Codec codec;
+    uint32_t group;
+    double max_kv_rel, max_attn_rel, max_logit_rel;
+  };
+  for (const Case& c : {Case{Codec::kNone, 0, 0, 0, 0}, Case{Codec::kZstd, 0, 0, 0, 0},
+                        Case{Codec::kInt8, 64, 0.01, 0.04, 0.01}, Case{Codec::kInt4, 32, 0.15, 0.50, 0.10}}) {
+    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 ? 64 : c.group};
+    auto report = measure_codec(exact_, opts);
+    ASSERT_TRUE(report.ok()) << report.error().to_string();
+    auto blob = encode_blob(exact_, opts);
+    ASSERT_TRUE(blob.ok());
+    auto back = decode_blob(*blob, {.expected_fingerprint = model_->fingerprint});
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    const double attn = testing::attention_output_rel_error(exact_, *back, 3);
+    write_kv(*back);
+    const auto got = query_logits();
+    double err2 = 0, ref2 = 0;
+    int same_argmax = 0;
+    for (size_t q = 0; q < ref.size(); ++q) {
+      for (size_t i = 0; i < ref[q].size(); ++i) {
+        err2 += (got[q][i] - ref[q][i]) * static_cast<double>(got[q][i] - ref[q][i]);
+        ref2 += ref[q][i] * static_cast<double>(ref[q][i]);
+      }
+      // int8 keeps the greedy token; int4 may flip a close call (it did on 1 of 3 queries).
+      if (c.codec != Codec::kInt4) {
+        EXPECT_EQ(argmax(got[q]), argmax(ref[q])) << codec_name(c.codec) << " query " << q;
+      }
+      same_argmax += argmax(got[q]) == argmax(ref[q]) ? 1 : 0;
+    }
+    const double logit_rel = std::sqrt(err2 / ref2);
+    std::printf("stories260K P=%zu %s g%u: ratio %.2f kv rel %.5f max_abs %.5f attn rel %.5f logits rel %.5f argmax kept %d/%zu\n",
+                pref_.size(), codec_name(c.codec), c.group, report->ratio, report->relative_error,
+                report->max_abs_error, attn, logit_rel, same_argmax, ref.size());
+    EXPECT_LE(report->relative_error, c.max_kv_rel) << codec_name(c.codec);
+    EXPECT_LE(attn, c.max_attn_rel) << codec_name(c.codec);
+    EXPECT_LE(logit_rel, c.max_logit_rel) << codec_name(c.codec);
+    if (c.codec == Codec::kNone || c.codec == Codec::kZstd) {
+      for (size_t q = 0; q < ref.size(); ++q) EXPECT_EQ(got[q], ref[q]) << "lossless codec changed the logits";
+    } else {
+      EXPECT_GT(logit_rel, 0.0);
+    }
+    write_kv(exact_);
+  }
+  // Restoring the exact K/V restores the exact logits (the comparison itself is sound).
+  EXPECT_EQ(query_logits(), ref);
+}
+
+}  // namespace
+}  // namespace tessera::kvstore
