@@ -33,9 +33,15 @@ const char* type_name(Type t) {
 }
 
 std::string fmt_bound(double v) {
+  if (std::floor(v) == v && std::fabs(v) < 1e18) return std::to_string(static_cast<long long>(v));
   std::ostringstream os;
   os << v;
   return os.str();
+}
+
+std::string sentence(const std::string& s) {
+  if (s.empty() || s.back() == '.') return s;
+  return s + ".";
 }
 
 // Checks `value` against the option; returns the canonical form.
@@ -254,7 +260,7 @@ std::string Options::markdown_table() const {
   for (const auto& e : entries_) {
     const Option& o = e.option;
     os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << o.default_value << "` | "
-       << (o.env.empty() ? "" : "`" + o.env + "`") << " | " << o.help;
+       << (o.env.empty() ? "" : "`" + o.env + "`") << " | " << sentence(o.help);
     if (std::isfinite(o.min) || std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
     if (!o.choices.empty()) {
       os << " One of:";

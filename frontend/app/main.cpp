@@ -1,6 +1,7 @@
 // tessera-frontend: see frontend/include/tessera/frontend/frontend.h and docs/api.md.
 #include <csignal>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include "tessera/common/config.h"
@@ -12,6 +13,10 @@ int main(int argc, char** argv) {
   log::set_component("frontend");
   config::Options options("tessera-frontend", "frontend");
   frontend::declare_options(options);
+  if (argc == 2 && std::string(argv[1]) == "--help-markdown") {  // the table in docs/configuration.md
+    std::printf("%s", options.markdown_table().c_str());
+    return 0;
+  }
   Status parsed = options.parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) {
     std::fprintf(stderr, "tessera-frontend: %s\n", parsed.error().message.c_str());

@@ -7,12 +7,16 @@
 #include <sstream>
 
 #include "frontend_impl.h"
+#include "tessera/common/hash.h"
 #include "tessera/common/log.h"
 #include "tessera/worker/model.h"
 
 namespace tessera::frontend {
 
 namespace fs = std::filesystem;
+
+// Prompt tokens hashed into the routing key of a request that names no user or key.
+constexpr size_t kRoutingPrefixTokens = 64;
 
 // ---- Options -------------------------------------------------------------------------------
 
@@ -192,8 +196,10 @@ Status Frontend::Impl::prepare(protocol::GenerateRequest& r) {
       r.routing_key = "user:" + r.user;
     } else {
       // Requests sharing a prompt prefix go to the same scheduler (and its prefix cache).
-      const size_t n = std::min<size_t>(r.prompt_tokens.size(), 64);
-      r.routing_key.assign(reinterpret_cast<const char*>(r.prompt_tokens.data()), n * sizeof(int32_t));
+      char key[32];
+      std::snprintf(key, sizeof key, "prefix:%016llx",
+                    static_cast<unsigned long long>(prefix_routing_key(r.prompt_tokens, kRoutingPrefixTokens)));
+      r.routing_key = key;
     }
   }
   r.id = hub->next_id();

@@ -6,6 +6,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include "tessera/common/hash.h"
+#include "tessera/common/hash_ring.h"
 #include "tessera/common/log.h"
 
 namespace tessera::frontend {
@@ -13,22 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using protocol::Message;
-
-uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-uint64_t mix(uint64_t x) {  // splitmix64 finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -58,6 +44,8 @@ struct Hub::Impl {
   std::unique_ptr<zmq::socket_t> router;
   std::vector<Scheduler> schedulers;  // hub thread only
   std::unordered_map<uint64_t, InFlight> inflight;  // hub thread only
+  HashRing ring;                                     // usable schedulers; hub thread only
+  std::unordered_map<std::string, size_t> index_of;  // endpoint -> schedulers index
   std::thread thread;
   std::atomic<bool> stopping{false};
 
@@ -222,26 +210,27 @@ struct Hub::Impl {
       s.up->set(s.alive ? 1 : 0);
       st.push_back({s.endpoint, s.alive, s.last.live_workers, s.last.running, s.last.waiting});
     }
+    update_ring();
     hub->ready_.store(ready);
     hub->waiting_.store(waiting);
     std::lock_guard<std::mutex> lock(status_mu);
     status = std::move(st);
   }
 
-  // Rendezvous hashing over usable schedulers; -1 when none.
-  int pick(const std::string& key) const {
-    int best = -1;
-    uint64_t best_w = 0;
-    const uint64_t kh = fnv1a(key);
-    for (size_t i = 0; i < schedulers.size(); ++i) {
-      if (!usable(schedulers[i])) continue;
-      uint64_t w = mix(kh ^ fnv1a(schedulers[i].endpoint));
-      if (best < 0 || w > best_w) {
-        best = static_cast<int>(i);
-        best_w = w;
-      }
+  // Keeps the ring equal to the set of usable schedulers.
+  void update_ring() {
+    for (const auto& sch : schedulers) {
+      const bool in = ring.contains(sch.endpoint);
+      if (usable(sch) && !in) (void)ring.add(sch.endpoint);
+      if (!usable(sch) && in) (void)ring.remove(sch.endpoint);
     }
-    return best;
+  }
+
+  // Consistent hashing of the routing key over usable schedulers; -1 when none.
+  int pick(const std::string& key) const {
+    auto owner = ring.owner(mix64(fnv1a64(key)));
+    if (!owner.ok()) return -1;
+    return static_cast<int>(index_of.at(std::string(*owner)));
   }
 
   void submit(protocol::GenerateRequest req, std::shared_ptr<RequestSink> sink) {
@@ -296,6 +285,7 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
       endpoint = impl->router->get(zmq::sockopt::last_endpoint);
     }
     for (const auto& ep : config.scheduler_endpoints) {
+      if (impl->index_of.count(ep)) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
       Impl::Scheduler s;
       s.endpoint = ep;
       s.socket = std::make_unique<zmq::socket_t>(impl->ctx, zmq::socket_type::dealer);
@@ -304,6 +294,7 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
       s.socket->set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
       s.socket->connect(ep);
       s.up = &metrics.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", ep}});
+      impl->index_of[ep] = impl->schedulers.size();
       impl->schedulers.push_back(std::move(s));
     }
   } catch (const zmq::error_t& e) {

@@ -359,6 +359,44 @@ TEST_F(FrontendWithFakeScheduler, NoLiveWorkerMeansNotReady) {
   expect_error(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once"})"), 503, "unavailable");
 }
 
+TEST(FrontendTwoFakeSchedulers, RoutingKeyPicksOneSchedulerAndFailsOver) {
+  FakeScheduler a, b;
+  a.set_script(continuation(kStory));
+  b.set_script(continuation(kStory));
+  Frontend fe(frontend_args(a.endpoint() + "," + b.endpoint()));
+  ASSERT_GT(fe.port, 0);
+  ASSERT_TRUE(wait_status(fe.port, "/ready", 200, 10s));
+  // Give both schedulers time to be seen alive (each answers the 50 ms heartbeats).
+  auto both_alive = [&] {
+    json r = json::parse(http_request(fe.port, "GET", "/ready").body, nullptr, false);
+    return r.is_object() && r["schedulers"].size() == 2 && r["schedulers"][0]["alive"] == true && r["schedulers"][1]["alive"] == true;
+  };
+  for (auto deadline = std::chrono::steady_clock::now() + 10s; !both_alive() && std::chrono::steady_clock::now() < deadline;) {
+  }
+  ASSERT_TRUE(both_alive());
+  auto ask = [&](const std::string& user) {
+    return http_request(fe.port, "POST", "/v1/completions",
+                        R"({"prompt":"Once upon a time","max_tokens":2,"user":")" + user + R"("})").status;
+  };
+  // The same user always lands on the same scheduler; many users spread over both.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(ask("alice"), 200);
+  const bool alice_on_a = a.request_count() == 3;
+  EXPECT_EQ(alice_on_a ? b.request_count() : a.request_count(), 0u);
+  for (int u = 0; u < 40; ++u) ASSERT_EQ(ask("user" + std::to_string(u)), 200);
+  EXPECT_GT(a.request_count(), 3u);
+  EXPECT_GT(b.request_count(), 3u);
+  // Alice's scheduler goes silent: once it is declared dead, her requests go to the other one.
+  FakeScheduler& home = alice_on_a ? a : b;
+  FakeScheduler& other = alice_on_a ? b : a;
+  home.set_silent(true);
+  const size_t before = other.request_count();
+  bool moved = false;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s; !moved && std::chrono::steady_clock::now() < deadline;)
+    moved = ask("alice") == 200 && other.request_count() > before;
+  EXPECT_TRUE(moved);
+  fe.expect_healthy();
+}
+
 class FrontendConcurrencyLimit : public FrontendWithFakeScheduler {
   std::vector<std::string> extra_args() override { return {"--max-concurrent-requests", "1", "--request-timeout-ms", "1500"}; }
 };

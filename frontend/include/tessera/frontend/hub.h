@@ -9,9 +9,8 @@
 // - a scheduler silent for dead_after_ms is dead: each of its in-flight requests gets an
 //   ErrorEvent kPeerDead, and new requests go elsewhere;
 // - ready() is true while at least one live scheduler reports live_workers >= 1;
-// - a request goes to the scheduler picked by rendezvous (highest-random-weight) hashing of
-//   its routing key over the ready schedulers: a stable mapping that moves only the keys of a
-//   scheduler that joins or leaves.
+// - a request goes to the owner of its routing key on a consistent-hash ring (hash_ring.h) of
+//   the ready schedulers: a scheduler joining or leaving moves only its own share of keys.
 //
 // Ownership: the Hub owns its sockets and thread; sinks are shared with the caller and released
 // after their final/error event. Thread-safety: every public method may be called from any
