@@ -41,68 +41,128 @@ Split plan_split(int64_t rows, int64_t n, int threads) {
   return s;
 }
 
-template <class Job, class Fn>
-void run_tiled(const Job& job, Fn fn, int64_t rows, int64_t n, ThreadPool* pool) {
-  const Split s = plan_split(rows, n, pool ? pool->size() : 1);
-  auto task = [&](int64_t i) {
-    const int64_t rc = i / s.n_token_blocks, tb = i % s.n_token_blocks;
-    const int64_t r0 = rc * s.row_chunk, r1 = std::min(rows, r0 + s.row_chunk);
-    const int64_t t0 = tb * kTokenBlock, t1 = std::min(n, t0 + kTokenBlock);
-    fn(job, r0, r1, t0, t1);
-  };
-  const int64_t n_tasks = s.n_row_chunks * s.n_token_blocks;
-  if (pool == nullptr) {
-    for (int64_t i = 0; i < n_tasks; ++i) task(i);
-  } else {
-    pool->parallel_for(n_tasks, task);
-  }
-}
-
 }  // namespace
 
 bool matmul_supports(DType w_type) {
   return w_type == DType::kF32 || w_type == DType::kF16 || w_type == DType::kBF16 || w_type == DType::kQ8_0;
 }
 
-void matmul(const MatmulArgs& a, ThreadPool* pool, Isa isa) {
-  TS_CHECK(matmul_supports(a.w_type)) << "matmul: unsupported weight dtype " << dtype_name(a.w_type);
-  TS_CHECK(a.w != nullptr && a.x != nullptr && a.y != nullptr);
-  TS_CHECK_GE(a.x_stride, a.cols);
-  TS_CHECK_GE(a.y_stride, a.rows);
-  if (a.n <= 0 || a.rows <= 0) return;
+void matmul(const MatmulArgs& a, ThreadPool* pool, Isa isa) { matmul_batch({&a, 1}, pool, isa); }
+
+void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
   const cpu::IsaKernels& k = kernels_for(isa);
-  const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
-  const auto* w = static_cast<const uint8_t*>(a.w);
-
-  if (a.w_type != DType::kQ8_0) {
-    const cpu::GemmJob job{.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
-                           .y = a.y, .y_stride = a.y_stride};
-    const cpu::GemmFn fn = a.w_type == DType::kF32 ? k.gemm_f32 : a.w_type == DType::kF16 ? k.gemm_f16 : k.gemm_bf16;
-    run_tiled(job, fn, a.rows, a.n, pool);
-    return;
-  }
-
-  // Q8_0: quantize the activations once (per row, blocks of 32), then int8 dot products.
-  TS_CHECK_EQ(a.cols % 32, 0);
+  struct Prepared {
+    cpu::GemmJob fjob;
+    cpu::GemmFn ffn = nullptr;
+    cpu::GemmQ8Job qjob;
+    cpu::GemmQ8Fn qfn = nullptr;
+    Split split;
+    int64_t rows = 0, n = 0, first_task = 0;
+    int quant = -1;  // index into the quantized inputs, for Q8_0
+  };
+  struct Quant {
+    const float* x;
+    int64_t x_stride, cols, n;
+    size_t q_off, d_off;
+  };
+  thread_local std::vector<Prepared> prep;
+  thread_local std::vector<Quant> quants;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xd;
-  xq.resize(static_cast<size_t>(a.n * a.cols));
-  const int64_t scales_per_row = a.cols / 32 * k.q8_scale_repeat;
-  xd.resize(static_cast<size_t>(a.n * scales_per_row));
-  // Plain pointers: inside the tasks, `xq`/`xd` would name the worker thread's own instances.
-  int8_t* q_base = xq.data();
-  float* d_base = xd.data();
-  auto quantize = [&](int64_t t) {
-    k.quantize_q8(a.x + t * a.x_stride, a.cols, q_base + t * a.cols, d_base + t * scales_per_row);
-  };
-  if (pool != nullptr && a.n >= 16) {
-    pool->parallel_for(a.n, quantize);
-  } else {
-    for (int64_t t = 0; t < a.n; ++t) quantize(t);
+  prep.clear();
+  quants.clear();
+  size_t q_total = 0, d_total = 0;
+  int64_t tasks = 0;
+  const int threads = pool ? pool->size() : 1;
+  for (const MatmulArgs& a : list) {
+    TS_CHECK(matmul_supports(a.w_type)) << "matmul: unsupported weight dtype " << dtype_name(a.w_type);
+    TS_CHECK(a.w != nullptr && a.x != nullptr && a.y != nullptr);
+    TS_CHECK_GE(a.x_stride, a.cols);
+    TS_CHECK_GE(a.y_stride, a.rows);
+    if (a.n <= 0 || a.rows <= 0) continue;
+    Prepared p;
+    p.rows = a.rows;
+    p.n = a.n;
+    const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
+    const auto* w = static_cast<const uint8_t*>(a.w);
+    if (a.w_type != DType::kQ8_0) {
+      p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,
+                .y_stride = a.y_stride};
+      p.ffn = a.w_type == DType::kF32 ? k.gemm_f32 : a.w_type == DType::kF16 ? k.gemm_f16 : k.gemm_bf16;
+    } else {
+      TS_CHECK_EQ(a.cols % 32, 0);
+      for (size_t i = 0; i < quants.size(); ++i) {
+        const Quant& q = quants[i];
+        if (q.x == a.x && q.x_stride == a.x_stride && q.cols == a.cols && q.n == a.n) p.quant = static_cast<int>(i);
+      }
+      if (p.quant < 0) {
+        p.quant = static_cast<int>(quants.size());
+        quants.push_back({a.x, a.x_stride, a.cols, a.n, q_total, d_total});
+        q_total += static_cast<size_t>(a.n * a.cols);
+        d_total += static_cast<size_t>(a.n * (a.cols / 32) * k.q8_scale_repeat);
+      }
+      p.qjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = nullptr, .xd = nullptr, .y = a.y,
+                .y_stride = a.y_stride};
+      p.qfn = k.gemm_q8_0;
+    }
+    p.split = plan_split(a.rows, a.n, threads);
+    p.first_task = tasks;
+    tasks += p.split.n_row_chunks * p.split.n_token_blocks;
+    prep.push_back(p);
   }
-  const cpu::GemmQ8Job job{.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = q_base, .xd = d_base,
-                           .y = a.y, .y_stride = a.y_stride};
-  run_tiled(job, k.gemm_q8_0, a.rows, a.n, pool);
+  if (tasks == 0) return;
+
+  // Quantize each distinct Q8_0 input once (per row, blocks of 32).
+  if (!quants.empty()) {
+    xq.resize(q_total);
+    xd.resize(d_total);
+    // Plain pointers: inside pool tasks, `xq`/`xd` would name the worker thread's own instances.
+    int8_t* q_base = xq.data();
+    float* d_base = xd.data();
+    const Quant* qs = quants.data();
+    std::vector<std::pair<int, int64_t>> rows;  // (input, row)
+    for (size_t i = 0; i < quants.size(); ++i) {
+      for (int64_t t = 0; t < quants[i].n; ++t) rows.emplace_back(static_cast<int>(i), t);
+    }
+    auto quantize = [&](int64_t r) {
+      const Quant& q = qs[rows[static_cast<size_t>(r)].first];
+      const int64_t t = rows[static_cast<size_t>(r)].second;
+      const int64_t per_row = q.cols / 32 * k.q8_scale_repeat;
+      k.quantize_q8(q.x + t * q.x_stride, q.cols, q_base + q.q_off + t * q.cols, d_base + q.d_off + t * per_row);
+    };
+    if (pool != nullptr && rows.size() >= 16) {
+      pool->parallel_for(static_cast<int64_t>(rows.size()), quantize);
+    } else {
+      for (size_t r = 0; r < rows.size(); ++r) quantize(static_cast<int64_t>(r));
+    }
+    for (Prepared& p : prep) {
+      if (p.quant < 0) continue;
+      p.qjob.xq = q_base + quants[static_cast<size_t>(p.quant)].q_off;
+      p.qjob.xd = d_base + quants[static_cast<size_t>(p.quant)].d_off;
+    }
+  }
+
+  const Prepared* ps = prep.data();
+  const size_t np = prep.size();
+  auto task = [ps, np](int64_t i) {
+    size_t a = 0;
+    while (a + 1 < np && ps[a + 1].first_task <= i) ++a;
+    const Prepared& p = ps[a];
+    const int64_t local = i - p.first_task;
+    const int64_t rc = local / p.split.n_token_blocks, tb = local % p.split.n_token_blocks;
+    const int64_t r0 = rc * p.split.row_chunk, r1 = std::min(p.rows, r0 + p.split.row_chunk);
+    const int64_t t0 = tb * kTokenBlock, t1 = std::min(p.n, t0 + kTokenBlock);
+    if (p.ffn != nullptr) {
+      p.ffn(p.fjob, r0, r1, t0, t1);
+    } else {
+      p.qfn(p.qjob, r0, r1, t0, t1);
+    }
+  };
+  if (pool == nullptr) {
+    for (int64_t i = 0; i < tasks; ++i) task(i);
+  } else {
+    pool->parallel_for(tasks, task);
+  }
 }
 
 }  // namespace tessera::kernels

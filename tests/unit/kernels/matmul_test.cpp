@@ -154,3 +154,43 @@ TEST(Matmul, Q8ExtremeWeightsDoNotOverflow) {
 
 }  // namespace
 }  // namespace tessera::kernels
+
+namespace tessera::kernels {
+namespace {
+
+TEST(Matmul, BatchEqualsSeparateCallsExactly) {
+  ThreadPool pool(3);
+  const int64_t cols = 96, n = 21;
+  const auto x = testing::random_floats(static_cast<size_t>(n * cols), 31);
+  const auto x2 = testing::random_floats(static_cast<size_t>(n * cols), 32);
+  const auto wq = make_weights(DType::kQ8_0, 70, cols, 1), wk = make_weights(DType::kQ8_0, 33, cols, 2),
+             wf = make_weights(DType::kF16, 5, cols, 3), wq2 = make_weights(DType::kQ8_0, 17, cols, 4);
+  struct Out {
+    const std::vector<uint8_t>* w;
+    DType t;
+    int64_t rows;
+    const std::vector<float>* x;
+  };
+  const std::vector<Out> outs = {{&wq, DType::kQ8_0, 70, &x}, {&wk, DType::kQ8_0, 33, &x}, {&wf, DType::kF16, 5, &x},
+                                 {&wq2, DType::kQ8_0, 17, &x2}};
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<std::vector<float>> batched(outs.size()), separate(outs.size());
+    std::vector<MatmulArgs> list;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      batched[i].assign(static_cast<size_t>(n * outs[i].rows), 0.0f);
+      separate[i].assign(static_cast<size_t>(n * outs[i].rows), 0.0f);
+      const MatmulArgs a{.w_type = outs[i].t, .w = outs[i].w->data(), .rows = outs[i].rows, .cols = cols,
+                         .x = outs[i].x->data(), .x_stride = cols, .n = n, .y = batched[i].data(), .y_stride = outs[i].rows};
+      list.push_back(a);
+      MatmulArgs b = a;
+      b.y = separate[i].data();
+      matmul(b, nullptr, isa);
+    }
+    matmul_batch(list, &pool, isa);
+    for (size_t i = 0; i < outs.size(); ++i) EXPECT_EQ(batched[i], separate[i]) << i << " " << isa_name(isa);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::kernels

@@ -71,10 +71,12 @@ std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
   kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs);
   const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
 
+  auto args = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
+    return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
+                               .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
+  };
   auto linear = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
-    matmul({.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in, .x_stride = in_stride, .n = T,
-            .y = out, .y_stride = out_stride},
-           tp, isa);
+    matmul(args(w, in, in_stride, out, out_stride), tp, isa);
   };
   auto add_bias = [&](const Tensor& b, float* out, int64_t width) {
     if (b.empty()) return;
@@ -92,9 +94,11 @@ std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
     const LayerWeights& w = model.layers[static_cast<size_t>(l)];
     // Attention block.
     kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    linear(w.wq, xn, dim, q, q_dim);
-    linear(w.wk, xn, dim, k, kv_dim);
-    linear(w.wv, xn, dim, v, kv_dim);
+    {
+      const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
+                                          args(w.wv, xn, dim, v, kv_dim)};
+      kernels::matmul_batch(qkv, tp, isa);
+    }
     if (c.attn_bias) {
       add_bias(w.bq, q, q_dim);
       add_bias(w.bk, k, kv_dim);
@@ -114,8 +118,10 @@ std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
     kernels::add_inplace(x, o, T * dim);
     // MLP block.
     kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    linear(w.w_gate, xn, dim, gate, hidden);
-    linear(w.w_up, xn, dim, up, hidden);
+    {
+      const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
+      kernels::matmul_batch(gate_up, tp, isa);
+    }
     kernels::silu_mul(gate, hidden, up, hidden, gate, hidden, T, hidden);
     linear(w.w_down, gate, hidden, o, dim);
     kernels::add_inplace(x, o, T * dim);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "tessera/common/dtype.h"
 #include "tessera/kernels/isa.h"
@@ -35,5 +36,9 @@ struct MatmulArgs {
 
 bool matmul_supports(DType w_type);
 void matmul(const MatmulArgs& args, ThreadPool* pool, Isa isa);
+// Several independent matmuls in one parallel region (e.g. the Q, K and V projections of the
+// same activations): one barrier instead of one per matmul. Q8_0 entries that read the same
+// activations (same x, x_stride, cols, n) share one quantization. Outputs must not overlap.
+void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa);
 
 }  // namespace tessera::kernels
