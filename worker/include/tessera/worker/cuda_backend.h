@@ -10,9 +10,10 @@
 //   type, sized from options.memory_fraction of the device's memory (or options.num_pages).
 // - decode-only steps (every sequence brings one token) replay a CUDA graph captured once per
 //   batch size; other steps (prefill, chunked prefill, mixed) run the kernels directly.
-// Sampling: every row is sampled on the host by the same Sampler as the CPU worker, from the
-// copied-back logits (the device sampling kernels of kernels/cuda/sampling.h are not wired in
-// yet).
+// Sampling in execute(): a step whose sampled rows are all plain greedy (temperature 0 or
+// top_k 1, no penalties, no logprobs) takes the device argmax and copies back only tokens;
+// otherwise every row is sampled on the host by the CPU worker's Sampler from the copied-back
+// logits. (Device top-k/top-p sampling, kernels/cuda/sampling.h, is not wired in yet.)
 //
 // Errors: everything crossing this header is a Result; CUDA/cuBLAS/NCCL failures become
 // kInternal naming the call, bad input kInvalidArgument/kOutOfRange naming the field (and

@@ -9,6 +9,7 @@
 #include "tessera/common/log.h"
 #include "tessera/kernels/cuda/attention.h"
 #include "tessera/kernels/cuda/ops.h"
+#include "tessera/kernels/cuda/sampling.h"
 
 namespace tessera::worker {
 
@@ -285,7 +286,7 @@ Status CudaEngine::Impl::upload_meta() {
   return ok_status();
 }
 
-Result<std::span<const float>> CudaEngine::Impl::run(std::span<const SeqInput> batch) {
+Status CudaEngine::Impl::launch(std::span<const SeqInput> batch) {
   TS_CUDA_TRY(cudaSetDevice(opt.device));
   TS_TRY(build_meta(batch));
   TS_TRY(upload_meta());
@@ -310,6 +311,27 @@ Result<std::span<const float>> CudaEngine::Impl::run(std::span<const SeqInput> b
   } else {
     TS_TRY(enqueue_forward(T, S, static_cast<int32_t>(m.tile_seq.size()), n_out, m.decode_only));
   }
+  return ok_status();
+}
+
+Result<std::vector<int32_t>> CudaEngine::Impl::run_greedy(std::span<const SeqInput> batch) {
+  TS_TRY(launch(batch));
+  const auto n_out = static_cast<int32_t>(m.out_rows.size());
+  TS_CUDA_TRY(kc::argmax_rows(logits.get<float>(), cfg.vocab_size, cfg.vocab_size, n_out, out_tokens.get<int32_t>(), stream));
+  TS_CUDA_TRY(cudaMemcpyAsync(pinned_tokens, out_tokens.get(), static_cast<size_t>(n_out) * 4, cudaMemcpyDeviceToHost, stream));
+  TS_CUDA_TRY(cudaStreamSynchronize(stream));
+  // One token per sequence that asked for logits, in batch order (decode steps computed all rows).
+  std::vector<int32_t> out;
+  for (size_t i = 0, row = 0; i < batch.size(); ++i) {
+    if (m.decode_only) row = i;
+    if (batch[i].want_logits) out.push_back(pinned_tokens[row++]);
+  }
+  return out;
+}
+
+Result<std::span<const float>> CudaEngine::Impl::run(std::span<const SeqInput> batch) {
+  TS_TRY(launch(batch));
+  const auto n_out = static_cast<int32_t>(m.out_rows.size());
   if (n_out == 0) {
     TS_CUDA_TRY(cudaStreamSynchronize(stream));
     return std::span<const float>{};

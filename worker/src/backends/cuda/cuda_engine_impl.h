@@ -122,7 +122,12 @@ struct CudaEngine::Impl {
   // Enqueues the forward of the uploaded step on `stream`; n_out rows of logits.
   Status enqueue_forward(int32_t n_tokens, int32_t n_seqs, int32_t n_tiles, int32_t n_out, bool decode_only);
   Status gemm(const void* w, int64_t rows, int64_t cols, const void* x, int64_t n, float* y);
+  // Uploads the step and enqueues its forward (graph replay for decode-only steps).
+  Status launch(std::span<const SeqInput> batch);
+  // launch + copy back the logits rows of the sequences with want_logits.
   Result<std::span<const float>> run(std::span<const SeqInput> batch);
+  // launch + device argmax: one token per sequence with want_logits, no logits copy.
+  Result<std::vector<int32_t>> run_greedy(std::span<const SeqInput> batch);
   Status copy_page(int32_t src, int32_t dst);
 };
 

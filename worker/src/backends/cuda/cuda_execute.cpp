@@ -10,6 +10,12 @@ namespace {
 
 std::string seq_name(size_t i) { return "seq " + std::to_string(i); }
 
+// Plain greedy: the device argmax (lowest id on ties) is exactly the host Sampler's choice.
+bool device_greedy(const SamplingParams& p) {
+  return (p.temperature == 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0;
+}
+
 }  // namespace
 
 Status CudaEngine::Impl::validate(std::span<const SeqInput> batch) const {
@@ -116,14 +122,21 @@ Result<StepResult> CudaEngine::execute(const StepPlan& plan) {
   for (const PageCopy& c : plan.copies) TS_TRY(im.copy_page(c.src, c.dst));
   StepResult result;
   result.step_id = plan.step_id;
-  std::span<const float> logits;
-  if (!batch.empty()) {
-    TS_ASSIGN_OR_RETURN(logits, im.run(batch));
-  } else {
-    TS_CUDA_TRY(cudaStreamSynchronize(im.stream));
+  bool all_greedy = true;
+  for (const SeqPlan& s : plan.seqs) {
+    if (s.sample && !device_greedy(s.sampling)) all_greedy = false;
   }
-  // The host Sampler decides every row, exactly as on the CPU worker. (Device sampling,
-  // kernels/cuda/sampling.h, is not wired in yet: it would save the logits copy.)
+  std::span<const float> logits;
+  std::vector<int32_t> greedy_tokens;
+  if (batch.empty()) {
+    TS_CUDA_TRY(cudaStreamSynchronize(im.stream));
+  } else if (all_greedy) {
+    TS_ASSIGN_OR_RETURN(greedy_tokens, im.run_greedy(batch));
+  } else {
+    TS_ASSIGN_OR_RETURN(logits, im.run(batch));
+  }
+  // Greedy-only steps take the device argmax; otherwise the host Sampler decides every row from
+  // the copied-back logits, exactly as on the CPU worker.
   const size_t vocab = static_cast<size_t>(im.cfg.vocab_size);
   size_t row = 0;
   for (const SeqPlan& s : plan.seqs) {
@@ -133,10 +146,15 @@ Result<StepResult> CudaEngine::execute(const StepPlan& plan) {
       slot = std::make_unique<Sampler>(s.sampling);
       slot->set_history(s.generated);
     }
-    std::vector<float> row_logits(logits.begin() + static_cast<std::ptrdiff_t>(row * vocab),
-                                  logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
+    SampleOutcome out;
+    if (all_greedy) {
+      out.token = greedy_tokens[row];
+    } else {
+      std::vector<float> row_logits(logits.begin() + static_cast<std::ptrdiff_t>(row * vocab),
+                                    logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
+      out = slot->sample(row_logits);
+    }
     ++row;
-    SampleOutcome out = slot->sample(row_logits);
     slot->accept(out.token);
     result.results.push_back({.request_id = s.request_id, .token = out.token, .logprob = out.logprob, .top = std::move(out.top)});
   }
