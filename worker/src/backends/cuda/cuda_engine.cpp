@@ -96,8 +96,10 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const
     const int32_t splits = kc::choose_decode_splits(b, c.n_kv_heads, im->max_context, im->num_sms);
     ws = std::max(ws, kc::decode_workspace_floats(b, c.n_heads, c.head_dim, splits));
   }
-  TS_TRY(alloc(im->workspace, static_cast<int64_t>(ws * 4 + (32 << 20)), "attention + cuBLAS workspace"));
-  TS_CUBLAS_TRY(cublasSetWorkspace(im->cublas, im->workspace.get<uint8_t>() + ws * 4, 32 << 20));
+  const size_t attn_ws = (ws * 4 + 255) / 256 * 256;  // cuBLAS wants its workspace 256-byte aligned
+  const size_t cublas_ws = size_t{32} << 20;
+  TS_TRY(alloc(im->workspace, static_cast<int64_t>(attn_ws + cublas_ws), "attention + cuBLAS workspace"));
+  TS_CUBLAS_TRY(cublasSetWorkspace(im->cublas, im->workspace.get<uint8_t>() + attn_ws, cublas_ws));
   // Meta: int32 arrays, then the int64 slots (8-byte aligned).
   const int64_t n_i32 = 2 * T + 2 * (S + 1) + S + S * im->max_pages_per_seq + S + 2 * im->max_tiles;
   const int64_t i32_bytes = (n_i32 * 4 + 7) / 8 * 8;
