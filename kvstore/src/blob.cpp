@@ -45,14 +45,39 @@ uint64_t quantized_bytes(Codec c, uint64_t elements, uint32_t group) {
   return 2 * (params + codes);
 }
 
+// Every f16 bit pattern as a float (256 KiB, built once; thread-safe static init).
+const float* half_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      const uint8_t b[2] = {static_cast<uint8_t>(h), static_cast<uint8_t>(h >> 8)};
+      t[h] = element_to_float(DType::kF16, b);
+    }
+    return t;
+  }();
+  return table.data();
+}
+
 void to_float(DType dtype, const uint8_t* src, uint64_t n, float* dst) {
   switch (dtype) {
     case DType::kF32:
       std::memcpy(dst, src, n * 4);
       return;
-    case DType::kF16:
+    case DType::kF16: {
+      const float* table = half_table();
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = table[h];
+      }
+      return;
+    }
     case DType::kBF16:
-      for (uint64_t i = 0; i < n; ++i) dst[i] = element_to_float(dtype, src + 2 * i);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+      }
       return;
     default:
       TS_CHECK(false) << "unsupported dtype reached to_float";
@@ -94,10 +119,10 @@ Status quantize_region(Codec c, const std::vector<float>& x, uint32_t group, con
     const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
     std::memcpy(params + g * 8, &scale, 4);
     std::memcpy(params + g * 8 + 4, &lo, 4);
+    const auto max_code = static_cast<uint32_t>(levels);
     for (uint64_t i = begin; i < end; ++i) {
-      float q = std::nearbyint((x[i] - lo) * inv);
-      q = std::clamp(q, 0.0f, levels);
-      const auto code = static_cast<uint8_t>(q);
+      // (x - lo) * inv is in [0, levels] up to rounding: round half up, then clamp.
+      const auto code = static_cast<uint8_t>(std::min(static_cast<uint32_t>((x[i] - lo) * inv + 0.5f), max_code));
       if (c == Codec::kInt8) {
         codes[i] = code;
       } else {
@@ -421,15 +446,27 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
     return make_error(ErrorCode::kTooLarge, "kv blob: decoded size exceeds the limit of " +
                                                 std::to_string(options.max_decoded_bytes) + " bytes");
   }
+  if (options.to_f32 && n > options.max_decoded_bytes / 8) {
+    return make_error(ErrorCode::kTooLarge, "kv blob: decoded f32 size exceeds the limit of " +
+                                                std::to_string(options.max_decoded_bytes) + " bytes");
+  }
   PackedKv kv;
   kv.fingerprint = h.fingerprint;
-  kv.dtype = h.dtype;
+  kv.dtype = options.to_f32 ? DType::kF32 : h.dtype;
   kv.shape = h.shape;
   const size_t rb = n * eb;
   const std::string_view payload = blob.substr(kBlobHeaderBytes);
   auto split = [&](std::string_view raw) {
-    kv.k.assign(raw.begin(), raw.begin() + static_cast<ptrdiff_t>(rb));
-    kv.v.assign(raw.begin() + static_cast<ptrdiff_t>(rb), raw.end());
+    const auto* p = reinterpret_cast<const uint8_t*>(raw.data());
+    if (options.to_f32 && h.dtype != DType::kF32) {
+      kv.k.resize(n * 4);
+      kv.v.resize(n * 4);
+      to_float(h.dtype, p, n, reinterpret_cast<float*>(kv.k.data()));
+      to_float(h.dtype, p + rb, n, reinterpret_cast<float*>(kv.v.data()));
+      return;
+    }
+    kv.k.assign(p, p + rb);
+    kv.v.assign(p + rb, p + 2 * rb);
   };
   switch (h.codec) {
     case Codec::kNone:
@@ -443,8 +480,15 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
     case Codec::kInt8:
     case Codec::kInt4: {
       TS_ASSIGN_OR_RETURN(std::string q, zstd_decompress(payload, quantized_bytes(h.codec, n, h.group_size)));
-      std::vector<float> x(n);
       size_t pos = 0;
+      if (kv.dtype == DType::kF32) {  // dequantize straight into the regions
+        kv.k.resize(n * 4);
+        kv.v.resize(n * 4);
+        TS_TRY(dequantize_region(h.codec, q, &pos, n, h.group_size, reinterpret_cast<float*>(kv.k.data())));
+        TS_TRY(dequantize_region(h.codec, q, &pos, n, h.group_size, reinterpret_cast<float*>(kv.v.data())));
+        break;
+      }
+      std::vector<float> x(n);
       kv.k.resize(rb);
       kv.v.resize(rb);
       TS_TRY(dequantize_region(h.codec, q, &pos, n, h.group_size, x.data()));

@@ -87,6 +87,33 @@ TEST(BlobCodec, LosslessCodecsAreBitExact) {
   }
 }
 
+// to_f32 gives exact f32 for f16/bf16 blobs and the unrounded dequantized values.
+TEST(BlobCodec, DecodeToF32) {
+  for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
+    const PackedKv kv = synthetic_kv(t, {2, 9, 2, 16}, kFp, 4);
+    for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4}) {
+      const std::string blob = encode_blob(kv, {.codec = c, .group_size = 32}).value();
+      auto native = decode_blob(blob).value();
+      auto f32 = decode_blob(blob, {.to_f32 = true});
+      ASSERT_TRUE(f32.ok()) << f32.error().to_string();
+      ASSERT_EQ(f32->dtype, DType::kF32);
+      ASSERT_EQ(f32->k.size(), kv.shape.elements_per_region() * 4);
+      const size_t eb = element_bytes(t);
+      for (uint64_t i = 0; i < kv.shape.elements_per_region(); ++i) {
+        const float got = element_to_float(DType::kF32, f32->k.data() + 4 * i);
+        const float want = element_to_float(t, native.k.data() + eb * i);
+        if (c == Codec::kNone || c == Codec::kZstd || t == DType::kF32) {
+          ASSERT_EQ(got, want) << codec_name(c) << " " << dtype_name(t) << " " << i;
+        } else {  // rounding the f32 value to the blob dtype gives the native decode
+          uint8_t b[2];
+          float_to_element(t, got, b);
+          ASSERT_EQ(element_to_float(t, b), want) << codec_name(c) << " " << dtype_name(t) << " " << i;
+        }
+      }
+    }
+  }
+}
+
 // Every dequantized element is within half a quantization step of its group
 // ((max - min) / 510 for int8, / 30 for int4), plus the output dtype's rounding.
 TEST(BlobCodec, QuantizedWithinPerGroupBound) {

@@ -100,6 +100,9 @@ struct DecodeOptions {
   // When non-zero, a blob for another model is refused (kInvalidArgument naming both).
   uint64_t expected_fingerprint = 0;
   uint64_t max_decoded_bytes = uint64_t{4} << 30;  // refuse absurd shapes (kTooLarge)
+  // Return f32 regions whatever the blob's dtype (what a worker with an f32 page pool wants):
+  // exact for f16/bf16 blobs, and quantized codecs skip the rounding to the blob's dtype.
+  bool to_f32 = false;
 };
 
 // Packs kv with the chosen codec. Errors: unsupported dtype, size/shape mismatch, bad options.
