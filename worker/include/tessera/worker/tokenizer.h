@@ -22,7 +22,9 @@ class Tokenizer {
 
   // add_special: SentencePiece prepends BOS (when the vocab says so); byte-level BPE adds
   // nothing unless its post-processor says so. Special/added tokens that appear literally in
-  // `text` (e.g. "<|im_start|>") are matched as single tokens.
+  // `text` (e.g. "<|im_start|>") are matched as single tokens. (Which tokens: HF added_tokens;
+  // GGUF control/user-defined tokens. A llama2.c tokenizer.bin has none: its BOS/EOS pieces
+  // are never matched in text.)
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
 
   // The raw bytes of one token, as it contributes to decoded text (byte-fallback tokens give
