@@ -27,6 +27,7 @@ class ApiSink : public RequestSink {
         arrival_(std::chrono::steady_clock::now()) {}
 
   void on_message(Message m) override {
+    if (gone_) return;
     if (auto* tok = std::get_if<protocol::TokenEvent>(&m)) {
       if (first_) {
         s_->metrics->ttft.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival_).count());
@@ -76,7 +77,15 @@ class ApiSink : public RequestSink {
   }
 
  private:
-  void send(std::string body) { s_->hub->send_to_client(to_, std::move(body)); }
+  // A client that can no longer be reached has its request cancelled at the scheduler.
+  void send(std::string body) {
+    if (!s_->hub->send_to_client(to_, std::move(body)) && !gone_) {
+      gone_ = true;
+      s_->metrics->disconnects.inc();
+      s_->hub->abandon(id_);
+      forget();
+    }
+  }
   void forget() {
     std::lock_guard<std::mutex> lock(s_->api_mu);
     s_->api_ids.erase(api_key(to_.identity, client_id_));
@@ -93,6 +102,7 @@ class ApiSink : public RequestSink {
   std::chrono::steady_clock::time_point arrival_;
   bool first_ = true;
   bool cancel_sent_ = false;
+  bool gone_ = false;
 };
 
 }  // namespace

@@ -267,6 +267,7 @@ Frontend::~Frontend() {
   stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
+  impl_->hub->stop();  // sinks still reach a whole Hub while in-flight requests are failed
   impl_->hub.reset();
 }
 

@@ -307,7 +307,9 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
   return hub;
 }
 
-Hub::~Hub() {
+Hub::~Hub() { stop(); }
+
+void Hub::stop() {
   impl_->stopping.store(true);
   impl_->post([] {});
   if (impl_->thread.joinable()) impl_->thread.join();
@@ -330,17 +332,18 @@ void Hub::abandon(uint64_t id) {
   impl_->post([this, id] { impl_->cancel(id, true); });
 }
 
-void Hub::send_to_client(const zmqu::Envelope& to, std::string body) {
+bool Hub::send_to_client(const zmqu::Envelope& to, std::string body) {
   auto send = [this, frames = zmqu::router_reply(to, std::move(body))] {
-    if (impl_->router) {
-      Status s = zmqu::send(*impl_->router, frames, true);
-      if (!s.ok()) {
-        TS_LOG(kDebug) << "client api reply dropped: " << s.error().message;
-      }
+    if (!impl_->router) return false;
+    Status s = zmqu::send(*impl_->router, frames, true);
+    if (!s.ok()) {
+      TS_LOG(kDebug) << "client api reply dropped: " << s.error().message;
     }
+    return s.ok();
   };
-  if (std::this_thread::get_id() == impl_->thread.get_id()) send();
-  else impl_->post(std::move(send));
+  if (std::this_thread::get_id() == impl_->thread.get_id()) return send();
+  impl_->post([send = std::move(send)] { (void)send(); });
+  return true;
 }
 
 }  // namespace tessera::frontend

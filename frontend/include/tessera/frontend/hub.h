@@ -60,7 +60,10 @@ class Hub {
   using ClientHandler = std::function<void(zmqu::Envelope)>;
 
   static Result<std::unique_ptr<Hub>> start(HubConfig config, metrics::Registry& metrics, ClientHandler on_client);
-  ~Hub();  // stops the thread; in-flight sinks get ErrorEvent kUnavailable
+  ~Hub();  // stop()s
+  // Stops the hub thread; every in-flight sink gets ErrorEvent kUnavailable (on the hub thread,
+  // while this Hub is still whole). Idempotent.
+  void stop();
   Hub(const Hub&) = delete;
   Hub& operator=(const Hub&) = delete;
 
@@ -76,8 +79,9 @@ class Hub {
   void cancel(uint64_t id);
   // Forgets a request: no more events reach its sink (the scheduler is told to cancel it).
   void abandon(uint64_t id);
-  // Sends a client-API reply.
-  void send_to_client(const zmqu::Envelope& to, std::string body);
+  // Sends a client-API reply. On the hub thread it is sent at once and false means the client
+  // is gone (ROUTER_MANDATORY: unroutable) or not reading; elsewhere it is queued (true).
+  bool send_to_client(const zmqu::Envelope& to, std::string body);
 
  private:
   struct Impl;
