@@ -133,7 +133,7 @@ SynthSpec make(int32_t heads, int32_t kv, int32_t hd, RopeLayout rope, bool bias
   s.n_kv_heads = kv;
   s.head_dim = hd;
   s.dim = heads * hd;
-  s.hidden_dim = 3 * s.dim / 2 + 5;
+  s.hidden_dim = dtype == DType::kQ8_0 ? 3 * s.dim / 2 / 32 * 32 : 3 * s.dim / 2 + 5;  // Q8_0 rows are 32-blocks
   s.rope_layout = rope;
   s.attn_bias = bias;
   s.dtype = dtype;
