@@ -51,6 +51,35 @@ TEST(CudaEngine, WithoutAGpuCreateSaysSo) {
   ASSERT_FALSE(tp.ok());
 }
 
+// Options and model limits are checked before the device is touched: these run everywhere.
+TEST(CudaEngine, RefusesBadOptionsAndUnsupportedModels) {
+  SynthModel model(SynthSpec{});
+  auto bad_fraction = CudaEngine::create(model, {.memory_fraction = 0.0f});
+  ASSERT_FALSE(bad_fraction.ok());
+  EXPECT_EQ(bad_fraction.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad_fraction.error().message.find("memory_fraction"), std::string::npos);
+  auto bad_pages = CudaEngine::create(model, {.page_size = 0});
+  ASSERT_FALSE(bad_pages.ok());
+  EXPECT_EQ(bad_pages.error().code, ErrorCode::kInvalidArgument);
+  SynthSpec wide;
+  wide.n_heads = 2;
+  wide.n_kv_heads = 1;
+  wide.head_dim = 256;
+  wide.dim = 512;
+  SynthModel wide_model(wide);
+  auto wide_head = CudaEngine::create(wide_model, {});
+  ASSERT_FALSE(wide_head.ok());
+  EXPECT_EQ(wide_head.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(wide_head.error().message.find("not implemented yet"), std::string::npos) << wide_head.error().message;
+  SynthSpec deep_group;
+  deep_group.n_heads = 16;
+  deep_group.n_kv_heads = 1;
+  SynthModel deep_model(deep_group);
+  auto deep = CudaEngine::create(deep_model, {});
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.error().code, ErrorCode::kUnsupported);
+}
+
 class CudaVsCpu : public ::testing::TestWithParam<std::tuple<SynthSpec, HalfType>> {};
 
 TEST_P(CudaVsCpu, LogitsMatchTheCpuEngine) {

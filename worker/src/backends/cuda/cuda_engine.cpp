@@ -42,10 +42,7 @@ size_t elem_bytes(kc::HalfType) { return 2; }
 }  // namespace
 
 Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const CudaEngineOptions& o) {
-  if (cuda_device_count() == 0) return make_error(ErrorCode::kUnavailable, "CUDA backend: no CUDA device is present");
-  if (o.device < 0 || o.device >= cuda_device_count()) {
-    return make_error(ErrorCode::kInvalidArgument, "CUDA backend: device " + std::to_string(o.device) + " does not exist");
-  }
+  // Options and model first (pure checks), then the device.
   if (!(o.memory_fraction > 0.0f && o.memory_fraction <= 1.0f)) {
     return make_error(ErrorCode::kInvalidArgument, "CUDA backend: memory_fraction must be in (0, 1]");
   }
@@ -61,6 +58,10 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const
   if (c.n_heads / c.n_kv_heads > kc::kMaxGroup) {
     return make_error(ErrorCode::kUnsupported, "not implemented yet: CUDA decode attention with more than " +
                                                    std::to_string(kc::kMaxGroup) + " query heads per KV head");
+  }
+  if (cuda_device_count() == 0) return make_error(ErrorCode::kUnavailable, "CUDA backend: no CUDA device is present");
+  if (o.device < 0 || o.device >= cuda_device_count()) {
+    return make_error(ErrorCode::kInvalidArgument, "CUDA backend: device " + std::to_string(o.device) + " does not exist");
   }
   auto im = std::make_unique<Impl>(model, o);
   TS_CUDA_TRY(cudaSetDevice(o.device));
