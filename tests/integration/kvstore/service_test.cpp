@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <msgpack.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 #include <zmq.hpp>
 
@@ -10,6 +14,7 @@
 #include "kv_process.h"
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
+#include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
 #include "wait.h"
 
@@ -224,6 +229,39 @@ TEST(KvService, MalformedRequestsGetErrorRepliesAndTheServiceStaysUp) {
   const std::string m = c->stats()->metrics;
   EXPECT_NE(m.find("tessera_kvstore_bad_requests_total 15\n"), std::string::npos) << m;
   EXPECT_NE(m.find("tessera_kvstore_rejected_puts_total 2\n"), std::string::npos) << m;
+}
+
+// A Python client (pyzmq + msgpack, as docs/kvstore.md shows) speaks the same protocol.
+TEST(KvService, ForeignPythonClient) {
+  if (std::system("/usr/bin/python3 -c 'import zmq, msgpack' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 lacks python3-zmq or python3-msgpack (tests/run.sh installs them)";
+  }
+  auto kv = KvProcess::start({});
+  ASSERT_NE(kv, nullptr);
+  const std::string dir = tessera::testing::make_temp_dir("kvstore-py");
+  const std::string blob_path = dir + "/blob.bin";
+  {
+    const std::string blob = blob_of(6, 11);
+    FILE* f = std::fopen(blob_path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(blob.data(), 1, blob.size(), f), blob.size());
+    std::fclose(f);
+  }
+  const std::string cmd = "/usr/bin/python3 " + tessera::testing::source_path("tests/integration/kvstore/py/foreign_client.py") +
+                          " " + kv->endpoint() + " " + blob_path + " " + std::to_string(kFp) + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int rc = ::pclose(p);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out, "ok\n");
+  // The blob the Python client stored is readable by the C++ client.
+  auto got = client_for(*kv)->get({kFp, "py-user", "pref-1"});
+  ASSERT_TRUE(got.ok() && got->found);
+  EXPECT_TRUE(decode_blob(got->blob, {.expected_fingerprint = kFp}).ok());
 }
 
 // ---- With Redis ----
