@@ -1,6 +1,7 @@
 // Tensor-parallel sharding (worker/src/backends/cuda/tensor_parallel.h) checked on the CPU:
 // each rank runs on its own thread with its shard and the in-process all-reduce; the logits
-// must match the unsharded CPU forward.
+// must match the unsharded CPU forward. Cuts: whole KV heads per rank, and KV heads replicated
+// over several ranks that split their query heads (world > n_kv_heads, MQA).
 //
 // Tolerances (max |a - b| over all logits, relative to max |reference logit|):
 // - TP (world W) vs the same per-rank code at world 1: 1e-5. Only the order of the partial
@@ -122,6 +123,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{spec(DType::kF32, 6, 3, 16, 99, RopeLayout::kHalves, false), 3, 1e-4},        // uneven hidden
                       Case{spec(DType::kBF16, 8, 8, 8, 128, RopeLayout::kInterleaved, true), 4, 1e-4},   // GQA 1
                       Case{spec(DType::kF16, 16, 2, 4, 64, RopeLayout::kHalves, false), 2, 1e-4},        // GQA 8
+                      Case{spec(DType::kF32, 8, 2, 16, 160, RopeLayout::kHalves, true), 4, 1e-4},        // KV heads replicated x2
+                      Case{spec(DType::kBF16, 4, 1, 16, 128, RopeLayout::kInterleaved, false), 2, 1e-4},  // MQA, replicated x2
+                      Case{spec(DType::kF32, 8, 1, 8, 96, RopeLayout::kHalves, false), 4, 1e-4},         // MQA, replicated x4
                       Case{spec(DType::kQ8_0, 8, 4, 16, 128, RopeLayout::kInterleaved, false), 2, 3e-2},
                       Case{spec(DType::kQ8_0, 8, 4, 32, 128, RopeLayout::kHalves, true), 4, 3e-2}));
 
@@ -156,15 +160,34 @@ TEST(TpPlan, CoversEveryHeadAndHiddenUnitOnce) {
   EXPECT_EQ((*plan4)[3].hidden_size, 64);
 }
 
+TEST(TpPlan, ReplicatesKvHeadsWhenRanksOutnumberThem) {
+  SynthModel model(spec(DType::kF32, 8, 2, 16, 96, RopeLayout::kInterleaved, false));
+  auto plan = plan_shards(model, 4);
+  ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+  const int32_t kv[] = {0, 0, 1, 1}, q[] = {0, 2, 4, 6};
+  for (int32_t r = 0; r < 4; ++r) {
+    const RankShard& s = (*plan)[static_cast<size_t>(r)];
+    EXPECT_EQ(s.kv_head_begin, kv[r]) << "rank " << r;
+    EXPECT_EQ(s.n_kv_heads, 1);
+    EXPECT_EQ(s.head_begin, q[r]) << "rank " << r;
+    EXPECT_EQ(s.n_heads, 2);
+  }
+}
+
 TEST(TpPlan, RejectsCutsItCannotMake) {
   SynthModel model(spec(DType::kQ8_0, 8, 4, 16, 96, RopeLayout::kInterleaved, false));
   auto bad_world = plan_shards(model, 0);
   ASSERT_FALSE(bad_world.ok());
   EXPECT_EQ(bad_world.error().code, ErrorCode::kInvalidArgument);
-  auto uneven_kv = plan_shards(model, 3);
+  auto uneven_kv = plan_shards(model, 3);  // 4 KV heads over 3 ranks: neither cut works
   ASSERT_FALSE(uneven_kv.ok());
   EXPECT_EQ(uneven_kv.error().code, ErrorCode::kUnsupported);
   EXPECT_NE(uneven_kv.error().message.find("n_kv_heads"), std::string::npos) << uneven_kv.error().message;
+  // 2 KV heads of 3 query heads each over 4 ranks: replication x2 cannot split 3 query heads.
+  SynthModel odd_group(spec(DType::kF32, 6, 2, 16, 96, RopeLayout::kInterleaved, false));
+  auto odd = plan_shards(odd_group, 4);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_EQ(odd.error().code, ErrorCode::kUnsupported);
   // 96 hidden units = 3 blocks of 32 over 4 ranks: one rank would be empty.
   auto empty_slice = plan_shards(model, 4);
   ASSERT_FALSE(empty_slice.ok());

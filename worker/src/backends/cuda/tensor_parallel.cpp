@@ -34,15 +34,22 @@ Result<std::vector<RankShard>> plan_shards(const Model& model, int32_t world) {
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.hidden_dim <= 0) {
     return make_error(ErrorCode::kInvalidArgument, "tensor parallel: model config has bad head counts or hidden_dim");
   }
-  if (c.n_kv_heads % world != 0) {
-    return make_error(ErrorCode::kUnsupported, "not implemented yet: tensor parallelism with n_kv_heads " +
-                                                   std::to_string(c.n_kv_heads) + " not a multiple of world size " +
-                                                   std::to_string(world) + " (KV-head replication)");
+  // Heads: either whole KV heads per rank (n_kv_heads % world == 0), or each KV head
+  // replicated on `rep` = world / n_kv_heads ranks that split its query heads.
+  const int32_t group = c.n_heads / c.n_kv_heads;
+  const bool whole = c.n_kv_heads % world == 0;
+  const int32_t rep = whole ? 1 : world / c.n_kv_heads;
+  if (!whole && (world % c.n_kv_heads != 0 || group % rep != 0)) {
+    return make_error(ErrorCode::kUnsupported, "not implemented yet: tensor parallelism over " + std::to_string(world) +
+                                                   " ranks with n_kv_heads " + std::to_string(c.n_kv_heads) + " and " +
+                                                   std::to_string(group) + " query heads per KV head (needs n_kv_heads % world == 0, "
+                                                   "or world % n_kv_heads == 0 with the query heads dividing evenly)");
   }
+  const int32_t kv_per_rank = whole ? c.n_kv_heads / world : 1;
+  const int32_t q_per_rank = whole ? kv_per_rank * group : group / rep;
   const int64_t align = block_of(model);
-  const int32_t group = c.n_heads / c.n_kv_heads, kv_per_rank = c.n_kv_heads / world;
-  if ((static_cast<int64_t>(kv_per_rank) * group * c.head_dim) % align != 0) {
-    return make_error(ErrorCode::kUnsupported, "tensor parallel: a rank's " + std::to_string(kv_per_rank * group) +
+  if ((static_cast<int64_t>(q_per_rank) * c.head_dim) % align != 0) {
+    return make_error(ErrorCode::kUnsupported, "tensor parallel: a rank's " + std::to_string(q_per_rank) +
                                                    " query heads x head_dim " + std::to_string(c.head_dim) +
                                                    " are not a multiple of the weight block size " + std::to_string(align) +
                                                    " (wo is cut along its columns)");
@@ -55,10 +62,10 @@ Result<std::vector<RankShard>> plan_shards(const Model& model, int32_t world) {
     RankShard s;
     s.rank = r;
     s.world = world;
-    s.kv_head_begin = r * kv_per_rank;
+    s.kv_head_begin = whole ? r * kv_per_rank : r / rep;
     s.n_kv_heads = kv_per_rank;
-    s.head_begin = s.kv_head_begin * group;
-    s.n_heads = kv_per_rank * group;
+    s.head_begin = s.kv_head_begin * group + (whole ? 0 : (r % rep) * q_per_rank);
+    s.n_heads = q_per_rank;
     s.hidden_begin = nb * r / world * align;
     const int64_t end = r + 1 == world ? c.hidden_dim : nb * (r + 1) / world * align;
     s.hidden_size = end - s.hidden_begin;

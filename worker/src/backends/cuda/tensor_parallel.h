@@ -3,8 +3,10 @@
 //
 // The cut (plan_shards / shard_model):
 // - column-parallel (each rank computes some output rows from the full input): wq, wk, wv by
-//   whole KV heads and their query-head groups (rank r owns KV heads
-//   [r * n_kv / world, (r + 1) * n_kv / world) and the query heads that read them), and
+//   heads — when n_kv_heads % world == 0, rank r owns KV heads [r * n_kv / world,
+//   (r + 1) * n_kv / world) and all the query heads that read them; when world % n_kv_heads
+//   == 0 instead, each KV head is replicated on rep = world / n_kv_heads consecutive ranks and
+//   its query heads are split evenly among them (K/V of that head computed and cached on each);
 //   w_gate, w_up by a slice of the hidden dimension; Q/K/V biases follow their rows;
 // - row-parallel (each rank computes a partial sum of the full output from its input slice):
 //   wo by its query heads' columns, w_down by its hidden slice; the partial sums are added by
@@ -15,8 +17,9 @@
 // rank's own, so per-rank code runs the ordinary forward plus two all-reduces per layer.
 //
 // Requirements (else kUnsupported/kInvalidArgument naming the field): world in [1, 64];
-// n_kv_heads % world == 0; every rank gets a non-empty hidden slice whose bounds are multiples
-// of the weights' block size (32 for Q8_0).
+// n_kv_heads % world == 0, or world % n_kv_heads == 0 with (n_heads / n_kv_heads) divisible by
+// world / n_kv_heads; every rank gets a non-empty hidden slice and a wo column slice whose
+// bounds are multiples of the weights' block size (32 for Q8_0).
 //
 // Thread-safety: plan_shards/shard_model are pure. An InProcessGroup is shared by `world`
 // threads, one per rank, each calling all_reduce_sum on its own Communicator.
@@ -40,7 +43,7 @@ struct RankShard {
   int32_t world = 1;
   int32_t head_begin = 0;      // query heads [head_begin, head_begin + n_heads)
   int32_t n_heads = 0;
-  int32_t kv_head_begin = 0;   // KV heads [kv_head_begin, kv_head_begin + n_kv_heads)
+  int32_t kv_head_begin = 0;   // KV heads [kv_head_begin, kv_head_begin + n_kv_heads) (may be shared)
   int32_t n_kv_heads = 0;
   int64_t hidden_begin = 0;    // MLP hidden units [hidden_begin, hidden_begin + hidden_size)
   int64_t hidden_size = 0;
