@@ -54,6 +54,9 @@ std::vector<std::vector<float>> run_tp(const Model& model, int32_t world, const 
     auto m = shard_model(model, s);
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().to_string());
     if (!m.ok()) return {};
+    // A shard is a valid Model for a per-rank engine (what each GPU rank builds).
+    auto engine = Engine::create(**m, {.pool = {.num_pages = 2, .page_size = 16}, .threads = 1});
+    EXPECT_TRUE(engine.ok()) << (engine.ok() ? "" : engine.error().to_string());
     shards.push_back(std::move(*m));
   }
   InProcessGroup group(world);
