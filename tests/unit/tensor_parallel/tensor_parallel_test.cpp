@@ -55,7 +55,10 @@ std::vector<std::vector<float>> run_tp(const Model& model, int32_t world, const 
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().to_string());
     if (!m.ok()) return {};
     // A shard is a valid Model for a per-rank engine (what each GPU rank builds).
-    auto engine = Engine::create(**m, {.pool = {.num_pages = 2, .page_size = 16}, .threads = 1});
+    EngineOptions eo;
+    eo.pool = {.num_pages = 2, .page_size = 16};
+    eo.threads = 1;
+    auto engine = Engine::create(**m, eo);
     EXPECT_TRUE(engine.ok()) << (engine.ok() ? "" : engine.error().to_string());
     shards.push_back(std::move(*m));
   }
