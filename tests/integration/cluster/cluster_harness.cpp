@@ -1,0 +1,208 @@
+#include "cluster_harness.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tessera/common/metrics.h"
+#include "tessera/testing/paths.h"
+
+namespace tessera::cluster_test {
+
+using Clock = std::chrono::steady_clock;
+
+Child::Child(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path)
+    : log_path_(log_path) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::dup2(fds[1], STDOUT_FILENO);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (log >= 0) ::dup2(log, STDERR_FILENO);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(fds[1]);
+  out_fd_ = fds[0];
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+}
+
+std::string Child::wait_line(const std::string& prefix, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    size_t eol;
+    while ((eol = buffered_.find('\n')) != std::string::npos) {
+      std::string line = buffered_.substr(0, eol);
+      buffered_.erase(0, eol + 1);
+      if (line.rfind(prefix, 0) == 0) return line;
+    }
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || out_fd_ < 0) return "";
+    pollfd p{out_fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) return "";
+    buffered_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+bool Child::alive() {
+  if (pid_ <= 0 || reaped_) return false;
+  int st = 0;
+  pid_t r = ::waitpid(pid_, &st, WNOHANG);
+  if (r == pid_) {
+    reaped_ = true;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return false;
+  }
+  return true;
+}
+
+void Child::signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+int Child::wait_exit(milliseconds timeout) {
+  if (!wait_until([&] { return !alive(); }, timeout)) return -1;
+  return status_;
+}
+
+std::string line_field(const std::string& line, const std::string& field) {
+  const std::string key = field + "=";
+  size_t p = line.find(key);
+  if (p == std::string::npos) return "";
+  p += key.size();
+  size_t e = line.find(' ', p);
+  return line.substr(p, e == std::string::npos ? std::string::npos : e - p);
+}
+
+bool wait_until(const std::function<bool()>& pred, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));  // polling interval of the condition, not a wait for it
+  }
+}
+
+namespace {
+std::string tail(const std::string& path, size_t bytes = 3000) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+}  // namespace
+
+Cluster::Cluster(const ClusterOptions& o) {
+  using testing::bin_path;
+  using testing::shared_path;
+  dir_ = testing::make_temp_dir("tessera-cluster");
+  const std::string model = shared_path("models/stories260K/stories260K.bin");
+  const std::string tok = shared_path("models/stories260K/tok512.bin");
+  std::vector<std::string> sargs = {"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint", "tcp://127.0.0.1:*",
+                                    "--metrics-port", "0", "--heartbeat-ms", "100",
+                                    "--worker-dead-ms", std::to_string(o.worker_dead_ms), "--audit", "true",
+                                    "--prefix-cache", o.prefix_cache ? "true" : "false"};
+  sargs.insert(sargs.end(), o.scheduler_args.begin(), o.scheduler_args.end());
+  scheduler_ = std::make_unique<Child>(bin_path("tessera-scheduler"), sargs, dir_ + "/scheduler.log");
+  const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
+  if (sline.empty()) {
+    ADD_FAILURE() << "tessera-scheduler did not start\n" << logs();
+    return;
+  }
+  sched_fe_ = line_field(sline, "frontends");
+  sched_we_ = line_field(sline, "workers");
+  metrics_port_ = std::atoi(line_field(sline, "metrics").c_str());
+  worker_ = std::make_unique<Child>(bin_path("tessera-worker"),
+                                    std::vector<std::string>{"--model", model, "--scheduler", sched_we_, "--threads", "1",
+                                                             "--num-pages", std::to_string(o.num_pages), "--name", "w0"},
+                                    dir_ + "/worker.log");
+  frontend_ = std::make_unique<Child>(
+      bin_path("tessera-frontend"),
+      std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
+                               "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
+                               "1000", "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)},
+      dir_ + "/frontend.log");
+  const std::string fline = frontend_->wait_line("LISTENING", milliseconds(15000));
+  if (fline.empty()) {
+    ADD_FAILURE() << "tessera-frontend did not start\n" << logs();
+    return;
+  }
+  http_port_ = std::atoi(line_field(fline, "http").c_str());
+  zmq_endpoint_ = line_field(fline, "zmq");
+  const bool ready = wait_until(
+      [&] {
+        auto r = get("/ready", 0, 2000);
+        return r.ok() && r->status == 200;
+      },
+      milliseconds(15000));
+  if (!ready) {
+    ADD_FAILURE() << "/ready did not turn 200 within 15 s\n" << logs();
+    return;
+  }
+  ok_ = true;
+}
+
+Cluster::~Cluster() {
+  // Orderly shutdown first (exercises SIGTERM handling); the Child destructors SIGKILL leftovers.
+  for (Child* c : {frontend_.get(), worker_.get(), scheduler_.get()})
+    if (c) c->signal(SIGTERM);
+  for (Child* c : {frontend_.get(), worker_.get(), scheduler_.get()})
+    if (c) (void)c->wait_exit(milliseconds(5000));
+}
+
+std::string Cluster::logs() const {
+  std::string out;
+  for (const char* name : {"scheduler", "worker", "frontend"})
+    out += std::string("---- ") + name + ".log (tail)\n" + tail(dir_ + "/" + name + ".log") + "\n";
+  return out;
+}
+
+Result<bench::HttpResponse> Cluster::post(const std::string& path, const std::string& json, int timeout_ms) const {
+  return bench::http_request({.port = http_port_, .method = "POST", .path = path, .body = json, .timeout_ms = timeout_ms});
+}
+
+Result<bench::HttpResponse> Cluster::get(const std::string& path, int port, int timeout_ms) const {
+  return bench::http_request({.port = port ? port : http_port_, .method = "GET", .path = path, .timeout_ms = timeout_ms});
+}
+
+double Cluster::metric(int port, const std::string& name, const std::string& label_filter) const {
+  auto r = get("/metrics", port);
+  if (!r.ok() || r->status != 200) return std::nan("");
+  auto samples = metrics::parse_text(r->body);
+  if (!samples.ok()) return std::nan("");
+  double sum = 0.0;
+  bool found = false;
+  for (const auto& s : *samples) {
+    if (s.name != name || s.labels.find(label_filter) == std::string::npos) continue;
+    sum += s.value;
+    found = true;
+  }
+  return found ? sum : std::nan("");
+}
+
+}  // namespace tessera::cluster_test
