@@ -5,6 +5,7 @@
 
 #include "loaders/gguf.h"
 #include "loaders/loaded_model.h"
+#include "tessera/common/log.h"
 
 namespace tessera::worker::loaders {
 namespace {
@@ -196,13 +197,18 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
   for (const GgufTensorInfo& t : g.tensors) {
     std::optional<DType> dt = dtype_from_ggml(t.type);
     if (!dt) {
-      if (!is_model_tensor(t.name)) continue;  // e.g. rope_freqs.weight: not used
+      if (!is_model_tensor(t.name)) continue;  // not used by the forward pass
       return make_error(ErrorCode::kUnsupported, path + ": GGUF tensor " + t.name + " has type " +
                                                      ggml_type_name(t.type) +
                                                      ", which is not supported (f32, f16, bf16, q8_0, q4_0)");
     }
     tensors.emplace(t.name, RawTensor{.name = t.name, .dtype = *dt, .shape = to_shape(t.ne), .data = t.data,
                                       .nbytes = t.nbytes});
+  }
+  // Llama 3.x RoPE scaling (frequency factors) changes every position's rotation.
+  if (tensors.count("rope_freqs.weight") != 0 || g.find(a + "rope.scaling.type") != nullptr) {
+    TS_LOG(kWarn) << path << ": not implemented yet: RoPE scaling (rope_freqs.weight / " << a
+                  << "rope.scaling.*) is ignored; outputs will differ from the reference";
   }
   auto emb = tensors.find("token_embd.weight");
   if (emb == tensors.end()) return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor token_embd.weight is missing");
