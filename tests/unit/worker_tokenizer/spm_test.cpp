@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "tessera/testing/paths.h"
@@ -92,6 +93,20 @@ TEST_P(SpmFileTest, MatchesLlama2cReferenceOnRandomText) {
     for (int i = 0; i < n; ++i) t += alphabet[rng() % alphabet.size()];
     ASSERT_EQ(tok_->encode(t, true), testutil::reference_encode(vocab_, t, true)) << "text: '" << t << "'";
   }
+}
+
+// Real prose: every prompt + completion of greedy.json, against the reference algorithm.
+TEST_P(SpmFileTest, MatchesLlama2cReferenceOnStories) {
+  const auto j = nlohmann::json::parse(testutil::read_file(shared_path("models/stories260K/greedy.json")));
+  size_t checked = 0;
+  for (const auto& c : j.at("cases")) {
+    const std::string t = c.at("prompt").get<std::string>() + c.at("completion").get<std::string>();
+    if (vocab_.pieces.size() > 1000 && t.size() > 300) continue;  // the O(n^2) reference is slow on 32k pieces
+    ASSERT_EQ(tok_->encode(t, true), testutil::reference_encode(vocab_, t, true)) << t;
+    EXPECT_EQ(tok_->decode(tok_->encode(t, true)), t);
+    ++checked;
+  }
+  EXPECT_GE(checked, 4u);
 }
 
 TEST_P(SpmFileTest, DummyPrefixSpaceAndRoundTrip) {
