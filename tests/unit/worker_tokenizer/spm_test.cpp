@@ -213,6 +213,16 @@ TEST(GgufLlamaVocab, SameIdsAsTokenizerBin) {
   // Control tokens written literally are matched as single tokens.
   const auto ids = (*gguf)->encode("<s>Once", false);
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 403}));
+  // User-defined pieces (type 4) are matched literally and decode with U+2581 as ' '.
+  spec.tokens.push_back("<tool\xE2\x96\x81" "call>");
+  spec.scores.push_back(0.0f);
+  spec.token_types.push_back(4);
+  auto user = tokenizer_from_vocab(spec);
+  ASSERT_TRUE(user.ok()) << user.error().to_string();
+  EXPECT_EQ((*user)->encode("Once<tool\xE2\x96\x81" "call>", false), (std::vector<int32_t>{403, 512}));
+  EXPECT_EQ((*user)->token_bytes(512), "<tool call>");
+  EXPECT_FALSE((*user)->is_control(512));
+
   spec.add_bos = false;
   auto no_bos = tokenizer_from_vocab(spec);
   ASSERT_TRUE(no_bos.ok());

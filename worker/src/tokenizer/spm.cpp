@@ -48,25 +48,28 @@ SpmTokenizer::SpmTokenizer(SpmVocab v) : v_(std::move(v)) {
   control_.assign(n, 0);
   byte_id_.fill(-1);
   std::vector<AddedToken> literal;
+  auto spaced = [this](const std::string& p) {  // the piece with its space symbol as ' '
+    if (v_.space == " ") return p;
+    std::string b;
+    for (size_t k = 0; k < p.size();) {
+      if (p.compare(k, v_.space.size(), v_.space) == 0) {
+        b.push_back(' ');
+        k += v_.space.size();
+      } else {
+        b.push_back(p[k++]);
+      }
+    }
+    return b;
+  };
   for (size_t i = 0; i < n; ++i) {
     const std::string& p = v_.pieces[i];
     const auto id = static_cast<int32_t>(i);
     piece_to_id_.emplace(p, id);  // first occurrence wins for duplicates
     switch (v_.kinds[i]) {
-      case PieceKind::kNormal: {
+      case PieceKind::kNormal:
         mergeable_.emplace(p, id);
-        std::string b;
-        for (size_t k = 0; k < p.size();) {
-          if (v_.space != " " && p.compare(k, v_.space.size(), v_.space) == 0) {
-            b.push_back(' ');
-            k += v_.space.size();
-          } else {
-            b.push_back(p[k++]);
-          }
-        }
-        bytes_[i] = std::move(b);
+        bytes_[i] = spaced(p);
         break;
-      }
       case PieceKind::kByte: {
         const int byte = parse_byte_piece(p);
         if (byte >= 0) {
@@ -79,7 +82,7 @@ SpmTokenizer::SpmTokenizer(SpmVocab v) : v_(std::move(v)) {
         bytes_[i] = std::string(kUnknownText);
         break;
       case PieceKind::kUserDefined:
-        bytes_[i] = p;
+        bytes_[i] = spaced(p);
         if (v_.match_special_literally) literal.push_back({.content = p, .id = id});
         break;
       case PieceKind::kControl:
