@@ -98,6 +98,11 @@ Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std:
   l2->health_ = std::thread([p = l2.get()] { p->health_loop(); });
   l2->on_event_ = std::move(on_event);
   l2->subscriber_ = std::thread([p = l2.get()] { p->subscriber_loop(); });
+  if (l2->up()) {  // don't miss events published right after start-up: wait for SUBSCRIBE (bounded)
+    std::unique_lock lock(l2->health_mu_);
+    l2->health_cv_.wait_for(lock, std::chrono::milliseconds(2 * config.connect_timeout_ms + 1000),
+                            [&] { return l2->subscribed_; });
+  }
   return l2;
 }
 
@@ -360,6 +365,11 @@ void RedisL2::subscriber_loop() {
     }
     if (subscribed) {
       backoff_ms = 100;
+      {
+        std::lock_guard lock(health_mu_);
+        subscribed_ = true;
+      }
+      health_cv_.notify_all();
       while (true) {  // blocks until an event, a disconnect, or shutdown() from the destructor
         void* raw = nullptr;
         if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) break;
@@ -374,6 +384,7 @@ void RedisL2::subscriber_loop() {
     {
       std::lock_guard lock(health_mu_);
       sub_ctx_ = nullptr;
+      subscribed_ = false;
     }
     if (c != nullptr) redisFree(c);
     std::unique_lock lock(health_mu_);

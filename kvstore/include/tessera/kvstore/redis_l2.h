@@ -107,6 +107,7 @@ class RedisL2 {
   std::function<void(std::string_view)> on_event_;
   std::thread subscriber_;
   redisContext* sub_ctx_ = nullptr;  // GUARDED_BY(health_mu_); shut down to unblock the subscriber
+  bool subscribed_ = false;          // GUARDED_BY(health_mu_); create() waits for it when Redis is up
   std::atomic<uint64_t> hits_{0}, misses_{0}, puts_{0}, errors_{0}, mac_failures_{0}, reconnects_{0};
   std::atomic<uint64_t> bytes_written_{0}, bytes_read_{0}, events_received_{0};
 };
