@@ -229,6 +229,10 @@ TEST(TinyBpe, ErrorsNameTheProblem) {
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
   expect_error("metaspace.json", j.dump(), ErrorCode::kUnsupported, "Metaspace");
   j = tiny_tokenizer();
+  j["model"]["byte_fallback"] = true;
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
+  expect_error("spm_style.json", j.dump(), ErrorCode::kUnsupported, "SentencePiece-style");
+  j = tiny_tokenizer();
   j["model"]["merges"].push_back("zz q");
   expect_error("merge.json", j.dump(), ErrorCode::kCorruptFile, "zz q");
   j = tiny_tokenizer();

@@ -171,6 +171,14 @@ Result<std::unique_ptr<Tokenizer>> build(const std::string& path, const json& j)
   const json& model = j.at("model");
   const std::string mtype = model.value("type", std::string("BPE"));
   if (mtype != "BPE") return unsupported(path, "model type '" + mtype + "' (only byte-level BPE)");
+  const bool byte_fallback = model.contains("byte_fallback") && model.at("byte_fallback").is_boolean() &&
+                             model.at("byte_fallback").get<bool>();
+  const json pre = j.value("pre_tokenizer", json());
+  if (byte_fallback || type_of(pre) == "Metaspace") {
+    return make_error(ErrorCode::kUnsupported,
+                      path + ": not implemented yet: SentencePiece-style BPE tokenizer.json (byte_fallback / Metaspace, "
+                             "as Llama 2 and Mistral ship); use the model's GGUF or a llama2.c tokenizer.bin");
+  }
   if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
     return unsupported(path, "normalizer '" + type_of(j.at("normalizer")) + "' (not implemented yet)");
   }
