@@ -103,6 +103,19 @@ TEST(Llama2c, TruncatedAndMissingFilesAreErrors) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kCorruptFile);
   EXPECT_NE(r.error().message.find("n_heads"), std::string::npos) << r.error().message;
+
+  // A newer export.py file ("ak42" magic, version 2).
+  const std::string v2 = dir + "/v2.bin";
+  {
+    std::ofstream f(v2, std::ios::binary);
+    const uint32_t header[2] = {0x616b3432u, 2};
+    f.write(reinterpret_cast<const char*>(header), sizeof header);
+    f.write(bytes.data(), 256);
+  }
+  auto r2 = load_model(v2);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(r2.error().message.find("export version 2"), std::string::npos) << r2.error().message;
 }
 
 }  // namespace

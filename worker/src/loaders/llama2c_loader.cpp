@@ -72,6 +72,12 @@ Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> fil
   }
   int32_t h[7];
   std::memcpy(h, file->data(), sizeof h);
+  // export.py's newer formats start with the magic "ak42" and a version (1: fp32, 2: int8).
+  if (static_cast<uint32_t>(h[0]) == 0x616b3432u) {
+    return make_error(ErrorCode::kUnsupported, path + ": not implemented yet: llama2.c export version " +
+                                                   std::to_string(h[1]) +
+                                                   " (\"ak42\" header); re-export with the legacy format (version 0)");
+  }
   const char* names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
   for (int i = 0; i < 7; ++i) {
     if (h[i] == 0 || (h[i] < 0 && i != 5) || h[i] == INT32_MIN) {
