@@ -1,0 +1,299 @@
+#include "load.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "http_client.h"
+#include "tessera/common/metrics.h"
+
+namespace tessera::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+const char* kWords[] = {"the", "little", "dog", "ran", "to", "a", "big", "red", "ball", "in", "park", "and", "saw",
+                        "cat", "who", "was", "happy", "sun", "tree", "friend", "played", "with", "her", "mom", "said",
+                        "one", "day", "girl", "boy", "named", "Lily", "Tom", "went", "home", "found", "small", "bird",
+                        "sky", "blue", "green", "car", "toy", "box", "jumped", "over", "water", "fish", "swim", "they",
+                        "were", "very", "good", "friends", "ate", "cake", "smiled", "laughed", "ran", "fast", "slow",
+                        "garden", "flower", "rain", "wind"};
+
+std::string words(std::mt19937_64& rng, int n) {
+  std::string s;
+  std::uniform_int_distribution<size_t> pick(0, sizeof(kWords) / sizeof(kWords[0]) - 1);
+  for (int i = 0; i < n; ++i) {
+    if (i) s += ' ';
+    s += kWords[pick(rng)];
+  }
+  return s;
+}
+
+double ms_since(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double, std::milli>(t1 - t0).count(); }
+
+// One streamed request; `text_out` receives the generated text (multi-turn history).
+RequestRecord one_request(const LoadConfig& c, const std::string& path, const json& body, std::string* text_out) {
+  RequestRecord rec;
+  std::vector<Clock::time_point> chunks;
+  std::string text;
+  json usage;
+  SseParser sse;
+  const auto t0 = Clock::now();
+  auto on_data = [&](const std::string& d) {
+    if (d == "[DONE]") return;
+    json j = json::parse(d, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      rec.error = j["error"].value("message", d);
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) usage = j["usage"];
+    if (!j.contains("choices") || j["choices"].empty()) return;
+    const json& ch = j["choices"][0];
+    std::string piece;
+    if (ch.contains("text") && ch["text"].is_string()) piece = ch["text"].get<std::string>();
+    if (ch.contains("delta") && ch["delta"].contains("content") && ch["delta"]["content"].is_string())
+      piece = ch["delta"]["content"].get<std::string>();
+    if (!piece.empty()) {
+      chunks.push_back(Clock::now());
+      text += piece;
+    }
+  };
+  auto r = http_request({.host = c.host, .port = c.port, .method = "POST", .path = path, .body = body.dump(),
+                         .timeout_ms = c.timeout_ms, .on_body = [&](std::string_view b) {
+                           sse.feed(b, on_data);
+                           return true;
+                         }});
+  const auto t1 = Clock::now();
+  rec.total_ms = ms_since(t0, t1);
+  if (!r.ok()) {
+    rec.error = r.error().to_string();
+    return rec;
+  }
+  if (r->status != 200) {
+    rec.error = "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200);
+    return rec;
+  }
+  if (!rec.error.empty()) return rec;
+  if (usage.is_object()) {
+    rec.prompt_tokens = usage.value("prompt_tokens", 0);
+    rec.completion_tokens = usage.value("completion_tokens", 0);
+    if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
+      rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", 0);
+  }
+  if (!chunks.empty()) {
+    rec.ttft_ms = ms_since(t0, chunks.front());
+    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
+    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
+  } else {
+    rec.ttft_ms = rec.total_ms;
+  }
+  rec.ok = true;
+  if (text_out) *text_out = text;
+  return rec;
+}
+
+// Reads (prompt, cached) token counters from the frontend's /metrics; false when unreadable.
+bool read_counters(const LoadConfig& c, double* prompt, double* cached) {
+  auto r = http_request({.host = c.host, .port = c.port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+  if (!r.ok() || r->status != 200) return false;
+  auto samples = metrics::parse_text(r->body);
+  if (!samples.ok()) return false;
+  bool p = false, q = false;
+  for (const auto& s : *samples) {
+    if (s.name == "tessera_frontend_prompt_tokens_total") *prompt = s.value, p = true;
+    if (s.name == "tessera_frontend_cached_prompt_tokens_total") *cached = s.value, q = true;
+  }
+  return p && q;
+}
+
+}  // namespace
+
+Percentiles percentiles(std::vector<double> v) {
+  Percentiles p;
+  p.count = v.size();
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.mean = sum / static_cast<double>(v.size());
+  auto at = [&](double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  p.p50 = at(0.5);
+  p.p90 = at(0.9);
+  p.p99 = at(0.99);
+  return p;
+}
+
+Result<LoadReport> run_load(const LoadConfig& c) {
+  if (c.workload != "random" && c.workload != "shared-prefix" && c.workload != "multi-turn")
+    return make_error(ErrorCode::kInvalidArgument, "workload must be random, shared-prefix or multi-turn (got '" + c.workload + "')");
+  if (c.num_requests < 1 || c.max_tokens < 1 || c.prompt_words < 1 || c.num_groups < 1 || c.turns < 1)
+    return make_error(ErrorCode::kInvalidArgument, "num-requests, max-tokens, prompt-words, num-groups and turns must be >= 1");
+  if (c.request_rate <= 0.0 && c.concurrency < 1)
+    return make_error(ErrorCode::kInvalidArgument, "give concurrency >= 1 or request-rate > 0");
+
+  // Build the work units up front (deterministic from the seed): each unit is one request, or
+  // one conversation of `turns` requests for multi-turn.
+  std::mt19937_64 rng(c.seed);
+  std::vector<std::string> systems;
+  for (int g = 0; g < c.num_groups; ++g) systems.push_back(words(rng, c.system_words));
+  struct Unit {
+    std::vector<std::string> user;  // one per turn (single-turn workloads: one)
+    int group = -1;
+  };
+  std::vector<Unit> units;
+  if (c.workload == "multi-turn") {
+    const int convs = (c.num_requests + c.turns - 1) / c.turns;
+    for (int i = 0; i < convs; ++i) {
+      Unit u;
+      for (int t = 0; t < c.turns && i * c.turns + t < c.num_requests; ++t) u.user.push_back(words(rng, c.prompt_words));
+      units.push_back(std::move(u));
+    }
+  } else {
+    for (int i = 0; i < c.num_requests; ++i)
+      units.push_back(Unit{{words(rng, c.prompt_words)}, c.workload == "shared-prefix" ? i % c.num_groups : -1});
+  }
+
+  LoadReport rep;
+  rep.config = c;
+  std::mutex mu;
+  auto run_unit = [&](const Unit& u) {
+    std::vector<RequestRecord> recs;
+    if (c.workload == "multi-turn") {
+      json messages = json::array();
+      for (const auto& user : u.user) {
+        messages.push_back({{"role", "user"}, {"content", user}});
+        json body = {{"messages", messages}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
+        std::string answer;
+        recs.push_back(one_request(c, "/v1/chat/completions", body, &answer));
+        if (!recs.back().ok) break;
+        messages.push_back({{"role", "assistant"}, {"content", answer}});
+      }
+    } else {
+      std::string prompt = u.group >= 0 ? systems[static_cast<size_t>(u.group)] + "\n" + u.user[0] : u.user[0];
+      json body = {{"prompt", prompt}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
+      recs.push_back(one_request(c, "/v1/completions", body, nullptr));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& r : recs) rep.requests.push_back(std::move(r));
+  };
+
+  double prompt0 = 0, cached0 = 0;
+  const bool have_before = read_counters(c, &prompt0, &cached0);
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  if (c.request_rate > 0.0) {
+    std::exponential_distribution<double> gap(c.request_rate);
+    auto next = Clock::now();
+    for (const auto& u : units) {
+      std::this_thread::sleep_until(next);  // open-loop arrival schedule
+      threads.emplace_back([&, &unit = u] { run_unit(unit); });
+      next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+    }
+  } else {
+    std::atomic<size_t> next{0};
+    for (int t = 0; t < c.concurrency; ++t)
+      threads.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < units.size();) run_unit(units[i]);
+      });
+  }
+  for (auto& t : threads) t.join();
+  rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  std::vector<double> ttft, tpot, itl, e2e;
+  for (const auto& r : rep.requests) {
+    if (!r.ok) {
+      ++rep.failed;
+      if (rep.sample_errors.size() < 5) rep.sample_errors.push_back(r.error);
+      continue;
+    }
+    ++rep.ok;
+    ttft.push_back(r.ttft_ms);
+    e2e.push_back(r.total_ms);
+    if (r.tpot_ms >= 0) tpot.push_back(r.tpot_ms);
+    itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    rep.prompt_tokens += r.prompt_tokens;
+    rep.cached_tokens += r.cached_tokens;
+    rep.completion_tokens += r.completion_tokens;
+  }
+  rep.ttft = percentiles(ttft);
+  rep.tpot = percentiles(tpot);
+  rep.itl = percentiles(itl);
+  rep.e2e = percentiles(e2e);
+  rep.output_tokens_per_s = rep.wall_s > 0 ? static_cast<double>(rep.completion_tokens) / rep.wall_s : 0.0;
+  rep.requests_per_s = rep.wall_s > 0 ? rep.ok / rep.wall_s : 0.0;
+  rep.usage_hit_rate = rep.prompt_tokens > 0 ? static_cast<double>(rep.cached_tokens) / static_cast<double>(rep.prompt_tokens) : 0.0;
+  double prompt1 = 0, cached1 = 0;
+  if (have_before && read_counters(c, &prompt1, &cached1) && prompt1 > prompt0)
+    rep.metrics_hit_rate = (cached1 - cached0) / (prompt1 - prompt0);
+  return rep;
+}
+
+std::string report_json(const LoadReport& r) {
+  auto pj = [](const Percentiles& p) { return json{{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"count", p.count}}; };
+  const LoadConfig& c = r.config;
+  json j = {{"config",
+             {{"workload", c.workload}, {"num_requests", c.num_requests}, {"concurrency", c.request_rate > 0 ? 0 : c.concurrency},
+              {"request_rate", c.request_rate}, {"max_tokens", c.max_tokens}, {"prompt_words", c.prompt_words},
+              {"num_groups", c.num_groups}, {"system_words", c.system_words}, {"turns", c.turns}, {"seed", c.seed}}},
+            {"ok", r.ok},
+            {"failed", r.failed},
+            {"wall_s", r.wall_s},
+            {"ttft_ms", pj(r.ttft)},
+            {"tpot_ms", pj(r.tpot)},
+            {"itl_ms", pj(r.itl)},
+            {"e2e_ms", pj(r.e2e)},
+            {"output_tokens_per_s", r.output_tokens_per_s},
+            {"requests_per_s", r.requests_per_s},
+            {"prompt_tokens", r.prompt_tokens},
+            {"cached_prompt_tokens", r.cached_tokens},
+            {"completion_tokens", r.completion_tokens},
+            {"prefix_cache_hit_rate_usage", r.usage_hit_rate},
+            {"prefix_cache_hit_rate_metrics", r.metrics_hit_rate < 0 ? json(nullptr) : json(r.metrics_hit_rate)},
+            {"errors", r.sample_errors}};
+  return j.dump(2);
+}
+
+std::string report_table(const LoadReport& r) {
+  char buf[512];
+  std::string s;
+  const LoadConfig& c = r.config;
+  std::snprintf(buf, sizeof(buf), "workload %s, %d requests, %s, max_tokens %d: %d ok, %d failed in %.2f s\n",
+                c.workload.c_str(), c.num_requests,
+                c.request_rate > 0 ? ("rate " + std::to_string(c.request_rate) + " req/s").c_str()
+                                   : ("concurrency " + std::to_string(c.concurrency)).c_str(),
+                c.max_tokens, r.ok, r.failed, r.wall_s);
+  s += buf;
+  s += "metric            mean       p50       p90       p99\n";
+  auto row = [&](const char* name, const Percentiles& p) {
+    std::snprintf(buf, sizeof(buf), "%-12s %9.2f %9.2f %9.2f %9.2f   (ms, n=%zu)\n", name, p.mean, p.p50, p.p90, p.p99, p.count);
+    s += buf;
+  };
+  row("TTFT", r.ttft);
+  row("TPOT", r.tpot);
+  row("ITL", r.itl);
+  row("E2E", r.e2e);
+  std::snprintf(buf, sizeof(buf), "throughput   %.1f output tok/s, %.2f req/s\n", r.output_tokens_per_s, r.requests_per_s);
+  s += buf;
+  std::snprintf(buf, sizeof(buf), "prefix cache %.1f%% of prompt tokens cached (usage: %lld / %lld); /metrics: %s\n",
+                100.0 * r.usage_hit_rate, static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens),
+                r.metrics_hit_rate < 0 ? "n/a" : (std::to_string(100.0 * r.metrics_hit_rate) + "%").c_str());
+  s += buf;
+  for (const auto& e : r.sample_errors) s += "error: " + e + "\n";
+  return s;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,77 @@
+// The load generator behind `tessera bench`: workloads, the closed-loop (fixed concurrency) and
+// open-loop (Poisson request rate) drivers over the OpenAI-compatible HTTP API with streaming,
+// and the latency summary.
+//
+// Definitions (per request, measured at the client):
+//   TTFT  request sent -> first streamed token chunk
+//   TPOT  (last chunk - first chunk) / (completion_tokens - 1), when completion_tokens >= 2
+//   ITL   gap between two consecutive streamed chunks (every gap of every request)
+// Throughput = completion tokens of successful requests / wall time of the run.
+//
+// Thread-safety: run_load() spawns its own threads and returns when every request has ended.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/common/result.h"
+
+namespace tessera::bench {
+
+struct LoadConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string workload = "random";  // random | shared-prefix | multi-turn
+  int num_requests = 64;            // multi-turn: total turns over all conversations
+  int concurrency = 8;              // closed loop; used when request_rate == 0
+  double request_rate = 0.0;        // requests per second (Poisson arrivals); 0 = closed loop
+  int max_tokens = 64;
+  int prompt_words = 64;            // random / question length, in words
+  int num_groups = 4;               // shared-prefix: distinct system prompts
+  int system_words = 400;           // shared-prefix: words per system prompt
+  int turns = 4;                    // multi-turn: turns per conversation
+  bool ignore_eos = true;           // fixed output lengths
+  uint64_t seed = 1;
+  int timeout_ms = 600000;
+};
+
+struct RequestRecord {
+  bool ok = false;
+  std::string error;
+  double ttft_ms = 0.0;
+  double total_ms = 0.0;
+  double tpot_ms = -1.0;  // < 0 when not defined
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  std::vector<double> itl_ms;
+};
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+  size_t count = 0;
+};
+Percentiles percentiles(std::vector<double> values);
+
+struct LoadReport {
+  LoadConfig config;
+  std::vector<RequestRecord> requests;
+  double wall_s = 0.0;
+  int ok = 0, failed = 0;
+  Percentiles ttft, tpot, itl, e2e;
+  double output_tokens_per_s = 0.0;
+  double requests_per_s = 0.0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  double usage_hit_rate = 0.0;    // cached / prompt tokens over this run's usage fields
+  double metrics_hit_rate = -1.0; // from the frontend's /metrics counters (delta over the run); < 0 when unread
+  std::vector<std::string> sample_errors;
+};
+
+// kInvalidArgument for a bad config; otherwise the report (failed requests are counted in it).
+Result<LoadReport> run_load(const LoadConfig& config);
+
+std::string report_json(const LoadReport& report);
+std::string report_table(const LoadReport& report);
+
+}  // namespace tessera::bench
