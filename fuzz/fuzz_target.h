@@ -5,9 +5,16 @@
 
 #include <cstdint>
 
+#include "tessera/common/log.h"
 #include "tessera/worker/model.h"
 
 namespace tessera::fuzz {
+
+// Loader warnings (e.g. "RoPE scaling ignored") would flood the fuzzer's output.
+inline bool quiet_logs() {
+  tessera::log::set_level(tessera::log::kError);
+  return true;
+}
 
 inline uint64_t touch(const worker::Tensor& t) {
   if (t.empty()) return 0;

@@ -9,6 +9,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::worker::loaders;
+  static const bool quiet = tessera::fuzz::quiet_logs();
+  (void)quiet;
   auto loaded = load_gguf(FileBytes::copy_of(data, size, "fuzz.gguf"));
   if (loaded.ok()) {
     volatile uint64_t sink = tessera::fuzz::touch_model(**loaded);

@@ -9,6 +9,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera::worker::loaders;
+  static const bool quiet = tessera::fuzz::quiet_logs();
+  (void)quiet;
   static const std::string config = tessera::fuzz::tiny_config_json();
   auto loaded = load_hf_from("fuzz-dir", config, {FileBytes::copy_of(data, size, "fuzz-dir/model.safetensors")});
   if (loaded.ok()) {
