@@ -84,6 +84,7 @@ std::string Server::Impl::metrics() const {
 
 Outgoing Server::Impl::handle(const wire::Request& req) {
   Outgoing out;
+  Blob keep;  // holds a get's blob until the reply is encoded (r.blob_view points into it)
   wire::Reply r;
   r.id = req.id;
   r.type = std::string(wire::op_name(req.op)) + "_reply";
@@ -105,7 +106,10 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
       if (!g.ok()) return fail(g.error());
       r.found = g->blob != nullptr;
       r.tier = tier_name(g->tier);
-      if (r.found) r.blob_view = *g->blob;  // g->blob outlives the encode below
+      if (r.found) {
+        keep = g->blob;  // L1 may not hold it (L1 off, or evicted meanwhile)
+        r.blob_view = *keep;
+      }
       break;
     }
     case wire::Op::kExists: {

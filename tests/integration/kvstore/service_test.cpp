@@ -302,6 +302,28 @@ TEST_F(KvServiceRedis, SecondNodeServesFromRedisAndUsersAreIsolated) {
   }
 }
 
+// With L1 off every get is served from Redis; the reply must carry the blob intact (regression:
+// the reply once pointed into a blob freed before encoding when L1 did not keep it).
+TEST_F(KvServiceRedis, L1OffServesFromRedis) {
+  auto n = KvProcess::start({"--redis", redis_->address(), "--hmac-secret", "s3cret", "--l1-max-entries", "0"});
+  ASSERT_NE(n, nullptr);
+  auto c = client_for(*n);
+  const std::string blob = blob_of(400, 12, Codec::kNone);  // ~300 KB: freed memory would be unmapped
+  ASSERT_GT(blob.size(), 256u * 1024);
+  auto put = c->put({kFp, "alice", "big"}, blob);
+  ASSERT_TRUE(put.ok()) << put.error().to_string();
+  EXPECT_FALSE(put->l1);
+  EXPECT_TRUE(put->l2);
+  for (int i = 0; i < 3; ++i) {
+    auto got = c->get({kFp, "alice", "big"});
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    ASSERT_TRUE(got->found);
+    EXPECT_EQ(got->tier, Tier::kL2);
+    EXPECT_EQ(got->blob, blob);
+  }
+  EXPECT_TRUE(n->alive());
+}
+
 TEST_F(KvServiceRedis, RedisKilledMidTestServiceContinuesFromL1ThenReconnects) {
   auto n = start_node();
   ASSERT_NE(n, nullptr);
