@@ -167,6 +167,7 @@ Status decode_plan(const MapView& m, StepPlan* p) {
     TS_TRY(req(f, "pages", &kf.pages));
     TS_TRY(req(f, "num_tokens", &kf.num_tokens));
     TS_TRY(opt(f, "alpha", &kf.alpha));
+    TS_TRY(opt(f, "tokens", &kf.tokens));
     p->fills.push_back(std::move(kf));
     return ok_status();
   };
@@ -209,6 +210,18 @@ Status decode_result(const MapView& m, StepResult* r) {
   TS_TRY(opt(m, "error_code", &r->error_code));
   TS_TRY(opt(m, "error_message", &r->error_message));
   TS_TRY(opt(m, "compute_ms", &r->compute_ms));
+  auto read_fills = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView f, detail::as_map(o, path));
+    FillResult fr;
+    TS_TRY(req(f, "request_id", &fr.request_id));
+    TS_TRY(opt(f, "source", &fr.source));
+    TS_TRY(opt(f, "kv_bytes", &fr.kv_bytes));
+    TS_TRY(opt(f, "transfer_ms", &fr.transfer_ms));
+    TS_TRY(opt(f, "compute_ms", &fr.compute_ms));
+    r->fills.push_back(std::move(fr));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "fills", read_fills));
   return ok_status();
 }
 
@@ -375,6 +388,8 @@ Status validate(const StepPlan& p) {
     if (!finite_in(f.alpha, 0.0f, 1.0f)) return range_error("fills[" + num(i) + "].alpha must be in [0, 1] (got " + num(f.alpha) + ")");
     for (int32_t page : f.pages)
       if (page < 0) return range_error("fills[" + num(i) + "].pages holds a negative page id (" + num(page) + ")");
+    for (int32_t t : f.tokens)
+      if (t < 0) return range_error("fills[" + num(i) + "].tokens holds a negative token id (" + num(t) + ")");
   }
   return ok_status();
 }

@@ -193,6 +193,8 @@ struct Encoder {
       w.i64(f.num_tokens);
       w.key("alpha");
       w.f32(f.alpha);
+      w.key("tokens");
+      w.i32s(f.tokens);
       w.end_map();
     }
     w.key("seqs");
@@ -248,6 +250,22 @@ struct Encoder {
     w.str(r.error_message);
     w.key("compute_ms");
     w.f64(r.compute_ms);
+    w.key("fills");
+    w.begin_array(static_cast<uint32_t>(r.fills.size()));
+    for (const auto& f : r.fills) {
+      w.begin_map();
+      w.key("request_id");
+      w.u64(f.request_id);
+      w.key("source");
+      w.str(f.source);
+      w.key("kv_bytes");
+      w.i64(f.kv_bytes);
+      w.key("transfer_ms");
+      w.f64(f.transfer_ms);
+      w.key("compute_ms");
+      w.f64(f.compute_ms);
+      w.end_map();
+    }
   }
 
   void operator()(const Heartbeat& h) {

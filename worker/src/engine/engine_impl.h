@@ -27,6 +27,7 @@ struct Engine::Impl {
   std::unique_ptr<kernels::ThreadPool> threads;
   Scratch s;
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
+  Engine::FillHandler fill_handler;  // KvFill executor (preference injection); may be empty
 
   Impl(const Model& m, KvPool p, kernels::Isa i, int n_threads)
       : model(m), cfg(m.config()), pool(std::move(p)), isa(i), threads(std::make_unique<kernels::ThreadPool>(n_threads)) {}

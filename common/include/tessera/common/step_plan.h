@@ -57,6 +57,10 @@ struct KvFill {
   std::vector<int32_t> pages;  // destination pages, ceil(num_tokens / page_size) of them
   int32_t num_tokens = 0;
   float alpha = 1.0f;
+  // The preference's token ids (num_tokens of them), so that a worker can prefill it at
+  // positions [0, num_tokens) on a kvstore miss; empty when the sender has none (a miss is then
+  // an error). Appended last so positional initializers of the fields above stay valid.
+  std::vector<int32_t> tokens{};
 };
 
 struct StepPlan {
@@ -79,12 +83,23 @@ struct SeqResult {
   std::vector<TokenLogprob> top;      // top alternatives, most likely first, when requested
 };
 
+// Provenance of one applied KvFill (DKI): where the preference K/V came from and what it cost;
+// the request's `usage` and the metrics report these figures.
+struct FillResult {
+  uint64_t request_id = 0;
+  std::string source;        // "kvstore" (kvstore L1), "redis" (kvstore L2), "compute" (prefilled)
+  int64_t kv_bytes = 0;      // encoded blob bytes fetched (hit), or unscaled K/V bytes computed
+  double transfer_ms = 0.0;  // hit: kvstore get + decode + copy into pages; compute: 0
+  double compute_ms = 0.0;   // compute: prefill of the preference; hit: 0
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   std::vector<SeqResult> results;  // one per SeqPlan with sample == true, in plan order
   int32_t error_code = 0;          // tessera::ErrorCode; non-zero means the step was not applied
   std::string error_message;
   double compute_ms = 0.0;
+  std::vector<FillResult> fills;   // one per KvFill of the plan, in plan order
 };
 
 }  // namespace tessera

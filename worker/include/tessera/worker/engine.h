@@ -60,8 +60,16 @@ class Engine {
   Result<std::span<const float>> forward(std::span<const SeqInput> batch);
 
   // Executes a step plan. Errors name the sequence and field; nothing is applied then.
-  // KvFill directives are not implemented yet (kUnsupported) unless the list is empty.
+  // KvFill directives need a fill handler (kUnsupported without one).
   Result<StepResult> execute(const StepPlan& plan);
+
+  // Executes KvFill directives (preference injection: worker/preference.h installs one). Called
+  // by execute() once per fill, after the page copies and before the forward, with the fill's
+  // page ids already checked against the pool; its FillResult goes to StepResult::fills. A
+  // handler error fails the step (the copies are already applied; the fill's pages are then
+  // undefined and the scheduler fails the request).
+  using FillHandler = std::function<Result<FillResult>(Engine&, const KvFill&)>;
+  void set_fill_handler(FillHandler handler);
 
   const Model& model() const;
   KvPool& pool();

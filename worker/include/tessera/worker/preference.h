@@ -1,0 +1,163 @@
+// Preference K/V injection on the worker (DESIGN.md "Preference K/V injection (DKI)", seed 000).
+//
+// A KvFill directive of a step plan asks the worker to put a user's preference K/V into pages
+// at positions [0, P) before the plan's forward; the request's own tokens then start at P.
+// PreferenceInjector::apply executes one fill:
+//   1. kvstore hit (L1 "kvstore" or Redis L2 "redis"): the packed blob is decoded (dequantized)
+//      straight into the fill's pages;
+//   2. miss (or an undecodable blob): the preference tokens alone are prefilled at positions
+//      [0, P) into those pages with Engine::forward; the UNSCALED K/V of all layers is copied
+//      out, and a background thread packs it (codec configurable) and puts it to the kvstore —
+//      the request never waits for that; failures are counted, never fatal. An empty user means
+//      "compute, do not cache": nothing is put.
+//   3. in both cases V of positions [0, P) is then multiplied by alpha in every layer. K is
+//      never scaled (attention addressing stays exact).
+//
+// Alpha: the effective alpha is min(alpha, 0.7); at or below 0.1 the request runs without any
+// injection. That decision belongs where the request is built (scheduler process / frontend),
+// with effective_alpha() below; the injector itself refuses alpha outside (0.1, 0.7].
+//
+// Keys and isolation: a fill names its blob by blob_key = make_blob_key(user, content hash);
+// the kvstore key is (model fingerprint, user, hex16(content hash)), so a blob is only ever
+// looked up under the user that the fill names — never another user's, in any tier. The
+// content hash is preference_hash(tokens, fingerprint). When a fill carries tokens their hash
+// must match the key's (kInvalidArgument otherwise), and a fetched blob must match the model
+// fingerprint and the fill's shape, or it is ignored (counted) and the preference recomputed.
+//
+// Thread-safety: apply() is called by the one thread that drives the Engine (as Engine::execute
+// is). The background put queue has its own thread; stats() may be called from any thread.
+// Ownership: the injector borrows the PreferenceStore (must outlive it); the destructor drains
+// the put queue (bounded by the store's own timeouts) and joins its thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/common/result.h"
+#include "tessera/common/step_plan.h"
+#include "tessera/kvstore/blob.h"
+#include "tessera/kvstore/client.h"
+#include "tessera/kvstore/key.h"
+#include "tessera/worker/engine.h"
+
+namespace tessera::kvstore {
+class Store;
+}
+
+namespace tessera::worker {
+
+inline constexpr float kPreferenceAlphaCap = 0.7f;    // effective alpha = min(alpha, cap)
+inline constexpr float kPreferenceAlphaFloor = 0.1f;  // effective alpha <= floor: no injection
+
+// min(alpha, 0.7), or nullopt when that is <= 0.1 (or not finite): run without injection.
+std::optional<float> effective_alpha(float alpha);
+
+// Stable 64-bit content hash of a preference: hash_tokens(tokens, seed = model fingerprint).
+uint64_t preference_hash(std::span<const int32_t> tokens, uint64_t fingerprint);
+
+// The KvFill blob_key: "pref1:" + 16 lowercase hex digits of the content hash + ":" + user
+// (user = any bytes, possibly empty = do not cache). parse_blob_key is its inverse and names
+// what is wrong with a malformed key.
+std::string make_blob_key(std::string_view user, uint64_t content_hash);
+struct ParsedBlobKey {
+  std::string user;
+  uint64_t content_hash = 0;
+};
+Result<ParsedBlobKey> parse_blob_key(std::string_view blob_key);
+std::string hex16(uint64_t v);
+
+// Where blobs are fetched from and stored to. get/put may be called from two different threads
+// at once (apply() and the put thread); implementations must allow that.
+struct StoreGet {
+  bool found = false;
+  kvstore::Tier tier = kvstore::Tier::kNone;
+  std::string blob;
+};
+class PreferenceStore {
+ public:
+  virtual ~PreferenceStore() = default;
+  virtual Result<StoreGet> get(const kvstore::BlobKey& key) = 0;
+  virtual Status put(const kvstore::BlobKey& key, std::string blob) = 0;
+};
+// tessera-kvstore over ZeroMQ: one Client for gets, another for puts, so a multi-megabyte put
+// never delays a get. Connect errors as Client::connect.
+Result<std::unique_ptr<PreferenceStore>> connect_kvstore(const kvstore::ClientConfig& config);
+// An in-process kvstore::Store (tests, single-process tools). Borrows store.
+std::unique_ptr<PreferenceStore> local_store(kvstore::Store& store);
+
+struct InjectorConfig {
+  // How computed K/V is packed for the kvstore. int8 / group 64 keeps the argmax on stories260K
+  // and costs ~4x less than f32 (docs/preference.md has the measured errors).
+  kvstore::EncodeOptions codec{.codec = kvstore::Codec::kInt8, .group_size = 64, .zstd_level = 3};
+  size_t max_pending_puts = 64;  // puts queued beyond this are dropped (counted)
+  uint32_t ttl_s = 0;            // 0 = the kvstore's default
+};
+
+struct InjectorStats {
+  uint64_t fills = 0;
+  uint64_t hits_l1 = 0;          // served from the kvstore's memory (source "kvstore")
+  uint64_t hits_l2 = 0;          // served from Redis through the kvstore (source "redis")
+  uint64_t computed = 0;         // prefilled here (source "compute")
+  uint64_t store_errors = 0;     // kvstore gets that failed (the preference was computed)
+  uint64_t bad_blobs = 0;        // fetched blobs refused (corrupt, other model, other shape)
+  uint64_t puts_done = 0;
+  uint64_t puts_failed = 0;      // encode or kvstore put failed
+  uint64_t puts_dropped = 0;     // queue full
+  uint64_t kv_bytes_fetched = 0;
+  uint64_t kv_bytes_put = 0;
+};
+
+class PreferenceInjector {
+ public:
+  // store may be nullptr: every fill is then computed and nothing is cached.
+  PreferenceInjector(PreferenceStore* store, InjectorConfig config);
+  ~PreferenceInjector();
+  PreferenceInjector(const PreferenceInjector&) = delete;
+  PreferenceInjector& operator=(const PreferenceInjector&) = delete;
+
+  // Executes one fill into engine's pool (see the top of this file). Errors, with nothing
+  // scaled: kInvalidArgument (alpha outside (0.1, 0.7], num_tokens < 1, wrong page count,
+  // malformed blob_key, tokens of the wrong length or hash), kOutOfRange (page id outside the
+  // pool, token id outside the vocabulary), kNotFound (a miss and the fill carries no tokens).
+  Result<FillResult> apply(Engine& engine, const KvFill& fill);
+
+  // Installs apply() as engine's fill handler (Engine::set_fill_handler). The injector must
+  // outlive that use.
+  void attach(Engine& engine);
+
+  // Waits until every queued put has been attempted, up to timeout_ms; false on timeout.
+  bool flush(int timeout_ms);
+  InjectorStats stats() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads positions [0, num_tokens) of `pages` from the pool as unscaled-or-not f32 K/V, in the
+// blob layout (kvstore::PackedKv, dtype f32). For the injector, tests and tools.
+kvstore::PackedKv read_pages(const KvPool& pool, const Model& model, std::span<const int32_t> pages, int32_t num_tokens);
+
+// One sequence generated with a preference through Engine::execute: step 0 carries the KvFill
+// (pages [0, ceil(P / page_size)) of the pool) and the prompt at positions [P, P + n); then one
+// decode step per token. The engine must have a fill handler (PreferenceInjector::attach).
+// Without a fill (fill == nullopt) this is worker::generate. Used by tests and benchmarks.
+struct PreferenceGenerateRequest {
+  std::optional<KvFill> fill;  // request_id, pages and the position offset are set here
+  GenerateRequest base;
+};
+struct PreferenceGenerateResult {
+  GenerateResult gen;
+  std::optional<FillResult> fill;
+};
+Result<PreferenceGenerateResult> generate_with_preference(Engine& engine, PreferenceGenerateRequest request);
+
+}  // namespace tessera::worker
