@@ -156,11 +156,11 @@ std::vector<uint8_t> tiny_safetensors(const std::string& dtype) {
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');
-  std::vector<uint8_t> out(8);
   const uint64_t len = h.size();
+  std::vector<uint8_t> out(8 + h.size() + data.size());
   std::memcpy(out.data(), &len, 8);
-  out.insert(out.end(), h.begin(), h.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::memcpy(out.data() + 8, h.data(), h.size());
+  std::memcpy(out.data() + 8 + h.size(), data.data(), data.size());
   return out;
 }
 

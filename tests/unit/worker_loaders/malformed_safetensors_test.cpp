@@ -28,21 +28,22 @@ Bytes with_header(const Bytes& file, const std::function<void(json&)>& edit) {
   std::memcpy(&len, file.data(), 8);
   json h = json::parse(file.begin() + 8, file.begin() + 8 + static_cast<std::ptrdiff_t>(len));
   edit(h);
-  std::string text = h.dump();
-  Bytes out(8);
+  const std::string text = h.dump();
+  const size_t data = file.size() - 8 - len;
+  Bytes out(8 + text.size() + data);
   const uint64_t n = text.size();
   std::memcpy(out.data(), &n, 8);
-  out.insert(out.end(), text.begin(), text.end());
-  out.insert(out.end(), file.begin() + 8 + static_cast<std::ptrdiff_t>(len), file.end());
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  std::memcpy(out.data() + 8 + text.size(), file.data() + 8 + len, data);
   return out;
 }
 
 Bytes raw_header(const std::string& text, size_t data_bytes = 0) {
-  Bytes out(8);
-  const uint64_t n = text.size();
-  std::memcpy(out.data(), &n, 8);
-  out.insert(out.end(), text.begin(), text.end());
-  out.resize(out.size() + data_bytes);
+  Bytes out;
+  out.reserve(8 + text.size() + data_bytes);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i)));
+  for (char c : text) out.push_back(static_cast<uint8_t>(c));
+  out.resize(out.size() + data_bytes, 0);
   return out;
 }
 

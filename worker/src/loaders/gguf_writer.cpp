@@ -146,7 +146,8 @@ uint64_t GgufWriter::tensor_nbytes(size_t i) const { return tensors_.at(i).nbyte
 
 std::vector<uint8_t> GgufWriter::header_bytes(GgufLayout* layout) const {
   std::vector<uint8_t> out;
-  out.insert(out.end(), {'G', 'G', 'U', 'F'});
+  out.reserve(4096);
+  append<uint32_t>(out, 0x46554747u);  // "GGUF" read as a little-endian u32
   append<uint32_t>(out, 3);
   append<uint64_t>(out, tensors_.size());
   append<uint64_t>(out, kv_.size());
