@@ -1,0 +1,72 @@
+// `tessera up` end to end: with no --model it synthesizes a random-weight model, labels it so in
+// /v1/models, answers a completion, and stops every child on SIGTERM.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster_harness.h"
+#include "tessera/testing/paths.h"
+
+namespace tessera::cluster_test {
+namespace {
+
+bool port_free(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A base port with base .. base+5 free (tessera up needs http, zmq, scheduler x3, kvstore).
+int free_port_block() {
+  std::mt19937 rng(static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = 20000 + static_cast<int>(rng() % 30000);
+    bool ok = true;
+    for (int p = base; p < base + 6 && ok; ++p) ok = port_free(p);
+    if (ok) return base;
+  }
+  return -1;
+}
+
+TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up");
+  Child up(testing::bin_path("tessera"),
+           {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+            std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
+            "--num-pages", "256", "--restart", "never"},
+           dir + "/up.log");
+  const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
+  ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
+
+  auto models = bench::http_request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
+  ASSERT_TRUE(models.ok()) << models.error().to_string();
+  EXPECT_NE(models->body.find("random-weights"), std::string::npos) << models->body;
+  auto r = bench::http_request({.port = base, .method = "POST", .path = "/v1/completions",
+                                .body = R"({"prompt": "Once upon a time", "max_tokens": 8})", .timeout_ms = 20000});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 8) << r->body;
+
+  up.signal(SIGTERM);
+  EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
+  // Every child is gone: nothing listens on the HTTP port any more.
+  EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2); }, milliseconds(5000)));
+}
+
+}  // namespace
+}  // namespace tessera::cluster_test
