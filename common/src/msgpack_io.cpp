@@ -41,36 +41,78 @@ void Writer::key(std::string_view k) {
   str(k);
 }
 
+// Encoders write the msgpack format directly (shortest integer form, big-endian payloads).
+
+void Writer::be(uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
 void Writer::str(std::string_view s) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer> pk(&buf);
-  pk.pack_str(static_cast<uint32_t>(s.size()));
-  pk.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
-  raw(buf.data(), buf.size());
+  const size_t n = s.size();
+  if (n < 32) {
+    out_.push_back(static_cast<char>(0xa0 | n));
+  } else if (n <= 0xff) {
+    out_.push_back(static_cast<char>(0xd9));
+    be(n, 1);
+  } else if (n <= 0xffff) {
+    out_.push_back(static_cast<char>(0xda));
+    be(n, 2);
+  } else {
+    out_.push_back(static_cast<char>(0xdb));
+    be(n, 4);
+  }
+  out_.append(s);
 }
 
 void Writer::u64(uint64_t v) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer>(&buf).pack_uint64(v);
-  raw(buf.data(), buf.size());
+  if (v < 128) {
+    out_.push_back(static_cast<char>(v));
+  } else if (v <= 0xff) {
+    out_.push_back(static_cast<char>(0xcc));
+    be(v, 1);
+  } else if (v <= 0xffff) {
+    out_.push_back(static_cast<char>(0xcd));
+    be(v, 2);
+  } else if (v <= 0xffffffffull) {
+    out_.push_back(static_cast<char>(0xce));
+    be(v, 4);
+  } else {
+    out_.push_back(static_cast<char>(0xcf));
+    be(v, 8);
+  }
 }
 
 void Writer::i64(int64_t v) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer>(&buf).pack_int64(v);
-  raw(buf.data(), buf.size());
+  if (v >= 0) return u64(static_cast<uint64_t>(v));
+  if (v >= -32) {
+    out_.push_back(static_cast<char>(v));  // negative fixint 0xe0..0xff
+  } else if (v >= INT8_MIN) {
+    out_.push_back(static_cast<char>(0xd0));
+    be(static_cast<uint8_t>(v), 1);
+  } else if (v >= INT16_MIN) {
+    out_.push_back(static_cast<char>(0xd1));
+    be(static_cast<uint16_t>(v), 2);
+  } else if (v >= INT32_MIN) {
+    out_.push_back(static_cast<char>(0xd2));
+    be(static_cast<uint32_t>(v), 4);
+  } else {
+    out_.push_back(static_cast<char>(0xd3));
+    be(static_cast<uint64_t>(v), 8);
+  }
 }
 
 void Writer::f32(float v) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer>(&buf).pack_float(v);
-  raw(buf.data(), buf.size());
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  out_.push_back(static_cast<char>(0xca));
+  be(bits, 4);
 }
 
 void Writer::f64(double v) {
-  msgpack::sbuffer buf;
-  msgpack::packer<msgpack::sbuffer>(&buf).pack_double(v);
-  raw(buf.data(), buf.size());
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  out_.push_back(static_cast<char>(0xcb));
+  be(bits, 8);
 }
 
 void Writer::boolean(bool v) { out_.push_back(static_cast<char>(v ? 0xc3 : 0xc2)); }
@@ -160,7 +202,8 @@ Status read_vec(const msgpack::object& o, const std::string& name, std::vector<T
   if (o.type != msgpack::type::ARRAY) return type_error(name, "an array", o);
   std::vector<T> v(o.via.array.size);
   for (uint32_t i = 0; i < o.via.array.size; ++i) {
-    TS_TRY(read(o.via.array.ptr[i], name + "[" + std::to_string(i) + "]", &v[i]));
+    // The indexed name is built only when an element fails (this loop is hot for token lists).
+    if (!read(o.via.array.ptr[i], name, &v[i]).ok()) TS_TRY(read(o.via.array.ptr[i], name + "[" + std::to_string(i) + "]", &v[i]));
   }
   *out = std::move(v);
   return ok_status();

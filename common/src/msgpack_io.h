@@ -41,6 +41,7 @@ class Writer {
  private:
   void raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
   void be32(uint32_t v);
+  void be(uint64_t v, int bytes);
   std::string out_;
   std::vector<std::pair<size_t, uint32_t>> maps_;  // (offset of the size field, key count)
 };

@@ -226,6 +226,23 @@ TEST(ProtocolCodec, Heartbeat) {
   EXPECT_EQ(out.unix_ms, 1763712000000);
 }
 
+TEST(ProtocolCodec, IntegerAndStringWidths) {
+  // Every msgpack integer width, both signs, and every string length class.
+  for (int64_t v : std::vector<int64_t>{0ll, 1ll, 127ll, 128ll, 255ll, 256ll, 65535ll, 65536ll, 4294967295ll, 4294967296ll, -1ll, -32ll, -33ll,
+                    -128ll, -129ll, -32768ll, -32769ll, -2147483648ll, -2147483649ll, INT64_MIN, INT64_MAX}) {
+    Heartbeat out = round_trip(Heartbeat{.id = static_cast<uint64_t>(v), .unix_ms = v});
+    EXPECT_EQ(out.unix_ms, v);
+    EXPECT_EQ(out.id, static_cast<uint64_t>(v));
+  }
+  EXPECT_EQ(round_trip(CancelRequest{.id = UINT64_MAX}).id, UINT64_MAX);
+  for (size_t n : {0u, 31u, 32u, 255u, 256u, 65535u, 65536u, 100000u}) {
+    std::string text(n, 'x');
+    EXPECT_EQ(round_trip(TokenEvent{.id = 1, .text = text}).text, text);
+  }
+  StepResultMsg r = round_trip(StepResultMsg{.id = 1, .result = {.step_id = 1, .compute_ms = -1e300}});
+  EXPECT_EQ(r.result.compute_ms, -1e300);
+}
+
 TEST(ProtocolCodec, MessageIdAndType) {
   Message m = TokenEvent{.id = 31};
   EXPECT_EQ(message_id(m), 31u);
