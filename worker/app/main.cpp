@@ -12,6 +12,7 @@
 #include "tessera/common/log.h"
 #include "tessera/worker/engine.h"
 #include "tessera/worker/model.h"
+#include "tessera/worker/preference.h"
 #include "worker_service.h"
 
 namespace {
@@ -47,6 +48,12 @@ void declare_options(tessera::config::Options& o) {
   o.add({.name = "scheduler-dead-ms", .type = Type::kInt, .default_value = "3000",
          .help = "scheduler silence after which the worker registers again", .env = "TESSERA_WORKER_SCHEDULER_DEAD_MS",
          .min = 50, .max = 600000});
+  o.add({.name = "kvstore", .type = Type::kString, .default_value = "",
+         .help = "tessera-kvstore endpoint for preference K/V (DKI); \"\" = compute every preference, cache nothing",
+         .env = "TESSERA_WORKER_KVSTORE"});
+  o.add({.name = "kv-codec", .type = Type::kString, .default_value = "int8",
+         .help = "codec of preference K/V put to the kvstore (int8/int4 use group 64)", .env = "TESSERA_WORKER_KV_CODEC",
+         .choices = {"none", "zstd", "int8", "int4"}});
   o.add({.name = "log-level", .type = Type::kString, .default_value = "info", .help = "log level",
          .env = "TESSERA_LOG_LEVEL", .choices = {"debug", "info", "warn", "error", "off"}});
 }
@@ -89,6 +96,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: %s\n", engine.error().to_string().c_str());
     return 1;
   }
+
+  // Preference K/V injection (dki): KvFill directives go to the injector (docs/preference.md).
+  std::unique_ptr<worker::PreferenceStore> pref_store;
+  if (!options.get("kvstore").empty()) {
+    auto ps = worker::connect_kvstore({.endpoint = options.get("kvstore")});
+    if (!ps.ok()) {
+      std::fprintf(stderr, "tessera-worker: --kvstore: %s\n", ps.error().to_string().c_str());
+      return 1;
+    }
+    pref_store = std::move(ps).value();
+  }
+  worker::InjectorConfig ic;
+  ic.codec.codec = kvstore::parse_codec(options.get("kv-codec")).value();  // validated by the option's choices
+  worker::PreferenceInjector injector(pref_store.get(), ic);
+  injector.attach(**engine);
 
   worker_app::ServiceConfig sc;
   sc.scheduler_endpoint = options.get("scheduler");

@@ -121,7 +121,7 @@ Status run_service(const ServiceConfig& config, const worker::Model& model, work
   const auto& mc = model.config();
   protocol::RegisterWorker reg{.id = 1,
                                .worker_name = config.name,
-                               .capabilities = {"cpu", "logprobs"},
+                               .capabilities = {"cpu", "logprobs", "kv_fill"},
                                .model_fingerprint = model.fingerprint,
                                .num_pages = engine.pool().num_pages(),
                                .page_size = engine.pool().page_size(),
