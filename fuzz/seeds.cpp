@@ -100,6 +100,7 @@ std::string hf_name(const std::string& g) {
 TinyGguf tiny_gguf(const TinyModel& o) {
   TinyGguf t;
   auto& w = t.writer;
+  if (o.alignment != 0) w.set_alignment(o.alignment);
   const std::string a = o.architecture + ".";
   w.set_string("general.architecture", o.architecture);
   w.set_string("general.name", "tiny");
@@ -183,9 +184,12 @@ std::vector<std::vector<uint8_t>> crafted_seeds(const std::string& kind) {
   std::vector<std::vector<uint8_t>> out;
   if (kind == "gguf") {
     for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-      out.push_back(tiny_gguf({.architecture = "llama", .matrix_dtype = dt, .with_vocab = true}).serialize());
+      out.push_back(tiny_gguf({.architecture = "llama", .matrix_dtype = dt, .with_vocab = true, .alignment = 0}).serialize());
     }
-    out.push_back(tiny_gguf({.architecture = "qwen2", .matrix_dtype = DType::kF16, .with_vocab = false}).serialize());
+    out.push_back(tiny_gguf({.architecture = "qwen2", .matrix_dtype = DType::kF16, .with_vocab = false, .alignment = 0})
+                      .serialize());
+    out.push_back(tiny_gguf({.architecture = "llama", .matrix_dtype = DType::kQ8_0, .with_vocab = true, .alignment = 64})
+                      .serialize());
   } else {
     for (const char* dt : {"F32", "F16", "BF16"}) out.push_back(tiny_safetensors(dt));
   }

@@ -16,6 +16,7 @@ struct TinyModel {
   std::string architecture = "llama";    // llama | qwen2 (adds Q/K/V biases)
   tessera::DType matrix_dtype = tessera::DType::kF32;  // any DType (Q8_0/Q4_0: rows are multiples of 32)
   bool with_vocab = true;
+  uint32_t alignment = 0;  // 0: the default 32 and no general.alignment key
 };
 
 inline constexpr int32_t kTinyDim = 32, kTinyHidden = 64, kTinyLayers = 2, kTinyHeads = 4, kTinyKvHeads = 2,

@@ -195,18 +195,38 @@ std::vector<Case> cases() {
 
 TEST(MalformedGguf, TinyModelLoadsWhenIntact) {
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    auto r = load_bytes(fuzz::tiny_gguf({.architecture = "llama", .matrix_dtype = dt, .with_vocab = true}).serialize());
+    auto r = load_bytes(
+        fuzz::tiny_gguf({.architecture = "llama", .matrix_dtype = dt, .with_vocab = true, .alignment = 0}).serialize());
     ASSERT_TRUE(r.ok()) << dtype_name(dt) << ": " << r.error().to_string();
     EXPECT_EQ((*r)->layers[1].w_down.dtype, dt);
     EXPECT_EQ((*r)->layers[1].ffn_norm.dtype, DType::kF32);
     EXPECT_EQ((*r)->vocab.chat_template, "{{ messages }}");
   }
-  auto q = load_bytes(fuzz::tiny_gguf({.architecture = "qwen2", .matrix_dtype = DType::kF16, .with_vocab = false}).serialize());
+  auto q = load_bytes(
+      fuzz::tiny_gguf({.architecture = "qwen2", .matrix_dtype = DType::kF16, .with_vocab = false, .alignment = 0})
+          .serialize());
   ASSERT_TRUE(q.ok()) << q.error().to_string();
   EXPECT_EQ((*q)->config().rope_layout, RopeLayout::kHalves);
   EXPECT_TRUE((*q)->config().attn_bias);
   EXPECT_EQ((*q)->layers[0].bk.cols, 16);
   EXPECT_TRUE((*q)->vocab.tokens.empty());
+
+  // general.alignment = 64 moves the data section and every tensor to multiples of 64.
+  GgufLayout layout;
+  const Bytes aligned =
+      fuzz::tiny_gguf({.architecture = "llama", .matrix_dtype = DType::kQ8_0, .with_vocab = true, .alignment = 64})
+          .serialize(&layout);
+  EXPECT_EQ(layout.data_offset % 64, 0u);
+  auto a = load_bytes(aligned);
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  EXPECT_EQ((reinterpret_cast<uintptr_t>((*a)->layers[1].wq.data) - reinterpret_cast<uintptr_t>((*a)->tok_embeddings.data)) % 64, 0u);
+
+  // GGUF v2 has the same layout as v3 and loads too.
+  Bytes v2 = fuzz::tiny_gguf().serialize();
+  put<uint32_t>(v2, 4, 2);
+  auto r2 = load_bytes(v2);
+  ASSERT_TRUE(r2.ok()) << r2.error().to_string();
+  EXPECT_EQ((*r2)->config().n_layers, fuzz::kTinyLayers);
 }
 
 TEST(MalformedGguf, EachCorruptionGivesANamedError) {
