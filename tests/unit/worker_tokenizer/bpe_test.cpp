@@ -229,9 +229,13 @@ TEST(TinyBpe, ErrorsNameTheProblem) {
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
   expect_error("metaspace.json", j.dump(), ErrorCode::kUnsupported, "Metaspace");
   j = tiny_tokenizer();
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  expect_error("bert.json", j.dump(), ErrorCode::kUnsupported, "BertPreTokenizer");
+  j = tiny_tokenizer();
   j["model"]["byte_fallback"] = true;
   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
-  expect_error("spm_style.json", j.dump(), ErrorCode::kUnsupported, "SentencePiece-style");
+  j["pre_tokenizer"] = nullptr;
+  expect_error("spm_style.json", j.dump(), ErrorCode::kUnsupported, "does not map ' ' to U+2581");
   j = tiny_tokenizer();
   j["model"]["merges"].push_back("zz q");
   expect_error("merge.json", j.dump(), ErrorCode::kCorruptFile, "zz q");

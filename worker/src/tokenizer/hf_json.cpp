@@ -9,6 +9,7 @@
 
 #include "tokenizer/base.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/spm.h"
 
 namespace tessera::worker::tok {
 namespace {
@@ -165,6 +166,134 @@ std::optional<json> read_json_beside(const std::string& path, const char* name) 
   return j;
 }
 
+// SentencePiece-style BPE as Llama 2 / Mistral / TinyLlama ship it: pieces spell space as
+// U+2581, "<0xXX>" byte-fallback pieces, a normalizer Prepend("▁") + Replace(" " -> "▁") or a
+// Metaspace pre-tokenizer. Served by the SentencePiece implementation: a piece's score is
+// minus the rank of the first merge that produces it, so "merge the lowest-ranked pair" and
+// "merge the highest-scoring result" pick the same pair (Hugging Face's converter writes the
+// merges in SentencePiece score order).
+Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& path, const json& j) {
+  const json& model = j.at("model");
+  if (!model.contains("vocab") || !model.at("vocab").is_object() || !model.contains("merges") ||
+      !model.at("merges").is_array()) {
+    return make_error(ErrorCode::kCorruptFile, path + ": tokenizer.json model.vocab/merges missing or of the wrong type");
+  }
+  const std::string space = "\xE2\x96\x81";
+  bool prepend = false, replace = false, first_only = false;
+  const json norm = j.value("normalizer", json());
+  const json pre = j.value("pre_tokenizer", json());
+  if (!norm.is_null()) {
+    const json list = type_of(norm) == "Sequence" ? norm.at("normalizers") : json::array({norm});
+    for (const json& n : list) {
+      const std::string t = type_of(n);
+      if (t == "Prepend" && n.value("prepend", std::string()) == space) {
+        prepend = true;
+      } else if (t == "Replace" && n.at("pattern").value("String", std::string()) == " " &&
+                 n.value("content", std::string()) == space) {
+        replace = true;
+      } else {
+        return unsupported(path, "normalizer '" + t + "' in a SentencePiece-style tokenizer.json");
+      }
+    }
+  }
+  if (type_of(pre) == "Metaspace") {
+    if (pre.value("replacement", space) != space || pre.value("split", false)) {
+      return unsupported(path, "Metaspace options (replacement other than U+2581, or split = true)");
+    }
+    replace = true;
+    const std::string scheme = pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
+    prepend = scheme != "never";
+    first_only = scheme == "first";
+  } else if (!pre.is_null()) {
+    return unsupported(path, "pre_tokenizer '" + type_of(pre) + "' in a SentencePiece-style tokenizer.json");
+  }
+  if (!replace) return unsupported(path, "SentencePiece-style tokenizer.json that does not map ' ' to U+2581");
+
+  SpmVocab v;
+  v.source = path;
+  v.space = space;
+  v.add_space_prefix = prepend;
+  v.prefix_first_run_only = first_only;
+  v.match_special_literally = true;
+  std::unordered_map<std::string, int32_t> ids;
+  for (const auto& [tok, id_json] : model.at("vocab").items()) {
+    const auto id = id_json.get<int64_t>();
+    if (id < 0 || id > (1 << 24)) return make_error(ErrorCode::kCorruptFile, path + ": token '" + tok + "' has id " + std::to_string(id));
+    if (static_cast<size_t>(id) >= v.pieces.size()) v.pieces.resize(static_cast<size_t>(id) + 1);
+    v.pieces[static_cast<size_t>(id)] = tok;
+    ids.emplace(tok, static_cast<int32_t>(id));
+  }
+  constexpr float kNoMerge = -1e30f;  // pieces no merge produces (single characters)
+  v.scores.assign(v.pieces.size(), kNoMerge);
+  const json& merges = model.at("merges");
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string merged;
+    if (m.is_string()) {
+      std::string str = m.get<std::string>();
+      const size_t sp = str.find(' ');
+      if (sp == std::string::npos) return make_error(ErrorCode::kCorruptFile, path + ": merge " + std::to_string(rank) + " '" + str + "' is not two tokens");
+      merged = str.erase(sp, 1);
+    } else if (m.is_array() && m.size() == 2) {
+      merged = m[0].get<std::string>() + m[1].get<std::string>();
+    } else {
+      return make_error(ErrorCode::kCorruptFile, path + ": merge " + std::to_string(rank) + " is neither \"a b\" nor [a, b]");
+    }
+    auto it = ids.find(merged);
+    if (it == ids.end()) return make_error(ErrorCode::kCorruptFile, path + ": merge " + std::to_string(rank) + " produces '" + merged + "', which is not in the vocabulary");
+    float& score = v.scores[static_cast<size_t>(it->second)];
+    if (score == kNoMerge) score = -static_cast<float>(rank);
+  }
+  v.kinds.assign(v.pieces.size(), PieceKind::kNormal);
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    const std::string& p = v.pieces[i];
+    if (p.empty()) v.kinds[i] = PieceKind::kUnused;
+    if (p.size() == 6 && p.starts_with("<0x") && p.back() == '>') v.kinds[i] = PieceKind::kByte;
+  }
+  if (j.contains("added_tokens")) {
+    for (const json& a : j.at("added_tokens")) {
+      const auto id = a.at("id").get<int64_t>();
+      const std::string content = a.at("content").get<std::string>();
+      if (id < 0 || id > (1 << 24)) return make_error(ErrorCode::kCorruptFile, path + ": added token '" + content + "' has id " + std::to_string(id));
+      if (static_cast<size_t>(id) >= v.pieces.size()) {
+        v.pieces.resize(static_cast<size_t>(id) + 1);
+        v.scores.resize(v.pieces.size(), kNoMerge);
+        v.kinds.resize(v.pieces.size(), PieceKind::kUnused);
+      }
+      v.pieces[static_cast<size_t>(id)] = content;
+      v.kinds[static_cast<size_t>(id)] = a.value("special", false) ? PieceKind::kControl : PieceKind::kUserDefined;
+      ids.insert_or_assign(content, static_cast<int32_t>(id));
+    }
+  }
+  if (model.contains("unk_token") && model.at("unk_token").is_string()) {
+    if (auto it = ids.find(model.at("unk_token").get<std::string>()); it != ids.end()) {
+      v.unk_id = it->second;
+      v.kinds[static_cast<size_t>(it->second)] = PieceKind::kUnknown;
+    }
+  }
+  ByteLevelBpeSpec post;  // reuse the post-processor parser for its prefix ids
+  TS_TRY(parse_post(path, j.value("post_processor", json()), ids, post));
+  if (!post.suffix_ids.empty() || post.prefix_ids.size() > 1) {
+    return unsupported(path, "post_processor template other than [BOS] + text for a SentencePiece-style tokenizer");
+  }
+  v.add_bos = !post.prefix_ids.empty();
+  if (v.add_bos) v.bos_id = post.prefix_ids.front();
+  if (auto cfg = read_json_beside(path, "tokenizer_config.json")) {
+    if (v.bos_id < 0) v.bos_id = config_token(*cfg, "bos_token", ids);
+    v.eos_id = config_token(*cfg, "eos_token", ids);
+  }
+  if (auto cfg = read_json_beside(path, "config.json")) {
+    if (v.bos_id < 0) v.bos_id = config_id(*cfg, "bos_token_id");
+    if (v.eos_id < 0) v.eos_id = config_id(*cfg, "eos_token_id");
+  }
+  for (auto [name, slot] : {std::pair{"<s>", &v.bos_id}, std::pair{"</s>", &v.eos_id}}) {
+    if (*slot < 0) {
+      if (auto it = ids.find(name); it != ids.end()) *slot = it->second;
+    }
+  }
+  return make_spm_tokenizer(std::move(v));
+}
+
 Result<std::unique_ptr<Tokenizer>> build(const std::string& path, const json& j) {
   if (!j.is_object()) return make_error(ErrorCode::kCorruptFile, path + ": tokenizer.json is not a JSON object");
   if (!j.contains("model")) return make_error(ErrorCode::kCorruptFile, path + ": no \"model\" section");
@@ -174,11 +303,7 @@ Result<std::unique_ptr<Tokenizer>> build(const std::string& path, const json& j)
   const bool byte_fallback = model.contains("byte_fallback") && model.at("byte_fallback").is_boolean() &&
                              model.at("byte_fallback").get<bool>();
   const json pre = j.value("pre_tokenizer", json());
-  if (byte_fallback || type_of(pre) == "Metaspace") {
-    return make_error(ErrorCode::kUnsupported,
-                      path + ": not implemented yet: SentencePiece-style BPE tokenizer.json (byte_fallback / Metaspace, "
-                             "as Llama 2 and Mistral ship); use the model's GGUF or a llama2.c tokenizer.bin");
-  }
+  if (byte_fallback || type_of(pre) == "Metaspace") return build_sentencepiece_style(path, j);
   if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
     return unsupported(path, "normalizer '" + type_of(j.at("normalizer")) + "' (not implemented yet)");
   }

@@ -12,8 +12,10 @@
 
 namespace tessera::worker::tok {
 
-// Loads a tokenizer.json whose model is byte-level BPE. BOS/EOS ids come from a
-// tokenizer_config.json or config.json beside the file, else from the post-processor.
+// Loads a tokenizer.json whose model is BPE: byte-level (GPT-2 / SmolLM2 / Llama 3 layout,
+// served by bpe.h) or SentencePiece-style (U+2581 pieces with byte_fallback, Llama 2 /
+// Mistral layout, served by spm.h with scores derived from merge ranks). BOS/EOS ids come
+// from a tokenizer_config.json or config.json beside the file, else from the post-processor.
 // Unsupported parts (another model type, a normalizer, an unknown pre-tokenizer) are
 // kUnsupported errors naming the part; bad JSON is kMalformedMessage with the position.
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer_json(const std::string& path);

@@ -112,7 +112,7 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_specia
     if (s.id >= 0) {
       out.push_back(s.id);
     } else {
-      encode_run(s.text, v_.add_space_prefix, out);
+      encode_run(s.text, v_.add_space_prefix && (!v_.prefix_first_run_only || s.text.data() == text.data()), out);
     }
   }
   return out;

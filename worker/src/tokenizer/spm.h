@@ -1,8 +1,9 @@
 // SentencePiece-style BPE with scores and byte fallback (private to worker).
 //
 // One implementation serves llama2.c tokenizer.bin files (pieces spell space as ' ', bytes
-// as "<0xXX>", ids 0/1/2 = unk/BOS/EOS) and GGUF "llama" vocabularies (pieces spell space as
-// U+2581, token types mark control/byte/user-defined tokens).
+// as "<0xXX>", ids 0/1/2 = unk/BOS/EOS), GGUF "llama" vocabularies (pieces spell space as
+// U+2581, token types mark control/byte/user-defined tokens) and SentencePiece-style
+// Hugging Face tokenizer.json files (hf_json.h).
 //
 // encode(): optional BOS; control/user-defined tokens matched literally (GGUF only); each text
 // run (the text, or the text after a literal token) gets the dummy-prefix space; spaces become the vocabulary's space symbol; the text
@@ -36,6 +37,7 @@ struct SpmVocab {
   bool add_bos = true;
   bool add_space_prefix = true;
   bool match_special_literally = false;  // control/user-defined pieces found in the text
+  bool prefix_first_run_only = false;    // dummy prefix only for a run at the start of the text
 };
 
 // Validates the vocabulary (sizes agree, ids in range) and builds the tokenizer.
