@@ -18,6 +18,8 @@ namespace {
 
 bool port_free(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;  // TIME_WAIT leftovers of earlier connections do not count as "in use"
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
@@ -64,8 +66,8 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
 
   up.signal(SIGTERM);
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
-  // Every child is gone: nothing listens on the HTTP port any more.
-  EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2); }, milliseconds(5000)));
+  // Every child is gone: nothing listens on the HTTP or scheduler ports any more.
+  EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2) && port_free(base + 3); }, milliseconds(5000)));
 }
 
 }  // namespace
