@@ -1,4 +1,4 @@
-// `tessera bench`: a load generator against a running cluster's HTTP API (bench/load.h):
+// `tessera bench`: a load generator against a running cluster's HTTP or ZeroMQ API (bench/load.h):
 // workloads random | shared-prefix | multi-turn, fixed concurrency or Poisson request rate,
 // TTFT / TPOT / ITL percentiles, throughput and the prefix-cache hit rate (from the responses'
 // usage and from the frontend's /metrics), as a table and as JSON.
@@ -17,6 +17,11 @@ void declare_bench_options(config::Options& o) {
   o.add({.name = "host", .type = Type::kString, .default_value = "127.0.0.1", .help = "frontend address", .env = "TESSERA_BENCH_HOST"});
   o.add({.name = "port", .type = Type::kInt, .default_value = "8000", .help = "frontend HTTP port", .env = "TESSERA_BENCH_PORT",
          .min = 1, .max = 65535});
+  o.add({.name = "api", .type = Type::kString, .default_value = "http",
+         .help = "http (OpenAI API, SSE) or zmq (the frontend's msgpack client API)", .env = "TESSERA_BENCH_API",
+         .choices = {"http", "zmq"}});
+  o.add({.name = "zmq-endpoint", .type = Type::kString, .default_value = "tcp://127.0.0.1:8001",
+         .help = "the frontend's ZeroMQ client API (with --api zmq)", .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
   o.add({.name = "workload", .type = Type::kString, .default_value = "random", .help = "request mix",
          .env = "TESSERA_BENCH_WORKLOAD", .choices = {"random", "shared-prefix", "multi-turn"}});
   o.add({.name = "num-requests", .type = Type::kInt, .default_value = "64", .help = "requests (multi-turn: turns in total)",
@@ -61,6 +66,8 @@ int run_bench(const std::vector<std::string>& args) {
   bench::LoadConfig c;
   c.host = o.get("host");
   c.port = static_cast<int>(o.get_int("port"));
+  c.api = o.get("api");
+  c.zmq_endpoint = o.get("zmq-endpoint");
   c.workload = o.get("workload");
   c.num_requests = static_cast<int>(o.get_int("num-requests"));
   c.concurrency = static_cast<int>(o.get_int("concurrency"));

@@ -11,8 +11,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <zmq.hpp>
+
 #include "http_client.h"
 #include "tessera/common/metrics.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
 
 namespace tessera::bench {
 namespace {
@@ -101,6 +105,75 @@ RequestRecord one_request(const LoadConfig& c, const std::string& path, const js
   return rec;
 }
 
+// One streamed request over the frontend's ZeroMQ client API (docs/protocol.md): a DEALER per
+// request, `completion`/`chat` with stream = true, `token` events, then `final` or `error`.
+RequestRecord one_request_zmq(const LoadConfig& c, zmq::context_t& ctx, protocol::GenerateRequest req, std::string* text_out) {
+  RequestRecord rec;
+  req.id = 1;
+  req.stream = true;
+  req.max_tokens = c.max_tokens;
+  req.ignore_eos = c.ignore_eos;
+  std::vector<Clock::time_point> chunks;
+  std::string text;
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::milliseconds(c.timeout_ms);
+  try {
+    zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+    sock.set(zmq::sockopt::linger, 0);
+    sock.connect(c.zmq_endpoint);
+    if (Status st = zmqu::send(sock, {protocol::encode(req)}); !st.ok()) {
+      rec.error = st.error().to_string();
+      return rec;
+    }
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        rec.error = "no final event within the timeout";
+        return rec;
+      }
+      zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      auto frames = zmqu::recv(sock);
+      if (!frames.ok() || frames->empty()) continue;
+      auto msg = protocol::decode(frames->back());
+      if (!msg.ok()) {
+        rec.error = "undecodable reply: " + msg.error().to_string();
+        return rec;
+      }
+      if (auto* t = std::get_if<protocol::TokenEvent>(&*msg)) {
+        if (!t->text.empty()) {
+          chunks.push_back(Clock::now());
+          text += t->text;
+        }
+      } else if (auto* f = std::get_if<protocol::FinalEvent>(&*msg)) {
+        text += f->text;
+        rec.prompt_tokens = f->usage.prompt_tokens;
+        rec.completion_tokens = f->usage.completion_tokens;
+        rec.cached_tokens = f->usage.cached_tokens;
+        break;
+      } else if (auto* e = std::get_if<protocol::ErrorEvent>(&*msg)) {
+        rec.error = std::string(error_code_name(e->code)) + ": " + e->message;
+        return rec;
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    rec.error = std::string("zmq: ") + e.what();
+    return rec;
+  }
+  rec.total_ms = ms_since(t0, Clock::now());
+  if (!chunks.empty()) {
+    rec.ttft_ms = ms_since(t0, chunks.front());
+    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
+    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
+  } else {
+    rec.ttft_ms = rec.total_ms;
+  }
+  rec.ok = true;
+  if (text_out) *text_out = text;
+  return rec;
+}
+
 // Reads (prompt, cached) token counters from the frontend's /metrics; false when unreadable.
 bool read_counters(const LoadConfig& c, double* prompt, double* cached) {
   auto r = http_request({.host = c.host, .port = c.port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
@@ -142,6 +215,8 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     return make_error(ErrorCode::kInvalidArgument, "workload must be random, shared-prefix or multi-turn (got '" + c.workload + "')");
   if (c.num_requests < 1 || c.max_tokens < 1 || c.prompt_words < 1 || c.num_groups < 1 || c.turns < 1)
     return make_error(ErrorCode::kInvalidArgument, "num-requests, max-tokens, prompt-words, num-groups and turns must be >= 1");
+  if (c.api != "http" && c.api != "zmq")
+    return make_error(ErrorCode::kInvalidArgument, "api must be http or zmq (got '" + c.api + "')");
   if (c.request_rate <= 0.0 && c.concurrency < 1)
     return make_error(ErrorCode::kInvalidArgument, "give concurrency >= 1 or request-rate > 0");
 
@@ -170,6 +245,8 @@ Result<LoadReport> run_load(const LoadConfig& c) {
   LoadReport rep;
   rep.config = c;
   std::mutex mu;
+  zmq::context_t zctx(1);
+  const bool use_zmq = c.api == "zmq";
   auto run_unit = [&](const Unit& u) {
     std::vector<RequestRecord> recs;
     if (c.workload == "multi-turn") {
@@ -178,14 +255,27 @@ Result<LoadReport> run_load(const LoadConfig& c) {
         messages.push_back({{"role", "user"}, {"content", user}});
         json body = {{"messages", messages}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
         std::string answer;
-        recs.push_back(one_request(c, "/v1/chat/completions", body, &answer));
+        if (use_zmq) {
+          protocol::GenerateRequest req;
+          req.kind = protocol::RequestKind::kChat;
+          for (const auto& m : messages) req.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+          recs.push_back(one_request_zmq(c, zctx, std::move(req), &answer));
+        } else {
+          recs.push_back(one_request(c, "/v1/chat/completions", body, &answer));
+        }
         if (!recs.back().ok) break;
         messages.push_back({{"role", "assistant"}, {"content", answer}});
       }
     } else {
       std::string prompt = u.group >= 0 ? systems[static_cast<size_t>(u.group)] + "\n" + u.user[0] : u.user[0];
       json body = {{"prompt", prompt}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
-      recs.push_back(one_request(c, "/v1/completions", body, nullptr));
+      if (use_zmq) {
+        protocol::GenerateRequest req;
+        req.prompt = prompt;
+        recs.push_back(one_request_zmq(c, zctx, std::move(req), nullptr));
+      } else {
+        recs.push_back(one_request(c, "/v1/completions", body, nullptr));
+      }
     }
     std::lock_guard<std::mutex> lock(mu);
     for (auto& r : recs) rep.requests.push_back(std::move(r));
@@ -246,7 +336,7 @@ std::string report_json(const LoadReport& r) {
   auto pj = [](const Percentiles& p) { return json{{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"count", p.count}}; };
   const LoadConfig& c = r.config;
   json j = {{"config",
-             {{"workload", c.workload}, {"num_requests", c.num_requests}, {"concurrency", c.request_rate > 0 ? 0 : c.concurrency},
+             {{"api", c.api}, {"workload", c.workload}, {"num_requests", c.num_requests}, {"concurrency", c.request_rate > 0 ? 0 : c.concurrency},
               {"request_rate", c.request_rate}, {"max_tokens", c.max_tokens}, {"prompt_words", c.prompt_words},
               {"num_groups", c.num_groups}, {"system_words", c.system_words}, {"turns", c.turns}, {"seed", c.seed}}},
             {"ok", r.ok},
@@ -271,8 +361,8 @@ std::string report_table(const LoadReport& r) {
   char buf[512];
   std::string s;
   const LoadConfig& c = r.config;
-  std::snprintf(buf, sizeof(buf), "workload %s, %d requests, %s, max_tokens %d: %d ok, %d failed in %.2f s\n",
-                c.workload.c_str(), c.num_requests,
+  std::snprintf(buf, sizeof(buf), "%s API, workload %s, %d requests, %s, max_tokens %d: %d ok, %d failed in %.2f s\n",
+                c.api.c_str(), c.workload.c_str(), c.num_requests,
                 c.request_rate > 0 ? ("rate " + std::to_string(c.request_rate) + " req/s").c_str()
                                    : ("concurrency " + std::to_string(c.concurrency)).c_str(),
                 c.max_tokens, r.ok, r.failed, r.wall_s);

@@ -21,7 +21,9 @@ namespace tessera::bench {
 
 struct LoadConfig {
   std::string host = "127.0.0.1";
-  int port = 8000;
+  int port = 8000;                  // HTTP API (and /metrics, read in both modes)
+  std::string api = "http";         // http | zmq (the frontend's msgpack client API)
+  std::string zmq_endpoint = "tcp://127.0.0.1:8001";
   std::string workload = "random";  // random | shared-prefix | multi-turn
   int num_requests = 64;            // multi-turn: total turns over all conversations
   int concurrency = 8;              // closed loop; used when request_rate == 0
