@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/scheduler/batcher.h"
+#include "tessera/worker/preference.h"
 
 namespace tessera::scheduler_app {
 namespace {
@@ -90,6 +92,7 @@ struct Service::Impl {
   uint64_t next_id = 1;
   uint64_t beat_seq = 0;
   std::string fingerprint;  // of the first registered worker; all must match
+  uint64_t fingerprint64 = 0;  // the same, as a number (seed of preference content hashes)
   int64_t preemptions_seen = 0;
 
   // ---- sending ----
@@ -168,9 +171,18 @@ struct Service::Impl {
   Status check_request(const protocol::GenerateRequest& r) const {
     if (r.prompt_tokens.empty())
       return make_error(ErrorCode::kInvalidArgument, "prompt_tokens is empty (the frontend sends the tokenized prompt)");
-    if (!r.preference.empty() || !r.preference_tokens.empty())
-      return make_error(ErrorCode::kUnsupported, "not implemented yet: preference K/V injection in tessera-scheduler");
+    if (!r.preference.empty() && r.preference_tokens.empty())
+      return make_error(ErrorCode::kInvalidArgument, "preference is set but preference_tokens is empty (the frontend tokenizes it)");
     const int32_t vocab = workers.empty() ? 0 : workers.begin()->second.info.vocab_size;
+    for (size_t i = 0; i < r.preference_tokens.size(); ++i) {
+      const int32_t t = r.preference_tokens[i];
+      if (t < 0 || (vocab > 0 && t >= vocab))
+        return make_error(ErrorCode::kInvalidArgument, "preference_tokens[" + std::to_string(i) + "] = " + std::to_string(t) +
+                                                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+    if (r.user.size() > kvstore::kMaxUserBytes)
+      return make_error(ErrorCode::kInvalidArgument, "user has " + std::to_string(r.user.size()) + " bytes, at most " +
+                                                         std::to_string(kvstore::kMaxUserBytes));
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
       const int32_t t = r.prompt_tokens[i];
       if (t < 0 || (vocab > 0 && t >= vocab))
@@ -199,6 +211,18 @@ struct Service::Impl {
     req.prompt = std::move(r.prompt_tokens);
     req.ns.model_fingerprint = fingerprint;
     if (!config.prefix_cache) req.ns.tenant_salt = "no-prefix-cache:" + std::to_string(id);
+    // dki: preference K/V injection (docs/preference.md). effective_alpha <= 0.1 means none at all.
+    if (!r.preference_tokens.empty()) {
+      if (const std::optional<float> alpha = worker::effective_alpha(r.preference_alpha)) {
+        const uint64_t hash = worker::preference_hash(r.preference_tokens, fingerprint64);
+        req.ns.user = r.user.empty() ? "\x01anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
+        req.ns.preference_hash = hash == 0 ? 1 : hash;
+        req.ns.alpha = *alpha;
+        req.preference = scheduler::Preference{.blob_key = worker::make_blob_key(r.user, hash),
+                                               .num_tokens = static_cast<int32_t>(r.preference_tokens.size()),
+                                               .alpha = *alpha, .tokens = std::move(r.preference_tokens)};
+      }
+    }
     req.sampling = r.sampling;
     req.max_tokens = r.max_tokens;
     req.stop_ids = std::move(r.stop_token_ids);
@@ -360,6 +384,7 @@ struct Service::Impl {
     if (!batcher.ok()) return reject(batcher.error().message);
     if (Status st = router.add_worker(name); !st.ok()) return reject(st.error().message);
     fingerprint = fp;
+    fingerprint64 = reg.model_fingerprint;
     Worker w;
     w.name = name;
     w.info = reg;

@@ -151,7 +151,7 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
     const auto fill_pages = static_cast<size_t>(pages_for(s.prefix_len, ps));
     p.fills.push_back(KvFill{s.req.id, s.req.preference->blob_key,
                              std::vector<int32_t>(s.block_table.begin(), s.block_table.begin() + static_cast<ptrdiff_t>(fill_pages)),
-                             s.prefix_len, s.req.preference->alpha});
+                             s.prefix_len, s.req.preference->alpha, s.req.preference->tokens});
   }
   if (!s.admitted_once) {
     s.admitted_once = true;

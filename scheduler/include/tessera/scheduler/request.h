@@ -19,6 +19,8 @@ struct Preference {
   std::string blob_key{};  // kvstore key, opaque to the scheduler
   int32_t num_tokens = 0;  // P >= 1
   float alpha = 1.0f;      // effective alpha, in (0.1, 0.7]
+  std::vector<int32_t> tokens{};  // the preference's tokens, passed in KvFill::tokens so a worker can
+                                  // compute them on a kvstore miss (empty: a miss fails the request)
 };
 
 struct Request {
