@@ -144,6 +144,25 @@ TEST(FrontendNoScheduler, BadInputGetsDocumentedErrorsAndProcessStaysUp) {
   fe.expect_healthy();
 }
 
+TEST(FrontendNoScheduler, KeepAliveServesPipelinedRequestsOnOneConnection) {
+  Frontend fe(frontend_args("tcp://127.0.0.1:1"));
+  ASSERT_GT(fe.port, 0);
+  const std::string body = R"({"prompt":"x","max_tokens":0})";
+  std::string got = raw_exchange(fe.port,
+                                 "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                                     "\r\n\r\n" + body +
+                                     "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  // Three answers, in order, on the one connection; the server closes after the third.
+  size_t a = got.find("HTTP/1.1 200"), b = got.find("HTTP/1.1 400"), c = got.find("HTTP/1.1 200", a + 1);
+  ASSERT_NE(a, std::string::npos) << got;
+  ASSERT_NE(b, std::string::npos) << got;
+  ASSERT_NE(c, std::string::npos) << got;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_NE(got.find("stories260K", c), std::string::npos);
+}
+
 TEST(FrontendNoScheduler, GarbageOnZmqSocketGetsErrorReplies) {
   Frontend fe(frontend_args("tcp://127.0.0.1:1"));
   ASSERT_GT(fe.port, 0);
@@ -266,7 +285,7 @@ TEST_F(FrontendWithFakeScheduler, StopStringCutsTextAndCancels) {
   EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s)) << "no cancel after the stop string";
 }
 
-TEST_F(FrontendWithFakeScheduler, ChatUsesBuiltinChatMLAndKeepAlive) {
+TEST_F(FrontendWithFakeScheduler, ChatUsesBuiltinChatML) {
   HttpResult r = http_request(fe->port, "POST", "/v1/chat/completions",
                               R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4})");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -371,9 +390,10 @@ TEST(FrontendTwoFakeSchedulers, RoutingKeyPicksOneSchedulerAndFailsOver) {
     json r = json::parse(http_request(fe.port, "GET", "/ready").body, nullptr, false);
     return r.is_object() && r["schedulers"].size() == 2 && r["schedulers"][0]["alive"] == true && r["schedulers"][1]["alive"] == true;
   };
-  for (auto deadline = std::chrono::steady_clock::now() + 10s; !both_alive() && std::chrono::steady_clock::now() < deadline;) {
-  }
-  ASSERT_TRUE(both_alive());
+  bool alive = false;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s; !(alive = both_alive()) && std::chrono::steady_clock::now() < deadline;)
+    a.wait_for([] { return false; }, 20ms);  // pace the polling of /ready
+  ASSERT_TRUE(alive);
   auto ask = [&](const std::string& user) {
     return http_request(fe.port, "POST", "/v1/completions",
                         R"({"prompt":"Once upon a time","max_tokens":2,"user":")" + user + R"("})").status;
