@@ -217,12 +217,15 @@ int run_up(const std::vector<std::string>& args) {
   children.push_back({.name = "scheduler", .binary = bin("tessera-scheduler"),
                       .args = with_common({"--frontend-endpoint", sched_fe, "--worker-endpoint", sched_we, "--metrics-port",
                                            std::to_string(sp + 2), "--prefix-cache", o.get_bool("prefix-cache") ? "true" : "false"})});
-  if (o.get_bool("kvstore") && fs::exists(bin("tessera-kvstore")))
+  const bool with_kvstore = o.get_bool("kvstore") && fs::exists(bin("tessera-kvstore"));
+  if (with_kvstore)
     children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"),
                         .args = with_common({"--listen", lo + std::to_string(o.get_int("kvstore-port"))})});
-  children.push_back({.name = "worker", .binary = bin("tessera-worker"),
-                      .args = with_common({"--model", model, "--scheduler", sched_we, "--num-pages", o.get("num-pages"),
-                                           "--threads", o.get("worker-threads"), "--name", "worker0"})});
+  std::vector<std::string> worker_args = {"--model", model, "--scheduler", sched_we, "--num-pages", o.get("num-pages"),
+                                          "--threads", o.get("worker-threads"), "--name", "worker0"};
+  // dki: the worker fetches and stores preference K/V there (docs/preference.md).
+  if (with_kvstore) worker_args.insert(worker_args.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
+  children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = with_common(worker_args)});
   std::vector<std::string> fe = {"--host", o.get("host"), "--http-port", o.get("http-port"), "--zmq-endpoint",
                                  lo + std::to_string(o.get_int("zmq-port")), "--schedulers", sched_fe, "--model", model};
   if (!tokenizer.empty()) fe.insert(fe.end(), {"--tokenizer", tokenizer});
