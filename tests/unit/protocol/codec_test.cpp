@@ -226,6 +226,25 @@ TEST(ProtocolCodec, Heartbeat) {
   EXPECT_EQ(out.unix_ms, 1763712000000);
 }
 
+TEST(ProtocolCodec, PreferenceFillTokensAndProvenance) {
+  StepPlan p;
+  p.step_id = 3;
+  p.fills = {KvFill{.request_id = 9, .blob_key = "k", .pages = {4}, .num_tokens = 3, .alpha = 0.7f, .tokens = {11, 12, 13}}};
+  StepPlanMsg plan = round_trip(StepPlanMsg{.id = 3, .plan = p});
+  ASSERT_EQ(plan.plan.fills.size(), 1u);
+  EXPECT_EQ(plan.plan.fills[0].tokens, (std::vector<int32_t>{11, 12, 13}));
+  StepResult r{.step_id = 3};
+  r.fills = {FillResult{.request_id = 9, .source = "redis", .kv_bytes = 123456789012, .transfer_ms = 0.25, .compute_ms = 0.0},
+             FillResult{.request_id = 10, .source = "compute", .kv_bytes = 5, .transfer_ms = 0.0, .compute_ms = 2.5}};
+  StepResultMsg res = round_trip(StepResultMsg{.id = 3, .result = r});
+  ASSERT_EQ(res.result.fills.size(), 2u);
+  EXPECT_EQ(res.result.fills[0].source, "redis");
+  EXPECT_EQ(res.result.fills[0].kv_bytes, 123456789012);
+  EXPECT_EQ(res.result.fills[0].transfer_ms, 0.25);
+  EXPECT_EQ(res.result.fills[1].request_id, 10u);
+  EXPECT_EQ(res.result.fills[1].compute_ms, 2.5);
+}
+
 TEST(ProtocolCodec, IntegerAndStringWidths) {
   // Every msgpack integer width, both signs, and every string length class.
   for (int64_t v : std::vector<int64_t>{0ll, 1ll, 127ll, 128ll, 255ll, 256ll, 65535ll, 65536ll, 4294967295ll, 4294967296ll, -1ll, -32ll, -33ll,
