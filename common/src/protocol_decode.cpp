@@ -102,6 +102,9 @@ Status decode_final(const MapView& m, FinalEvent* e) {
     TS_TRY(opt(um, "prompt_tokens", &e->usage.prompt_tokens));
     TS_TRY(opt(um, "completion_tokens", &e->usage.completion_tokens));
     TS_TRY(opt(um, "cached_tokens", &e->usage.cached_tokens));
+    TS_TRY(opt(um, "preference_source", &e->usage.preference_source));
+    TS_TRY(opt(um, "preference_kv_bytes", &e->usage.preference_kv_bytes));
+    TS_TRY(opt(um, "preference_transfer_ms", &e->usage.preference_transfer_ms));
   }
   if (const msgpack::object* t = m.find("timings")) {
     TS_ASSIGN_OR_RETURN(MapView tm, detail::as_map(*t, "timings"));

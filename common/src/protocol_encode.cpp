@@ -108,6 +108,12 @@ struct Encoder {
     w.i64(e.usage.completion_tokens);
     w.key("cached_tokens");
     w.i64(e.usage.cached_tokens);
+    w.key("preference_source");
+    w.str(e.usage.preference_source);
+    w.key("preference_kv_bytes");
+    w.i64(e.usage.preference_kv_bytes);
+    w.key("preference_transfer_ms");
+    w.f64(e.usage.preference_transfer_ms);
     w.end_map();
     w.key("timings");
     w.begin_map();

@@ -59,6 +59,8 @@ struct Service::Impl {
     Clock::time_point first_token{};
     bool was_scheduled = false;
     bool got_token = false;
+    bool has_preference = false;  // dki: no fill by the end means its pages were cached ("memory")
+    std::optional<FillResult> fill;
   };
   struct Metrics {
     metrics::Gauge* live_workers;
@@ -206,6 +208,7 @@ struct Service::Impl {
       return;
     }
     const uint64_t id = next_id++;
+    bool has_preference = false;
     scheduler::Request req;
     req.id = id;
     req.prompt = std::move(r.prompt_tokens);
@@ -218,6 +221,7 @@ struct Service::Impl {
         req.ns.user = r.user.empty() ? "\x01anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
         req.ns.preference_hash = hash == 0 ? 1 : hash;
         req.ns.alpha = *alpha;
+        has_preference = true;
         req.preference = scheduler::Preference{.blob_key = worker::make_blob_key(r.user, hash),
                                                .num_tokens = static_cast<int32_t>(r.preference_tokens.size()),
                                                .alpha = *alpha, .tokens = std::move(r.preference_tokens)};
@@ -243,7 +247,8 @@ struct Service::Impl {
       fail_client(frontend, r.id, st.error().code, st.error().message);
       return;
     }
-    requests[id] = Req{.frontend = frontend, .client_id = r.id, .worker = w.name, .arrival = Clock::now()};
+    requests[id] = Req{.frontend = frontend, .client_id = r.id, .worker = w.name, .arrival = Clock::now(),
+                       .has_preference = has_preference};
     by_client[{frontend, r.id}] = id;
     TS_LOG(kDebug) << "req=" << id << " client=" << r.id << " worker=" << w.name << " | admitted to queue, cached prefix "
                    << route->cached_tokens;
@@ -311,6 +316,13 @@ struct Service::Impl {
     ev.usage = {.prompt_tokens = f.usage.prompt_tokens,
                 .completion_tokens = f.usage.completion_tokens,
                 .cached_tokens = f.usage.cached_prompt_tokens};
+    if (r.fill) {
+      ev.usage.preference_source = r.fill->source;
+      ev.usage.preference_kv_bytes = r.fill->kv_bytes;
+      ev.usage.preference_transfer_ms = r.fill->transfer_ms;
+    } else if (r.has_preference) {
+      ev.usage.preference_source = "memory";
+    }
     ev.timings.total_ms = ms_between(r.arrival, now);
     if (r.was_scheduled) ev.timings.queue_ms = ms_between(r.arrival, r.scheduled);
     if (r.got_token) {
@@ -415,6 +427,17 @@ struct Service::Impl {
     m.compute_seconds->observe(result.compute_ms / 1000.0);
     if (result.error_code != 0) {
       TS_LOG(kWarn) << "worker=" << w.name << " | step " << result.step_id << " failed: " << result.error_message;
+    }
+    for (const FillResult& f : result.fills) {  // dki: provenance of preference K/V, for usage and metrics
+      auto it = requests.find(f.request_id);
+      if (it != requests.end()) it->second.fill = f;
+      registry->counter("tessera_scheduler_preference_fills_total", "preference K/V fills executed by workers, by source",
+                        {{"source", f.source}}).inc();
+      registry->counter("tessera_scheduler_preference_kv_bytes_total",
+                        "preference K/V bytes fetched from the kvstore (kvstore, redis) or computed (compute)",
+                        {{"source", f.source}}).inc(static_cast<double>(f.kv_bytes));
+      registry->counter("tessera_scheduler_preference_transfer_seconds_total",
+                        "time spent getting, decoding and copying preference K/V from the kvstore").inc(f.transfer_ms / 1000.0);
     }
     auto out = w.batcher->apply(result);
     if (!out.ok()) {

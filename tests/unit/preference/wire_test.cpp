@@ -1,4 +1,4 @@
-// The DKI fields on the wire: KvFill.tokens in a step plan and StepResult.fills (provenance)
+// The DKI fields on the wire: KvFill.tokens in a step plan, StepResult.fills and Usage (provenance)
 // survive encode/decode exactly; a negative preference token is refused naming the field.
 #include <gtest/gtest.h>
 
@@ -43,6 +43,21 @@ TEST(PreferenceWire, FillTokensAndProvenanceRoundTrip) {
   auto bad = protocol::decode(protocol::encode(pm));
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("fills[0].tokens"), std::string::npos) << bad.error().message;
+}
+
+TEST(PreferenceWire, UsageProvenanceRoundTrip) {
+  protocol::FinalEvent f{.id = 3, .finish_reason = "length"};
+  f.usage.prompt_tokens = 5;
+  f.usage.preference_source = "kvstore";
+  f.usage.preference_kv_bytes = 12244;
+  f.usage.preference_transfer_ms = 1.25;
+  auto d = protocol::decode(protocol::encode(f));
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  const auto& u = std::get<protocol::FinalEvent>(*d).usage;
+  EXPECT_EQ(u.preference_source, "kvstore");
+  EXPECT_EQ(u.preference_kv_bytes, 12244);
+  EXPECT_EQ(u.preference_transfer_ms, 1.25);
+  EXPECT_EQ(u.prompt_tokens, 5);
 }
 
 }  // namespace

@@ -89,6 +89,13 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  // Preference K/V injection (DKI; docs/preference.md): where the preference K/V came from —
+  // "" (no preference), "memory" (pages cached under the user's namespace), "kvstore" (kvstore
+  // L1), "redis" (kvstore L2), "compute" (prefilled) — with the K/V bytes moved or computed and
+  // the kvstore transfer time (get + decode + copy into pages).
+  std::string preference_source{};
+  int64_t preference_kv_bytes{};
+  double preference_transfer_ms{};
 };
 
 struct Timings {
