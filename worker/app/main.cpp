@@ -51,6 +51,9 @@ void declare_options(tessera::config::Options& o) {
   o.add({.name = "kvstore", .type = Type::kString, .default_value = "",
          .help = "tessera-kvstore endpoint for preference K/V (DKI); \"\" = compute every preference, cache nothing",
          .env = "TESSERA_WORKER_KVSTORE"});
+  o.add({.name = "kvstore-timeout-ms", .type = Type::kInt, .default_value = "2000",
+         .help = "kvstore request timeout; after a failure gets pause 5 s (preferences are computed meanwhile)",
+         .env = "TESSERA_WORKER_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
   o.add({.name = "kv-codec", .type = Type::kString, .default_value = "int8",
          .help = "codec of preference K/V put to the kvstore (int8/int4 use group 64)", .env = "TESSERA_WORKER_KV_CODEC",
          .choices = {"none", "zstd", "int8", "int4"}});
@@ -100,7 +103,8 @@ int main(int argc, char** argv) {
   // Preference K/V injection (dki): KvFill directives go to the injector (docs/preference.md).
   std::unique_ptr<worker::PreferenceStore> pref_store;
   if (!options.get("kvstore").empty()) {
-    auto ps = worker::connect_kvstore({.endpoint = options.get("kvstore")});
+    auto ps = worker::connect_kvstore({.endpoint = options.get("kvstore"),
+                                       .timeout_ms = static_cast<int>(options.get_int("kvstore-timeout-ms"))});
     if (!ps.ok()) {
       std::fprintf(stderr, "tessera-worker: --kvstore: %s\n", ps.error().to_string().c_str());
       return 1;

@@ -363,7 +363,11 @@ TEST_F(PrefTest, BadFillsAreRefusedAndNothingIsScaled) {
 
 class FailingStore final : public PreferenceStore {
  public:
-  Result<StoreGet> get(const kvstore::BlobKey&) override { return make_error(ErrorCode::kUnavailable, "kvstore down"); }
+  int gets = 0;
+  Result<StoreGet> get(const kvstore::BlobKey&) override {
+    ++gets;
+    return make_error(ErrorCode::kUnavailable, "kvstore down");
+  }
   Status put(const kvstore::BlobKey&, std::string) override { return make_error(ErrorCode::kUnavailable, "kvstore down"); }
 };
 
@@ -380,6 +384,17 @@ TEST_F(PrefTest, KvstoreFailuresAreCountedNotFatal) {
   EXPECT_EQ(s.store_errors, 1u);
   EXPECT_EQ(s.puts_failed, 1u);
   EXPECT_EQ(s.computed, 1u);
+  // Within the backoff the next fill does not wait on the store at all.
+  auto r2 = generate_with_preference(*e, {.fill = fill_for("dave", 0.5f), .base = greedy(prompt_, 2)});
+  ASSERT_TRUE(r2.ok()) << r2.error().to_string();
+  EXPECT_EQ(fs.gets, 1);
+  EXPECT_EQ(inj.stats().store_skipped, 1u);
+  // With no backoff every fill asks again.
+  PreferenceInjector eager(&fs, {.store_backoff_ms = 0});
+  KvFill f = fill_for("dave", 0.5f);
+  f.pages = pages_at(0);
+  ASSERT_TRUE(eager.apply(*e, f).ok());
+  EXPECT_EQ(fs.gets, 2);
 }
 
 TEST_F(PrefTest, BlobOfAnotherShapeIsRefusedAndRecomputed) {

@@ -39,6 +39,7 @@ struct PreferenceInjector::Impl {
   bool in_flight = false;           // guarded by mu
   bool stopping = false;            // guarded by mu
   InjectorStats stats;              // guarded by mu
+  Clock::time_point store_retry_at{};  // compute thread only: no gets before this (backoff)
   std::thread put_thread;
 
   Impl(PreferenceStore* s, InjectorConfig c) : store(s), config(std::move(c)) {
@@ -189,10 +190,13 @@ Result<FillResult> PreferenceInjector::Impl::apply(Engine& engine, const KvFill&
 
   // 1. The kvstore, under this fill's user only.
   bool filled = false;
-  if (cacheable) {
+  if (cacheable && Clock::now() < store_retry_at) {
+    count(&InjectorStats::store_skipped);
+  } else if (cacheable) {
     const auto t0 = Clock::now();
     auto got = store->get(bkey);
     if (!got.ok()) {
+      store_retry_at = Clock::now() + std::chrono::milliseconds(config.store_backoff_ms);
       count(&InjectorStats::store_errors);
       TS_LOG(kWarn) << "preference: kvstore get for request " << f.request_id << " failed (" << got.error().message
                     << "); computing the preference";

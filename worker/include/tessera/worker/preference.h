@@ -98,6 +98,9 @@ struct InjectorConfig {
   kvstore::EncodeOptions codec{.codec = kvstore::Codec::kInt8, .group_size = 64, .zstd_level = 3};
   size_t max_pending_puts = 64;  // puts queued beyond this are dropped (counted)
   uint32_t ttl_s = 0;            // 0 = the kvstore's default
+  // After a failed kvstore get (down, timed out), gets are skipped for this long: fills are
+  // computed without waiting on the store's timeout each time (counted in store_skipped).
+  int store_backoff_ms = 5000;
 };
 
 struct InjectorStats {
@@ -106,6 +109,7 @@ struct InjectorStats {
   uint64_t hits_l2 = 0;          // served from Redis through the kvstore (source "redis")
   uint64_t computed = 0;         // prefilled here (source "compute")
   uint64_t store_errors = 0;     // kvstore gets that failed (the preference was computed)
+  uint64_t store_skipped = 0;    // gets skipped during the backoff after a failure
   uint64_t bad_blobs = 0;        // fetched blobs refused (corrupt, other model, other shape)
   uint64_t puts_done = 0;
   uint64_t puts_failed = 0;      // encode or kvstore put failed
