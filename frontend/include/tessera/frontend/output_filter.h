@@ -15,7 +15,8 @@
 // Streaming: push() returns the text that can be shown now; it holds back any suffix that might
 // still become a call (a prefix of a marker, or an open call) and releases it as soon as it
 // cannot. So no byte of a call is ever emitted, whatever the chunking, and
-// concat(push(c1), push(c2), ..., finish()) == strip_retrieve_fact_calls(c1 + c2 + ...).text.
+// concat(push(c1), push(c2), ..., finish()) == strip_retrieve_fact_calls(c1 + c2 + ...).text
+// whenever no candidate outgrows max_call_bytes (the one-shot function has no such limit).
 // Cuts happen only at the ASCII bytes '<' and 'r' or after a whole call, so UTF-8 sequences of
 // the input are never split.
 //
