@@ -197,5 +197,23 @@ TEST_F(ExecuteTest, SameSeedSameTokensDifferentSeedDiffers) {
   EXPECT_NE(a, c);
 }
 
+TEST(EngineCreate, UnsupportedModelsGiveErrorsNotCrashes) {
+  SynthSpec q4;
+  q4.dtype = DType::kQ4_0;  // weights stay zero; only the dtype matters here
+  const SynthModel m4(q4);
+  auto e = Engine::create(m4, {.pool = {.num_pages = 4, .page_size = 16}, .threads = 1, .isa = std::nullopt});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(e.error().message.find("not implemented yet: matmul with q4_0"), std::string::npos) << e.error().message;
+
+  const SynthModel ok_model(SynthSpec{});
+  auto bad_pool = Engine::create(ok_model, {.pool = {.num_pages = 0, .page_size = 16}, .threads = 1, .isa = std::nullopt});
+  ASSERT_FALSE(bad_pool.ok());
+  EXPECT_NE(bad_pool.error().message.find("num_pages"), std::string::npos);
+  auto bad_threads = Engine::create(ok_model, {.pool = {.num_pages = 4, .page_size = 16}, .threads = -3, .isa = std::nullopt});
+  ASSERT_FALSE(bad_threads.ok());
+  EXPECT_NE(bad_threads.error().message.find("threads"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::worker
