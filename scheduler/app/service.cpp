@@ -247,6 +247,9 @@ struct Service::Impl {
       fail_client(frontend, r.id, st.error().code, st.error().message);
       return;
     }
+    registry->counter("tessera_scheduler_routed_requests_total", "requests routed, by worker and deciding reason",
+                      {{"worker", w.name}, {"reason", route->reason == scheduler::RouteReason::kPrefix ? "prefix" : "ring"}})
+        .inc();
     requests[id] = Req{.frontend = frontend, .client_id = r.id, .worker = w.name, .arrival = Clock::now(),
                        .has_preference = has_preference};
     by_client[{frontend, r.id}] = id;

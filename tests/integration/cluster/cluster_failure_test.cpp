@@ -220,5 +220,38 @@ TEST(ClusterWorkerDeath, KillNineFailsInFlightRequestsAndReadyTurnsFalse) {
   EXPECT_TRUE(cluster.frontend().alive());
 }
 
+// Two workers: requests spread over both (bounded-load routing); when one dies, new work goes to
+// the other and /ready stays true.
+TEST(ClusterTwoWorkers, RequestsSpreadAndSurviveOneWorkerDeath) {
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+  ASSERT_TRUE(cluster.ok());
+  constexpr int kStreams = 8;
+  std::vector<int> status(kStreams, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStreams; ++i)
+    threads.emplace_back([&, i] {
+      auto r = cluster.post("/v1/completions", json{{"prompt", "Story number " + std::to_string(i) + " begins"},
+                                                    {"max_tokens", 64}, {"temperature", 0}, {"ignore_eos", true}}
+                                                   .dump());
+      status[i] = r.ok() ? r->status : -1;
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kStreams; ++i) EXPECT_EQ(status[i], 200) << "request " << i;
+  // Both workers got requests (bounded-load routing spreads 8 concurrent requests over 2).
+  for (const char* w : {"worker=\"w0\"", "worker=\"w1\""})
+    EXPECT_GE(cluster.metric(cluster.metrics_port(), "tessera_scheduler_routed_requests_total", w), 1.0) << w << " got no work";
+  cluster.worker(1).signal(SIGKILL);
+  EXPECT_TRUE(wait_until([&] { return cluster.metric(cluster.metrics_port(), "tessera_scheduler_live_workers") == 1.0; },
+                         milliseconds(5000)));
+  for (int i = 0; i < 4; ++i) {
+    auto r = cluster.post("/v1/completions", R"({"prompt": "After the failure", "max_tokens": 16})");
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  auto ready = cluster.get("/ready");
+  ASSERT_TRUE(ready.ok());
+  EXPECT_EQ(ready->status, 200);
+}
+
 }  // namespace
 }  // namespace tessera::cluster_test

@@ -137,10 +137,14 @@ Cluster::Cluster(const ClusterOptions& o) {
   sched_fe_ = line_field(sline, "frontends");
   sched_we_ = line_field(sline, "workers");
   metrics_port_ = std::atoi(line_field(sline, "metrics").c_str());
-  worker_ = std::make_unique<Child>(bin_path("tessera-worker"),
-                                    std::vector<std::string>{"--model", model, "--scheduler", sched_we_, "--threads", "1",
-                                                             "--num-pages", std::to_string(o.num_pages), "--name", "w0"},
-                                    dir_ + "/worker.log");
+  for (int i = 0; i < o.num_workers; ++i) {
+    const std::string name = "w" + std::to_string(i);
+    workers_.push_back(std::make_unique<Child>(
+        bin_path("tessera-worker"),
+        std::vector<std::string>{"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
+                                 std::to_string(o.num_pages), "--name", name},
+        dir_ + "/" + (i == 0 ? std::string("worker") : "worker" + std::to_string(i)) + ".log"));
+  }
   frontend_ = std::make_unique<Child>(
       bin_path("tessera-frontend"),
       std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
@@ -157,7 +161,8 @@ Cluster::Cluster(const ClusterOptions& o) {
   const bool ready = wait_until(
       [&] {
         auto r = get("/ready", 0, 2000);
-        return r.ok() && r->status == 200;
+        return r.ok() && r->status == 200 &&
+               metric(metrics_port_, "tessera_scheduler_live_workers") == static_cast<double>(o.num_workers);
       },
       milliseconds(15000));
   if (!ready) {
@@ -169,9 +174,12 @@ Cluster::Cluster(const ClusterOptions& o) {
 
 Cluster::~Cluster() {
   // Orderly shutdown first (exercises SIGTERM handling); the Child destructors SIGKILL leftovers.
-  for (Child* c : {frontend_.get(), worker_.get(), scheduler_.get()})
+  std::vector<Child*> all = {frontend_.get()};
+  for (auto& w : workers_) all.push_back(w.get());
+  all.push_back(scheduler_.get());
+  for (Child* c : all)
     if (c) c->signal(SIGTERM);
-  for (Child* c : {frontend_.get(), worker_.get(), scheduler_.get()})
+  for (Child* c : all)
     if (c) (void)c->wait_exit(milliseconds(5000));
 }
 

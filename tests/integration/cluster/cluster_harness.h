@@ -55,6 +55,7 @@ struct ClusterOptions {
   int worker_dead_ms = 3000;
   int num_pages = 512;
   int max_prompt_tokens = 400;       // frontend limit (413 above it)
+  int num_workers = 1;               // named w0, w1, ...
   std::vector<std::string> scheduler_args;
 };
 
@@ -72,7 +73,8 @@ class Cluster {
   const std::string& scheduler_frontend_endpoint() const { return sched_fe_; }
   const std::string& scheduler_worker_endpoint() const { return sched_we_; }
   Child& scheduler() { return *scheduler_; }
-  Child& worker() { return *worker_; }
+  Child& worker(size_t i = 0) { return *workers_.at(i); }
+  size_t num_workers() const { return workers_.size(); }
   Child& frontend() { return *frontend_; }
   std::string logs() const;  // tails of the three logs, for failure messages
 
@@ -83,7 +85,8 @@ class Cluster {
 
  private:
   std::string dir_;
-  std::unique_ptr<Child> scheduler_, worker_, frontend_;
+  std::unique_ptr<Child> scheduler_, frontend_;
+  std::vector<std::unique_ptr<Child>> workers_;
   int http_port_ = 0;
   int metrics_port_ = 0;
   std::string zmq_endpoint_, sched_fe_, sched_we_;
