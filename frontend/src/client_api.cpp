@@ -50,6 +50,7 @@ class ApiSink : public RequestSink {
     }
     if (auto* fin = std::get_if<protocol::FinalEvent>(&m)) {
       std::string tail = gen_.finish();
+      s_->metrics->stripped(gen_.stripped_calls());
       protocol::FinalEvent out = *fin;
       out.id = client_id_;
       if (gen_.stop_hit()) {

@@ -18,6 +18,7 @@
 #include "tessera/frontend/frontend.h"
 #include "tessera/frontend/hub.h"
 #include "tessera/frontend/openai.h"
+#include "tessera/frontend/output_filter.h"
 #include "tessera/worker/tokenizer.h"
 
 namespace tessera::frontend {
@@ -26,6 +27,8 @@ struct FrontendMetrics {
   explicit FrontendMetrics(metrics::Registry& r);
   void count_response(const std::string& route, int status);
   void finished(const protocol::FinalEvent& f);
+  // Residual retrieve_fact calls removed from one response (output_filter.h), by format.
+  void stripped(const FactCallCounts& counts);
 
   metrics::Registry& registry;
   metrics::Gauge& inflight;

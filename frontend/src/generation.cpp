@@ -23,8 +23,8 @@ Generation::Delta Generation::on_tokens(const protocol::TokenEvent& event) {
       d.logprobs.push_back(lp);
       logprobs_.push_back(std::move(lp));
     }
-    std::string piece = decoder_.push(t);
-    d.text += stop_.push(piece);
+    const std::string piece = decoder_.push(t);
+    d.text += stop_.push(facts_.push(piece));  // order: generation.h
     if (stop_.stopped()) break;
   }
   text_ += d.text;
@@ -33,7 +33,11 @@ Generation::Delta Generation::on_tokens(const protocol::TokenEvent& event) {
 
 std::string Generation::finish() {
   std::string tail;
-  if (!stop_.stopped()) tail = stop_.push(decoder_.flush());
+  if (!stop_.stopped()) {
+    std::string rest = facts_.push(decoder_.flush());
+    rest += facts_.finish();
+    tail = stop_.push(rest);
+  }
   tail += stop_.flush();
   text_ += tail;
   return tail;

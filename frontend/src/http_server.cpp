@@ -206,6 +206,7 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
     }
     if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
       std::string tail = gen.finish();
+      s->metrics->stripped(gen.stripped_calls());
       protocol::FinalEvent f = *fin;
       std::string reason = gen.stop_hit() ? "stop" : f.finish_reason;
       if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();

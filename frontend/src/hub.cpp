@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -30,6 +31,12 @@ struct Hub::Impl {
     bool alive = false;
     protocol::Heartbeat last;
     metrics::Gauge* up = nullptr;
+    // Per worker of this scheduler (from its heartbeats): pages free/held/cached, requests
+    // running/waiting. A worker missing from the last heartbeat (or a dead scheduler) reads 0.
+    struct WorkerGauges {
+      metrics::Gauge *free, *held, *cached, *running, *waiting;
+    };
+    std::map<std::string, WorkerGauges> worker_gauges;
   };
   struct InFlight {
     std::shared_ptr<RequestSink> sink;
@@ -56,6 +63,7 @@ struct Hub::Impl {
   mutable std::mutex status_mu;
   std::vector<SchedulerStatus> status;  // GUARDED_BY(status_mu)
 
+  metrics::Registry* registry = nullptr;
   metrics::Counter* bad_from_scheduler = nullptr;
   metrics::Counter* bad_from_client = nullptr;
   metrics::Counter* peer_dead_failures = nullptr;
@@ -152,6 +160,7 @@ struct Hub::Impl {
   void dispatch(size_t i, Message msg) {
     if (auto* hb = std::get_if<protocol::Heartbeat>(&msg)) {
       schedulers[i].last = *hb;
+      publish_worker_gauges(schedulers[i]);
       return;
     }
     const bool terminal = std::holds_alternative<protocol::FinalEvent>(msg) || std::holds_alternative<protocol::ErrorEvent>(msg);
@@ -167,6 +176,34 @@ struct Hub::Impl {
     sink->on_message(std::move(msg));
   }
 
+  // The scheduler's per-worker figures as gauges (docs/protocol.md, "Heartbeats and failure").
+  void publish_worker_gauges(Scheduler& s) {
+    for (auto& [name, g] : s.worker_gauges)
+      for (metrics::Gauge* x : {g.free, g.held, g.cached, g.running, g.waiting}) x->set(0);
+    for (const auto& w : s.last.workers) {
+      auto it = s.worker_gauges.find(w.name);
+      if (it == s.worker_gauges.end()) {
+        auto page = [&](const char* state) {
+          return &registry->gauge("tessera_frontend_scheduler_pages",
+                                  "K/V pages of each scheduler's workers by state, from its heartbeats (free + held + cached = total)",
+                                  {{"scheduler", s.endpoint}, {"worker", w.name}, {"state", state}});
+        };
+        auto reqs = [&](const char* state) {
+          return &registry->gauge("tessera_frontend_scheduler_requests",
+                                  "requests of each scheduler's workers, running (holding pages) or waiting, from its heartbeats",
+                                  {{"scheduler", s.endpoint}, {"worker", w.name}, {"state", state}});
+        };
+        it = s.worker_gauges.emplace(w.name, Scheduler::WorkerGauges{page("free"), page("held"), page("cached"),
+                                                                      reqs("running"), reqs("waiting")}).first;
+      }
+      it->second.free->set(w.free_pages);
+      it->second.held->set(w.held_pages);
+      it->second.cached->set(w.cached_pages);
+      it->second.running->set(w.running);
+      it->second.waiting->set(w.waiting);
+    }
+  }
+
   void heartbeat(uint64_t seq) {
     const auto now = Clock::now();
     for (size_t i = 0; i < schedulers.size(); ++i) {
@@ -174,6 +211,7 @@ struct Hub::Impl {
       if (s.alive && now - s.last_seen > std::chrono::milliseconds(config.dead_after_ms)) {
         s.alive = false;
         s.last = {};
+        publish_worker_gauges(s);
         TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | no message for " << config.dead_after_ms << " ms: dead";
         fail_scheduler(i);
       }
@@ -266,6 +304,7 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->on_client = std::move(on_client);
+  impl->registry = &metrics;
   impl->bad_from_scheduler = &metrics.counter("tessera_frontend_bad_messages_total",
                                               "messages that failed to decode, by source", {{"source", "scheduler"}});
   impl->bad_from_client = &metrics.counter("tessera_frontend_bad_messages_total",

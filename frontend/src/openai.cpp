@@ -311,10 +311,16 @@ std::string error_json(const Error& error, std::string_view param) {
 namespace {
 
 json usage_json(const protocol::FinalEvent& f) {
-  return {{"prompt_tokens", f.usage.prompt_tokens},
-          {"completion_tokens", f.usage.completion_tokens},
-          {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}}};
+  json u = {{"prompt_tokens", f.usage.prompt_tokens},
+            {"completion_tokens", f.usage.completion_tokens},
+            {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}}};
+  // DKI: only when a preference was injected (docs/api.md "Preference injection").
+  if (!f.usage.preference_source.empty())
+    u["preference"] = {{"source", f.usage.preference_source},
+                       {"kv_bytes", f.usage.preference_kv_bytes},
+                       {"transfer_ms", f.usage.preference_transfer_ms}};
+  return u;
 }
 
 json timings_json(const protocol::FinalEvent& f) {

@@ -53,5 +53,35 @@ TEST(Generation, StopStringCutsAndFlagsStop) {
   EXPECT_EQ(g.logprobs()[0].logprob, -1.0f);
 }
 
+// The retrieve_fact filter runs between detokenization and stop strings (generation.h): a call
+// never reaches the client whatever the token boundaries, it is counted, and a stop string
+// inside the call's arguments does not stop the generation.
+TEST(Generation, RetrieveFactCallsAreStrippedBeforeStopStrings) {
+  auto tok = tok512();
+  ASSERT_TRUE(tok);
+  const std::string said = " Tom ran. retrieve_fact(\"girl\") He sat.";
+  std::vector<int32_t> ids = continuation(*tok, said);
+  std::string round_trip;
+  {
+    Generation plain(*tok, {}, false);
+    for (int32_t id : ids) plain.on_tokens(protocol::TokenEvent{.id = 1, .tokens = {id}});
+    plain.finish();
+    // The tokenizer must reproduce the text for this test to mean anything.
+    ASSERT_EQ(plain.text(), " Tom ran.  He sat.");
+    EXPECT_EQ(plain.stripped_calls().generic, 1u);
+  }
+  Generation g(*tok, {"girl", "sat"}, false);
+  std::string streamed;
+  for (int32_t id : ids) {
+    auto d = g.on_tokens(protocol::TokenEvent{.id = 1, .tokens = {id}});
+    EXPECT_EQ(d.text.find("retr"), std::string::npos) << "part of a call leaked: " << d.text;
+    streamed += d.text;
+  }
+  streamed += g.finish();
+  EXPECT_TRUE(g.stop_hit());
+  EXPECT_EQ(g.stop_hit() ? streamed : "", " Tom ran.  He ");
+  EXPECT_EQ(g.stripped_calls().total(), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::frontend

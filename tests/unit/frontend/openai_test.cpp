@@ -163,6 +163,22 @@ TEST(OpenAIJson, ResponsesAndChunks) {
   EXPECT_EQ(last["usage"]["completion_tokens"], 2);
   json models = json::parse(models_json("m", 42));
   EXPECT_EQ(models["data"][0]["id"], "m");
+  EXPECT_FALSE(r["usage"].contains("preference")) << "no preference injected: no usage.preference";
+}
+
+TEST(OpenAIJson, UsageCarriesPreferenceProvenance) {
+  protocol::FinalEvent f{.id = 1,
+                         .usage = {.prompt_tokens = 4, .completion_tokens = 2, .preference_source = "kvstore",
+                                   .preference_kv_bytes = 21703, .preference_transfer_ms = 0.5}};
+  ResponseMeta meta{.kind = RequestKind::kCompletion, .id = "cmpl-1", .model = "m", .created = 42};
+  for (const json& usage : {json::parse(response_json(meta, "x", {}, f, "stop"))["usage"],
+                            json::parse(stream_chunk(meta, "", {}, false, "stop", &f).substr(6))["usage"]}) {
+    ASSERT_TRUE(usage.contains("preference")) << usage.dump();
+    EXPECT_EQ(usage["preference"]["source"], "kvstore");
+    EXPECT_EQ(usage["preference"]["kv_bytes"], 21703);
+    EXPECT_EQ(usage["preference"]["transfer_ms"], 0.5);
+    EXPECT_EQ(usage["total_tokens"], 6);
+  }
 }
 
 }  // namespace

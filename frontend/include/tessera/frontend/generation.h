@@ -1,6 +1,15 @@
 // The frontend side of one running request: turns the scheduler's token ids into the text the
-// client sees — UTF-8-safe incremental detokenization (IncrementalDecoder), then stop strings
-// (StopFilter) — and keeps the counts for usage. One per request; not thread-safe.
+// client sees and keeps the counts for usage. One per request; not thread-safe. The text goes
+// through three stages, in this order:
+//   1. IncrementalDecoder: UTF-8-safe incremental detokenization;
+//   2. RetrieveFactFilter (output_filter.h): residual retrieve_fact tool calls are removed;
+//   3. StopFilter: stop strings.
+// The call filter runs before the stop strings so that stop strings are matched on the text the
+// client would see: a stop string written inside a removed call's arguments does not end the
+// generation, and a stop string that a removed call splits in two ("a" + call + "b") does. The
+// call filter holds back a possible call (at most kDefaultMaxCallBytes) and the stop filter
+// a possible stop-string prefix, so neither a byte of a call nor part of a stop string is ever
+// emitted, whatever the token boundaries.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +18,7 @@
 
 #include "tessera/common/protocol.h"
 #include "tessera/frontend/openai.h"
+#include "tessera/frontend/output_filter.h"
 #include "tessera/frontend/stop_filter.h"
 #include "tessera/worker/tokenizer.h"
 
@@ -32,6 +42,8 @@ class Generation {
   std::string finish();
 
   bool stop_hit() const { return stop_.stopped(); }
+  // retrieve_fact calls removed so far (all of them once finish() was called).
+  const FactCallCounts& stripped_calls() const { return facts_.counts(); }
   const std::string& text() const { return text_; }            // everything emitted so far
   const std::vector<int32_t>& tokens() const { return tokens_; }
   const std::vector<TokenLogprobText>& logprobs() const { return logprobs_; }
@@ -40,6 +52,7 @@ class Generation {
  private:
   const worker::Tokenizer& tok_;
   worker::IncrementalDecoder decoder_;
+  RetrieveFactFilter facts_;
   StopFilter stop_;
   bool want_logprobs_;
   std::string text_;

@@ -8,6 +8,10 @@
 //   scheduler marks it alive, and its Heartbeat replies carry live_workers and queue depth;
 // - a scheduler silent for dead_after_ms is dead: each of its in-flight requests gets an
 //   ErrorEvent kPeerDead, and new requests go elsewhere;
+// - the per-worker figures of a scheduler's heartbeat become gauges in the registry given to
+//   start(): tessera_frontend_scheduler_pages{scheduler,worker,state=free|held|cached} and
+//   tessera_frontend_scheduler_requests{scheduler,worker,state=running|waiting} (0 for a worker
+//   the last heartbeat did not list, and for every worker of a dead scheduler);
 // - ready() is true while at least one live scheduler reports live_workers >= 1;
 // - a request goes to the owner of its routing key on a consistent-hash ring (hash_ring.h) of
 //   the ready schedulers: a scheduler joining or leaving moves only its own share of keys.
