@@ -281,6 +281,12 @@ Result<Message> decode_object(const msgpack::object& root) {
   if (type == "heartbeat") return build<Heartbeat>(id, m, decode_heartbeat);
   if (type == "drain") return build<Drain>(id, m, none);
   if (type == "shutdown") return build<Shutdown>(id, m, none);
+  if (type == "invalidate_user")
+    return build<InvalidateUser>(id, m, [](const MapView& mm, InvalidateUser* u) -> Status {
+      TS_TRY(req(mm, "user", &u->user));
+      if (u->user.empty()) return make_error(ErrorCode::kInvalidArgument, "user must not be empty");
+      return ok_status();
+    });
   return make_error(ErrorCode::kInvalidArgument, "unknown message type '" + type + "'");
 }
 

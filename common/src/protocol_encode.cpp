@@ -294,6 +294,11 @@ struct Encoder {
 
   void operator()(const Drain& d) { header(w, "drain", d.id); }
   void operator()(const Shutdown& s) { header(w, "shutdown", s.id); }
+  void operator()(const InvalidateUser& u) {
+    header(w, "invalidate_user", u.id);
+    w.key("user");
+    w.str(u.user);
+  }
 };
 
 struct TypeName {
@@ -311,6 +316,7 @@ struct TypeName {
   std::string_view operator()(const Heartbeat&) const { return "heartbeat"; }
   std::string_view operator()(const Drain&) const { return "drain"; }
   std::string_view operator()(const Shutdown&) const { return "shutdown"; }
+  std::string_view operator()(const InvalidateUser&) const { return "invalidate_user"; }
 };
 
 }  // namespace

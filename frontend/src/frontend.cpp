@@ -63,6 +63,13 @@ void declare_options(config::Options& o) {
   o.add({.name = "scheduler-dead-ms", .type = Type::kInt, .default_value = "1500",
          .help = "a scheduler silent this long is dead: its requests fail (kPeerDead, HTTP 503) and /ready turns false",
          .env = "TESSERA_SCHEDULER_DEAD_MS", .min = 20, .max = 600000});
+  o.add({.name = "admin-token", .type = Type::kString, .default_value = "",
+         .help = "bearer token of the /admin/v1 endpoints (\"\" = admin endpoints answer 403)", .env = "TESSERA_ADMIN_TOKEN"});
+  o.add({.name = "kvstore", .type = Type::kString, .default_value = "",
+         .help = "tessera-kvstore endpoint holding users' stored preferences and serving invalidation (\"\" = none)",
+         .env = "TESSERA_FRONTEND_KVSTORE"});
+  o.add({.name = "kvstore-timeout-ms", .type = Type::kInt, .default_value = "2000", .help = "wait for one kvstore reply",
+         .env = "TESSERA_FRONTEND_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
   o.add({.name = "log-level", .type = Type::kString, .default_value = "info", .help = "log level", .env = "TESSERA_LOG_LEVEL",
          .choices = {"debug", "info", "warn", "error", "off"}});
 }
@@ -90,6 +97,9 @@ FrontendConfig config_from_options(const config::Options& o) {
   c.request_timeout_ms = o.get_int("request-timeout-ms");
   c.heartbeat_ms = static_cast<int>(o.get_int("heartbeat-ms"));
   c.scheduler_dead_ms = static_cast<int>(o.get_int("scheduler-dead-ms"));
+  c.admin_token = o.get("admin-token");
+  c.kvstore = o.get("kvstore");
+  c.kvstore_timeout_ms = static_cast<int>(o.get_int("kvstore-timeout-ms"));
   return c;
 }
 
@@ -211,6 +221,7 @@ Status Frontend::Impl::prepare(protocol::GenerateRequest& r) {
   if (static_cast<int64_t>(r.prompt_tokens.size()) > config.max_prompt_tokens)
     return make_error(ErrorCode::kTooLarge, "the prompt is " + std::to_string(r.prompt_tokens.size()) +
                                                 " tokens; the limit is " + std::to_string(config.max_prompt_tokens));
+  TS_TRY(apply_stored_preference(r));
   if (!r.preference.empty()) {
     if (r.user.empty()) return make_error(ErrorCode::kInvalidArgument, "preference needs a user");
     r.preference_tokens = tokenizer->encode(r.preference, /*add_special=*/false);
@@ -314,6 +325,9 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   {
     std::vector<int32_t> probe = impl->tokenizer->encode("a", true);
     impl->tokenizer_adds_bos = impl->tokenizer->bos_id() >= 0 && !probe.empty() && probe.front() == impl->tokenizer->bos_id();
+  }
+  if (!config.kvstore.empty()) {
+    TS_ASSIGN_OR_RETURN(impl->kv, kvstore::Client::connect({.endpoint = config.kvstore, .timeout_ms = config.kvstore_timeout_ms}));
   }
   impl->model_name = config.model_name;
   if (impl->model_name.empty()) {

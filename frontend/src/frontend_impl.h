@@ -5,6 +5,9 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +22,7 @@
 #include "tessera/frontend/hub.h"
 #include "tessera/frontend/openai.h"
 #include "tessera/frontend/output_filter.h"
+#include "tessera/kvstore/client.h"
 #include "tessera/worker/tokenizer.h"
 
 namespace tessera::frontend {
@@ -59,6 +63,16 @@ class InflightSlot {
   metrics::Gauge* gauge_;
 };
 
+struct StoredPreference {
+  std::string preference;
+  float alpha = 0.5f;
+};
+
+struct AdminReply {
+  int status = 200;
+  std::string body;  // JSON
+};
+
 struct Frontend::Impl {
   FrontendConfig config;
   std::string model_name;
@@ -80,6 +94,20 @@ struct Frontend::Impl {
   // ZMQ client API: (identity, client id) -> internal id, for cancel. Guarded by api_mu.
   std::mutex api_mu;
   std::unordered_map<std::string, uint64_t> api_ids;
+
+  // kvstore client for stored preferences and invalidation (null without --kvstore). Calls
+  // are serialized by kv_mu, which also guards kv_backoff_until.
+  std::unique_ptr<kvstore::Client> kv;
+  std::mutex kv_mu;
+  std::chrono::steady_clock::time_point kv_backoff_until{};
+
+  // Admin endpoints (admin.cpp): token check, then the route. Blocking (kvstore round trips).
+  AdminReply admin(std::string_view method, std::string_view path, std::string_view token, const std::string& body);
+  // The user's stored preference (nullopt when none or no kvstore).
+  Result<std::optional<StoredPreference>> load_stored_preference(const std::string& user);
+  // A request with a user and no preference gets the user's stored preference and its alpha.
+  // A kvstore failure is logged and counted, and the request runs without one.
+  Status apply_stored_preference(protocol::GenerateRequest& request);
 
   // Limits and readiness; returns a slot on success. kUnavailable / kOverloaded otherwise.
   Result<std::unique_ptr<InflightSlot>> admit();

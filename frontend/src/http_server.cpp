@@ -243,6 +243,18 @@ net::awaitable<bool> handle(Frontend::Impl* s, beast::tcp_stream& stream, const 
     s->metrics->ready.set(s->hub->ready() ? 1 : 0);
     co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s->registry.render());
   }
+  if (path.rfind("/admin/", 0) == 0) {
+    std::string_view token;
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      token = std::string_view(it->value().data(), it->value().size());
+      if (token.substr(0, 7) == "Bearer ") token.remove_prefix(7);
+    }
+    c.route = "admin";
+    // Blocking kvstore round trips: run on this connection's thread (admin calls are rare).
+    const auto method = req.method_string();
+    AdminReply a = s->admin(std::string_view(method.data(), method.size()), path, token, req.body());
+    co_return co_await c.respond(a.status, "application/json", std::move(a.body));
+  }
   if (path == "/v1/models" && get) co_return co_await c.respond(200, "application/json", models_json(s->model_name, s->created_unix));
   c.route = "other";
   for (const char* known : {"/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics", "/v1/models"})

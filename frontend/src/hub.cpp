@@ -363,6 +363,13 @@ void Hub::submit(protocol::GenerateRequest request, std::shared_ptr<RequestSink>
   impl_->post([this, r = std::move(request), s = std::move(sink)]() mutable { impl_->submit(std::move(r), std::move(s)); });
 }
 
+size_t Hub::broadcast(std::string body) {
+  impl_->post([this, b = std::move(body)] {
+    for (auto& sched : impl_->schedulers) (void)zmqu::send(*sched.socket, {b}, /*dontwait=*/true);
+  });
+  return impl_->config.scheduler_endpoints.size();
+}
+
 void Hub::cancel(uint64_t id) {
   impl_->post([this, id] { impl_->cancel(id, false); });
 }

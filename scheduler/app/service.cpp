@@ -153,6 +153,11 @@ struct Service::Impl {
       on_generate(env.identity, std::move(*req));
     } else if (auto* c = std::get_if<protocol::CancelRequest>(&msg)) {
       on_cancel(env.identity, c->id);
+    } else if (auto* inv = std::get_if<protocol::InvalidateUser>(&msg)) {
+      // dki: admin invalidate. The user's later requests get a new namespace epoch, so the
+      // preference pages cached under the old one are never matched again (LRU evicts them).
+      ++preference_epoch[inv->user];
+      TS_LOG(kInfo) << "user=" << inv->user << " | preference K/V invalidated (epoch " << preference_epoch[inv->user] << ")";
     } else {
       fail_client(env.identity, protocol::message_id(msg), ErrorCode::kUnsupported,
                   "the scheduler's frontend socket does not take '" + std::string(protocol::message_type(msg)) + "'");
@@ -221,6 +226,8 @@ struct Service::Impl {
         req.ns.user = r.user.empty() ? "\x01anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
         req.ns.preference_hash = hash == 0 ? 1 : hash;
         req.ns.alpha = *alpha;
+        if (auto ep = preference_epoch.find(r.user); ep != preference_epoch.end())
+          req.ns.tenant_salt += "|pref-epoch:" + std::to_string(ep->second);
         has_preference = true;
         req.preference = scheduler::Preference{.blob_key = worker::make_blob_key(r.user, hash),
                                                .num_tokens = static_cast<int32_t>(r.preference_tokens.size()),

@@ -180,12 +180,21 @@ struct Shutdown {
   uint64_t id = 0;
 };
 
+// type "invalidate_user": frontend -> scheduler (admin invalidate, docs/api.md). The scheduler
+// stops reusing the preference K/V pages it caches under `user`'s namespaces: later requests of
+// that user fill their preference again (from the kvstore, else by computing it). No reply.
+struct InvalidateUser {
+  uint64_t id = 0;
+  std::string user;  // non-empty
+};
+
 using Message = std::variant<GenerateRequest, CancelRequest, TokenEvent, FinalEvent, ErrorEvent,
                              RegisterWorker, RegisterAck, StepPlanMsg, StepResultMsg, Heartbeat,
-                             Drain, Shutdown>;
+                             Drain, Shutdown, InvalidateUser>;
 
 // The `type` string of a message ("completion", "chat", "cancel", "token", "final", "error",
-// "register", "register_ack", "step_plan", "step_result", "heartbeat", "drain", "shutdown").
+// "register", "register_ack", "step_plan", "step_result", "heartbeat", "drain", "shutdown",
+// "invalidate_user").
 std::string_view message_type(const Message& m);
 uint64_t message_id(const Message& m);
 

@@ -43,6 +43,11 @@ struct FrontendConfig {
   int64_t request_timeout_ms = 300000;
   int heartbeat_ms = 500;
   int scheduler_dead_ms = 1500;
+  // Admin endpoints (docs/api.md "Admin"): "" = disabled (they answer 403).
+  std::string admin_token;
+  // tessera-kvstore endpoint for stored preferences and invalidation ("" = none).
+  std::string kvstore;
+  int kvstore_timeout_ms = 2000;
 };
 
 // Declares every frontend option (flag, config key [frontend], env var, default, check).

@@ -83,6 +83,11 @@ class Hub {
   void cancel(uint64_t id);
   // Forgets a request: no more events reach its sink (the scheduler is told to cancel it).
   void abandon(uint64_t id);
+  // Sends one encoded message to every configured scheduler, alive or not (fire and forget; an
+  // unreachable one drops it). Returns how many schedulers it was queued for. Messages to one
+  // scheduler keep their order, so a request submitted after a broadcast reaches its scheduler
+  // after it.
+  size_t broadcast(std::string body);
   // Sends a client-API reply. On the hub thread it is sent at once and false means the client
   // is gone (ROUTER_MANDATORY: unroutable) or not reading; elsewhere it is queued (true).
   bool send_to_client(const zmqu::Envelope& to, std::string body);
