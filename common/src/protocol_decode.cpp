@@ -236,6 +236,19 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
   TS_TRY(opt(m, "waiting", &h->waiting));
   TS_TRY(opt(m, "free_pages", &h->free_pages));
   TS_TRY(opt(m, "unix_ms", &h->unix_ms));
+  auto read_workers = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView w, detail::as_map(o, path));
+    WorkerStats ws;
+    TS_TRY(opt(w, "name", &ws.name));
+    TS_TRY(opt(w, "free_pages", &ws.free_pages));
+    TS_TRY(opt(w, "held_pages", &ws.held_pages));
+    TS_TRY(opt(w, "cached_pages", &ws.cached_pages));
+    TS_TRY(opt(w, "running", &ws.running));
+    TS_TRY(opt(w, "waiting", &ws.waiting));
+    h->workers.push_back(std::move(ws));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "workers", read_workers));
   return ok_status();
 }
 

@@ -290,6 +290,24 @@ struct Encoder {
     w.i64(h.free_pages);
     w.key("unix_ms");
     w.i64(h.unix_ms);
+    w.key("workers");
+    w.begin_array(static_cast<uint32_t>(h.workers.size()));
+    for (const auto& ws : h.workers) {
+      w.begin_map();
+      w.key("name");
+      w.str(ws.name);
+      w.key("free_pages");
+      w.i64(ws.free_pages);
+      w.key("held_pages");
+      w.i64(ws.held_pages);
+      w.key("cached_pages");
+      w.i64(ws.cached_pages);
+      w.key("running");
+      w.i64(ws.running);
+      w.key("waiting");
+      w.i64(ws.waiting);
+      w.end_map();
+    }
   }
 
   void operator()(const Drain& d) { header(w, "drain", d.id); }

@@ -96,6 +96,7 @@ struct Service::Impl {
   std::string fingerprint;  // of the first registered worker; all must match
   uint64_t fingerprint64 = 0;  // the same, as a number (seed of preference content hashes)
   int64_t preemptions_seen = 0;
+  std::unordered_map<std::string, uint64_t> preference_epoch;  // dki: user -> InvalidateUser count
 
   // ---- sending ----
   void to_frontend(const std::string& identity, const protocol::Message& msg) {
@@ -171,6 +172,11 @@ struct Service::Impl {
       hb.running += static_cast<int32_t>(w.batcher->num_running());
       hb.waiting += static_cast<int32_t>(w.batcher->num_waiting());
       hb.free_pages += w.batcher->pages().num_free() + w.batcher->pages().num_cached();
+      const auto c = w.batcher->pages().counts();
+      hb.workers.push_back({.name = name, .free_pages = static_cast<int32_t>(c.free),
+                            .held_pages = static_cast<int32_t>(c.held), .cached_pages = static_cast<int32_t>(c.cached),
+                            .running = static_cast<int32_t>(w.batcher->num_running()),
+                            .waiting = static_cast<int32_t>(w.batcher->num_waiting())});
     }
     return hb;
   }

@@ -34,12 +34,32 @@ class ClusterFailureTest : public ::testing::Test {
   }
   void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
   double held_pages() const { return cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_pages", "state=\"held\""); }
+  // The same figures as the frontend shows them (from the scheduler's heartbeats).
+  double frontend_pages(const std::string& state) const {
+    return cluster_->metric(cluster_->http_port(), "tessera_frontend_scheduler_pages", "state=\"" + state + "\"");
+  }
+  double scheduler_pages(const std::string& state) const {
+    return cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_pages", "state=\"" + state + "\"");
+  }
+  // True when the frontend's page gauges equal the scheduler's, state by state.
+  bool frontend_matches_scheduler() const {
+    for (const char* st : {"free", "held", "cached"})
+      if (!(frontend_pages(st) == scheduler_pages(st))) return false;  // NaN (absent) never matches
+    return true;
+  }
   static Cluster* cluster_;
 };
 Cluster* ClusterFailureTest::cluster_ = nullptr;
 
 TEST_F(ClusterFailureTest, ClientDisconnectFreesItsPages) {
   ASSERT_TRUE(wait_until([&] { return held_pages() == 0.0; }, milliseconds(5000))) << "held pages never reached 0";
+  // Baseline on the frontend's /metrics: the scheduler's page figures arrive with its heartbeats.
+  ASSERT_TRUE(wait_until([&] { return frontend_pages("held") == 0.0 && frontend_matches_scheduler(); }, milliseconds(5000)))
+      << "frontend pages free/held/cached = " << frontend_pages("free") << "/" << frontend_pages("held") << "/"
+      << frontend_pages("cached") << ", scheduler's " << scheduler_pages("free") << "/" << held_pages() << "/"
+      << scheduler_pages("cached");
+  const double total = frontend_pages("free") + frontend_pages("held") + frontend_pages("cached");
+  EXPECT_EQ(total, 512.0) << "free + held + cached must be the worker's pool (ClusterOptions::num_pages)";
   const double cancelled_before =
       cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_requests_total", "reason=\"cancelled\"");
   std::atomic<int> events{0};
@@ -58,6 +78,10 @@ TEST_F(ClusterFailureTest, ClientDisconnectFreesItsPages) {
       << "the scheduler never saw the cancel\n" << cluster_->logs();
   EXPECT_TRUE(wait_until([&] { return held_pages() == 0.0; }, milliseconds(5000)))
       << "held pages stayed at " << held_pages() << "\n" << cluster_->logs();
+  // ... and the frontend's view returns to the same baseline (held 0, the rest as the scheduler says).
+  EXPECT_TRUE(wait_until([&] { return frontend_pages("held") == 0.0 && frontend_matches_scheduler(); }, milliseconds(5000)))
+      << "frontend held pages stayed at " << frontend_pages("held") << "\n" << cluster_->logs();
+  EXPECT_EQ(frontend_pages("free") + frontend_pages("held") + frontend_pages("cached"), total);
   EXPECT_GE(cluster_->metric(cluster_->http_port(), "tessera_frontend_client_disconnects_total"), 1.0);
 }
 

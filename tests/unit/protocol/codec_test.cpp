@@ -224,6 +224,24 @@ TEST(ProtocolCodec, Heartbeat) {
   EXPECT_EQ(out.waiting, 4);
   EXPECT_EQ(out.free_pages, 500);
   EXPECT_EQ(out.unix_ms, 1763712000000);
+  EXPECT_TRUE(out.workers.empty());
+}
+
+TEST(ProtocolCodec, HeartbeatPerWorkerPages) {
+  Heartbeat out = round_trip(Heartbeat{.id = 2, .role = "scheduler", .live_workers = 2,
+                                       .workers = {{.name = "w0", .free_pages = 10, .held_pages = 3, .cached_pages = 5,
+                                                    .running = 1, .waiting = 2},
+                                                   {.name = "w1", .free_pages = 18}}});
+  ASSERT_EQ(out.workers.size(), 2u);
+  EXPECT_EQ(out.workers[0].name, "w0");
+  EXPECT_EQ(out.workers[0].free_pages, 10);
+  EXPECT_EQ(out.workers[0].held_pages, 3);
+  EXPECT_EQ(out.workers[0].cached_pages, 5);
+  EXPECT_EQ(out.workers[0].running, 1);
+  EXPECT_EQ(out.workers[0].waiting, 2);
+  EXPECT_EQ(out.workers[1].name, "w1");
+  EXPECT_EQ(out.workers[1].free_pages, 18);
+  EXPECT_EQ(out.workers[1].held_pages, 0);
 }
 
 TEST(ProtocolCodec, PreferenceFillTokensAndProvenance) {

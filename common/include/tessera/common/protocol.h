@@ -161,6 +161,17 @@ struct StepResultMsg {
 // type "heartbeat": sent every heartbeat_ms by each side of a link (frontend -> scheduler,
 // worker -> scheduler); the receiver answers with its own heartbeat with the same `id`.
 // A peer silent for 3 intervals is dead.
+// One worker's figures in a scheduler's heartbeat (optional; absent from other roles' beats).
+// Pages: free + held + cached = the worker's pool (docs/protocol.md, "Heartbeats and failure").
+struct WorkerStats {
+  std::string name;
+  int32_t free_pages = 0;
+  int32_t held_pages = 0;     // referenced by running sequences
+  int32_t cached_pages = 0;   // in the radix index, evictable
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
 struct Heartbeat {
   uint64_t id = 0;            // sender's sequence number
   std::string role;           // "frontend" | "scheduler" | "worker"
@@ -170,6 +181,7 @@ struct Heartbeat {
   int32_t waiting = 0;        // requests queued
   int32_t free_pages = 0;
   int64_t unix_ms = 0;        // sender's clock, informational
+  std::vector<WorkerStats> workers;  // scheduler: one entry per live worker (optional)
 };
 
 // type "drain": stop admitting new requests, finish running ones. type "shutdown": exit.
