@@ -8,6 +8,7 @@
 
 #include "frontend_impl.h"
 #include "tessera/common/log.h"
+#include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
 
 namespace tessera::frontend {
@@ -23,6 +24,26 @@ constexpr std::string_view kStoredPreferenceHash = "stored-preference-v1";
 // A kvstore failure makes stored-preference lookups skip the kvstore for this long, so requests
 // do not each wait for a timeout while it is down.
 constexpr auto kLookupBackoff = std::chrono::seconds(5);
+
+// The kvstore only takes packed K/V blobs (blob.h), so the stored preference's JSON travels as
+// the bytes of the K region of a one-layer, one-head, head_dim-1 f32 blob with codec "none"
+// (bytes kept verbatim and checksummed), padded with JSON whitespace to whole elements.
+Result<std::string> json_to_blob(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  text.resize((text.size() + 3) / 4 * 4, ' ');
+  kvstore::PackedKv kv{.fingerprint = kStoredPreferenceFingerprint, .dtype = DType::kF32,
+                       .shape = {.n_layers = 1, .n_tokens = static_cast<uint32_t>(text.size() / 4), .n_kv_heads = 1, .head_dim = 1}};
+  kv.k.assign(text.begin(), text.end());
+  kv.v.assign(text.size(), 0);
+  return kvstore::encode_blob(kv, {.codec = kvstore::Codec::kNone});
+}
+
+Result<json> blob_to_json(std::string_view blob) {
+  TS_ASSIGN_OR_RETURN(kvstore::PackedKv kv, kvstore::decode_blob(blob, {.expected_fingerprint = kStoredPreferenceFingerprint}));
+  json j = json::parse(kv.k.begin(), kv.k.end(), nullptr, false);
+  if (j.is_discarded()) return make_error(ErrorCode::kCorruptFile, "stored preference is not JSON");
+  return j;
+}
 
 kvstore::BlobKey stored_key(const std::string& user) {
   return kvstore::BlobKey{.fingerprint = kStoredPreferenceFingerprint, .user = user, .hash = std::string(kStoredPreferenceHash)};
@@ -62,7 +83,7 @@ Result<std::optional<StoredPreference>> Frontend::Impl::load_stored_preference(c
   std::lock_guard<std::mutex> lock(kv_mu);
   TS_ASSIGN_OR_RETURN(kvstore::ClientGet got, kv->get(stored_key(user)));
   if (!got.found) return std::optional<StoredPreference>{};
-  json j = json::parse(got.blob, nullptr, false);
+  TS_ASSIGN_OR_RETURN(json j, blob_to_json(got.blob));
   if (!j.is_object() || !j.contains("preference") || !j["preference"].is_string() || !j.contains("alpha") ||
       !j["alpha"].is_number())
     return make_error(ErrorCode::kCorruptFile, "stored preference of user '" + user + "' is not {preference, alpha} JSON");
@@ -144,9 +165,10 @@ AdminReply Frontend::Impl::admin(std::string_view method, std::string_view path,
         return fail(400, make_error(ErrorCode::kOutOfRange, "alpha must be in [0, 1] (got " + std::to_string(alpha) + ")"));
     }
     const std::string text = j["preference"].get<std::string>();
-    const json value = {{"preference", text}, {"alpha", alpha}};
+    auto blob = json_to_blob({{"preference", text}, {"alpha", alpha}});
+    if (!blob.ok()) return fail(500, blob.error());
     std::lock_guard<std::mutex> lock(kv_mu);
-    auto put = kv->put(stored_key(*user), value.dump());
+    auto put = kv->put(stored_key(*user), *blob);
     if (!put.ok()) return kv_fail(put.error());
     return reply(200, {{"user", *user}, {"preference", text}, {"alpha", alpha}, {"stored", {{"l1", put->l1}, {"l2", put->l2}}}});
   }
@@ -167,8 +189,9 @@ AdminReply Frontend::Impl::admin(std::string_view method, std::string_view path,
     if (!inv.ok()) return kv_fail(inv.error());
     cleared = *inv;
     if (stored->has_value()) {
-      const json value = {{"preference", (*stored)->preference}, {"alpha", (*stored)->alpha}};
-      auto put = kv->put(stored_key(*user), value.dump());
+      auto blob = json_to_blob({{"preference", (*stored)->preference}, {"alpha", (*stored)->alpha}});
+      if (!blob.ok()) return fail(500, blob.error());
+      auto put = kv->put(stored_key(*user), *blob);
       if (!put.ok()) return kv_fail(put.error());
     }
   }
