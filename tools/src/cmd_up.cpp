@@ -230,6 +230,8 @@ int run_up(const std::vector<std::string>& args) {
                                  lo + std::to_string(o.get_int("zmq-port")), "--schedulers", sched_fe, "--model", model};
   if (!tokenizer.empty()) fe.insert(fe.end(), {"--tokenizer", tokenizer});
   if (!model_name.empty()) fe.insert(fe.end(), {"--model-name", model_name});
+  // dki: stored preferences and admin invalidation (docs/api.md "Admin"; token: TESSERA_ADMIN_TOKEN).
+  if (with_kvstore) fe.insert(fe.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
   children.push_back({.name = "frontend", .binary = bin("tessera-frontend"), .args = with_common(fe)});
 
   std::signal(SIGINT, up_on_signal);
