@@ -153,8 +153,8 @@ struct Completion {
   std::string raw;
 };
 
-Completion complete(const MiniCluster& c, json body) {
-  body["prompt"] = "Tom";
+Completion complete(const MiniCluster& c, json body, const std::string& prompt = "Tom") {
+  body["prompt"] = prompt;
   body["max_tokens"] = 24;
   body["temperature"] = 0;
   Reply r = http(c.http_port, "POST", "/v1/completions", body.dump());
@@ -266,6 +266,21 @@ TEST(PreferenceApi, TwoClustersShareAPreferenceThroughRedis) {
   const Completion a4 = complete(a, {{"user", "alice"}});
   EXPECT_EQ(source_of(a4), "") << "no stored preference any more";
   EXPECT_EQ(a4.text, plain.text);
+
+  // 6. Pages held by the scheduler ("memory"): with a prompt long enough that whole cached pages
+  //    cover the preference, carol's second request reuses A's pages. Invalidation must stop
+  //    that too (the scheduler's namespace epoch), not only clear the kvstore.
+  const std::string long_prompt = "Tom and his dog went to the park. They played with a big red ball all day long.";
+  const json carol = {{"user", "carol"}, {"preference", kPreference}, {"preference_alpha", 0.5}};
+  const Completion c1 = complete(a, carol, long_prompt);
+  EXPECT_EQ(source_of(c1), "compute") << c1.usage.dump();
+  const Completion c2 = complete(a, carol, long_prompt);
+  EXPECT_EQ(source_of(c2), "memory") << c2.usage.dump();
+  EXPECT_EQ(c2.text, c1.text);
+  ASSERT_EQ(http(a.http_port, "POST", "/admin/v1/users/carol/invalidate", "", kToken).status, 200);
+  const Completion c3 = complete(a, carol, long_prompt);
+  EXPECT_EQ(source_of(c3), "compute") << "invalidated: neither scheduler pages nor kvstore: " << c3.usage.dump();
+  EXPECT_EQ(c3.text, c1.text);
 }
 
 }  // namespace
