@@ -232,6 +232,19 @@ TEST(PreferenceApi, TwoClustersShareAPreferenceThroughRedis) {
   const Completion b2 = complete(b, {{"user", "alice"}});
   EXPECT_TRUE(source_of(b2) == "kvstore" || source_of(b2) == "memory") << b2.usage.dump();
   EXPECT_EQ(b2.text, a1.text);
+  // Streamed: the last SSE chunk's usage carries the preference too.
+  {
+    Reply sse = http(b.http_port, "POST", "/v1/completions",
+                     json{{"user", "alice"}, {"prompt", "Tom"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}.dump());
+    ASSERT_EQ(sse.status, 200);
+    const size_t at = sse.body.rfind("data: {");
+    ASSERT_NE(at, std::string::npos) << sse.body;
+    json last = json::parse(sse.body.substr(at + 6, sse.body.find('\n', at) - at - 6), nullptr, false);
+    ASSERT_TRUE(last.is_object()) << sse.body;
+    ASSERT_TRUE(last["usage"].contains("preference")) << last.dump();
+    const std::string src = last["usage"]["preference"]["source"].get<std::string>();
+    EXPECT_TRUE(src == "kvstore" || src == "memory") << last.dump();
+  }
 
   // 3. alpha 0.05 (at or below 0.1) runs without injection: exactly the plain text.
   const Completion low = complete(a, {{"user", "alice"}, {"preference", kPreference}, {"preference_alpha", 0.05}});
