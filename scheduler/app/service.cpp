@@ -61,6 +61,11 @@ struct Service::Impl {
     bool got_token = false;
     bool has_preference = false;  // dki: no fill by the end means its pages were cached ("memory")
     std::optional<FillResult> fill;
+    // The request as first submitted, kept until its first token: if its worker dies before
+    // that, it is re-queued on another worker and nobody notices (requeue()). Cleared after the
+    // first token (from then on a dead worker means a kPeerDead error).
+    std::optional<scheduler::Request> original;
+    int requeues = 0;
   };
   struct Metrics {
     metrics::Gauge* live_workers;
@@ -75,6 +80,7 @@ struct Service::Impl {
     metrics::Counter* bad_frontend;
     metrics::Counter* bad_worker;
     metrics::Counter* peer_dead;
+    metrics::Counter* requeued;
     metrics::Counter* preemptions;
   };
 
@@ -246,28 +252,33 @@ struct Service::Impl {
     req.ignore_eos = r.ignore_eos;
     req.priority = r.priority;
 
-    std::vector<scheduler::WorkerSnapshot> snaps;
-    snaps.reserve(workers.size());
-    for (const auto& [name, w] : workers)
-      snaps.push_back({.name = name, .load = w.batcher->load(), .cached_tokens = w.batcher->cached_prefix_tokens(req)});
-    auto route = router.route(router.routing_key(req), snaps);
+    std::optional<scheduler::Request> original = req;
+    auto route = place(std::move(req));
     if (!route.ok()) {
       fail_client(frontend, r.id, route.error().code, route.error().message);
       return;
     }
-    Worker& w = workers.at(route->worker);
-    if (Status st = w.batcher->submit(std::move(req)); !st.ok()) {
-      fail_client(frontend, r.id, st.error().code, st.error().message);
-      return;
-    }
-    registry->counter("tessera_scheduler_routed_requests_total", "requests routed, by worker and deciding reason",
-                      {{"worker", w.name}, {"reason", route->reason == scheduler::RouteReason::kPrefix ? "prefix" : "ring"}})
-        .inc();
-    requests[id] = Req{.frontend = frontend, .client_id = r.id, .worker = w.name, .arrival = Clock::now(),
-                       .has_preference = has_preference};
+    requests[id] = Req{.frontend = frontend, .client_id = r.id, .worker = route->worker, .arrival = Clock::now(),
+                       .has_preference = has_preference, .original = std::move(original)};
     by_client[{frontend, r.id}] = id;
-    TS_LOG(kDebug) << "req=" << id << " client=" << r.id << " worker=" << w.name << " | admitted to queue, cached prefix "
-                   << route->cached_tokens;
+    TS_LOG(kDebug) << "req=" << id << " client=" << r.id << " worker=" << route->worker
+                   << " | admitted to queue, cached prefix " << route->cached_tokens;
+  }
+
+  // Routes a request over the live workers (Router::route) and queues it on the chosen one.
+  // On error nothing is kept anywhere.
+  Result<scheduler::RouteDecision> place(scheduler::Request req) {
+    std::vector<scheduler::WorkerSnapshot> snaps;
+    snaps.reserve(workers.size());
+    for (const auto& [name, w] : workers)
+      snaps.push_back({.name = name, .load = w.batcher->load(), .cached_tokens = w.batcher->cached_prefix_tokens(req)});
+    TS_ASSIGN_OR_RETURN(scheduler::RouteDecision route, router.route(router.routing_key(req), snaps));
+    Worker& w = workers.at(route.worker);
+    TS_TRY(w.batcher->submit(std::move(req)));
+    registry->counter("tessera_scheduler_routed_requests_total", "requests routed, by worker and deciding reason",
+                      {{"worker", w.name}, {"reason", route.reason == scheduler::RouteReason::kPrefix ? "prefix" : "ring"}})
+        .inc();
+    return route;
   }
 
   void on_cancel(const std::string& frontend, uint64_t client_id) {
@@ -296,6 +307,7 @@ struct Service::Impl {
       Req& r = it->second;
       if (!r.got_token) {
         r.got_token = true;
+        r.original.reset();  // streamed: no transparent re-queue from now on
         r.first_token = Clock::now();
         m.ttft_seconds->observe(ms_between(r.arrival, r.first_token) / 1000.0);
       }
@@ -391,14 +403,28 @@ struct Service::Impl {
   }
 
   void on_register(const std::string& name, const protocol::RegisterWorker& reg) {
-    auto reject = [&](const std::string& why) {
-      TS_LOG(kWarn) << "worker=" << name << " | registration rejected: " << why;
-      to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = false, .reason = why});
-    };
     const std::string fp = hex64(reg.model_fingerprint);
-    if (!fingerprint.empty() && fp != fingerprint && !(workers.size() == 1 && workers.count(name)) && !workers.empty())
-      return reject("model fingerprint " + fp + " differs from the other workers' " + fingerprint);
-    if (workers.count(name)) worker_dead(name, "worker '" + name + "' registered again (it lost its scheduler link)");
+    if (!fingerprint.empty() && fp != fingerprint && !(workers.size() == 1 && workers.count(name)) && !workers.empty()) {
+      reject_worker(name, reg, "model fingerprint " + fp + " differs from the other workers' " + fingerprint);
+      return;
+    }
+    // A worker registering again lost its link (or restarted) and dropped all request state: its
+    // old requests are orphans, re-queued once it is back (on it or another worker).
+    const std::string again = "worker '" + name + "' registered again (it lost its scheduler link)";
+    std::vector<uint64_t> orphans = remove_worker(name, again);
+    add_worker(name, reg);
+    requeue(orphans, again);
+  }
+
+  void reject_worker(const std::string& name, const protocol::RegisterWorker& reg, const std::string& why) {
+    TS_LOG(kWarn) << "worker=" << name << " | registration rejected: " << why;
+    to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = false, .reason = why});
+  }
+
+  // Builds the worker's Batcher and puts it on the ring; answers register_ack either way.
+  void add_worker(const std::string& name, const protocol::RegisterWorker& reg) {
+    auto reject = [&](const std::string& why) { reject_worker(name, reg, why); };
+    const std::string fp = hex64(reg.model_fingerprint);
     scheduler::BatcherConfig bc;
     bc.page_size = reg.page_size;
     bc.num_pages = reg.num_pages;
@@ -470,20 +496,19 @@ struct Service::Impl {
     TS_CHECK(st.ok()) << "worker=" << w.name << " batcher invariant broken: " << st.error().to_string();
   }
 
-  // Fails every request the worker held (kPeerDead) and forgets the worker.
-  void worker_dead(const std::string& name, const std::string& why) {
-    auto it = workers.find(name);
-    if (it == workers.end()) return;
-    TS_LOG(kWarn) << "worker=" << name << " | dead: " << why;
+  // A worker is gone: forgets it, then re-queues its requests that have streamed nothing yet
+  // and fails the others with kPeerDead.
+  void worker_dead(const std::string& name, const std::string& why) { requeue(remove_worker(name, why), why); }
+
+  // Forgets the worker (its batcher, ring place and gauges) and returns the ids of the requests
+  // it held, which still exist and point at it; the caller must requeue() them.
+  std::vector<uint64_t> remove_worker(const std::string& name, const std::string& why) {
     std::vector<uint64_t> ids;
+    auto it = workers.find(name);
+    if (it == workers.end()) return ids;
+    TS_LOG(kWarn) << "worker=" << name << " | dead: " << why;
     for (const auto& [id, r] : requests)
       if (r.worker == name) ids.push_back(id);
-    for (uint64_t id : ids) {
-      const Req& r = requests.at(id);
-      m.peer_dead->inc();
-      fail_client(r.frontend, r.client_id, ErrorCode::kPeerDead, why + "; the request was lost");
-      forget(id);
-    }
     it->second.free_pages->set(0);
     it->second.held_pages->set(0);
     it->second.cached_pages->set(0);
@@ -491,6 +516,40 @@ struct Service::Impl {
     workers.erase(it);
     if (workers.empty()) fingerprint.clear();
     publish();
+    return ids;
+  }
+
+  // Requests orphaned by a dead worker: one that has not streamed a token yet goes to another
+  // live worker as if it had just arrived (the client sees a normal answer, only later); one
+  // that has, or that cannot be placed (no worker left, queues full, re-queued too often), ends
+  // with an `error` kPeerDead.
+  void requeue(const std::vector<uint64_t>& ids, const std::string& why) {
+    constexpr int kMaxRequeues = 3;  // a request that kills its workers must not kill them all
+    for (uint64_t id : ids) {
+      auto it = requests.find(id);
+      if (it == requests.end()) continue;
+      Req& r = it->second;
+      std::string lost = why + "; the request was lost";
+      if (r.original && r.requeues < kMaxRequeues && !workers.empty()) {
+        auto route = place(*r.original);
+        if (route.ok()) {
+          m.requeued->inc();
+          ++r.requeues;
+          TS_LOG(kInfo) << "req=" << id << " client=" << r.client_id << " | re-queued from worker=" << r.worker
+                        << " on worker=" << route->worker << " (" << why << ")";
+          r.worker = route->worker;
+          r.was_scheduled = false;
+          r.fill.reset();
+          continue;
+        }
+        lost = why + "; re-queueing it failed: " + route.error().message;
+      } else if (r.original && r.requeues >= kMaxRequeues) {
+        lost = why + "; it was already re-queued " + std::to_string(r.requeues) + " times";
+      }
+      m.peer_dead->inc();
+      fail_client(r.frontend, r.client_id, ErrorCode::kPeerDead, lost);
+      forget(id);
+    }
   }
 
   // Sends each idle worker its next plan.
@@ -617,6 +676,8 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceConfig& config, me
       .bad_worker = &r.counter("tessera_scheduler_bad_messages_total", "messages that failed to decode, by source",
                                {{"source", "worker"}}),
       .peer_dead = &r.counter("tessera_scheduler_peer_dead_requests_total", "requests failed because their worker died"),
+      .requeued = &r.counter("tessera_scheduler_requeued_requests_total",
+                             "requests moved to another worker because theirs died before their first token"),
       .preemptions = &r.counter("tessera_scheduler_preemptions_total", "sequences preempted (by recompute)"),
   };
   try {

@@ -19,9 +19,11 @@
 // every page at once (Batcher::cancel) and is answered by a `final` with "cancelled".
 //
 // Failure handling: workers and frontends heartbeat every heartbeat_ms; the scheduler answers
-// each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`) is dead: every
-// request it held ends with an `error` kPeerDead and new requests go to the others (or get
-// kUnavailable when none is left). A frontend silent for frontend_dead_ms has its requests
+// each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`, or registers
+// again) is dead: every request it held that has not streamed a token yet is routed again and
+// queued on a live worker (at most 3 times; the scheduler keeps each request's original until its
+// first token for this); the others end with an `error` kPeerDead. New requests go to the
+// remaining workers (or get kUnavailable when none is left). A frontend silent for frontend_dead_ms has its requests
 // cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
 // (workers); nothing a peer sends takes the loop down.
 #pragma once

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/common/metrics.h"
 #include "tessera/testing/paths.h"
@@ -117,32 +118,58 @@ std::string tail(const std::string& path, size_t bytes = 3000) {
 }
 }  // namespace
 
-Cluster::Cluster(const ClusterOptions& o) {
+std::vector<GreedyCase> greedy_cases() {
+  std::ifstream in(testing::shared_path("models/stories260K/greedy.json"));
+  auto j = nlohmann::json::parse(in);
+  std::vector<GreedyCase> out;
+  for (const auto& c : j.at("cases"))
+    out.push_back({c.at("prompt").get<std::string>(), c.at("steps").get<int>(), c.at("completion").get<std::string>()});
+  return out;
+}
+
+bool Cluster::start_scheduler(const std::string& frontend_endpoint, const std::string& worker_endpoint) {
+  const ClusterOptions& o = options_;
+  std::vector<std::string> sargs = {"--frontend-endpoint", frontend_endpoint, "--worker-endpoint", worker_endpoint,
+                                    "--metrics-port", "0", "--heartbeat-ms", "100",
+                                    "--worker-dead-ms", std::to_string(o.worker_dead_ms), "--audit", "true",
+                                    "--prefix-cache", o.prefix_cache ? "true" : "false"};
+  sargs.insert(sargs.end(), o.scheduler_args.begin(), o.scheduler_args.end());
+  // A restarted scheduler appends to the same log.
+  const bool first = scheduler_ == nullptr;
+  scheduler_.reset();
+  scheduler_ = std::make_unique<Child>(testing::bin_path("tessera-scheduler"), sargs,
+                                       dir_ + (first ? "/scheduler.log" : "/scheduler-restarted.log"));
+  const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
+  if (sline.empty()) return false;
+  sched_fe_ = line_field(sline, "frontends");
+  sched_we_ = line_field(sline, "workers");
+  metrics_port_ = std::atoi(line_field(sline, "metrics").c_str());
+  return true;
+}
+
+bool Cluster::restart_scheduler() {
+  scheduler_->signal(SIGKILL);
+  (void)scheduler_->wait_exit(milliseconds(5000));
+  return start_scheduler(sched_fe_, sched_we_);
+}
+
+Cluster::Cluster(const ClusterOptions& o) : options_(o) {
   using testing::bin_path;
   using testing::shared_path;
   dir_ = testing::make_temp_dir("tessera-cluster");
   const std::string model = shared_path("models/stories260K/stories260K.bin");
   const std::string tok = shared_path("models/stories260K/tok512.bin");
-  std::vector<std::string> sargs = {"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint", "tcp://127.0.0.1:*",
-                                    "--metrics-port", "0", "--heartbeat-ms", "100",
-                                    "--worker-dead-ms", std::to_string(o.worker_dead_ms), "--audit", "true",
-                                    "--prefix-cache", o.prefix_cache ? "true" : "false"};
-  sargs.insert(sargs.end(), o.scheduler_args.begin(), o.scheduler_args.end());
-  scheduler_ = std::make_unique<Child>(bin_path("tessera-scheduler"), sargs, dir_ + "/scheduler.log");
-  const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
-  if (sline.empty()) {
+  if (!start_scheduler("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")) {
     ADD_FAILURE() << "tessera-scheduler did not start\n" << logs();
     return;
   }
-  sched_fe_ = line_field(sline, "frontends");
-  sched_we_ = line_field(sline, "workers");
-  metrics_port_ = std::atoi(line_field(sline, "metrics").c_str());
   for (int i = 0; i < o.num_workers; ++i) {
     const std::string name = "w" + std::to_string(i);
+    std::vector<std::string> wargs = {"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
+                                      std::to_string(o.num_pages), "--name", name};
+    wargs.insert(wargs.end(), o.worker_args.begin(), o.worker_args.end());
     workers_.push_back(std::make_unique<Child>(
-        bin_path("tessera-worker"),
-        std::vector<std::string>{"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
-                                 std::to_string(o.num_pages), "--name", name},
+        bin_path("tessera-worker"), wargs,
         dir_ + "/" + (i == 0 ? std::string("worker") : "worker" + std::to_string(i)) + ".log"));
   }
   frontend_ = std::make_unique<Child>(
@@ -185,8 +212,13 @@ Cluster::~Cluster() {
 
 std::string Cluster::logs() const {
   std::string out;
-  for (const char* name : {"scheduler", "worker", "frontend"})
-    out += std::string("---- ") + name + ".log (tail)\n" + tail(dir_ + "/" + name + ".log") + "\n";
+  std::vector<std::string> names = {"scheduler", "scheduler-restarted", "frontend", "worker"};
+  for (size_t i = 1; i < workers_.size(); ++i) names.push_back("worker" + std::to_string(i));
+  for (const auto& name : names) {
+    const std::string path = dir_ + "/" + name + ".log";
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    out += "---- " + name + ".log (tail)\n" + tail(path) + "\n";
+  }
   return out;
 }
 

@@ -50,6 +50,15 @@ std::string line_field(const std::string& line, const std::string& field);
 // Polls pred() every few milliseconds until it holds or the deadline passes.
 bool wait_until(const std::function<bool()>& pred, milliseconds timeout);
 
+// ../shared/models/stories260K/greedy.json: a generation of at least `steps` new tokens from
+// `prompt` (temperature 0) must begin with `completion`.
+struct GreedyCase {
+  std::string prompt;
+  int steps = 0;
+  std::string completion;
+};
+std::vector<GreedyCase> greedy_cases();
+
 struct ClusterOptions {
   bool prefix_cache = true;
   int worker_dead_ms = 3000;
@@ -57,6 +66,7 @@ struct ClusterOptions {
   int max_prompt_tokens = 400;       // frontend limit (413 above it)
   int num_workers = 1;               // named w0, w1, ...
   std::vector<std::string> scheduler_args;
+  std::vector<std::string> worker_args;
 };
 
 class Cluster {
@@ -73,10 +83,13 @@ class Cluster {
   const std::string& scheduler_frontend_endpoint() const { return sched_fe_; }
   const std::string& scheduler_worker_endpoint() const { return sched_we_; }
   Child& scheduler() { return *scheduler_; }
+  // SIGKILLs the scheduler and starts a new one on the same frontend and worker endpoints (a new
+  // metrics port); true once it prints its LISTENING line. Workers and frontend stay up.
+  bool restart_scheduler();
   Child& worker(size_t i = 0) { return *workers_.at(i); }
   size_t num_workers() const { return workers_.size(); }
   Child& frontend() { return *frontend_; }
-  std::string logs() const;  // tails of the three logs, for failure messages
+  std::string logs() const;  // tails of every process's log, for failure messages
 
   Result<bench::HttpResponse> post(const std::string& path, const std::string& json, int timeout_ms = 30000) const;
   Result<bench::HttpResponse> get(const std::string& path, int port = 0, int timeout_ms = 10000) const;
@@ -84,6 +97,9 @@ class Cluster {
   double metric(int port, const std::string& name, const std::string& label_filter = "") const;
 
  private:
+  bool start_scheduler(const std::string& frontend_endpoint, const std::string& worker_endpoint);
+
+  ClusterOptions options_;
   std::string dir_;
   std::unique_ptr<Child> scheduler_, frontend_;
   std::vector<std::unique_ptr<Child>> workers_;

@@ -20,21 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-struct GreedyCase {
-  std::string prompt;
-  int steps = 0;
-  std::string completion;
-};
-
-std::vector<GreedyCase> greedy_cases() {
-  std::ifstream in(testing::shared_path("models/stories260K/greedy.json"));
-  json j = json::parse(in);
-  std::vector<GreedyCase> out;
-  for (const auto& c : j.at("cases"))
-    out.push_back({c.at("prompt").get<std::string>(), c.at("steps").get<int>(), c.at("completion").get<std::string>()});
-  return out;
-}
-
 std::string completion_body(const std::string& prompt, int max_tokens, bool stream, bool ignore_eos = true) {
   return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream},
               {"ignore_eos", ignore_eos}}
