@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "tessera/common/log.h"
 #include "tessera/common/protocol.h"
@@ -53,17 +54,29 @@ class Compute {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
   }
+  // Engine::reset_requests() before the next plan (after the one executing now, if any), on the
+  // compute thread: the Engine is not thread-safe.
+  void reset_requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    reset_pending_ = true;
+  }
 
  private:
   void loop() {
     for (;;) {
       StepPlan plan;
+      bool reset = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || plan_.has_value(); });
         if (stop_) return;
         plan = std::move(*plan_);
         plan_.reset();
+        reset = std::exchange(reset_pending_, false);
+      }
+      if (reset) {
+        TS_LOG(kInfo) << "registered again: dropping the state of " << engine_.num_request_states() << " requests";
+        engine_.reset_requests();
       }
       const auto t0 = Clock::now();
       auto r = engine_.execute(plan);
@@ -89,6 +102,7 @@ class Compute {
   std::optional<StepPlan> plan_;  // GUARDED_BY(mu_)
   bool busy_ = false;             // GUARDED_BY(mu_): a plan is queued or executing
   bool stop_ = false;             // GUARDED_BY(mu_)
+  bool reset_pending_ = false;    // GUARDED_BY(mu_): reset_requests() before the next plan
   std::thread thread_;
 };
 
@@ -132,6 +146,7 @@ Status run_service(const ServiceConfig& config, const worker::Model& model, work
   auto send = [&](const protocol::Message& m) { (void)zmqu::send(sched, {protocol::encode(m)}, /*dontwait=*/true); };
 
   bool registered = false;
+  int registrations = 0;  // accepted register_acks
   bool exiting = false;  // drain/shutdown/signal: leave once no plan is in flight
   int heartbeat_ms = config.heartbeat_ms;
   uint64_t beat_seq = 0;
@@ -193,6 +208,9 @@ Status run_service(const ServiceConfig& config, const worker::Model& model, work
           return make_error(ErrorCode::kPermissionDenied, "scheduler rejected registration: " + ack->reason);
         if (!registered) {
           TS_LOG(kInfo) << "registered with " << config.scheduler_endpoint << " as '" << config.name << "'";
+          // The scheduler starts this worker afresh (a new Batcher; a restarted one reuses request
+          // ids): nothing keyed by a request id may survive from before.
+          if (registrations++ > 0) compute.reset_requests();
         }
         registered = true;
         heartbeat_ms = std::max(1, ack->heartbeat_ms);

@@ -5,8 +5,10 @@
 // `step_result` with the same id. A plan that cannot be decoded or fails validation in the engine
 // is answered with a step_result whose error_code is set (the scheduler fails that step's
 // sequences); the worker keeps serving. Heartbeats go out every heartbeat_ms (from the ack);
-// a scheduler silent for dead_after_ms is presumed restarted: the worker drops its request state
-// and registers again. `drain` finishes the current step and exits; `shutdown` and
+// a scheduler silent for dead_after_ms is presumed restarted: the worker registers again, and on
+// every accepted register_ack after the first it drops all per-request engine state
+// (Engine::reset_requests, before the next plan) since the scheduler starts it afresh and a
+// restarted scheduler reuses request ids. `drain` finishes the current step and exits; `shutdown` and
 // request_stop() (SIGTERM/SIGINT) do the same.
 //
 // Threads: the service thread (run()) owns the ZeroMQ sockets; one compute thread runs

@@ -4,7 +4,7 @@
 //   with peer_dead; nothing hangs;
 // - a worker that registers again (here: its scheduler restarted and reuses request ids) drops
 //   every per-request engine state, so a seeded sampled request gives the same tokens as on a
-//   fresh worker.
+//   fresh worker (requests sent straight to the scheduler, as a frontend would).
 #include <signal.h>
 
 #include <atomic>
@@ -12,8 +12,11 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
 #include "cluster_harness.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
 
 namespace tessera::cluster_test {
 namespace {
@@ -143,6 +146,72 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
                          milliseconds(5000)));
   EXPECT_TRUE(cluster.scheduler().alive());
   EXPECT_TRUE(cluster.worker(0).alive());
+}
+
+// Sends a request straight to the scheduler's frontend socket (as a frontend would) and
+// collects its tokens until `want` tokens, its final/error, or the deadline.
+std::vector<int32_t> scheduler_tokens(zmq::socket_t& sock, protocol::GenerateRequest req, size_t want) {
+  std::vector<int32_t> out;
+  EXPECT_TRUE(zmqu::send(sock, {protocol::encode(req)}).ok());
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (out.size() < want && Clock::now() < deadline) {
+    zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    auto frames = zmqu::recv(sock);
+    if (!frames.ok() || frames->empty()) continue;
+    auto msg = protocol::decode(frames->back());
+    if (!msg.ok() || protocol::message_id(*msg) != req.id) continue;
+    if (auto* t = std::get_if<protocol::TokenEvent>(&*msg)) out.insert(out.end(), t->tokens.begin(), t->tokens.end());
+    if (auto* e = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      ADD_FAILURE() << "error " << error_code_name(e->code) << ": " << e->message;
+      break;
+    }
+    if (std::holds_alternative<protocol::FinalEvent>(*msg)) break;
+  }
+  return out;
+}
+
+protocol::GenerateRequest seeded_request(uint64_t id, int32_t max_tokens) {
+  protocol::GenerateRequest r;
+  r.id = id;
+  r.prompt_tokens = {1, 403, 407, 261, 378, 302};
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 4242;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
+// The scheduler dies while a seeded sampled request runs on the worker (its sampler state stays
+// there, never released); a new scheduler starts and numbers requests from 1 again. The worker
+// registers with it and must have dropped that state: the same seeded request, given the same
+// internal id, must produce the same tokens as the next one (a fresh id) and as the first run.
+TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .worker_args = {"--scheduler-dead-ms", "600"}});
+  ASSERT_TRUE(cluster.ok());
+  zmq::context_t ctx(1);
+  std::vector<int32_t> first;
+  {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(cluster.scheduler_frontend_endpoint());
+    first = scheduler_tokens(s, seeded_request(1, 400), 8);  // scheduler-internal id 1; still running
+    ASSERT_EQ(first.size(), 8u) << cluster.logs();
+    ASSERT_TRUE(cluster.restart_scheduler()) << cluster.logs();
+  }
+  ASSERT_TRUE(wait_until([&] { return cluster.metric(cluster.metrics_port(), "tessera_scheduler_live_workers") == 1.0; },
+                         milliseconds(10000)))
+      << "the worker did not register with the new scheduler\n" << cluster.logs();
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(cluster.scheduler_frontend_endpoint());
+  const std::vector<int32_t> again = scheduler_tokens(s, seeded_request(1, 16), 16);  // internal id 1 again
+  const std::vector<int32_t> fresh = scheduler_tokens(s, seeded_request(2, 16), 16);  // internal id 2
+  ASSERT_EQ(again.size(), 16u);
+  ASSERT_EQ(fresh.size(), 16u);
+  EXPECT_EQ(again, fresh) << "the reused request id met stale sampler state on the worker";
+  EXPECT_EQ(std::vector<int32_t>(again.begin(), again.begin() + 8), first) << "not the seeded sequence of the first run";
 }
 
 }  // namespace

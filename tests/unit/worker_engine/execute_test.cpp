@@ -170,6 +170,29 @@ TEST_F(ExecuteTest, SamplerStateLivesUntilReleased) {
   EXPECT_EQ(engine_->num_request_states(), 1u);
 }
 
+TEST_F(ExecuteTest, ResetRequestsDropsEverySamplerState) {
+  // Request 21 samples with a seed, then the engine forgets it (a worker registering again); the
+  // same id with the same seed must start a fresh RNG, giving the first run's first token.
+  auto first_token = [&](uint64_t id) {
+    StepPlan p;
+    SeqPlan s = seq(id, {1, 2, 3}, 0, {0});
+    s.sampling.temperature = 1.5f;
+    s.sampling.seed = 77;
+    p.seqs.push_back(s);
+    auto r = engine_->execute(p);
+    TS_CHECK(r.ok()) << r.error().to_string();
+    return r->results.at(0).token;
+  };
+  std::vector<int32_t> stale;
+  const int32_t t0 = first_token(21);
+  for (int i = 0; i < 8; ++i) stale.push_back(first_token(21));  // same id, RNG advances
+  EXPECT_EQ(engine_->num_request_states(), 1u);
+  engine_->reset_requests();
+  EXPECT_EQ(engine_->num_request_states(), 0u);
+  EXPECT_EQ(first_token(21), t0);
+  EXPECT_NE(stale, std::vector<int32_t>(8, t0)) << "the RNG never advanced; the check above proves nothing";
+}
+
 TEST_F(ExecuteTest, SameSeedSameTokensDifferentSeedDiffers) {
   auto run = [&](uint64_t id, uint64_t seed) {
     std::vector<int32_t> out;

@@ -103,6 +103,7 @@ KvPool& Engine::pool() { return impl_->pool; }
 int32_t Engine::threads() const { return impl_->threads->size(); }
 kernels::Isa Engine::isa() const { return impl_->isa; }
 size_t Engine::num_request_states() const { return impl_->samplers.size(); }
+void Engine::reset_requests() { impl_->samplers.clear(); }
 void Engine::set_fill_handler(FillHandler handler) { impl_->fill_handler = std::move(handler); }
 
 Status Engine::Impl::validate(std::span<const SeqInput> batch) const {

@@ -76,6 +76,10 @@ class Engine {
   int32_t threads() const;
   kernels::Isa isa() const;
   size_t num_request_states() const;  // requests with live sampler state
+  // Forgets every per-request state (sampler states), as if every live request id had been
+  // released. For a worker whose scheduler lost track of it (it registers again, and a restarted
+  // scheduler numbers requests from 1 again). K/V pool contents are the scheduler's business.
+  void reset_requests();
 
  private:
   struct Impl;
