@@ -126,9 +126,10 @@ AdminReply Frontend::Impl::admin(std::string_view method, std::string_view path,
                                 "missing or wrong admin token (send 'Authorization: Bearer <token>')"));
   // /admin/v1/users/{user}/{preference|invalidate}
   constexpr std::string_view kPrefix = "/admin/v1/users/";
-  const std::string_view rest = path.substr(kPrefix.size());
+  const bool under_users = path.substr(0, kPrefix.size()) == kPrefix;
+  const std::string_view rest = under_users ? path.substr(kPrefix.size()) : std::string_view();
   const size_t slash = rest.rfind('/');
-  if (path.substr(0, kPrefix.size()) != kPrefix || slash == std::string_view::npos || slash == 0)
+  if (!under_users || slash == std::string_view::npos || slash == 0)
     return fail(404, make_error(ErrorCode::kNotFound, "unknown admin route " + std::string(path) +
                                                           " (routes: /admin/v1/users/{user}/preference, /admin/v1/users/{user}/invalidate)"));
   const std::string_view action = rest.substr(slash + 1);

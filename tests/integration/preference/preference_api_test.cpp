@@ -189,6 +189,16 @@ TEST(PreferenceApi, TwoClustersShareAPreferenceThroughRedis) {
   EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/alice/preference").status, 401);
   EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/alice/preference", "", kToken).status, 404);
   EXPECT_EQ(http(a.http_port, "PUT", "/admin/v1/users/alice/preference", R"({"alpha": 0.5})", kToken).status, 400);
+  EXPECT_EQ(http(a.http_port, "PUT", "/admin/v1/users/alice/preference", R"({"preference": "x", "alpha": 2})", kToken).status, 400);
+  EXPECT_EQ(http(a.http_port, "PUT", "/admin/v1/users/alice/preference", "not json", kToken).status, 400);
+  // Bad routes get errors, and the frontend keeps serving.
+  EXPECT_EQ(http(a.http_port, "GET", "/admin/x", "", kToken).status, 404);
+  EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/", "", kToken).status, 404);
+  EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/alice/other", "", kToken).status, 404);
+  EXPECT_EQ(http(a.http_port, "POST", "/admin/v1/users/alice/preference", "", kToken).status, 405);
+  EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/al%zzice/preference", "", kToken).status, 400);
+  EXPECT_EQ(http(a.http_port, "GET", "/admin/v1/users/a%2Fb/preference", "", kToken).status, 404) << "a/b: no stored preference";
+  EXPECT_EQ(http(a.http_port, "GET", "/health").status, 200);
 
   // Store alice's preference through A; it lives in the kvstore (L1 of node 1 and Redis).
   Reply put = http(a.http_port, "PUT", "/admin/v1/users/alice/preference",
