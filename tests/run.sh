@@ -44,9 +44,6 @@ cmake_args=(-S "$root" -B "$build_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared")
 cmake "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$jobs"
 
-ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")
-[[ -n "${TEST_FILTER:-}" ]] && ctest_args+=(-R "$TEST_FILTER")
-ctest "${ctest_args[@]}"
 
 # ---- fuzz step (model-file parsers; owner: loaders) -------------------------------------
 # When clang is installed: builds only the libFuzzer targets in build-fuzz (clang,
@@ -72,3 +69,8 @@ if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
   done
 fi
 # ---- end of fuzz step -------------------------------------------------------------------
+
+# ---- unit and integration tests (last, so CTest's summary closes the output) -----------
+ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")
+[[ -n "${TEST_FILTER:-}" ]] && ctest_args+=(-R "$TEST_FILTER")
+ctest "${ctest_args[@]}"
