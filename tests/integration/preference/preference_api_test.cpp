@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <iostream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -233,6 +234,7 @@ TEST(PreferenceApi, TwoClustersShareAPreferenceThroughRedis) {
   EXPECT_GT(b1.usage["preference"]["kv_bytes"].get<int64_t>(), 0);
   EXPECT_GT(b1.usage["preference"]["transfer_ms"].get<double>(), 0.0);
   EXPECT_EQ(b1.text, a1.text) << "zstd blob is exact: same greedy text as the computing cluster";
+  std::cout << "[info] A usage " << a1.usage.dump() << "\n[info] B usage " << b1.usage.dump() << "\n";
   EXPECT_EQ(b.sched_metric("tessera_scheduler_preference_fills_total", "source=\"compute\""), 0.0);
   EXPECT_EQ(b.sched_metric("tessera_scheduler_preference_fills_total", "source=\"redis\""), 1.0);
   EXPECT_EQ(b.fe_metric("tessera_frontend_preference_requests_total", "source=\"redis\""), 1.0);
