@@ -1,6 +1,8 @@
 // `tessera up [--config FILE]`: the whole single-machine cluster as child processes —
-// tessera-scheduler, one CPU tessera-worker, tessera-frontend on 127.0.0.1:8000, and
-// tessera-kvstore when that binary is installed next to `tessera` — on loopback endpoints.
+// tessera-scheduler, --workers CPU tessera-workers (default 1; named worker0, worker1, ...; the
+// scheduler routes between them), tessera-frontend on 127.0.0.1:8000, and tessera-kvstore when
+// that binary is installed next to `tessera` — on loopback endpoints. "Ready" means /ready
+// answers 200 and every worker has registered with the scheduler.
 //
 // Options are declared once (table below; [up] section of the config file, flags, TESSERA_UP_*
 // environment variables). The same --config FILE is passed to every child, which reads its own
@@ -22,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -35,6 +38,7 @@
 #include "bench/http_client.h"
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/metrics.h"
 #include "tessera/tools/command.h"
 
 namespace tessera::tools {
@@ -72,7 +76,11 @@ void declare_up_options(config::Options& o) {
          .help = "start tessera-kvstore (when the binary exists)", .env = "TESSERA_UP_KVSTORE"});
   o.add({.name = "num-pages", .type = Type::kInt, .default_value = "2048", .help = "worker K/V pages",
          .env = "TESSERA_UP_NUM_PAGES", .min = 1, .max = 1 << 24});
-  o.add({.name = "worker-threads", .type = Type::kInt, .default_value = "0", .help = "worker compute threads (0 = all cores)",
+  o.add({.name = "workers", .type = Type::kInt, .default_value = "1",
+         .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
+         .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
+  o.add({.name = "worker-threads", .type = Type::kInt, .default_value = "0",
+         .help = "compute threads per worker (0 = the machine's cores divided among the workers, at least 1)",
          .env = "TESSERA_UP_WORKER_THREADS", .min = 0, .max = 1024});
   o.add({.name = "prefix-cache", .type = Type::kBool, .default_value = "true", .help = "scheduler prefix caching",
          .env = "TESSERA_UP_PREFIX_CACHE"});
@@ -150,6 +158,17 @@ void stop_all(std::vector<ChildSpec>& children) {
   }
 }
 
+// tessera_scheduler_live_workers from the scheduler's /metrics; -1 when unreadable.
+int live_workers(int metrics_port) {
+  auto r = bench::http_request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
+  if (!r.ok() || r->status != 200) return -1;
+  auto samples = metrics::parse_text(r->body);
+  if (!samples.ok()) return -1;
+  for (const auto& s : *samples)
+    if (s.name == "tessera_scheduler_live_workers") return static_cast<int>(s.value);
+  return -1;
+}
+
 int run_up(const std::vector<std::string>& args) {
   log::set_component("up");
   config::Options o("tessera up", "up");
@@ -221,11 +240,17 @@ int run_up(const std::vector<std::string>& args) {
   if (with_kvstore)
     children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"),
                         .args = with_common({"--listen", lo + std::to_string(o.get_int("kvstore-port"))})});
-  std::vector<std::string> worker_args = {"--model", model, "--scheduler", sched_we, "--num-pages", o.get("num-pages"),
-                                          "--threads", o.get("worker-threads"), "--name", "worker0"};
-  // dki: the worker fetches and stores preference K/V there (docs/preference.md).
-  if (with_kvstore) worker_args.insert(worker_args.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
-  children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = with_common(worker_args)});
+  const int num_workers = static_cast<int>(o.get_int("workers"));
+  int64_t threads = o.get_int("worker-threads");
+  if (threads == 0 && num_workers > 1)
+    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / num_workers);
+  for (int i = 0; i < num_workers; ++i) {
+    std::vector<std::string> worker_args = {"--model", model, "--scheduler", sched_we, "--num-pages", o.get("num-pages"),
+                                            "--threads", std::to_string(threads), "--name", "worker" + std::to_string(i)};
+    // dki: the worker fetches and stores preference K/V there (docs/preference.md).
+    if (with_kvstore) worker_args.insert(worker_args.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
+    children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = with_common(worker_args)});
+  }
   std::vector<std::string> fe = {"--host", o.get("host"), "--http-port", o.get("http-port"), "--zmq-endpoint",
                                  lo + std::to_string(o.get_int("zmq-port")), "--schedulers", sched_fe, "--model", model};
   if (!tokenizer.empty()) fe.insert(fe.end(), {"--tokenizer", tokenizer});
@@ -275,13 +300,14 @@ int run_up(const std::vector<std::string>& args) {
     }
     if (!ready) {
       auto r = bench::http_request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
-      if (r.ok() && r->status == 200) {
+      if (r.ok() && r->status == 200 && live_workers(sp + 2) >= num_workers) {
         ready = true;
         std::printf("tessera up: cluster ready — http://%s:%d (OpenAI API), zmq %s%lld (msgpack API), scheduler metrics "
                     "http://127.0.0.1:%d/metrics\n  try: curl -s http://127.0.0.1:%d/v1/completions -H 'Content-Type: "
                     "application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
                     o.get("host").c_str(), http_port, lo.c_str(), static_cast<long long>(o.get_int("zmq-port")), sp + 2,
                     http_port);
+        if (num_workers > 1) std::printf("tessera up: %d workers registered (worker0 .. worker%d)\n", num_workers, num_workers - 1);
         std::fflush(stdout);
       } else if (Clock::now() > ready_deadline) {
         TS_LOG(kError) << "the cluster did not become ready within " << o.get_int("ready-timeout-ms") << " ms";
@@ -303,6 +329,6 @@ int run_up(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TESSERA_COMMAND("up", "start a single-machine cluster (scheduler, CPU worker, frontend, kvstore) and supervise it", run_up);
+TESSERA_COMMAND("up", "start a single-machine cluster (scheduler, CPU workers, frontend, kvstore) and supervise it", run_up);
 
 }  // namespace tessera::tools

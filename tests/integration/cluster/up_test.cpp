@@ -1,16 +1,19 @@
 // `tessera up` end to end: with no --model it synthesizes a random-weight model, labels it so in
-// /v1/models, answers a completion, and stops every child on SIGTERM.
+// /v1/models, answers a completion, and stops every child on SIGTERM; with --workers 2 both
+// workers register and get traffic.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster_harness.h"
+#include "tessera/common/metrics.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::cluster_test {
@@ -67,6 +70,53 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   up.signal(SIGTERM);
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
   // Every child is gone: nothing listens on the HTTP or scheduler ports any more.
+  EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2) && port_free(base + 3); }, milliseconds(5000)));
+}
+
+// --workers 2: both workers register before "ready", and concurrent requests reach both.
+TEST(TesseraUp, TwoWorkersBothGetTraffic) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up");
+  Child up(testing::bin_path("tessera"),
+           {"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+            "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+            "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
+           dir + "/up.log");
+  const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
+  ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
+  const int metrics_port = base + 4;  // scheduler-port + 2
+  auto scheduler_metric = [&](const std::string& name, const std::string& filter) {
+    auto r = bench::http_request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+    if (!r.ok() || r->status != 200) return -1.0;
+    auto samples = metrics::parse_text(r->body);
+    if (!samples.ok()) return -1.0;
+    double sum = 0.0;
+    for (const auto& smp : *samples)
+      if (smp.name == name && smp.labels.find(filter) != std::string::npos) sum += smp.value;
+    return sum;
+  };
+  EXPECT_EQ(scheduler_metric("tessera_scheduler_live_workers", ""), 2.0) << "ready before both workers registered";
+
+  constexpr int kRequests = 8;
+  std::vector<int> status(kRequests, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRequests; ++i)
+    threads.emplace_back([&, i] {
+      auto r = bench::http_request(
+          {.port = base, .method = "POST", .path = "/v1/completions",
+           .body = nlohmann::json{{"prompt", "Request " + std::to_string(i) + " of many"}, {"max_tokens", 32},
+                                  {"ignore_eos", true}}.dump(),
+           .timeout_ms = 30000});
+      status[i] = r.ok() ? r->status : -1;
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kRequests; ++i) EXPECT_EQ(status[i], 200) << "request " << i;
+  for (const char* w : {"worker=\"worker0\"", "worker=\"worker1\""})
+    EXPECT_GE(scheduler_metric("tessera_scheduler_routed_requests_total", w), 1.0) << w << " got no traffic";
+
+  up.signal(SIGTERM);
+  EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
   EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2) && port_free(base + 3); }, milliseconds(5000)));
 }
 
