@@ -1,12 +1,19 @@
 // engine_bench: llama-bench-style throughput of the paged CPU engine on one model file.
 //
 //   engine_bench --model FILE.gguf [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa avx512]
+//   engine_bench --model FILE.gguf --decode-batch N [--prompt 128] [--gen 64] [--threads 2] [--reps 3]
 //
 // pp<N>: one forward of N random token ids from position 0 (logits of the last token only),
 // tokens/s = N / time. tg<M>: M single-token decode steps from position 0 (logits every step,
 // greedy argmax), tokens/s = M / time. As llama-bench does, each test starts from an empty
 // cache and uses random tokens; one untimed warm-up run of each precedes the timed ones.
 // Reports the median (and min/max) over --reps runs, and the process's peak RSS.
+//
+// --decode-batch N (multi-sequence decode, what continuous batching runs): N sequences, each
+// prefilled with its own --prompt random tokens (untimed, one forward per sequence), then --gen
+// decode steps of all N together (one forward per step, one token per sequence, logits for
+// every sequence, greedy argmax each). tokens/s = N * gen / time of the decode steps. Run it
+// with N = 1 as well: the ratio is what batching buys.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -31,6 +38,7 @@ struct Options {
   int prompt = 512;
   int gen = 128;
   int reps = 3;
+  int decode_batch = 0;  // 0: the pp/tg tests; N > 0: the multi-sequence decode test
   std::optional<kernels::Isa> isa;
 };
 
@@ -63,6 +71,89 @@ int fail(const std::string& msg) {
   return 1;
 }
 
+// The --decode-batch test; see the top of the file.
+int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
+  const ModelConfig& cfg = model.config();
+  const int32_t n = o.decode_batch;
+  const int32_t positions = o.prompt + o.gen;
+  const int32_t pages_per_seq = (positions + page_size - 1) / page_size;
+  auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size},
+                                       .threads = o.threads,
+                                       .isa = o.isa});
+  if (!engine.ok()) return fail(engine.error().to_string());
+  Engine& e = **engine;
+  std::mt19937 rng(1234);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n));
+  for (int32_t s = 0; s < n; ++s) {
+    for (int32_t p = 0; p < pages_per_seq; ++p) tables[static_cast<size_t>(s)].push_back(s * pages_per_seq + p);
+  }
+  auto slots_for = [&](int32_t s, int32_t start, int32_t count) {
+    std::vector<int64_t> out;
+    for (int32_t p = start; p < start + count; ++p) {
+      out.push_back(static_cast<int64_t>(tables[static_cast<size_t>(s)][static_cast<size_t>(p / page_size)]) * page_size +
+                    p % page_size);
+    }
+    return out;
+  };
+  auto check = [](const Result<std::span<const float>>& r) {
+    if (!r.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", r.error().to_string().c_str());
+      std::exit(1);
+    }
+  };
+  // One run: prefill every sequence (untimed), then gen decode steps of all of them (timed).
+  double decode_cpu = 0.0;  // process CPU seconds of the timed decode steps, all runs
+  auto run = [&]() -> double {
+    std::vector<int32_t> next(static_cast<size_t>(n));
+    for (int32_t s = 0; s < n; ++s) {
+      std::vector<int32_t> tokens(static_cast<size_t>(o.prompt));
+      for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.vocab_size));
+      const auto slots = slots_for(s, 0, o.prompt);
+      const SeqInput in{.tokens = tokens, .start_pos = 0, .block_table = tables[static_cast<size_t>(s)], .slot_mapping = slots,
+                        .want_logits = true};
+      auto r = e.forward({&in, 1});
+      check(r);
+      next[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
+    }
+    std::vector<std::vector<int64_t>> slots(static_cast<size_t>(n));
+    std::vector<SeqInput> batch(static_cast<size_t>(n));
+    const size_t vocab = static_cast<size_t>(cfg.vocab_size);
+    const double c0 = cpu_s();
+    const double t0 = now_s();
+    for (int32_t step = 0; step < o.gen; ++step) {
+      const int32_t pos = o.prompt + step;
+      for (int32_t s = 0; s < n; ++s) {
+        const size_t i = static_cast<size_t>(s);
+        slots[i] = slots_for(s, pos, 1);
+        batch[i] = {.tokens = {&next[i], 1}, .start_pos = pos, .block_table = tables[i], .slot_mapping = slots[i],
+                    .want_logits = true};
+      }
+      auto r = e.forward(batch);
+      check(r);
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        const float* row = r->data() + i * vocab;
+        next[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      }
+    }
+    const double dt = now_s() - t0;
+    decode_cpu += cpu_s() - c0;
+    return static_cast<double>(n) * o.gen / dt;
+  };
+  run();  // warm-up
+  decode_cpu = 0.0;
+  std::vector<double> rates;
+  for (int i = 0; i < o.reps; ++i) rates.push_back(run());
+  const Stats st = stats(rates);
+  std::printf("model: %s (dim %d, %d layers, weights %s)\n", o.model.c_str(), cfg.dim, cfg.n_layers,
+              dtype_name(model.layers.at(0).wq.dtype));
+  std::printf("engine: %d threads, kernels %s, %d reps\n", e.threads(), kernels::isa_name(e.isa()), o.reps);
+  std::printf("decode-batch %d (prompt %d, %d steps): %10.2f tok/s  (min %.2f, max %.2f)  %.1f ms/step  %.2f tok per CPU-s\n",
+              n, o.prompt, o.gen, st.median, st.min, st.max, 1e3 * n / st.median,
+              static_cast<double>(n) * o.gen * o.reps / decode_cpu);
+  std::printf("peak RSS %.1f MiB\n", peak_rss_mib());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +167,7 @@ int main(int argc, char** argv) {
     else if (k == "--prompt") o.prompt = std::atoi(v.c_str());
     else if (k == "--gen") o.gen = std::atoi(v.c_str());
     else if (k == "--reps") o.reps = std::atoi(v.c_str());
+    else if (k == "--decode-batch") o.decode_batch = std::atoi(v.c_str());
     else if (k == "--isa") {
       o.isa = kernels::parse_isa(v);
       if (!o.isa) return fail("--isa must be scalar, avx2 or avx512");
@@ -83,8 +175,10 @@ int main(int argc, char** argv) {
       return fail("unknown option " + k);
     }
   }
-  if (o.model.empty() || o.threads < 1 || o.prompt < 1 || o.gen < 1 || o.reps < 1) {
-    return fail("usage: engine_bench --model FILE [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa NAME]");
+  if (o.model.empty() || o.threads < 1 || o.prompt < 1 || o.gen < 1 || o.reps < 1 || o.decode_batch < 0 ||
+      o.decode_batch > 1024) {
+    return fail("usage: engine_bench --model FILE [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa NAME] "
+                "[--decode-batch N (1..1024)]");
   }
   const double t_load = now_s();
   auto model = load_model(o.model);
@@ -92,6 +186,7 @@ int main(int argc, char** argv) {
   const double load_s = now_s() - t_load;
   const ModelConfig& cfg = (*model)->config();
   const int32_t page_size = 16;
+  if (o.decode_batch > 0) return run_decode_batch(o, **model, page_size);
   const int32_t positions = std::max(o.prompt, o.gen);
   auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size},
                                          .threads = o.threads,

@@ -25,7 +25,7 @@ const cpu::IsaKernels& kernels_for(Isa isa) {
 constexpr int32_t kTokensPerItem = 4;
 
 struct Item {
-  int32_t seq, kv_head, row0, row1;  // rows [row0, row1) of q/out, all in sequence `seq`
+  int32_t seq, kv_head0, kv_head1, row0, row1;  // rows [row0, row1) of q/out, all in sequence `seq`
 };
 
 }  // namespace
@@ -36,11 +36,22 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
   if (a.n_seqs <= 0) return;
   const cpu::IsaKernels& k = kernels_for(isa);
   const int32_t group = a.n_heads / a.n_kv_heads;
-  std::vector<Item> items;
+  // Work items: (sequence, block of query rows) x kv heads. With enough row blocks to keep
+  // every thread busy (many decode sequences), one item takes all kv heads of its rows: the
+  // heads of one token slot are adjacent in the pool, so one core streaming a sequence's K/V
+  // head after head finds the later heads' lines already in its caches.
+  int64_t row_blocks = 0;
+  for (int32_t s = 0; s < a.n_seqs; ++s) {
+    row_blocks += (a.token_indptr[s + 1] - a.token_indptr[s] + kTokensPerItem - 1) / kTokensPerItem;
+  }
+  const int32_t threads = pool != nullptr ? pool->size() : 1;
+  const int32_t heads_per_item = row_blocks >= 4 * static_cast<int64_t>(threads) ? a.n_kv_heads : 1;
+  thread_local std::vector<Item> items;
+  items.clear();
   for (int32_t s = 0; s < a.n_seqs; ++s) {
     for (int32_t r = a.token_indptr[s]; r < a.token_indptr[s + 1]; r += kTokensPerItem) {
       const int32_t r1 = std::min(a.token_indptr[s + 1], r + kTokensPerItem);
-      for (int32_t g = 0; g < a.n_kv_heads; ++g) items.push_back({s, g, r, r1});
+      for (int32_t g = 0; g < a.n_kv_heads; g += heads_per_item) items.push_back({s, g, g + heads_per_item, r, r1});
     }
   }
   // Longest rows (largest positions) first: better balance for causal prefill.
@@ -48,8 +59,8 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
     return a.start_pos[x.seq] + (x.row1 - a.token_indptr[x.seq]) > a.start_pos[y.seq] + (y.row1 - a.token_indptr[y.seq]);
   });
   const int64_t token_stride = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
-  auto task = [&](int64_t i) {
-    const Item& it = items[static_cast<size_t>(i)];
+  const Item* item_list = items.data();  // `items` inside a task would name the worker's own
+  auto attend = [&](const Item& it, int32_t kv_head) {
     const int32_t n_rows = (it.row1 - it.row0) * group;
     thread_local std::vector<float> scratch;
     thread_local std::vector<const float*> q_rows;
@@ -60,7 +71,7 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
     out_rows.clear();
     pos.clear();
     for (int32_t r = it.row0; r < it.row1; ++r) {
-      for (int32_t h = it.kv_head * group; h < (it.kv_head + 1) * group; ++h) {
+      for (int32_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
         q_rows.push_back(a.q + r * a.q_stride + static_cast<int64_t>(h) * a.head_dim);
         out_rows.push_back(a.out + r * a.out_stride + static_cast<int64_t>(h) * a.head_dim);
         pos.push_back(a.start_pos[it.seq] + (r - a.token_indptr[it.seq]));
@@ -70,10 +81,14 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
                            .kv = a.kv, .pages = a.page_ids + a.page_indptr[it.seq], .page_size = a.page_size,
                            .page_stride = 2 * static_cast<int64_t>(a.page_size) * token_stride,
                            .token_stride = token_stride,
-                           .kv_offset = static_cast<int64_t>(it.kv_head) * a.head_dim,
+                           .kv_offset = static_cast<int64_t>(kv_head) * a.head_dim,
                            .v_offset = static_cast<int64_t>(a.page_size) * token_stride,
                            .head_dim = a.head_dim, .scale = a.scale, .scratch = scratch.data()};
     k.attend_group(g);
+  };
+  auto task = [&](int64_t i) {
+    const Item& it = item_list[i];
+    for (int32_t kv_head = it.kv_head0; kv_head < it.kv_head1; ++kv_head) attend(it, kv_head);
   };
   if (pool == nullptr) {
     for (size_t i = 0; i < items.size(); ++i) task(static_cast<int64_t>(i));

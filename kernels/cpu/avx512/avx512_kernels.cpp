@@ -294,18 +294,49 @@ inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 
-// attend_group (attention_impl.inc) with explicit AVX-512 for head_dim % 16 == 0, <= 256:
-// scores of 16 keys per FMA chain, a row's output dims held in registers across a key block.
-void attend_group_avx512(const AttnGroup& g) {
-  constexpr int kMaxVecs = 16;
-  if (g.head_dim % 16 != 0 || g.head_dim / 16 > kMaxVecs) {
-    attend_group(g);
-    return;
+// Addresses of the K slots of positions [p0, p0 + n) in the group's kv head (one division per
+// call, not one per key: with a run-time page size it is a real divide).
+inline void key_slots(const AttnGroup& g, int32_t p0, int32_t n, const float** out) {
+  int32_t page = p0 / g.page_size, off = p0 % g.page_size;
+  const float* base = g.kv + g.pages[page] * g.page_stride + g.kv_offset;
+  for (int32_t j = 0; j < n; ++j) {
+    out[j] = base + off * g.token_stride;
+    if (++off == g.page_size && j + 1 < n) {
+      off = 0;
+      base = g.kv + g.pages[++page] * g.page_stride + g.kv_offset;
+    }
   }
-  const int32_t hd = g.head_dim, nv = hd / 16, nq = g.n_rows;
-  float* kt = g.scratch;             // [hd][16]
-  float* acc = kt + hd * kAttnKeys;  // [nq][hd]
-  float* qs = acc + nq * hd;         // [nq][hd]
+}
+
+// Lane j of the result = the sum of the 16 lanes of v[j] (a 16 x 16 transpose-and-add).
+inline __m512 reduce16(const __m512 v[16]) {
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; ++i) {  // per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3]
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane L: element c = lane-L sum of v[4i + c]
+    const __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // Sum the four 128-bit lanes of u[i] into lane i.
+  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
+}
+
+// attend_group (attention_impl.inc) with explicit AVX-512 for head_dim = 16 * NV: the block's
+// 16 K rows are loaded once (no transpose) and each query row's 16 scores are 16 lane-wise dot
+// products folded by reduce16, a row's output dims held in NV registers across a key block (NV is a
+// template parameter so the accumulators stay in registers, not on the stack). The next key
+// block's K and V rows are prefetched while the current one is processed: a decode query reads
+// each K/V row once, from a pool far larger than the caches, one kv head (a few cache lines)
+// per token slot, which the hardware prefetcher does not follow.
+template <int NV>
+void attend_group_nv(const AttnGroup& g) {
+  constexpr int32_t hd = 16 * NV;
+  const int32_t nq = g.n_rows;
+  float* acc = g.scratch + hd * kAttnKeys;  // [nq][hd] (the first hd * 16 floats are unused here)
+  float* qs = acc + nq * hd;                // [nq][hd]
   float* m = qs + nq * hd;
   float* l = m + nq;
   int32_t max_pos = 0;
@@ -314,48 +345,63 @@ void attend_group_avx512(const AttnGroup& g) {
     max_pos = std::max(max_pos, g.pos[r]);
     m[r] = -INFINITY;
     l[r] = 0.0f;
-    for (int32_t v = 0; v < nv; ++v) {
+    for (int32_t v = 0; v < NV; ++v) {
       _mm512_storeu_ps(acc + r * hd + 16 * v, _mm512_setzero_ps());
       _mm512_storeu_ps(qs + r * hd + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(g.q_rows[r] + 16 * v), sv));
     }
   }
+  const float* krow[kAttnKeys];
+  const float* next[kAttnKeys];
   const float* vrow[kAttnKeys];
+  key_slots(g, 0, std::min(kAttnKeys, max_pos + 1), next);
   for (int32_t k0 = 0; k0 <= max_pos; k0 += kAttnKeys) {
     const int32_t nk = std::min(kAttnKeys, max_pos + 1 - k0);
+    std::copy(next, next + nk, krow);
+    const int32_t next_nk = std::min(kAttnKeys, max_pos + 1 - (k0 + kAttnKeys));
+    if (next_nk > 0) key_slots(g, k0 + kAttnKeys, next_nk, next);
+    for (int32_t j = 0; j < next_nk; ++j) {  // prefetch the next block (K and V rows)
+      const char* base = reinterpret_cast<const char*>(next[j]);
+      const char* vbase = reinterpret_cast<const char*>(next[j] + g.v_offset);
+      for (int32_t c = 0; c < hd * 4; c += 64) {
+        _mm_prefetch(base + c, _MM_HINT_T0);
+        _mm_prefetch(vbase + c, _MM_HINT_T0);
+      }
+    }
+    __m512 kv[kAttnKeys][NV];  // the block's K rows, in registers or L1
     for (int32_t j = 0; j < kAttnKeys; ++j) {
       if (j < nk) {
-        const int32_t p = k0 + j;
-        const float* base = g.kv + g.pages[p / g.page_size] * g.page_stride + (p % g.page_size) * g.token_stride + g.kv_offset;
+        const float* base = krow[j];
         vrow[j] = base + g.v_offset;
-        for (int32_t d = 0; d < hd; ++d) kt[d * kAttnKeys + j] = base[d];
+        for (int32_t v = 0; v < NV; ++v) kv[j][v] = _mm512_loadu_ps(base + 16 * v);
       } else {
-        for (int32_t d = 0; d < hd; ++d) kt[d * kAttnKeys + j] = 0.0f;
+        for (int32_t v = 0; v < NV; ++v) kv[j][v] = _mm512_setzero_ps();
       }
     }
     for (int32_t r = 0; r < nq; ++r) {
       const int32_t pos = g.pos[r];
       if (k0 > pos) continue;
       const float* q = qs + r * hd;
-      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps(), s3 = _mm512_setzero_ps();
-      for (int32_t d = 0; d < hd; d += 4) {
-        s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + d * kAttnKeys), s0);
-        s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), _mm512_loadu_ps(kt + (d + 1) * kAttnKeys), s1);
-        s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), _mm512_loadu_ps(kt + (d + 2) * kAttnKeys), s2);
-        s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), _mm512_loadu_ps(kt + (d + 3) * kAttnKeys), s3);
+      __m512 qv[NV];
+      for (int32_t v = 0; v < NV; ++v) qv[v] = _mm512_loadu_ps(q + 16 * v);
+      __m512 part[kAttnKeys];  // lane-wise partial dot products, one vector per key
+      for (int32_t j = 0; j < kAttnKeys; ++j) {
+        __m512 sj = _mm512_mul_ps(qv[0], kv[j][0]);
+        for (int32_t v = 1; v < NV; ++v) sj = _mm512_fmadd_ps(qv[v], kv[j][v], sj);
+        part[j] = sj;
       }
-      const __m512 sc = _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
+      const __m512 sc = reduce16(part);
       const int32_t valid = std::min(nk, pos - k0 + 1);
       const __mmask16 vm = valid >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << valid) - 1u);
       const float bmax = _mm512_mask_reduce_max_ps(vm, sc);
       const float new_m = std::max(m[r], bmax);
       float* a = acc + r * hd;
-      __m512 av[kMaxVecs];
-      for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_loadu_ps(a + 16 * v);
+      __m512 av[NV];
+      for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_loadu_ps(a + 16 * v);
       if (new_m > m[r] && l[r] != 0.0f) {
         const float corr = std::exp(m[r] - new_m);
         l[r] *= corr;
         const __m512 cv = _mm512_set1_ps(corr);
-        for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_mul_ps(av[v], cv);
+        for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_mul_ps(av[v], cv);
       }
       m[r] = new_m;
       const __m512 pv = _mm512_maskz_mov_ps(vm, exp512(_mm512_sub_ps(sc, _mm512_set1_ps(new_m))));
@@ -364,14 +410,24 @@ void attend_group_avx512(const AttnGroup& g) {
       _mm512_store_ps(p, pv);
       for (int32_t j = 0; j < valid; ++j) {
         const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int32_t v = 0; v < nv; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vrow[j] + 16 * v), av[v]);
+        for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vrow[j] + 16 * v), av[v]);
       }
-      for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(a + 16 * v, av[v]);
+      for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(a + 16 * v, av[v]);
     }
   }
   for (int32_t r = 0; r < nq; ++r) {
     const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-    for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(g.out_rows[r] + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * v), inv));
+    for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(g.out_rows[r] + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * v), inv));
+  }
+}
+
+// head_dim 64 and 128 (the Llama family's) get the register-resident AVX-512 path, others the
+// portable one.
+void attend_group_avx512(const AttnGroup& g) {
+  switch (g.head_dim) {
+    case 64: attend_group_nv<4>(g); return;
+    case 128: attend_group_nv<8>(g); return;
+    default: attend_group(g); return;
   }
 }
 

@@ -18,8 +18,10 @@ struct Seq {
   int32_t start, n;  // positions [0, start) already cached, n new rows
 };
 
-void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa, ThreadPool* pool) {
-  const std::vector<Seq> seqs = {{0, 17}, {40, 1}, {3, 100}};
+const std::vector<Seq> kRagged = {{0, 17}, {40, 1}, {3, 100}};
+
+void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa, ThreadPool* pool,
+           const std::vector<Seq>& seqs = kRagged) {
   const int64_t tok = static_cast<int64_t>(n_kv) * hd;
   // Contiguous K/V per sequence: [len, n_kv, hd] each.
   std::vector<std::vector<float>> ks, vs;
@@ -84,8 +86,8 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
     }
   }
   // Outputs are convex combinations of values in [-1, 1]; f32 accumulation over <= 104 keys.
-  EXPECT_LT(max_err, 2e-6) << "page_size=" << page_size << " heads=" << n_heads << "/" << n_kv
-                           << " isa=" << isa_name(isa);
+  EXPECT_LT(max_err, 2e-6) << "page_size=" << page_size << " heads=" << n_heads << "/" << n_kv << " head_dim=" << hd
+                           << " seqs=" << seqs.size() << " isa=" << isa_name(isa);
 }
 
 TEST(PagedAttention, MatchesContiguousReference) {
@@ -96,6 +98,26 @@ TEST(PagedAttention, MatchesContiguousReference) {
       check(ps, 4, 4, 8, isa, &pool);    // GQA ratio 1
       check(ps, 4, 2, 19, isa, &pool);   // ratio 2, odd head_dim
       check(ps, 8, 2, 64, isa, nullptr); // ratio 4
+    }
+  }
+}
+
+// Many decode sequences (one query row each, positions 0..130, some across page boundaries):
+// enough row blocks that one work item takes all kv heads of a sequence; head_dim 64 and 128
+// take the AVX-512 register-resident path. Sequence counts 1, 3, 17, 33.
+TEST(PagedAttention, ManyDecodeSequencesMatchReference) {
+  ThreadPool pool(2);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    for (int32_t n : {1, 3, 17, 33}) {
+      std::vector<Seq> seqs;
+      for (int32_t i = 0; i < n; ++i) seqs.push_back({(i * 37) % 131, 1});
+      if (n == 17) seqs.push_back({5, 9});  // a prefill chunk among the decodes
+      for (int32_t ps : {1, 16}) {
+        check(ps, 9, 3, 64, isa, &pool, seqs);
+        check(ps, 8, 2, 128, isa, &pool, seqs);
+      }
+      check(16, 6, 3, 48, isa, &pool, seqs);  // head_dim 48: the portable path on every ISA
     }
   }
 }
