@@ -225,10 +225,17 @@ Result<StepResult> Engine::execute(const StepPlan& plan) {
     }
     result.fills.push_back(std::move(fr).value());
   }
-  std::span<const float> logits;
-  if (!batch.empty()) logits = im.run(batch);
-  const size_t vocab = static_cast<size_t>(im.cfg.vocab_size);
-  size_t row = 0;
+  if (!batch.empty()) im.run(batch);
+  // Sampling: request states are created (map changes) on this thread, then every sequence
+  // samples its own row in parallel (Samplers are independent; each row is its own slice of
+  // the step's logits, penalized in place). A full-vocabulary sort per sequence (temperature
+  // sampling) is milliseconds each; serially it was a large share of a 32-sequence step.
+  struct Pick {
+    uint64_t request_id;
+    Sampler* sampler;
+    SampleOutcome out;
+  };
+  std::vector<Pick> picks;
   for (const SeqPlan& s : plan.seqs) {
     if (!s.sample) continue;
     auto& slot = im.samplers[s.request_id];
@@ -236,12 +243,24 @@ Result<StepResult> Engine::execute(const StepPlan& plan) {
       slot = std::make_unique<Sampler>(s.sampling);
       slot->set_history(s.generated);
     }
-    std::vector<float> row_logits(logits.begin() + static_cast<std::ptrdiff_t>(row * vocab),
-                                  logits.begin() + static_cast<std::ptrdiff_t>((row + 1) * vocab));
-    ++row;
-    SampleOutcome out = slot->sample(row_logits);
-    slot->accept(out.token);
-    result.results.push_back({.request_id = s.request_id, .token = out.token, .logprob = out.logprob, .top = std::move(out.top)});
+    picks.push_back({.request_id = s.request_id, .sampler = slot.get(), .out = {}});
+  }
+  const size_t vocab = static_cast<size_t>(im.cfg.vocab_size);
+  float* logits = im.s.logits.data();  // run() wrote one row per sampled sequence, in plan order
+  Pick* pick_list = picks.data();
+  auto sample_row = [pick_list, logits, vocab](int64_t i) {
+    Pick& p = pick_list[i];
+    p.out = p.sampler->sample({logits + static_cast<size_t>(i) * vocab, vocab});
+    p.sampler->accept(p.out.token);
+  };
+  if (picks.size() > 1) {
+    im.threads->parallel_for(static_cast<int64_t>(picks.size()), sample_row);
+  } else if (picks.size() == 1) {
+    sample_row(0);
+  }
+  for (Pick& p : picks) {
+    result.results.push_back(
+        {.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob, .top = std::move(p.out.top)});
   }
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return result;
