@@ -15,7 +15,7 @@ namespace tessera::worker {
 // Scratch activations of one step, grown on demand and reused (never shrunk).
 struct Scratch {
   std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_rows, logits;
-  std::vector<int32_t> positions, token_indptr, start_pos, page_indptr, page_ids, out_row_index;
+  std::vector<int32_t> tokens, positions, token_indptr, start_pos, page_indptr, page_ids, out_row_index;
   std::vector<int64_t> slots;
 };
 

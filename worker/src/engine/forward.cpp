@@ -33,7 +33,8 @@ std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
   s.positions.clear();
   s.slots.clear();
   s.out_row_index.clear();
-  std::vector<int32_t> tokens;
+  std::vector<int32_t>& tokens = s.tokens;
+  tokens.clear();
   for (const SeqInput& in : batch) {
     for (size_t i = 0; i < in.tokens.size(); ++i) {
       tokens.push_back(in.tokens[i]);
@@ -122,7 +123,13 @@ std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
       const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
       kernels::matmul_batch(gate_up, tp, isa);
     }
-    kernels::silu_mul(gate, hidden, up, hidden, gate, hidden, T, hidden);
+    if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
+      tp->parallel_for(T, [&](int64_t t) {
+        kernels::silu_mul(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
+      });
+    } else {
+      kernels::silu_mul(gate, hidden, up, hidden, gate, hidden, T, hidden);
+    }
     linear(w.w_down, gate, hidden, o, dim);
     kernels::add_inplace(x, o, T * dim);
   }
