@@ -121,7 +121,7 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
   const auto killed = Clock::now();
   for (auto& t : threads) t.join();
 
-  int requeued_answers = 0;
+  int correct_answers = 0;
   auto check = [&](const Stream& s, const GreedyCase& c, bool may_fail) {
     SCOPED_TRACE(c.prompt + " / " + std::to_string(c.steps));
     EXPECT_EQ(s.status, 200);
@@ -134,14 +134,14 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
     }
     EXPECT_TRUE(s.done) << "no data: [DONE] and no error";
     EXPECT_EQ(s.text.substr(0, c.completion.size()), c.completion) << "not the greedy reference";
-    ++requeued_answers;
+    ++correct_answers;
   };
   for (size_t i = 0; i < a.size(); ++i) check(*a[i], long_cases[i], /*may_fail=*/true);
   for (size_t i = 0; i < b.size(); ++i) check(*b[i], cases[i], /*may_fail=*/false);
   // Every request w1 held without a token was moved (phase B's for sure).
   const double requeued = cluster.metric(cluster.metrics_port(), "tessera_scheduler_requeued_requests_total");
   EXPECT_GE(requeued, w1_stuck) << cluster.logs();
-  EXPECT_GE(requeued_answers, static_cast<int>(b.size()));
+  EXPECT_GE(correct_answers, static_cast<int>(b.size()));
   EXPECT_TRUE(wait_until([&] { return cluster.metric(cluster.metrics_port(), "tessera_scheduler_pages", "state=\"held\"") == 0.0; },
                          milliseconds(5000)));
   EXPECT_TRUE(cluster.scheduler().alive());
