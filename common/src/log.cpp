@@ -68,12 +68,14 @@ Line::Line(Level level, const char* file, int line) : level_(level) {
   gmtime_r(&secs, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%H:%M:%S", &tm);
+  char millis[8];
+  std::snprintf(millis, sizeof millis, ".%03d", static_cast<int>(ms % 1000));
   std::string component;
   {
     std::lock_guard lock(g_component_mu);
     component = g_component;
   }
-  os_ << stamp << '.' << static_cast<int>(ms % 1000) << ' ' << level_name(level) << ' ' << component << ' '
+  os_ << stamp << millis << ' ' << level_name(level) << ' ' << component << ' '
       << (base ? base + 1 : file) << ':' << line << " | ";
 }
 
