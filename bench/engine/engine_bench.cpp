@@ -2,6 +2,7 @@
 //
 //   engine_bench --model FILE.gguf [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa avx512]
 //   engine_bench --model FILE.gguf --decode-batch N [--prompt 128] [--gen 64] [--threads 2] [--reps 3]
+//                [--temperature T]
 //
 // pp<N>: one forward of N random token ids from position 0 (logits of the last token only),
 // tokens/s = N / time. tg<M>: M single-token decode steps from position 0 (logits every step,
@@ -13,7 +14,9 @@
 // prefilled with its own --prompt random tokens (untimed, one forward per sequence), then --gen
 // decode steps of all N together (one forward per step, one token per sequence, logits for
 // every sequence, greedy argmax each). tokens/s = N * gen / time of the decode steps. Run it
-// with N = 1 as well: the ratio is what batching buys.
+// with N = 1 as well: the ratio is what batching buys. With --temperature T the decode steps go
+// through Engine::execute (step plans, the worker's sampler with temperature T, seeded) instead
+// of forward + argmax, so the sampler's cost is included, as in serving.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -39,6 +42,7 @@ struct Options {
   int gen = 128;
   int reps = 3;
   int decode_batch = 0;  // 0: the pp/tg tests; N > 0: the multi-sequence decode test
+  float temperature = -1.0f;  // >= 0: decode steps through Engine::execute with this temperature
   std::optional<kernels::Isa> isa;
 };
 
@@ -128,6 +132,30 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
         batch[i] = {.tokens = {&next[i], 1}, .start_pos = pos, .block_table = tables[i], .slot_mapping = slots[i],
                     .want_logits = true};
       }
+      if (o.temperature >= 0.0f) {  // the serving path: a step plan, the worker's sampler
+        StepPlan plan;
+        plan.step_id = static_cast<uint64_t>(step);
+        for (int32_t s = 0; s < n; ++s) {
+          const size_t i = static_cast<size_t>(s);
+          SeqPlan sp;
+          sp.request_id = static_cast<uint64_t>(s + 1);
+          sp.tokens = {next[i]};
+          sp.start_pos = pos;
+          sp.block_table = tables[i];
+          sp.slot_mapping = slots[i];
+          sp.sample = true;
+          sp.sampling.temperature = o.temperature;
+          sp.sampling.seed = static_cast<uint64_t>(s);
+          plan.seqs.push_back(std::move(sp));
+        }
+        auto r = e.execute(plan);
+        if (!r.ok()) {
+          std::fprintf(stderr, "engine_bench: %s\n", r.error().to_string().c_str());
+          std::exit(1);
+        }
+        for (size_t i = 0; i < static_cast<size_t>(n); ++i) next[i] = r->results.at(i).token;
+        continue;
+      }
       auto r = e.forward(batch);
       check(r);
       for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
@@ -137,6 +165,9 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
     }
     const double dt = now_s() - t0;
     decode_cpu += cpu_s() - c0;
+    StepPlan release;  // forget the runs' sampler states (request ids repeat across runs)
+    for (int32_t s = 0; s < n; ++s) release.released.push_back(static_cast<uint64_t>(s + 1));
+    if (o.temperature >= 0.0f && !e.execute(release).ok()) std::exit(1);
     return static_cast<double>(n) * o.gen / dt;
   };
   run();  // warm-up
@@ -147,6 +178,7 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   std::printf("model: %s (dim %d, %d layers, weights %s)\n", o.model.c_str(), cfg.dim, cfg.n_layers,
               dtype_name(model.layers.at(0).wq.dtype));
   std::printf("engine: %d threads, kernels %s, %d reps\n", e.threads(), kernels::isa_name(e.isa()), o.reps);
+  if (o.temperature >= 0.0f) std::printf("through Engine::execute, sampling at temperature %.2f\n", o.temperature);
   std::printf("decode-batch %d (prompt %d, %d steps): %10.2f tok/s  (min %.2f, max %.2f)  %.1f ms/step  %.2f tok per CPU-s\n",
               n, o.prompt, o.gen, st.median, st.min, st.max, 1e3 * n / st.median,
               static_cast<double>(n) * o.gen * o.reps / decode_cpu);
@@ -168,6 +200,7 @@ int main(int argc, char** argv) {
     else if (k == "--gen") o.gen = std::atoi(v.c_str());
     else if (k == "--reps") o.reps = std::atoi(v.c_str());
     else if (k == "--decode-batch") o.decode_batch = std::atoi(v.c_str());
+    else if (k == "--temperature") o.temperature = static_cast<float>(std::atof(v.c_str()));
     else if (k == "--isa") {
       o.isa = kernels::parse_isa(v);
       if (!o.isa) return fail("--isa must be scalar, avx2 or avx512");
