@@ -1,6 +1,7 @@
 #include "tessera/worker/sampler.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <string>
 
@@ -43,6 +44,21 @@ void Sampler::accept(int32_t token) { ++counts_[token]; }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
+SampleOutcome Sampler::finish_logprobs(std::span<const float> logits, SampleOutcome out, bool want_lp, double log_z) const {
+  const int64_t n = static_cast<int64_t>(logits.size());
+  if (want_lp) {
+    out.logprob = static_cast<float>(logits[static_cast<size_t>(out.token)] - log_z);
+    if (params_.top_logprobs > 0) {
+      const size_t k = std::min(static_cast<size_t>(params_.top_logprobs), static_cast<size_t>(n));
+      std::vector<std::pair<float, int32_t>> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = {logits[static_cast<size_t>(i)], static_cast<int32_t>(i)};
+      std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), better);
+      for (size_t i = 0; i < k; ++i) out.top.push_back({all[i].second, static_cast<float>(all[i].first - log_z)});
+    }
+  }
+  return out;
+}
+
 SampleOutcome Sampler::sample(std::span<float> logits) {
   TS_CHECK(!logits.empty());
   const int64_t n = static_cast<int64_t>(logits.size());
@@ -71,8 +87,34 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
     }
     out.token = best;
   } else {
-    cand_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) cand_[static_cast<size_t>(i)] = {logits[static_cast<size_t>(i)] / params_.temperature, static_cast<int32_t>(i)};
+    // Scaled logits. Candidates below min_p * p_max can never survive, so they are dropped
+    // before sorting (p_i / p_max >= min_p  <=>  l_i >= l_max + ln(min_p)); with no truncation
+    // at all the categorical draw needs no order and no sort.
+    const float inv_t = 1.0f / params_.temperature;
+    float l_max = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < n; ++i) l_max = std::max(l_max, logits[static_cast<size_t>(i)] * inv_t);
+    const bool truncates = (params_.top_k > 0 && params_.top_k < n) || params_.top_p < 1.0f || params_.min_p > 0.0f;
+    if (!truncates) {
+      double z = 0.0;
+      for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
+      const double u = uniform() * z;
+      double acc = 0.0;
+      out.token = static_cast<int32_t>(n - 1);
+      for (int64_t i = 0; i < n; ++i) {
+        acc += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
+        if (u < acc) {
+          out.token = static_cast<int32_t>(i);
+          break;
+        }
+      }
+      return finish_logprobs(logits, out, want_lp, log_z);
+    }
+    const float floor = params_.min_p > 0.0f ? l_max + std::log(params_.min_p) : -std::numeric_limits<float>::infinity();
+    cand_.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      const float l = logits[static_cast<size_t>(i)] * inv_t;
+      if (l >= floor) cand_.push_back({l, static_cast<int32_t>(i)});
+    }
     size_t keep = cand_.size();
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < keep) {
       keep = static_cast<size_t>(params_.top_k);
@@ -117,17 +159,7 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
       }
     }
   }
-  if (want_lp) {
-    out.logprob = static_cast<float>(logits[static_cast<size_t>(out.token)] - log_z);
-    if (params_.top_logprobs > 0) {
-      const size_t k = std::min(static_cast<size_t>(params_.top_logprobs), static_cast<size_t>(n));
-      std::vector<std::pair<float, int32_t>> all(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = {logits[static_cast<size_t>(i)], static_cast<int32_t>(i)};
-      std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), all.end(), better);
-      for (size_t i = 0; i < k; ++i) out.top.push_back({all[i].second, static_cast<float>(all[i].first - log_z)});
-    }
-  }
-  return out;
+  return finish_logprobs(logits, out, want_lp, log_z);
 }
 
 }  // namespace tessera::worker

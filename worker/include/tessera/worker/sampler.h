@@ -57,6 +57,8 @@ class Sampler {
 
  private:
   double uniform();  // [0, 1)
+  // Fills the chosen token's log-probability and the top alternatives when asked.
+  SampleOutcome finish_logprobs(std::span<const float> logits, SampleOutcome out, bool want_lp, double log_z) const;
 
   SamplingParams params_;
   std::mt19937_64 rng_;
