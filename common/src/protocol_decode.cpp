@@ -147,6 +147,7 @@ Status decode_register_ack(const MapView& m, RegisterAck* r) {
   TS_TRY(req(m, "accepted", &r->accepted));
   TS_TRY(opt(m, "reason", &r->reason));
   TS_TRY(opt(m, "heartbeat_ms", &r->heartbeat_ms));
+  TS_TRY(opt(m, "instance", &r->instance));
   if (r->heartbeat_ms < 1) return range_error("heartbeat_ms must be >= 1 (got " + num(r->heartbeat_ms) + ")");
   return ok_status();
 }
@@ -236,6 +237,7 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
   TS_TRY(opt(m, "waiting", &h->waiting));
   TS_TRY(opt(m, "free_pages", &h->free_pages));
   TS_TRY(opt(m, "unix_ms", &h->unix_ms));
+  TS_TRY(opt(m, "instance", &h->instance));
   auto read_workers = [&](const msgpack::object& o, const std::string& path) -> Status {
     TS_ASSIGN_OR_RETURN(MapView w, detail::as_map(o, path));
     WorkerStats ws;

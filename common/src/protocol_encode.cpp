@@ -168,6 +168,10 @@ struct Encoder {
     w.str(r.reason);
     w.key("heartbeat_ms");
     w.i64(r.heartbeat_ms);
+    if (r.instance != 0) {
+      w.key("instance");
+      w.u64(r.instance);
+    }
   }
 
   void operator()(const StepPlanMsg& m) {
@@ -290,6 +294,10 @@ struct Encoder {
     w.i64(h.free_pages);
     w.key("unix_ms");
     w.i64(h.unix_ms);
+    if (h.instance != 0) {
+      w.key("instance");
+      w.u64(h.instance);
+    }
     w.key("workers");
     w.begin_array(static_cast<uint32_t>(h.workers.size()));
     for (const auto& ws : h.workers) {

@@ -30,6 +30,7 @@ struct Hub::Impl {
     Clock::time_point last_seen{};
     bool alive = false;
     protocol::Heartbeat last;
+    uint64_t instance = 0;  // from its heartbeats; 0 = not seen yet (or an old scheduler)
     metrics::Gauge* up = nullptr;
     // Per worker of this scheduler (from its heartbeats): pages free/held/cached, requests
     // running/waiting. A worker missing from the last heartbeat (or a dead scheduler) reads 0.
@@ -159,6 +160,13 @@ struct Hub::Impl {
 
   void dispatch(size_t i, Message msg) {
     if (auto* hb = std::get_if<protocol::Heartbeat>(&msg)) {
+      Scheduler& s = schedulers[i];
+      if (hb->instance != 0 && s.instance != 0 && hb->instance != s.instance) {
+        TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | restarted (instance " << s.instance << " -> " << hb->instance
+                      << "): failing its in-flight requests";
+        fail_scheduler(i, "scheduler " + s.endpoint + " restarted; the request was lost");
+      }
+      if (hb->instance != 0) s.instance = hb->instance;
       schedulers[i].last = *hb;
       publish_worker_gauges(schedulers[i]);
       return;
@@ -213,7 +221,7 @@ struct Hub::Impl {
         s.last = {};
         publish_worker_gauges(s);
         TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | no message for " << config.dead_after_ms << " ms: dead";
-        fail_scheduler(i);
+        fail_scheduler(i, "scheduler " + s.endpoint + " stopped answering");
       }
       protocol::Heartbeat hb{.id = seq, .role = "frontend", .name = config.name, .unix_ms = unix_ms()};
       (void)zmqu::send(*s.socket, {protocol::encode(hb)}, /*dontwait=*/true);
@@ -221,7 +229,8 @@ struct Hub::Impl {
     publish_status();
   }
 
-  void fail_scheduler(size_t i) {
+  // Ends every in-flight request of scheduler i with kPeerDead.
+  void fail_scheduler(size_t i, const std::string& why) {
     for (auto it = inflight.begin(); it != inflight.end();) {
       if (it->second.scheduler != i) {
         ++it;
@@ -231,8 +240,7 @@ struct Hub::Impl {
       uint64_t id = it->first;
       it = inflight.erase(it);
       peer_dead_failures->inc();
-      sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kPeerDead,
-                                            .message = "scheduler " + schedulers[i].endpoint + " stopped answering"});
+      sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kPeerDead, .message = why});
     }
   }
 
@@ -310,7 +318,7 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
   impl->bad_from_client = &metrics.counter("tessera_frontend_bad_messages_total",
                                            "messages that failed to decode, by source", {{"source", "zmq_client"}});
   impl->peer_dead_failures = &metrics.counter("tessera_frontend_peer_dead_requests_total",
-                                              "requests failed because their scheduler stopped answering heartbeats");
+                                              "requests failed because their scheduler stopped answering heartbeats or restarted");
   std::string endpoint;
   try {
     const std::string wake = "inproc://hub-wake";

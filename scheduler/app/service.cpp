@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <random>
 #include <unordered_map>
 #include <vector>
 
@@ -35,9 +36,19 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+// This process's instance id (protocol: Heartbeat/RegisterAck `instance`): random and non-zero,
+// so a peer that sees it change knows the scheduler restarted.
+uint64_t new_instance_id() {
+  std::random_device rd;
+  uint64_t v = 0;
+  while (v == 0) v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(unix_ms());
+  return v;
+}
+
 }  // namespace
 
 struct Service::Impl {
+  const uint64_t instance = new_instance_id();
   struct Worker {
     std::string name;  // == ZeroMQ routing id
     protocol::RegisterWorker info;
@@ -172,7 +183,7 @@ struct Service::Impl {
   }
 
   protocol::Heartbeat stats_heartbeat(uint64_t id) const {
-    protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config.name, .unix_ms = unix_ms()};
+    protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config.name, .unix_ms = unix_ms(), .instance = instance};
     for (const auto& [name, w] : workers) {
       hb.live_workers += 1;
       hb.running += static_cast<int32_t>(w.batcher->num_running());
@@ -392,7 +403,8 @@ struct Service::Impl {
     Worker& w = it->second;
     w.last_seen = Clock::now();
     if (auto* hb = std::get_if<protocol::Heartbeat>(&msg)) {
-      to_worker(name, protocol::Heartbeat{.id = hb->id, .role = "scheduler", .name = config.name, .unix_ms = unix_ms()});
+      to_worker(name, protocol::Heartbeat{.id = hb->id, .role = "scheduler", .name = config.name, .unix_ms = unix_ms(),
+                                          .instance = instance});
     } else if (auto* res = std::get_if<protocol::StepResultMsg>(&msg)) {
       on_result(w, res->result);
     } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
@@ -418,7 +430,7 @@ struct Service::Impl {
 
   void reject_worker(const std::string& name, const protocol::RegisterWorker& reg, const std::string& why) {
     TS_LOG(kWarn) << "worker=" << name << " | registration rejected: " << why;
-    to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = false, .reason = why});
+    to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = false, .reason = why, .instance = instance});
   }
 
   // Builds the worker's Batcher and puts it on the ring; answers register_ack either way.
@@ -451,7 +463,8 @@ struct Service::Impl {
     w.held_pages = &registry->gauge("tessera_scheduler_pages", help, held_l);
     w.cached_pages = &registry->gauge("tessera_scheduler_pages", help, cached_l);
     workers[name] = std::move(w);
-    to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = true, .heartbeat_ms = config.heartbeat_ms});
+    to_worker(name, protocol::RegisterAck{.id = reg.id, .accepted = true, .heartbeat_ms = config.heartbeat_ms,
+                                                   .instance = instance});
     TS_LOG(kInfo) << "worker=" << name << " | registered: " << reg.num_pages << " pages x " << reg.page_size
                   << ", vocab " << reg.vocab_size << ", context " << bc.max_context << ", step budget "
                   << bc.max_step_tokens << ", model " << fp;

@@ -176,7 +176,7 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
       bin_path("tessera-frontend"),
       std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
                                "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
-                               "1000", "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)},
+                               std::to_string(o.frontend_scheduler_dead_ms), "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)},
       dir_ + "/frontend.log");
   const std::string fline = frontend_->wait_line("LISTENING", milliseconds(15000));
   if (fline.empty()) {

@@ -65,6 +65,7 @@ struct ClusterOptions {
   int num_pages = 512;
   int max_prompt_tokens = 400;       // frontend limit (413 above it)
   int num_workers = 1;               // named w0, w1, ...
+  int frontend_scheduler_dead_ms = 1000;  // the frontend's --scheduler-dead-ms
   std::vector<std::string> scheduler_args;
   std::vector<std::string> worker_args;
 };

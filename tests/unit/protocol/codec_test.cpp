@@ -1,5 +1,6 @@
 // Round trips of every protocol v1 message type: encode -> decode gives back equal fields.
 #include <gtest/gtest.h>
+#include <msgpack.hpp>
 
 #include "tessera/common/protocol.h"
 
@@ -225,6 +226,36 @@ TEST(ProtocolCodec, Heartbeat) {
   EXPECT_EQ(out.free_pages, 500);
   EXPECT_EQ(out.unix_ms, 1763712000000);
   EXPECT_TRUE(out.workers.empty());
+}
+
+// `instance` (the scheduler's restart detector) round-trips at full 64-bit width; absent (an old
+// peer, or 0 on the encoding side) it decodes as 0.
+TEST(ProtocolCodec, SchedulerInstanceRoundTripAndAbsent) {
+  const uint64_t big = 0xfedcba9876543210ull;
+  EXPECT_EQ(round_trip(Heartbeat{.id = 1, .role = "scheduler", .instance = big}).instance, big);
+  EXPECT_EQ(round_trip(RegisterAck{.id = 1, .heartbeat_ms = 100, .instance = big}).instance, big);
+  EXPECT_EQ(round_trip(Heartbeat{.id = 1, .role = "frontend"}).instance, 0u);
+  EXPECT_EQ(round_trip(RegisterAck{.id = 1}).instance, 0u);
+  EXPECT_EQ(encode(Heartbeat{.id = 1}).find("instance"), std::string::npos) << "0 is sent as absent";
+  // An old scheduler's register_ack / heartbeat without the field (hand-built msgpack) decodes.
+  for (const std::string& type : {std::string("heartbeat"), std::string("register_ack")}) {
+    msgpack::sbuffer buf;
+    msgpack::packer<msgpack::sbuffer> pk(buf);
+    pk.pack_map(4);
+    pk.pack("v").pack(1).pack("type").pack(type).pack("id").pack(9).pack("accepted").pack(true);
+    auto r = decode(std::string(buf.data(), buf.size()));
+    ASSERT_TRUE(r.ok()) << type << ": " << r.error().to_string();
+    if (auto* h = std::get_if<Heartbeat>(&*r)) EXPECT_EQ(h->instance, 0u);
+    else EXPECT_EQ(std::get<RegisterAck>(*r).instance, 0u);
+  }
+  // A wrong type is an error naming the field.
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(4);
+  pk.pack("v").pack(1).pack("type").pack("heartbeat").pack("id").pack(9).pack("instance").pack("x");
+  auto bad = decode(std::string(buf.data(), buf.size()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("instance"), std::string::npos) << bad.error().message;
 }
 
 TEST(ProtocolCodec, HeartbeatPerWorkerPages) {

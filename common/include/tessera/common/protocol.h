@@ -146,6 +146,9 @@ struct RegisterAck {
   bool accepted = true;
   std::string reason;             // when !accepted
   int32_t heartbeat_ms = 1000;    // heartbeat interval to use (>= 1)
+  // The scheduler process's instance id: random, non-zero, fixed for the life of the process
+  // (optional on the wire; 0 = absent, an old peer). A change means the scheduler restarted.
+  uint64_t instance = 0;
 };
 
 // type "step_plan" / "step_result": a StepPlan / StepResult (step_plan.h), id = step_id.
@@ -182,6 +185,10 @@ struct Heartbeat {
   int32_t free_pages = 0;
   int64_t unix_ms = 0;        // sender's clock, informational
   std::vector<WorkerStats> workers;  // scheduler: one entry per live worker (optional)
+  // Scheduler: its instance id (see RegisterAck::instance); 0 = absent (other roles, old peers).
+  // A receiver that saw another non-zero instance from the same peer knows the peer restarted
+  // and fails what it had in flight there (docs/protocol.md, "Heartbeats and failure").
+  uint64_t instance = 0;
 };
 
 // type "drain": stop admitting new requests, finish running ones. type "shutdown": exit.

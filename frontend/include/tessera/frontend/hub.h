@@ -8,6 +8,9 @@
 //   scheduler marks it alive, and its Heartbeat replies carry live_workers and queue depth;
 // - a scheduler silent for dead_after_ms is dead: each of its in-flight requests gets an
 //   ErrorEvent kPeerDead, and new requests go elsewhere;
+// - a scheduler whose heartbeat carries an `instance` other than the one it sent before has
+//   restarted (within dead_after_ms): its in-flight requests are lost, so each gets an
+//   ErrorEvent kPeerDead at once (logged); an absent instance (old scheduler) is ignored;
 // - the per-worker figures of a scheduler's heartbeat become gauges in the registry given to
 //   start(): tessera_frontend_scheduler_pages{scheduler,worker,state=free|held|cached} and
 //   tessera_frontend_scheduler_requests{scheduler,worker,state=running|waiting} (0 for a worker
