@@ -36,7 +36,7 @@ TEST(ClusterSchedulerRestart, InFlightRequestEndsWithErrorAtOnceAndNewOnesSuccee
     const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"temperature", 0},
                                   {"stream", true}, {"ignore_eos", true}}.dump();
     auto r = bench::http_request({.port = cluster.http_port(), .method = "POST", .path = "/v1/completions",
-                                  .body = body, .timeout_ms = 60000, .on_body = [&](std::string_view b) {
+                                  .body = body, .timeout_ms = 15000, .on_body = [&](std::string_view b) {
                                     sse.feed(b, [&](const std::string& d) {
                                       if (d == "[DONE]") done = true;
                                       else if (d.find("\"error\"") != std::string::npos) {
