@@ -165,6 +165,7 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
     const auto now = Clock::now();
     if (now >= deadline) {
       s->hub->abandon(id);
+      slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
       s->metrics->timeouts.inc();
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s->config.request_timeout_ms) + " ms");
@@ -205,6 +206,7 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
       continue;
     }
     if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
+      slot.value().reset();
       std::string tail = gen.finish();
       s->metrics->stripped(gen.stripped_calls());
       protocol::FinalEvent f = *fin;
@@ -218,6 +220,7 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
       co_return co_await end_events(stream_chunk(meta, tail, {}, first_chunk, reason, &f));
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      slot.value().reset();
       Error e = make_error(err->code, err->message);
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
