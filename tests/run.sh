@@ -12,7 +12,7 @@ build_dir="${BUILD_DIR:-$root/build}"
 jobs="${JOBS:-$(nproc)}"
 
 packages=(
-  build-essential cmake ninja-build pkg-config ccache clang
+  build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev libboost-dev
   libhiredis-dev libzstd-dev libssl-dev libpcre2-dev
