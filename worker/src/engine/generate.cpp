@@ -10,8 +10,10 @@ Result<GenerateResult> generate(Engine& engine, const GenerateRequest& req) {
   if (req.max_tokens < 1) {
     return make_error(ErrorCode::kInvalidArgument, "generate: max_tokens must be >= 1 (got " + std::to_string(req.max_tokens) + ")");
   }
+  const int32_t prefix = req.fill ? req.fill->num_tokens : 0;
+  if (req.fill && prefix < 1) return make_error(ErrorCode::kInvalidArgument, "generate: the fill's num_tokens must be >= 1");
   const int32_t ps = engine.pool().page_size();
-  const int64_t positions = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  const int64_t positions = static_cast<int64_t>(prefix) + static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
   const int64_t pages = (positions + ps - 1) / ps;
   if (pages > engine.pool().num_pages()) {
     return make_error(ErrorCode::kResourceExhausted, "generate: " + std::to_string(positions) + " positions need " +
@@ -21,13 +23,20 @@ Result<GenerateResult> generate(Engine& engine, const GenerateRequest& req) {
   std::vector<int32_t> table(static_cast<size_t>(pages));
   for (int32_t i = 0; i < static_cast<int32_t>(pages); ++i) table[static_cast<size_t>(i)] = i;
 
+  std::optional<KvFill> fill = req.fill;
+  if (fill) {
+    fill->request_id = req.request_id;
+    fill->pages.assign(table.begin(), table.begin() + (prefix + ps - 1) / ps);
+  }
+
   GenerateResult out;
   std::vector<int32_t> step_tokens(req.prompt.begin(), req.prompt.end());
-  int32_t pos = 0;
+  int32_t pos = prefix;
   Status status = ok_status();
   for (int32_t n = 0; n < req.max_tokens; ++n) {
     StepPlan plan;
     plan.step_id = static_cast<uint64_t>(n);
+    if (n == 0 && fill) plan.fills.push_back(*fill);
     SeqPlan seq;
     seq.request_id = req.request_id;
     seq.tokens = step_tokens;
@@ -46,6 +55,7 @@ Result<GenerateResult> generate(Engine& engine, const GenerateRequest& req) {
       break;
     }
     (n == 0 ? out.prefill_ms : out.decode_ms) += ms;
+    if (n == 0 && !r->fills.empty()) out.fill = r->fills.front();
     const SeqResult& res = r->results.at(0);
     out.tokens.push_back(res.token);
     if (req.sampling.logprobs) out.logprobs.push_back(res.logprob);

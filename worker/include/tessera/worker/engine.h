@@ -88,8 +88,10 @@ class Engine {
 };
 
 // One sequence generated through Engine::execute (the paged path): a prefill step, then one
-// decode step per token, on pages [0, ceil((prompt + max_tokens) / page_size)) of the pool,
-// as request id `request_id` (released at the end). Used by `tessera generate`, tests and
+// decode step per token, on pages [0, ceil((P + prompt + max_tokens) / page_size)) of the pool,
+// as request id `request_id` (released at the end). With a `fill` (preference K/V injection;
+// the engine needs a fill handler), step 0 also carries it, on pages [0, ceil(P / page_size)),
+// and the prompt starts at position P = fill->num_tokens; otherwise P = 0. Used by `tessera generate`, tests and
 // benchmarks; the serving path drives execute() from the scheduler instead.
 struct GenerateRequest {
   std::span<const int32_t> prompt;       // >= 1 token
@@ -98,6 +100,7 @@ struct GenerateRequest {
   std::vector<int32_t> stop_ids;         // generation ends after emitting one of these
   std::function<bool(int32_t token)> on_token;  // optional; return false to stop early
   uint64_t request_id = 1;
+  std::optional<KvFill> fill;            // request_id and pages are set by generate()
 };
 
 struct GenerateResult {
@@ -107,9 +110,10 @@ struct GenerateResult {
   bool stopped = false;           // ended on a stop id (or on_token returned false)
   double prefill_ms = 0.0;        // the prompt step (it also yields the first token)
   double decode_ms = 0.0;         // all later steps
+  std::optional<FillResult> fill; // what the fill handler reported for step 0, with a fill
 };
 
-// Errors: kInvalidArgument (empty prompt, max_tokens < 1), kResourceExhausted (the pool has
+// Errors: kInvalidArgument (empty prompt, max_tokens < 1, fill->num_tokens < 1), kResourceExhausted (the pool has
 // too few pages), and whatever execute() reports.
 Result<GenerateResult> generate(Engine& engine, const GenerateRequest& request);
 
