@@ -14,7 +14,7 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/scheduler/batcher.h"
-#include "tessera/worker/preference.h"
+#include "tessera/common/dki.h"
 
 namespace tessera::scheduler_app {
 namespace {
@@ -210,9 +210,9 @@ struct Service::Impl {
         return make_error(ErrorCode::kInvalidArgument, "preference_tokens[" + std::to_string(i) + "] = " + std::to_string(t) +
                                                            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
-    if (r.user.size() > kvstore::kMaxUserBytes)
+    if (r.user.size() > dki::kMaxUserBytes)
       return make_error(ErrorCode::kInvalidArgument, "user has " + std::to_string(r.user.size()) + " bytes, at most " +
-                                                         std::to_string(kvstore::kMaxUserBytes));
+                                                         std::to_string(dki::kMaxUserBytes));
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
       const int32_t t = r.prompt_tokens[i];
       if (t < 0 || (vocab > 0 && t >= vocab))
@@ -244,15 +244,15 @@ struct Service::Impl {
     if (!config.prefix_cache) req.ns.tenant_salt = "no-prefix-cache:" + std::to_string(id);
     // dki: preference K/V injection (docs/preference.md). effective_alpha <= 0.1 means none at all.
     if (!r.preference_tokens.empty()) {
-      if (const std::optional<float> alpha = worker::effective_alpha(r.preference_alpha)) {
-        const uint64_t hash = worker::preference_hash(r.preference_tokens, fingerprint64);
+      if (const std::optional<float> alpha = dki::effective_alpha(r.preference_alpha)) {
+        const uint64_t hash = dki::preference_hash(r.preference_tokens, fingerprint64);
         req.ns.user = r.user.empty() ? "\x01anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
         req.ns.preference_hash = hash == 0 ? 1 : hash;
         req.ns.alpha = *alpha;
         if (auto ep = preference_epoch.find(r.user); ep != preference_epoch.end())
           req.ns.tenant_salt += "|pref-epoch:" + std::to_string(ep->second);
         has_preference = true;
-        req.preference = scheduler::Preference{.blob_key = worker::make_blob_key(r.user, hash),
+        req.preference = scheduler::Preference{.blob_key = dki::make_blob_key(r.user, hash),
                                                .num_tokens = static_cast<int32_t>(r.preference_tokens.size()),
                                                .alpha = *alpha, .tokens = std::move(r.preference_tokens)};
       }

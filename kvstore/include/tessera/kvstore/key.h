@@ -22,11 +22,12 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/common/dki.h"
 #include "tessera/common/result.h"
 
 namespace tessera::kvstore {
 
-inline constexpr size_t kMaxUserBytes = 256;
+inline constexpr size_t kMaxUserBytes = dki::kMaxUserBytes;
 inline constexpr size_t kMaxHashBytes = 128;
 inline constexpr std::string_view kRedisKeyPrefix = "tessera:pref_kv:";
 inline constexpr std::string_view kRedisIndexPrefix = "tessera:pref_kv_idx:";

@@ -40,6 +40,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/common/dki.h"
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/kvstore/blob.h"
@@ -53,25 +54,15 @@ class Store;
 
 namespace tessera::worker {
 
-inline constexpr float kPreferenceAlphaCap = 0.7f;    // effective alpha = min(alpha, cap)
-inline constexpr float kPreferenceAlphaFloor = 0.1f;  // effective alpha <= floor: no injection
-
-// min(alpha, 0.7), or nullopt when that is <= 0.1 (or not finite): run without injection.
-std::optional<float> effective_alpha(float alpha);
-
-// Stable 64-bit content hash of a preference: hash_tokens(tokens, seed = model fingerprint).
-uint64_t preference_hash(std::span<const int32_t> tokens, uint64_t fingerprint);
-
-// The KvFill blob_key: "pref1:" + 16 lowercase hex digits of the content hash + ":" + user
-// (user = any bytes, possibly empty = do not cache). parse_blob_key is its inverse and names
-// what is wrong with a malformed key.
-std::string make_blob_key(std::string_view user, uint64_t content_hash);
-struct ParsedBlobKey {
-  std::string user;
-  uint64_t content_hash = 0;
-};
-Result<ParsedBlobKey> parse_blob_key(std::string_view blob_key);
-std::string hex16(uint64_t v);
+// The key policy lives in common (tessera/common/dki.h); these names are kept for the worker.
+inline constexpr float kPreferenceAlphaCap = dki::kAlphaCap;
+inline constexpr float kPreferenceAlphaFloor = dki::kAlphaFloor;
+using dki::effective_alpha;
+using dki::hex16;
+using dki::make_blob_key;
+using dki::parse_blob_key;
+using dki::ParsedBlobKey;
+using dki::preference_hash;
 
 // Where blobs are fetched from and stored to. get/put may be called from two different threads
 // at once (apply() and the put thread); implementations must allow that.

@@ -1,11 +1,12 @@
-// Alpha rule, content hash and the KvFill blob_key format (preference.h).
+// The DKI key policy (dki.h).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "tessera/common/hash.h"
-#include "tessera/worker/preference.h"
+#include "tessera/common/dki.h"
 
-namespace tessera::worker {
+namespace tessera::dki {
 namespace {
 constexpr std::string_view kKeyPrefix = "pref1:";
 constexpr size_t kHexDigits = 16;
@@ -13,8 +14,8 @@ constexpr size_t kHexDigits = 16;
 
 std::optional<float> effective_alpha(float alpha) {
   if (!std::isfinite(alpha)) return std::nullopt;
-  const float a = std::min(alpha, kPreferenceAlphaCap);
-  if (a <= kPreferenceAlphaFloor) return std::nullopt;
+  const float a = std::min(alpha, kAlphaCap);
+  if (a <= kAlphaFloor) return std::nullopt;
   return a;
 }
 
@@ -56,11 +57,11 @@ Result<ParsedBlobKey> parse_blob_key(std::string_view key) {
     out.content_hash = (out.content_hash << 4) | d;
   }
   out.user = std::string(key.substr(need));
-  if (out.user.size() > kvstore::kMaxUserBytes) {
+  if (out.user.size() > kMaxUserBytes) {
     return make_error(ErrorCode::kInvalidArgument, "preference blob_key: user has " + std::to_string(out.user.size()) +
-                                                       " bytes, at most " + std::to_string(kvstore::kMaxUserBytes));
+                                                       " bytes, at most " + std::to_string(kMaxUserBytes));
   }
   return out;
 }
 
-}  // namespace tessera::worker
+}  // namespace tessera::dki
