@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "tessera/common/log.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::fuzz {
 
@@ -16,7 +16,7 @@ inline bool quiet_logs() {
   return true;
 }
 
-inline uint64_t touch(const worker::Tensor& t) {
+inline uint64_t touch(const Tensor& t) {
   if (t.empty()) return 0;
   const auto* p = static_cast<const uint8_t*>(t.data);
   const size_t n = static_cast<size_t>(t.rows) * dtype_row_bytes(t.dtype, t.cols);
@@ -25,11 +25,11 @@ inline uint64_t touch(const worker::Tensor& t) {
   return sum;
 }
 
-inline uint64_t touch_model(const worker::Model& m) {
+inline uint64_t touch_model(const Model& m) {
   uint64_t sum = touch(m.tok_embeddings) + touch(m.final_norm) + touch(m.output) +
                  static_cast<uint64_t>(m.parameter_count());
-  for (const worker::LayerWeights& w : m.layers) {
-    for (const worker::Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm,
+  for (const LayerWeights& w : m.layers) {
+    for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm,
                                     &w.w_gate, &w.w_up, &w.w_down}) {
       sum += touch(*t);
     }

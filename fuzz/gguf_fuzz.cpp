@@ -5,10 +5,10 @@
 #include <cstdint>
 
 #include "fuzz_target.h"
-#include "loaders/loaded_model.h"
+#include "loaded_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace tessera::worker::loaders;
+  using namespace tessera::loaders;
   static const bool quiet = tessera::fuzz::quiet_logs();
   (void)quiet;
   auto loaded = load_gguf(FileBytes::copy_of(data, size, "fuzz.gguf"));

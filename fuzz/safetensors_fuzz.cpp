@@ -4,11 +4,11 @@
 #include <cstdint>
 
 #include "fuzz_target.h"
-#include "loaders/loaded_model.h"
+#include "loaded_model.h"
 #include "seeds.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace tessera::worker::loaders;
+  using namespace tessera::loaders;
   static const bool quiet = tessera::fuzz::quiet_logs();
   (void)quiet;
   static const std::string config = tessera::fuzz::tiny_config_json();

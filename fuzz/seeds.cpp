@@ -5,14 +5,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "loaders/gguf.h"
-#include "loaders/half.h"
-#include "loaders/synth.h"
+#include "gguf.h"
+#include "half.h"
+#include "synth.h"
 
 namespace tessera::fuzz {
 namespace {
 
-using worker::loaders::ggml_from_dtype;
+using loaders::ggml_from_dtype;
 
 std::vector<float> values(size_t n, float center, float scale, uint32_t salt) {
   std::vector<float> v(n);
@@ -31,13 +31,13 @@ std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
     case DType::kBF16:
       out.resize(v.size() * 2);
       for (size_t i = 0; i < v.size(); ++i) {
-        const uint16_t h = t == DType::kF16 ? worker::loaders::f32_to_fp16(v[i]) : worker::loaders::f32_to_bf16(v[i]);
+        const uint16_t h = t == DType::kF16 ? loaders::f32_to_fp16(v[i]) : loaders::f32_to_bf16(v[i]);
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
       break;
     case DType::kQ8_0:
       out.resize(v.size() / 32 * 34);
-      worker::loaders::quantize_q8_0(v.data(), static_cast<int64_t>(v.size()), out.data());
+      loaders::quantize_q8_0(v.data(), static_cast<int64_t>(v.size()), out.data());
       break;
     case DType::kQ4_0:
       out.assign(v.size() / 32 * 18, 0x88);  // every nibble 8 -> value 0; scale 0

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "loaders/gguf_writer.h"
+#include "gguf_writer.h"
 #include "tessera/common/dtype.h"
 
 namespace tessera::fuzz {
@@ -25,9 +25,9 @@ inline constexpr int32_t kTinyDim = 32, kTinyHidden = 64, kTinyLayers = 2, kTiny
 // The writer (metadata + tensor declarations) and each tensor's bytes, so that tests can
 // change metadata or tensors before serializing.
 struct TinyGguf {
-  worker::loaders::GgufWriter writer;
+  loaders::GgufWriter writer;
   std::vector<std::vector<uint8_t>> data;
-  std::vector<uint8_t> serialize(worker::loaders::GgufLayout* layout = nullptr) const {
+  std::vector<uint8_t> serialize(loaders::GgufLayout* layout = nullptr) const {
     return writer.serialize(data, layout);
   }
 };

@@ -114,7 +114,7 @@ tessera::worker::testing::SynthSpec one_b_spec() {
   s.head_dim = 64;
   s.vocab_size = 32000;
   s.dtype = tessera::DType::kBF16;
-  s.rope_layout = tessera::worker::RopeLayout::kHalves;
+  s.rope_layout = tessera::RopeLayout::kHalves;
   return s;
 }
 

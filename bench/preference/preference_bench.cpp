@@ -16,8 +16,9 @@
 #include <vector>
 
 #include "tessera/kvstore/store.h"
-#include "tessera/worker/model_synth.h"
+#include "tessera/model/model_synth.h"
 #include "tessera/worker/preference.h"
+#include "tessera/worker/preference_local.h"
 
 using namespace tessera;
 using namespace tessera::worker;

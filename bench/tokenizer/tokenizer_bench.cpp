@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace {
 
-using tessera::worker::Tokenizer;
+using tessera::Tokenizer;
 
 const Tokenizer& tokenizer(const std::string& relative) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> cache;
@@ -21,7 +21,7 @@ const Tokenizer& tokenizer(const std::string& relative) {
   if (!slot) {
     const char* env = std::getenv("TESSERA_SHARED_DIR");
     const std::string path = std::string(env != nullptr ? env : TESSERA_SHARED_DIR) + "/" + relative;
-    auto t = tessera::worker::load_tokenizer(path);
+    auto t = tessera::load_tokenizer(path);
     if (!t.ok()) {
       std::fprintf(stderr, "%s\n", t.error().to_string().c_str());
       std::exit(1);

@@ -9,7 +9,7 @@
 #include "frontend_impl.h"
 #include "tessera/common/hash.h"
 #include "tessera/common/log.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::frontend {
 
@@ -262,7 +262,7 @@ std::string read_file(const std::string& path) {
 }
 
 struct TokenizerSource {
-  std::unique_ptr<worker::Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;
   std::string chat_template;  // Jinja text from the model files, "" if none
 };
 
@@ -270,10 +270,11 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
   TokenizerSource out;
   const bool gguf = c.model.size() > 5 && c.model.substr(c.model.size() - 5) == ".gguf";
   if (gguf) {
-    TS_ASSIGN_OR_RETURN(auto model, worker::load_model(c.model));
-    out.chat_template = model->vocab.chat_template;
+    // The vocabulary and template from the file's metadata; no tensor is loaded here.
+    TS_ASSIGN_OR_RETURN(VocabSpec vocab, read_model_vocab(c.model));
+    out.chat_template = vocab.chat_template;
     if (c.tokenizer.empty()) {
-      TS_ASSIGN_OR_RETURN(out.tokenizer, worker::tokenizer_from_vocab(model->vocab));
+      TS_ASSIGN_OR_RETURN(out.tokenizer, tokenizer_from_vocab(vocab));
       return out;
     }
   }
@@ -282,7 +283,7 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
   if (path.empty())
     return make_error(ErrorCode::kInvalidArgument,
                       "no tokenizer: give --tokenizer (a llama2.c model has none inside) or a .gguf / Hugging Face --model");
-  TS_ASSIGN_OR_RETURN(out.tokenizer, worker::load_tokenizer(path));
+  TS_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(path));
   // Hugging Face directories keep the template in tokenizer_config.json.
   fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   fs::path cfg = dir / "tokenizer_config.json";

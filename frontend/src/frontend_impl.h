@@ -23,7 +23,7 @@
 #include "tessera/frontend/openai.h"
 #include "tessera/frontend/output_filter.h"
 #include "tessera/kvstore/client.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::frontend {
 
@@ -76,7 +76,7 @@ struct AdminReply {
 struct Frontend::Impl {
   FrontendConfig config;
   std::string model_name;
-  std::unique_ptr<worker::Tokenizer> tokenizer;
+  std::unique_ptr<Tokenizer> tokenizer;
   ChatTemplate chat_template;
   bool tokenizer_adds_bos = false;
   int64_t created_unix = 0;

@@ -2,7 +2,7 @@
 
 namespace tessera::frontend {
 
-Generation::Generation(const worker::Tokenizer& tokenizer, std::vector<std::string> stop, bool logprobs)
+Generation::Generation(const Tokenizer& tokenizer, std::vector<std::string> stop, bool logprobs)
     // The completion continues a sequence whose start (the prompt) was not pushed, so the
     // first generated piece keeps its leading space.
     : tok_(tokenizer), decoder_(tokenizer, /*sequence_start=*/false), stop_(std::move(stop)), want_logprobs_(logprobs) {}

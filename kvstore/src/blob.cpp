@@ -10,6 +10,8 @@
 #include <cstring>
 #include <limits>
 
+#include "tessera/common/half.h"
+
 namespace tessera::kvstore {
 namespace {
 
@@ -237,29 +239,7 @@ float element_to_float(DType dtype, const uint8_t* p) {
   }
   uint16_t h;
   std::memcpy(&h, p, 2);
-  if (dtype == DType::kBF16) return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-  // IEEE half -> float.
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1Fu;
-  uint32_t mant = h & 0x3FFu;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      do {
-        ++e;
-        mant <<= 1;
-      } while ((mant & 0x400u) == 0);
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mant & 0x3FFu) << 13);
-    }
-  } else {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  }
-  return std::bit_cast<float>(bits);
+  return dtype == DType::kBF16 ? bf16_to_f32(h) : fp16_to_f32(h);
 }
 
 void float_to_element(DType dtype, float x, uint8_t* p) {
@@ -267,31 +247,7 @@ void float_to_element(DType dtype, float x, uint8_t* p) {
     std::memcpy(p, &x, 4);
     return;
   }
-  const uint32_t f = std::bit_cast<uint32_t>(x);
-  uint16_t h;
-  if (dtype == DType::kBF16) {
-    if ((f & 0x7FFFFFFFu) > 0x7F800000u) {
-      h = static_cast<uint16_t>((f >> 16) | 0x40u);  // quiet NaN
-    } else {
-      h = static_cast<uint16_t>((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);
-    }
-  } else {
-    const uint32_t sign = (f >> 16) & 0x8000u;
-    const uint32_t absf = f & 0x7FFFFFFFu;
-    if (absf > 0x7F800000u) {
-      h = static_cast<uint16_t>(sign | 0x7E00u);
-    } else if (absf >= 0x477FF000u) {  // rounds to >= 65520 -> inf
-      h = static_cast<uint16_t>(sign | 0x7C00u);
-    } else if (absf < 0x38800000u) {  // subnormal half (or zero)
-      const float a = std::bit_cast<float>(absf);
-      // a / 2^-24 rounded to nearest even.
-      h = static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
-    } else {
-      const uint32_t mant_odd = (absf >> 13) & 1u;
-      const uint32_t r = absf + 0xFFFu + mant_odd - (112u << 23);
-      h = static_cast<uint16_t>(sign | (r >> 13));
-    }
-  }
+  const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(x) : f32_to_fp16(x);
   std::memcpy(p, &h, 2);
 }
 

@@ -32,12 +32,6 @@ wire::Request request(wire::Op op, const BlobKey& key = {}, std::string_view blo
 
 }  // namespace
 
-Tier parse_tier(std::string_view name) {
-  if (name == "l1") return Tier::kL1;
-  if (name == "l2") return Tier::kL2;
-  return Tier::kNone;
-}
-
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 

@@ -8,15 +8,6 @@
 
 namespace tessera::kvstore {
 
-const char* tier_name(Tier t) {
-  switch (t) {
-    case Tier::kNone: return "";
-    case Tier::kL1: return "l1";
-    case Tier::kL2: return "l2";
-  }
-  return "";
-}
-
 Store::Store(StoreConfig config) : config_(std::move(config)), l1_(config_.l1) {
   std::random_device rd;
   const uint64_t id = (uint64_t{rd()} << 32) ^ rd();

@@ -13,8 +13,9 @@
 #include "tessera/kernels/isa.h"
 #include "tessera/tools/command.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/model.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/model/model.h"
+#include "tessera/tokenizer/tokenizer.h"
+#include "tessera/tools/tokenizer_open.h"
 
 namespace tessera::tools {
 namespace {
@@ -103,14 +104,14 @@ std::string parse(const std::vector<std::string>& args, Args& a) {
   return "";
 }
 
-Result<std::unique_ptr<worker::Tokenizer>> open_tokenizer(const Args& a, const worker::Model& model) {
-  if (!a.tokenizer.empty()) return worker::load_tokenizer(a.tokenizer);
-  if (!model.vocab.tokens.empty()) return worker::tokenizer_from_vocab(model.vocab);
+Result<std::unique_ptr<Tokenizer>> open_tokenizer(const Args& a, const Model& model) {
+  if (!a.tokenizer.empty()) return tools::open_any_tokenizer(a.tokenizer);
+  if (!model.vocab.tokens.empty()) return tokenizer_from_vocab(model.vocab);
   namespace fs = std::filesystem;
   const fs::path p(a.model);
   const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
   for (const char* name : {"tokenizer.json", "tokenizer.bin"}) {
-    if (fs::exists(dir / name)) return worker::load_tokenizer((dir / name).string());
+    if (fs::exists(dir / name)) return load_tokenizer((dir / name).string());
   }
   return make_error(ErrorCode::kNotFound, "no tokenizer: " + a.model +
                                               " embeds no vocabulary and there is no tokenizer.json or tokenizer.bin beside it"
@@ -126,7 +127,7 @@ int run_generate(const std::vector<std::string>& argv) {
   }
   Args a;
   if (std::string err = parse(argv, a); !err.empty()) return usage_error(err);
-  auto model = worker::load_model(a.model);
+  auto model = load_model(a.model);
   if (!model.ok()) {
     std::fprintf(stderr, "tessera generate: %s\n", model.error().to_string().c_str());
     return 1;
@@ -157,7 +158,7 @@ int run_generate(const std::vector<std::string>& argv) {
   req.sampling = a.sampling;
   req.sampling.logprobs = a.json;
   if (!a.ignore_eos && (*tok)->eos_id() >= 0) req.stop_ids.push_back((*tok)->eos_id());
-  worker::IncrementalDecoder decoder(**tok, /*sequence_start=*/false);
+  IncrementalDecoder decoder(**tok, /*sequence_start=*/false);
   if (!a.json) {
     req.on_token = [&](int32_t id) {
       if (!a.ignore_eos && id == (*tok)->eos_id()) return true;
@@ -189,7 +190,7 @@ int run_generate(const std::vector<std::string>& argv) {
     if (a.ignore_eos || id != (*tok)->eos_id()) text_ids.push_back(id);
   }
   std::string text;
-  worker::IncrementalDecoder whole(**tok, /*sequence_start=*/false);
+  IncrementalDecoder whole(**tok, /*sequence_start=*/false);
   for (int32_t id : text_ids) text += whole.push(id);
   text += whole.flush();
   nlohmann::json j;

@@ -8,13 +8,11 @@
 #include <vector>
 
 #include "tessera/tools/command.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::tools {
 namespace {
 
-using worker::Model;
-using worker::Tensor;
 
 struct NamedTensor {
   std::string name;
@@ -26,7 +24,7 @@ std::vector<NamedTensor> representative_tensors(const Model& m) {
   std::vector<NamedTensor> out = {{"token_embd", &m.tok_embeddings}, {"output_norm", &m.final_norm}};
   if (!m.config().tied_embeddings) out.push_back({"output", &m.output});
   if (!m.layers.empty()) {
-    const worker::LayerWeights& w = m.layers[0];
+    const LayerWeights& w = m.layers[0];
     const std::pair<const char*, const Tensor*> layer[] = {
         {"attn_norm", &w.attn_norm}, {"attn_q", &w.wq}, {"attn_k", &w.wk}, {"attn_v", &w.wv},
         {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_output", &w.wo},
@@ -56,7 +54,7 @@ std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
   return out;
 }
 
-std::string token_text(const worker::VocabSpec& v, int32_t id) {
+std::string token_text(const VocabSpec& v, int32_t id) {
   if (id < 0 || id >= static_cast<int32_t>(v.tokens.size())) return "";
   return v.tokens[static_cast<size_t>(id)];
 }
@@ -82,24 +80,24 @@ int run_inspect(const std::vector<std::string>& args) {
     std::fprintf(stderr, "usage: tessera model inspect PATH [--json]\n");
     return 2;
   }
-  auto loaded = worker::load_model(path);
+  auto loaded = load_model(path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "tessera model inspect: %s\n", loaded.error().to_string().c_str());
     return 1;
   }
   const Model& m = **loaded;
-  const worker::ModelConfig& c = m.config();
-  const worker::VocabSpec& v = m.vocab;
+  const ModelConfig& c = m.config();
+  const VocabSpec& v = m.vocab;
   const auto tensors = representative_tensors(m);
   const auto bytes = bytes_by_dtype(m);
   char fp[24];
   std::snprintf(fp, sizeof fp, "%016" PRIx64, m.fingerprint);
-  const char* layout = c.rope_layout == worker::RopeLayout::kInterleaved ? "interleaved" : "halves";
+  const char* layout = c.rope_layout == RopeLayout::kInterleaved ? "interleaved" : "halves";
 
   if (json) {
     nlohmann::json j;
     j["path"] = path;
-    j["format"] = worker::model_format_name(m.format());
+    j["format"] = model_format_name(m.format());
     j["architecture"] = c.architecture;
     j["config"] = {{"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
                    {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"vocab_size", c.vocab_size},
@@ -122,7 +120,7 @@ int run_inspect(const std::vector<std::string>& args) {
     return 0;
   }
   std::printf("path:         %s\n", path.c_str());
-  std::printf("format:       %s\n", worker::model_format_name(m.format()));
+  std::printf("format:       %s\n", model_format_name(m.format()));
   std::printf("architecture: %s\n", c.architecture.c_str());
   std::printf("shape:        dim %d, hidden %d, layers %d, heads %d, kv heads %d, head_dim %d, vocab %d, context %d\n",
               c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_seq_len);

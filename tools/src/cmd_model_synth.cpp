@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "tessera/tools/command.h"
-#include "tessera/worker/model.h"
-#include "tessera/worker/model_synth.h"
+#include "tessera/model/model.h"
+#include "tessera/model/model_synth.h"
 
 namespace tessera::tools {
 namespace {
@@ -17,12 +17,12 @@ namespace {
 void usage(FILE* f) {
   std::fprintf(f, "usage: tessera model synth --like NAME --dtype f32|f16|q8_0 --out FILE.gguf [--seed N] "
                   "[--vocab-from tokenizer.json]\n  NAME:");
-  for (const auto& s : worker::synth_shapes()) std::fprintf(f, " %s", s.like.c_str());
+  for (const auto& s : synth_shapes()) std::fprintf(f, " %s", s.like.c_str());
   std::fprintf(f, "\n");
 }
 
 int run_synth(const std::vector<std::string>& args) {
-  worker::SynthOptions o;
+  SynthOptions o;
   std::string dtype = "f32";
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -72,13 +72,13 @@ int run_synth(const std::vector<std::string>& args) {
     return 2;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Status st = worker::synth_model(o);
+  Status st = synth_model(o);
   if (!st.ok()) {
     std::fprintf(stderr, "tessera model synth: %s\n", st.error().to_string().c_str());
     return st.error().code == ErrorCode::kInvalidArgument ? 2 : 1;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto loaded = worker::load_model(o.out_path);
+  auto loaded = load_model(o.out_path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "tessera model synth: wrote %s but it does not load back: %s\n", o.out_path.c_str(),
                  loaded.error().to_string().c_str());

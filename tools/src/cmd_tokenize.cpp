@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "tessera/tools/command.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
+#include "tessera/tools/tokenizer_open.h"
 
 namespace tessera::tools {
 namespace {
@@ -101,12 +102,12 @@ int run_tokenize(const std::vector<std::string>& args) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  auto tok = worker::load_tokenizer(path);
+  auto tok = tools::open_any_tokenizer(path);
   if (!tok.ok()) {
     std::fprintf(stderr, "tessera tokenize: %s\n", tok.error().to_string().c_str());
     return 1;
   }
-  const worker::Tokenizer& t = **tok;
+  const Tokenizer& t = **tok;
   if (have_decode) {
     std::vector<int32_t> ids;
     if (!parse_ids(decode, ids)) {

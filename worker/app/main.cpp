@@ -11,7 +11,7 @@
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
 #include "worker_service.h"
 
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto model = worker::load_model(options.get("model"));
+  auto model = load_model(options.get("model"));
   if (!model.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", model.error().to_string().c_str());
     return 1;
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
   }
   sc.max_batch_tokens = static_cast<int32_t>(options.get_int("max-batch-tokens"));
   const int64_t eos = options.get_int("eos-id");
-  const bool llama2c = (*model)->format() == worker::ModelFormat::kLlama2c;
+  const bool llama2c = (*model)->format() == ModelFormat::kLlama2c;
   sc.eos_id = eos != -2 ? static_cast<int32_t>(eos) : ((*model)->vocab.eos_id >= 0 ? (*model)->vocab.eos_id : (llama2c ? 2 : -1));
   sc.heartbeat_ms = static_cast<int>(options.get_int("heartbeat-ms"));
   sc.dead_after_ms = static_cast<int>(options.get_int("scheduler-dead-ms"));

@@ -116,7 +116,7 @@ StepResult error_result(uint64_t step_id, const Error& e) {
 
 }  // namespace
 
-Status run_service(const ServiceConfig& config, const worker::Model& model, worker::Engine& engine,
+Status run_service(const ServiceConfig& config, const Model& model, worker::Engine& engine,
                    const std::atomic<bool>& stop_requested) {
   zmq::context_t ctx(1);
   zmq::socket_t results(ctx, zmq::socket_type::pair);

@@ -24,7 +24,7 @@
 
 #include "tessera/common/result.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker_app {
 
@@ -39,7 +39,7 @@ struct ServiceConfig {
 
 // Runs until drain/shutdown/request_stop(). Borrowed model and engine must outlive the call.
 // Returns an error only for setup failures (bad endpoint) or a rejected registration.
-Status run_service(const ServiceConfig& config, const worker::Model& model, worker::Engine& engine,
+Status run_service(const ServiceConfig& config, const Model& model, worker::Engine& engine,
                    const std::atomic<bool>& stop_requested);
 
 }  // namespace tessera::worker_app

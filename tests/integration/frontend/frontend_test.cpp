@@ -11,7 +11,7 @@
 #include "tessera/common/metrics.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/paths.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::testing {
 namespace {
@@ -63,7 +63,7 @@ void expect_error(const HttpResult& r, int status, const std::string& code, cons
 
 // The token ids stories260K would produce for `text` after "Once upon a time".
 std::vector<int32_t> continuation(const std::string& text) {
-  auto tok = worker::load_tokenizer(tok_path());
+  auto tok = load_tokenizer(tok_path());
   EXPECT_TRUE(tok.ok());
   auto p = (*tok)->encode("Once upon a time", true), all = (*tok)->encode("Once upon a time" + text, true);
   return std::vector<int32_t>(all.begin() + static_cast<long>(p.size()), all.end());
@@ -238,7 +238,7 @@ TEST_F(FrontendWithFakeScheduler, CompletionNonStreamed) {
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
   auto reqs = sched.requests();
   ASSERT_EQ(reqs.size(), 1u);
-  auto tok = worker::load_tokenizer(tok_path());
+  auto tok = load_tokenizer(tok_path());
   EXPECT_EQ(reqs[0].prompt_tokens, (*tok)->encode("Once upon a time", true));
   EXPECT_EQ(reqs[0].max_tokens, 9);
   EXPECT_EQ(reqs[0].sampling.temperature, 0.0f);
@@ -293,7 +293,7 @@ TEST_F(FrontendWithFakeScheduler, ChatUsesBuiltinChatML) {
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(j["choices"][0]["message"]["content"], ", there was a");
-  auto tok = worker::load_tokenizer(tok_path());
+  auto tok = load_tokenizer(tok_path());
   std::vector<int32_t> expect = {(*tok)->bos_id()};
   for (const char* seg : {"<|im_start|>", "user\nHi", "<|im_end|>", "\n", "<|im_start|>", "assistant\n"}) {
     auto t = (*tok)->encode(seg, false);

@@ -8,14 +8,14 @@
 namespace tessera::frontend {
 namespace {
 
-std::unique_ptr<worker::Tokenizer> tok512() {
-  auto t = worker::load_tokenizer(testing::shared_path("models/stories260K/tok512.bin"));
+std::unique_ptr<Tokenizer> tok512() {
+  auto t = load_tokenizer(testing::shared_path("models/stories260K/tok512.bin"));
   EXPECT_TRUE(t.ok()) << t.error().to_string();
   return t.ok() ? std::move(*t) : nullptr;
 }
 
 // The ids a model would generate after "Once upon a time" to continue with `text`.
-std::vector<int32_t> continuation(const worker::Tokenizer& tok, const std::string& text) {
+std::vector<int32_t> continuation(const Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> p = tok.encode("Once upon a time", true), all = tok.encode("Once upon a time" + text, true);
   EXPECT_LT(p.size(), all.size());
   EXPECT_TRUE(std::equal(p.begin(), p.end(), all.begin()));

@@ -16,7 +16,7 @@
 #include "tessera/testing/paths.h"
 #include "tessera/worker/cuda_backend.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::worker {
 namespace {

@@ -14,7 +14,7 @@
 #include "tessera/kvstore/blob.h"
 #include "tessera/testing/paths.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -26,10 +26,10 @@ constexpr int32_t kPage = 16;
 class RealKv : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto m = worker::load_model(shared_path("models/stories260K/stories260K.bin"));
+    auto m = load_model(shared_path("models/stories260K/stories260K.bin"));
     ASSERT_TRUE(m.ok()) << m.error().to_string();
     model_ = std::move(m).value();
-    auto t = worker::load_tokenizer(shared_path("models/stories260K/tok512.bin"));
+    auto t = load_tokenizer(shared_path("models/stories260K/tok512.bin"));
     ASSERT_TRUE(t.ok()) << t.error().to_string();
     tok_ = std::move(t).value();
     auto e = worker::Engine::create(*model_, {.pool = {.num_pages = 24, .page_size = kPage}, .threads = 1});
@@ -99,8 +99,8 @@ class RealKv : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<worker::Model> model_;
-  std::unique_ptr<worker::Tokenizer> tok_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
   std::unique_ptr<worker::Engine> engine_;
   std::vector<int32_t> blocks_;
   std::vector<int32_t> pref_;

@@ -14,7 +14,8 @@
 #include "tessera/testing/paths.h"
 #include "tessera/worker/engine.h"
 #include "tessera/worker/preference.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/worker/preference_local.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::worker::testing {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tessera/kernels/ops.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker::testing {
 

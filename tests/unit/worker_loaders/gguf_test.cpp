@@ -7,10 +7,10 @@
 #include <iterator>
 #include <vector>
 
-#include "loaders/file_bytes.h"
-#include "loaders/gguf.h"
+#include "file_bytes.h"
+#include "gguf.h"
 #include "tessera/testing/paths.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 namespace {

@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "loaders/half.h"
+#include "half.h"
 #include "safetensors_writer.h"
 #include "tessera/testing/paths.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 namespace {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tessera/testing/paths.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 namespace {

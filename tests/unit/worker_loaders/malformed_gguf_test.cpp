@@ -8,8 +8,8 @@
 #include <functional>
 #include <iterator>
 
-#include "loaders/gguf.h"
-#include "loaders/loaded_model.h"
+#include "gguf.h"
+#include "loaded_model.h"
 #include "seeds.h"
 #include "tessera/testing/paths.h"
 

@@ -7,7 +7,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
-#include "loaders/loaded_model.h"
+#include "loaded_model.h"
 #include "safetensors_writer.h"
 #include "seeds.h"
 #include "tessera/testing/paths.h"

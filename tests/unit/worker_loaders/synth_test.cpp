@@ -10,11 +10,11 @@
 #include <iterator>
 #include <set>
 
-#include "loaders/half.h"
+#include "half.h"
 #include "safetensors_writer.h"
 #include "tessera/testing/paths.h"
-#include "tessera/worker/model.h"
-#include "tessera/worker/model_synth.h"
+#include "tessera/model/model.h"
+#include "tessera/model/model_synth.h"
 
 namespace tessera::worker {
 namespace {

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/testing/paths.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace tessera::worker {

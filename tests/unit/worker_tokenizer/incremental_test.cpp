@@ -4,7 +4,7 @@
 #include <random>
 
 #include "tessera/testing/paths.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace tessera::worker {

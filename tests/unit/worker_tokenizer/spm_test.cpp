@@ -8,7 +8,8 @@
 #include <random>
 
 #include "tessera/testing/paths.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/model/model.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 namespace tessera::worker {
@@ -229,9 +230,19 @@ TEST(GgufLlamaVocab, SameIdsAsTokenizerBin) {
   EXPECT_EQ((*no_bos)->encode("Once", true), (std::vector<int32_t>{403}));
 }
 
-// The real GGUF file (llama.cpp's converter wrote its tokenizer.ggml.* vocabulary).
+// The real GGUF file (llama.cpp's converter wrote its tokenizer.ggml.* vocabulary), read from
+// its metadata alone (read_model_vocab) and built into a tokenizer.
 TEST(GgufLlamaVocab, Stories260KGgufMatchesTok512) {
-  auto gguf = load_tokenizer(shared_path("models/stories260K/stories260K.gguf"));
+  const std::string path = shared_path("models/stories260K/stories260K.gguf");
+  auto vocab = read_model_vocab(path);
+  ASSERT_TRUE(vocab.ok()) << vocab.error().to_string();
+  EXPECT_EQ(vocab->tokens.size(), 512u);
+  auto model = load_model(path);  // the same vocabulary as a full load
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  EXPECT_EQ(vocab->tokens, (*model)->vocab.tokens);
+  EXPECT_EQ(vocab->scores, (*model)->vocab.scores);
+  EXPECT_EQ(vocab->token_types, (*model)->vocab.token_types);
+  auto gguf = tokenizer_from_vocab(*vocab);
   ASSERT_TRUE(gguf.ok()) << gguf.error().to_string();
   const auto bin = testutil::must_load(shared_path("models/stories260K/tok512.bin"));
   ASSERT_NE(bin, nullptr);
@@ -243,6 +254,24 @@ TEST(GgufLlamaVocab, Stories260KGgufMatchesTok512) {
     EXPECT_EQ(ids, bin->encode(t, true)) << t;
     EXPECT_EQ((*gguf)->decode(ids), t);
   }
+}
+
+// The tokenizer library reads no model files; it says where a GGUF vocabulary comes from.
+TEST(GgufLlamaVocab, LoadTokenizerRefusesAGgufModelFileNamingTheWay) {
+  auto r = load_tokenizer(shared_path("models/stories260K/stories260K.gguf"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("read_model_vocab"), std::string::npos) << r.error().message;
+}
+
+// A llama2.c checkpoint and a missing file: no vocabulary / the loader's error.
+TEST(GgufLlamaVocab, ReadModelVocabOfOtherFormats) {
+  auto bin = read_model_vocab(shared_path("models/stories260K/stories260K.bin"));
+  ASSERT_TRUE(bin.ok()) << bin.error().to_string();
+  EXPECT_TRUE(bin->tokens.empty());
+  auto missing = read_model_vocab(shared_path("models/stories260K/nope.gguf"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ErrorCode::kIoError);
 }
 
 TEST(SpmErrors, MissingTruncatedAndCorruptFiles) {

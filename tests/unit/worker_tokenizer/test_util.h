@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::worker::testutil {
 

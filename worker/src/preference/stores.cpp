@@ -1,8 +1,8 @@
-// PreferenceStore implementations: tessera-kvstore over ZeroMQ, and an in-process Store.
+// PreferenceStore over tessera-kvstore (ZeroMQ). The in-process one is in local_store.cpp.
 #include <memory>
 #include <mutex>
 
-#include "tessera/kvstore/store.h"
+#include "tessera/kvstore/client.h"
 #include "tessera/worker/preference.h"
 
 namespace tessera::worker {
@@ -30,27 +30,6 @@ class ClientStore final : public PreferenceStore {
   std::unique_ptr<kvstore::Client> putter_;
 };
 
-class LocalStore final : public PreferenceStore {
- public:
-  explicit LocalStore(kvstore::Store& store) : store_(store) {}
-  Result<StoreGet> get(const kvstore::BlobKey& key) override {
-    TS_ASSIGN_OR_RETURN(kvstore::GetResult g, store_.get(key));
-    StoreGet out;
-    out.found = g.blob != nullptr;
-    out.tier = g.tier;
-    if (g.blob) out.blob = std::string(g.blob->begin(), g.blob->end());
-    return out;
-  }
-  Status put(const kvstore::BlobKey& key, std::string blob) override {
-    TS_ASSIGN_OR_RETURN(kvstore::PutResult p, store_.put(key, std::move(blob)));
-    (void)p;
-    return ok_status();
-  }
-
- private:
-  kvstore::Store& store_;  // thread-safe (store.h)
-};
-
 }  // namespace
 
 Result<std::unique_ptr<PreferenceStore>> connect_kvstore(const kvstore::ClientConfig& config) {
@@ -58,7 +37,5 @@ Result<std::unique_ptr<PreferenceStore>> connect_kvstore(const kvstore::ClientCo
   TS_ASSIGN_OR_RETURN(auto putter, kvstore::Client::connect(config));
   return std::unique_ptr<PreferenceStore>(new ClientStore(std::move(getter), std::move(putter)));
 }
-
-std::unique_ptr<PreferenceStore> local_store(kvstore::Store& store) { return std::make_unique<LocalStore>(store); }
 
 }  // namespace tessera::worker

@@ -20,14 +20,14 @@
 #include "tessera/frontend/openai.h"
 #include "tessera/frontend/output_filter.h"
 #include "tessera/frontend/stop_filter.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::frontend {
 
 class Generation {
  public:
   // `stop`: the request's stop strings; `logprobs`: collect per-token logprob text.
-  Generation(const worker::Tokenizer& tokenizer, std::vector<std::string> stop, bool logprobs);
+  Generation(const Tokenizer& tokenizer, std::vector<std::string> stop, bool logprobs);
 
   struct Delta {
     std::string text;                       // new client-visible text (may be empty)
@@ -50,8 +50,8 @@ class Generation {
   int32_t completion_tokens() const { return static_cast<int32_t>(tokens_.size()); }
 
  private:
-  const worker::Tokenizer& tok_;
-  worker::IncrementalDecoder decoder_;
+  const Tokenizer& tok_;
+  IncrementalDecoder decoder_;
   RetrieveFactFilter facts_;
   StopFilter stop_;
   bool want_logprobs_;

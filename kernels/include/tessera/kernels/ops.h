@@ -7,14 +7,15 @@
 #include <cstdint>
 
 #include "tessera/common/dtype.h"
+#include "tessera/common/half.h"
 
 namespace tessera::kernels {
 
-// Half-precision conversions (IEEE binary16 and bfloat16), round-to-nearest-even on the way in.
-float fp16_to_f32(uint16_t h);
-uint16_t f32_to_fp16(float f);
-float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);
+// Half-precision conversions (IEEE binary16 and bfloat16): the one implementation, common/half.h.
+using tessera::bf16_to_f32;
+using tessera::f32_to_bf16;
+using tessera::f32_to_fp16;
+using tessera::fp16_to_f32;
 
 // out[0, cols) = dequantized row `row` ([cols] elements of dtype t, dtype_row_bytes(t, cols)
 // bytes). Supports F32, F16, BF16, Q8_0, Q4_0.

@@ -68,7 +68,7 @@ struct KvShape {
 // Decoded K/V. Invariant (checked by encode): k.size() == v.size() ==
 // shape.elements_per_region() * element size of dtype (f32, f16 or bf16 only).
 struct PackedKv {
-  uint64_t fingerprint = 0;  // model fingerprint (worker::Model::fingerprint)
+  uint64_t fingerprint = 0;  // model fingerprint (Model::fingerprint)
   DType dtype = DType::kF32;
   KvShape shape;
   std::vector<uint8_t> k;

@@ -21,7 +21,7 @@
 
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
-#include "tessera/kvstore/store.h"
+#include "tessera/kvstore/types.h"
 
 namespace tessera::kvstore {
 
@@ -75,6 +75,5 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-Tier parse_tier(std::string_view name);  // "l1" / "l2" / anything else -> kNone
 
 }  // namespace tessera::kvstore

@@ -28,11 +28,9 @@
 #include "tessera/kvstore/key.h"
 #include "tessera/kvstore/l1_cache.h"
 #include "tessera/kvstore/redis_l2.h"
+#include "tessera/kvstore/types.h"
 
 namespace tessera::kvstore {
-
-enum class Tier : uint8_t { kNone = 0, kL1 = 1, kL2 = 2 };
-const char* tier_name(Tier t);  // "", "l1", "l2"
 
 struct StoreConfig {
   L1Config l1;
@@ -53,10 +51,6 @@ struct PutResult {
   std::string note;  // why a tier was skipped ("" when stored everywhere configured)
 };
 
-struct InvalidateResult {
-  uint64_t l1 = 0;  // entries removed from L1
-  uint64_t l2 = 0;  // keys removed from Redis
-};
 
 class Store {
  public:

@@ -32,7 +32,7 @@
 #include "tessera/common/step_plan.h"
 #include "tessera/kernels/cuda/types.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 

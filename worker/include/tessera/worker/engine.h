@@ -29,7 +29,7 @@
 #include "tessera/common/step_plan.h"
 #include "tessera/kernels/isa.h"
 #include "tessera/worker/kv_pool.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tessera/common/result.h"
-#include "tessera/worker/model.h"
+#include "tessera/model/model.h"
 
 namespace tessera::worker {
 

@@ -48,10 +48,6 @@
 #include "tessera/kvstore/key.h"
 #include "tessera/worker/engine.h"
 
-namespace tessera::kvstore {
-class Store;
-}
-
 namespace tessera::worker {
 
 // The key policy lives in common (tessera/common/dki.h); these names are kept for the worker.
@@ -80,8 +76,7 @@ class PreferenceStore {
 // tessera-kvstore over ZeroMQ: one Client for gets, another for puts, so a multi-megabyte put
 // never delays a get. Connect errors as Client::connect.
 Result<std::unique_ptr<PreferenceStore>> connect_kvstore(const kvstore::ClientConfig& config);
-// An in-process kvstore::Store (tests, single-process tools). Borrows store.
-std::unique_ptr<PreferenceStore> local_store(kvstore::Store& store);
+// An in-process kvstore::Store: local_store() in tessera/worker/preference_local.h.
 
 struct InjectorConfig {
   // How computed K/V is packed for the kvstore. int8 / group 64 keeps the argmax on stories260K

@@ -1,0 +1,113 @@
+// A loaded Llama-family model: its configuration, its weight tensors and the vocabulary
+// embedded in the file (if any). One interface for the three formats (GGUF, Hugging Face
+// safetensors directory, llama2.c checkpoint): load_model() detects the format.
+//
+// Conventions every loader normalizes to (so the forward pass never branches on format):
+// - A linear weight is a 2-D Tensor [rows = out_features, cols = in_features], row-major:
+//   y[r] = sum_c W[r, c] * x[c]. Quantized dtypes are blocked along cols.
+// - Norm weights and biases are always F32 (converted at load if stored otherwise).
+// - RoPE: `config.rope_layout` says how the Q/K head dimensions pair up for rotation *as the
+//   weights are stored* (llama2.c and GGUF `llama` interleave pairs; HF and GGUF `qwen2`
+//   rotate halves). The forward pass applies the rotation in that layout.
+//
+// Ownership: Model owns every byte its Tensors point to (an mmap of the file and/or
+// converted buffers); Tensors are views valid for the Model's lifetime. Model is immutable
+// after load and safe to read from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/common/dtype.h"
+#include "tessera/common/result.h"
+#include "tessera/common/vocab.h"
+
+namespace tessera {
+
+// A read-only view of a weight tensor. 1-D tensors have rows == 1.
+struct Tensor {
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const void* data = nullptr;  // rows * dtype_row_bytes(dtype, cols) bytes, owned by the Model
+  bool empty() const { return data == nullptr; }
+  const float* f32() const { return static_cast<const float*>(data); }  // only when dtype == kF32
+};
+
+enum class RopeLayout : uint8_t {
+  kInterleaved = 0,  // rotate (x[2i], x[2i+1]) by theta_i   (llama2.c, GGUF llama)
+  kHalves = 1,       // rotate (x[i], x[i + d/2]) by theta_i  (HF, GGUF qwen2 / NEOX)
+};
+
+enum class ModelFormat : uint8_t { kGguf, kSafetensors, kLlama2c };
+const char* model_format_name(ModelFormat f);
+
+struct ModelConfig {
+  std::string architecture = "llama";  // llama | mistral | qwen2
+  int32_t dim = 0;                     // hidden size
+  int32_t hidden_dim = 0;              // MLP intermediate size
+  int32_t n_layers = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;  // usually dim / n_heads
+  int32_t vocab_size = 0;
+  int32_t max_seq_len = 0;  // context length stated by the file
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeLayout rope_layout = RopeLayout::kInterleaved;
+  bool attn_bias = false;       // Q/K/V carry biases (qwen2)
+  bool tied_embeddings = false;  // output head == token embedding
+};
+
+struct LayerWeights {
+  Tensor attn_norm;           // [1, dim] F32
+  Tensor wq, wk, wv, wo;      // [n_heads*head_dim, dim], [n_kv*hd, dim], [n_kv*hd, dim], [dim, n_heads*hd]
+  Tensor bq, bk, bv;          // [1, out] F32, empty unless config.attn_bias
+  Tensor ffn_norm;            // [1, dim] F32
+  Tensor w_gate, w_up;        // [hidden_dim, dim]  (HF gate_proj/up_proj, llama2.c w1/w3)
+  Tensor w_down;              // [dim, hidden_dim]  (HF down_proj, llama2.c w2)
+};
+
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return config_; }
+  ModelFormat format() const { return format_; }
+  const std::string& path() const { return path_; }
+
+  Tensor tok_embeddings;  // [vocab, dim]
+  Tensor final_norm;      // [1, dim] F32
+  Tensor output;          // [vocab, dim]; equals tok_embeddings when tied
+  std::vector<LayerWeights> layers;
+  VocabSpec vocab;
+
+  // 64-bit identity of the weights (format-independent content hash of config + a sample of
+  // tensor bytes), used in radix namespaces and kvstore keys. Stable across runs.
+  uint64_t fingerprint = 0;
+
+  int64_t parameter_count() const;
+
+ protected:
+  ModelConfig config_;
+  ModelFormat format_ = ModelFormat::kGguf;
+  std::string path_;
+};
+
+struct LoadOptions {
+  bool use_mmap = true;  // map the file instead of reading it (GGUF, safetensors, llama2.c)
+};
+
+// Detects the format (directory with config.json -> safetensors; "GGUF" magic -> GGUF;
+// otherwise llama2.c) and loads it. Errors name the file, the tensor or key, and the problem.
+Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOptions& options = {});
+
+// The vocabulary (and chat template) a model file embeds, read from its metadata without
+// loading any tensor: a GGUF file's tokenizer.ggml.* keys. An empty VocabSpec (no tokens) for
+// a llama2.c checkpoint or a safetensors directory, whose tokenizer is a separate file.
+// Errors as load_model for an unreadable or corrupt file.
+Result<VocabSpec> read_model_vocab(const std::string& path);
+
+}  // namespace tessera

@@ -1,0 +1,195 @@
+// Shape/dtype validation and assembly of a Model from a TensorMap (see loaded_model.h).
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "half.h"
+#include "loaded_model.h"
+
+namespace tessera::loaders {
+namespace {
+
+constexpr std::align_val_t kAlign{64};
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+Error corrupt(const std::string& file, const std::string& what) {
+  return make_error(ErrorCode::kCorruptFile, file + ": " + what);
+}
+
+size_t dtype_alignment(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+class Assembler {
+ public:
+  Assembler(LoadedModel& model, const TensorMap& tensors, const std::string& file)
+      : model_(model), tensors_(tensors), file_(file) {}
+
+  // A weight matrix [rows, cols] in any supported dtype.
+  Result<Tensor> matrix(const std::string& name, int64_t rows, int64_t cols) {
+    TS_ASSIGN_OR_RETURN(const RawTensor* raw, find(name));
+    if (!(raw->shape.size() == 2 && raw->shape[0] == rows && raw->shape[1] == cols)) {
+      return corrupt(file_, "tensor " + raw->name + " has shape " + shape_str(raw->shape) + ", expected " +
+                                shape_str({rows, cols}) + " from the model config");
+    }
+    TS_TRY(check_bytes(*raw, rows, cols));
+    Tensor t{.dtype = raw->dtype, .rows = rows, .cols = cols, .data = raw->data};
+    if (reinterpret_cast<uintptr_t>(raw->data) % dtype_alignment(raw->dtype) != 0) {
+      uint8_t* copy = model_.allocate(raw->nbytes);
+      std::memcpy(copy, raw->data, raw->nbytes);
+      t.data = copy;
+    }
+    return t;
+  }
+
+  // A 1-D vector of n values (norm weight or bias), converted to F32.
+  Result<Tensor> vector_f32(const std::string& name, int64_t n) {
+    TS_ASSIGN_OR_RETURN(const RawTensor* raw, find(name));
+    const bool ok_shape = (raw->shape.size() == 1 && raw->shape[0] == n) ||
+                          (raw->shape.size() == 2 && raw->shape[0] == 1 && raw->shape[1] == n);
+    if (!ok_shape) {
+      return corrupt(file_, "tensor " + raw->name + " has shape " + shape_str(raw->shape) + ", expected " +
+                                shape_str({n}) + " from the model config");
+    }
+    if (raw->dtype != DType::kF32 && raw->dtype != DType::kF16 && raw->dtype != DType::kBF16) {
+      return make_error(ErrorCode::kUnsupported, file_ + ": tensor " + raw->name + " has dtype " +
+                                                     dtype_name(raw->dtype) +
+                                                     "; norm weights and biases must be f32, f16 or bf16");
+    }
+    TS_TRY(check_bytes(*raw, 1, n));
+    Tensor t{.dtype = DType::kF32, .rows = 1, .cols = n, .data = raw->data};
+    if (raw->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(raw->data) % 4 == 0) return t;
+    auto* out = reinterpret_cast<float*>(model_.allocate(static_cast<size_t>(n) * sizeof(float)));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = raw->data + i * static_cast<int64_t>(raw->dtype == DType::kF32 ? 4 : 2);
+      if (raw->dtype == DType::kF32) {
+        std::memcpy(&out[i], p, 4);
+      } else if (raw->dtype == DType::kF16) {
+        out[i] = fp16_to_f32(load_u16(p));
+      } else {
+        out[i] = bf16_to_f32(load_u16(p));
+      }
+    }
+    t.data = out;
+    return t;
+  }
+
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+
+ private:
+  Result<const RawTensor*> find(const std::string& name) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return corrupt(file_, "missing tensor " + name);
+    return &it->second;
+  }
+
+  Status check_bytes(const RawTensor& raw, int64_t rows, int64_t cols) {
+    if (cols % dtype_block_size(raw.dtype) != 0) {
+      return corrupt(file_, "tensor " + raw.name + ": row length " + std::to_string(cols) +
+                                " is not a multiple of the " + dtype_name(raw.dtype) + " block size");
+    }
+    uint64_t need = 0;
+    if (mul_overflows(static_cast<uint64_t>(rows), dtype_row_bytes(raw.dtype, cols), &need) || need != raw.nbytes) {
+      return corrupt(file_, "tensor " + raw.name + " holds " + std::to_string(raw.nbytes) +
+                                " bytes, its shape and dtype need " + std::to_string(need));
+    }
+    return ok_status();
+  }
+
+  LoadedModel& model_;
+  const TensorMap& tensors_;
+  const std::string& file_;
+};
+
+Status check_positive(const std::string& file, const char* field, int64_t v, int64_t cap) {
+  if (v <= 0 || v > cap) {
+    return corrupt(file, std::string("model config ") + field + " = " + std::to_string(v) + " is out of range [1, " +
+                             std::to_string(cap) + "]");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+void LoadedModel::AlignedDelete::operator()(uint8_t* p) const { ::operator delete(p, kAlign); }
+
+uint8_t* LoadedModel::allocate(size_t bytes) {
+  auto* p = static_cast<uint8_t*>(::operator new(bytes == 0 ? 1 : bytes, kAlign));
+  std::memset(p, 0, bytes);
+  buffers_.emplace_back(p);
+  return p;
+}
+
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
+
+Status validate_config(const ModelConfig& c, const std::string& file) {
+  TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));
+  TS_TRY(check_positive(file, "hidden_dim", c.hidden_dim, 1 << 20));
+  TS_TRY(check_positive(file, "n_layers", c.n_layers, 1024));
+  TS_TRY(check_positive(file, "n_heads", c.n_heads, 4096));
+  TS_TRY(check_positive(file, "n_kv_heads", c.n_kv_heads, 4096));
+  TS_TRY(check_positive(file, "head_dim", c.head_dim, 4096));
+  TS_TRY(check_positive(file, "vocab_size", c.vocab_size, 1 << 24));
+  TS_TRY(check_positive(file, "max_seq_len", c.max_seq_len, 1 << 24));
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return corrupt(file, "model config n_heads = " + std::to_string(c.n_heads) + " is not a multiple of n_kv_heads = " +
+                             std::to_string(c.n_kv_heads));
+  }
+  if (c.head_dim % 2 != 0) return corrupt(file, "model config head_dim = " + std::to_string(c.head_dim) + " is odd (RoPE needs pairs)");
+  if (!(std::isfinite(c.rms_eps) && c.rms_eps > 0.0f)) {
+    return corrupt(file, "model config rms_eps = " + std::to_string(c.rms_eps) + " must be a positive number");
+  }
+  if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f)) {
+    return corrupt(file, "model config rope_theta = " + std::to_string(c.rope_theta) + " must be a positive number");
+  }
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2") {
+    return make_error(ErrorCode::kUnsupported, file + ": architecture '" + c.architecture +
+                                                   "' is not supported (llama, mistral, qwen2)");
+  }
+  return ok_status();
+}
+
+Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::string& file) {
+  ModelConfig& c = model.mutable_config();
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;
+  Assembler a(model, tensors, file);
+  TS_ASSIGN_OR_RETURN(model.tok_embeddings, a.matrix("token_embd.weight", c.vocab_size, c.dim));
+  TS_ASSIGN_OR_RETURN(model.final_norm, a.vector_f32("output_norm.weight", c.dim));
+  if (!c.tied_embeddings && a.has("output.weight")) {
+    TS_ASSIGN_OR_RETURN(model.output, a.matrix("output.weight", c.vocab_size, c.dim));
+  } else {
+    c.tied_embeddings = true;
+    model.output = model.tok_embeddings;
+  }
+  model.layers.assign(static_cast<size_t>(c.n_layers), LayerWeights{});
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& w = model.layers[static_cast<size_t>(l)];
+    TS_ASSIGN_OR_RETURN(w.attn_norm, a.vector_f32(p + "attn_norm.weight", c.dim));
+    TS_ASSIGN_OR_RETURN(w.wq, a.matrix(p + "attn_q.weight", q_dim, c.dim));
+    TS_ASSIGN_OR_RETURN(w.wk, a.matrix(p + "attn_k.weight", kv_dim, c.dim));
+    TS_ASSIGN_OR_RETURN(w.wv, a.matrix(p + "attn_v.weight", kv_dim, c.dim));
+    TS_ASSIGN_OR_RETURN(w.wo, a.matrix(p + "attn_output.weight", c.dim, q_dim));
+    if (c.attn_bias) {
+      TS_ASSIGN_OR_RETURN(w.bq, a.vector_f32(p + "attn_q.bias", q_dim));
+      TS_ASSIGN_OR_RETURN(w.bk, a.vector_f32(p + "attn_k.bias", kv_dim));
+      TS_ASSIGN_OR_RETURN(w.bv, a.vector_f32(p + "attn_v.bias", kv_dim));
+    }
+    TS_ASSIGN_OR_RETURN(w.ffn_norm, a.vector_f32(p + "ffn_norm.weight", c.dim));
+    TS_ASSIGN_OR_RETURN(w.w_gate, a.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim));
+    TS_ASSIGN_OR_RETURN(w.w_up, a.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim));
+    TS_ASSIGN_OR_RETURN(w.w_down, a.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim));
+  }
+  model.fingerprint = compute_fingerprint(model);
+  return ok_status();
+}
+
+}  // namespace tessera::loaders

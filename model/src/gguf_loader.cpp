@@ -1,0 +1,244 @@
+// GGUF -> Model: architecture metadata (llama, mistral, qwen2), tensors by their GGUF names,
+// and the embedded tokenizer.ggml.* vocabulary.
+#include <cmath>
+#include <limits>
+
+#include "gguf.h"
+#include "loaded_model.h"
+#include "tessera/common/log.h"
+
+namespace tessera::loaders {
+namespace {
+
+class Meta {
+ public:
+  explicit Meta(const GgufFile& g) : g_(g) {}
+  const GgufFile& file() const { return g_; }
+
+  Error missing(const std::string& key) const {
+    return make_error(ErrorCode::kCorruptFile, g_.path + ": GGUF metadata key " + key + " is missing");
+  }
+  Error wrong(const std::string& key, const std::string& what) const {
+    return make_error(ErrorCode::kCorruptFile, g_.path + ": GGUF metadata key " + key + " " + what);
+  }
+
+  Result<int32_t> int32(const std::string& key, std::optional<int32_t> fallback = std::nullopt) const {
+    const GgufValue* v = g_.find(key);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      return missing(key);
+    }
+    if (!v->is_integer() || v->type == GgufType::kBool) {
+      return wrong(key, std::string("has type ") + gguf_type_name(v->type) + ", expected an integer");
+    }
+    if (v->type == GgufType::kU64 ? v->u > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                                  : (v->i < std::numeric_limits<int32_t>::min() || v->i > std::numeric_limits<int32_t>::max())) {
+      return wrong(key, "= " + std::to_string(v->i) + " does not fit in 32 bits");
+    }
+    return static_cast<int32_t>(v->i);
+  }
+
+  Result<float> real(const std::string& key, float fallback) const {
+    const GgufValue* v = g_.find(key);
+    if (v == nullptr) return fallback;
+    if (v->is_float()) return static_cast<float>(v->f);
+    if (v->is_integer() && v->type != GgufType::kBool) return static_cast<float>(v->i);
+    return wrong(key, std::string("has type ") + gguf_type_name(v->type) + ", expected a number");
+  }
+
+  Result<bool> boolean(const std::string& key, bool fallback) const {
+    const GgufValue* v = g_.find(key);
+    if (v == nullptr) return fallback;
+    if (v->type != GgufType::kBool) return wrong(key, std::string("has type ") + gguf_type_name(v->type) + ", expected bool");
+    return v->i != 0;
+  }
+
+  Result<std::string> string(const std::string& key, std::optional<std::string> fallback = std::nullopt) const {
+    const GgufValue* v = g_.find(key);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      return missing(key);
+    }
+    if (v->type != GgufType::kString) return wrong(key, std::string("has type ") + gguf_type_name(v->type) + ", expected string");
+    return v->str;
+  }
+
+  // An array of the given element kind; nullptr when absent.
+  Result<const GgufValue*> array(const std::string& key, bool want_strings, bool want_numbers) const {
+    const GgufValue* v = g_.find(key);
+    if (v == nullptr) return static_cast<const GgufValue*>(nullptr);
+    const bool is_str = v->type == GgufType::kArray && v->elem == GgufType::kString;
+    const bool is_num = v->type == GgufType::kArray && v->elem != GgufType::kString && v->elem != GgufType::kArray;
+    if ((want_strings && !is_str) || (want_numbers && !is_num)) {
+      return wrong(key, std::string("has type ") + gguf_type_name(v->type) +
+                            (v->type == GgufType::kArray ? std::string(" of ") + gguf_type_name(v->elem) : "") +
+                            (want_strings ? ", expected an array of strings" : ", expected an array of numbers"));
+    }
+    return v;
+  }
+
+ private:
+  const GgufFile& g_;
+};
+
+Status load_vocab(const Meta& m, VocabSpec& v, int32_t n_vocab_rows, const std::string& path) {
+  TS_ASSIGN_OR_RETURN(const GgufValue* tokens, m.array("tokenizer.ggml.tokens", true, false));
+  if (tokens == nullptr) return ok_status();  // no embedded vocabulary
+  TS_ASSIGN_OR_RETURN(v.model, m.string("tokenizer.ggml.model"));
+  TS_ASSIGN_OR_RETURN(v.pre, m.string("tokenizer.ggml.pre", std::string()));
+  v.tokens = tokens->strings;
+  const int64_t n = static_cast<int64_t>(v.tokens.size());
+  if (n > n_vocab_rows) {
+    return make_error(ErrorCode::kCorruptFile, path + ": GGUF tokenizer.ggml.tokens has " + std::to_string(n) +
+                                                   " tokens but token_embd.weight only " + std::to_string(n_vocab_rows) + " rows");
+  }
+  TS_ASSIGN_OR_RETURN(const GgufValue* scores, m.array("tokenizer.ggml.scores", false, true));
+  if (scores != nullptr) {
+    if (static_cast<int64_t>(scores->array_size()) != n) {
+      return m.wrong("tokenizer.ggml.scores", "has " + std::to_string(scores->array_size()) + " entries for " +
+                                                  std::to_string(n) + " tokens");
+    }
+    v.scores.reserve(scores->array_size());
+    for (double s : scores->floats) v.scores.push_back(static_cast<float>(s));
+    for (int64_t s : scores->ints) v.scores.push_back(static_cast<float>(s));
+  }
+  TS_ASSIGN_OR_RETURN(const GgufValue* types, m.array("tokenizer.ggml.token_type", false, true));
+  if (types != nullptr) {
+    if (static_cast<int64_t>(types->ints.size()) != n) {
+      return m.wrong("tokenizer.ggml.token_type", "has " + std::to_string(types->array_size()) +
+                                                      " integer entries for " + std::to_string(n) + " tokens");
+    }
+    for (int64_t t : types->ints) v.token_types.push_back(static_cast<int32_t>(t));
+  }
+  TS_ASSIGN_OR_RETURN(const GgufValue* merges, m.array("tokenizer.ggml.merges", true, false));
+  if (merges != nullptr) v.merges = merges->strings;
+  struct IdKey {
+    const char* key;
+    int32_t* out;
+  };
+  for (IdKey k : {IdKey{"tokenizer.ggml.bos_token_id", &v.bos_id}, IdKey{"tokenizer.ggml.eos_token_id", &v.eos_id},
+                  IdKey{"tokenizer.ggml.unknown_token_id", &v.unk_id},
+                  IdKey{"tokenizer.ggml.padding_token_id", &v.pad_id}}) {
+    // llama.cpp writes "no such token" (-1) as u32 0xFFFFFFFF.
+    const GgufValue* raw = m.file().find(k.key);
+    if (raw != nullptr && raw->type == GgufType::kU32 && raw->u == 0xFFFFFFFFu) {
+      *k.out = -1;
+      continue;
+    }
+    TS_ASSIGN_OR_RETURN(*k.out, m.int32(k.key, -1));
+    if (*k.out < -1 || *k.out >= n) {
+      return m.wrong(k.key, "= " + std::to_string(*k.out) + " is not a token id (vocabulary of " + std::to_string(n) + ")");
+    }
+  }
+  const bool spm = v.model == "llama";
+  TS_ASSIGN_OR_RETURN(v.add_bos, m.boolean("tokenizer.ggml.add_bos_token", spm));
+  TS_ASSIGN_OR_RETURN(v.add_space_prefix, m.boolean("tokenizer.ggml.add_space_prefix", spm));
+  TS_ASSIGN_OR_RETURN(v.chat_template, m.string("tokenizer.chat_template", std::string()));
+  return ok_status();
+}
+
+// GGUF tensor shape (ggml ne, innermost first) -> RawTensor shape (outermost first).
+std::vector<int64_t> to_shape(const std::vector<uint64_t>& ne) {
+  std::vector<int64_t> shape(ne.rbegin(), ne.rend());
+  // Trailing ggml dimensions of 1 (e.g. ne = {64, 1}) make a 1-D vector a [1, n] matrix;
+  // drop leading 1s beyond the second dimension.
+  while (shape.size() > 2 && shape.front() == 1) shape.erase(shape.begin());
+  return shape;
+}
+
+bool is_model_tensor(const std::string& name) {
+  return name.rfind("blk.", 0) == 0 || name.rfind("token_embd.", 0) == 0 || name.rfind("output", 0) == 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) {
+  const std::string& path = file->path();
+  TS_ASSIGN_OR_RETURN(GgufFile g, parse_gguf(*file));
+  Meta m(g);
+  auto model = std::make_unique<LoadedModel>(ModelFormat::kGguf, path);
+  ModelConfig& c = model->mutable_config();
+  TS_ASSIGN_OR_RETURN(c.architecture, m.string("general.architecture"));
+  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2") {
+    return make_error(ErrorCode::kUnsupported, path + ": GGUF general.architecture '" + c.architecture +
+                                                   "' is not supported (llama, mistral, qwen2)");
+  }
+  const std::string a = c.architecture + ".";
+  const bool qwen = c.architecture == "qwen2";
+  TS_ASSIGN_OR_RETURN(c.dim, m.int32(a + "embedding_length"));
+  TS_ASSIGN_OR_RETURN(c.hidden_dim, m.int32(a + "feed_forward_length"));
+  TS_ASSIGN_OR_RETURN(c.n_layers, m.int32(a + "block_count"));
+  TS_ASSIGN_OR_RETURN(c.n_heads, m.int32(a + "attention.head_count"));
+  TS_ASSIGN_OR_RETURN(c.n_kv_heads, m.int32(a + "attention.head_count_kv", c.n_heads));
+  TS_ASSIGN_OR_RETURN(c.max_seq_len, m.int32(a + "context_length"));
+  TS_ASSIGN_OR_RETURN(c.rms_eps, m.real(a + "attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f));
+  TS_ASSIGN_OR_RETURN(c.rope_theta, m.real(a + "rope.freq_base", qwen ? 1000000.0f : 10000.0f));
+  if (c.n_heads <= 0) return m.wrong(a + "attention.head_count", "= " + std::to_string(c.n_heads) + " must be positive");
+  if (c.dim % c.n_heads != 0 && g.find(a + "attention.key_length") == nullptr) {
+    return m.wrong(a + "embedding_length", "= " + std::to_string(c.dim) + " is not a multiple of the head count and " +
+                                               a + "attention.key_length is absent");
+  }
+  TS_ASSIGN_OR_RETURN(c.head_dim, m.int32(a + "attention.key_length", c.dim / c.n_heads));
+  TS_ASSIGN_OR_RETURN(int32_t value_length, m.int32(a + "attention.value_length", c.head_dim));
+  if (value_length != c.head_dim) {
+    return make_error(ErrorCode::kUnsupported, path + ": GGUF " + a + "attention.value_length = " +
+                                                   std::to_string(value_length) + " differs from key_length " +
+                                                   std::to_string(c.head_dim));
+  }
+  TS_ASSIGN_OR_RETURN(int32_t rope_dims, m.int32(a + "rope.dimension_count", c.head_dim));
+  if (rope_dims != c.head_dim) {
+    return make_error(ErrorCode::kUnsupported, path + ": GGUF " + a + "rope.dimension_count = " +
+                                                   std::to_string(rope_dims) + " (partial rotary) is not supported; head_dim is " +
+                                                   std::to_string(c.head_dim));
+  }
+  c.rope_layout = qwen ? RopeLayout::kHalves : RopeLayout::kInterleaved;
+
+  TensorMap tensors;
+  for (const GgufTensorInfo& t : g.tensors) {
+    std::optional<DType> dt = dtype_from_ggml(t.type);
+    if (!dt) {
+      if (!is_model_tensor(t.name)) continue;  // not used by the forward pass
+      return make_error(ErrorCode::kUnsupported, path + ": GGUF tensor " + t.name + " has type " +
+                                                     ggml_type_name(t.type) +
+                                                     ", which is not supported (f32, f16, bf16, q8_0, q4_0)");
+    }
+    tensors.emplace(t.name, RawTensor{.name = t.name, .dtype = *dt, .shape = to_shape(t.ne), .data = t.data,
+                                      .nbytes = t.nbytes});
+  }
+  // Llama 3.x RoPE scaling (frequency factors) changes every position's rotation.
+  if (tensors.count("rope_freqs.weight") != 0 || g.find(a + "rope.scaling.type") != nullptr) {
+    TS_LOG(kWarn) << path << ": not implemented yet: RoPE scaling (rope_freqs.weight / " << a
+                  << "rope.scaling.*) is ignored; outputs will differ from the reference";
+  }
+  auto emb = tensors.find("token_embd.weight");
+  if (emb == tensors.end()) return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor token_embd.weight is missing");
+  if (emb->second.shape.size() != 2 || emb->second.shape[0] <= 0 ||
+      emb->second.shape[0] > std::numeric_limits<int32_t>::max()) {
+    return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor token_embd.weight is not a [vocab, dim] matrix");
+  }
+  c.vocab_size = static_cast<int32_t>(emb->second.shape[0]);
+  c.attn_bias = tensors.count("blk.0.attn_q.bias") != 0;
+  c.tied_embeddings = tensors.count("output.weight") == 0;
+  TS_TRY(validate_config(c, path));
+  TS_TRY(load_vocab(m, model->vocab, c.vocab_size, path));
+  TS_TRY(assemble_model(*model, tensors, path));
+  model->retain(std::move(file));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
+Result<VocabSpec> read_gguf_vocab(const FileBytes& file) {
+  TS_ASSIGN_OR_RETURN(GgufFile g, parse_gguf(file));
+  Meta m(g);
+  int32_t rows = std::numeric_limits<int32_t>::max();  // no embedding: no bound from it
+  for (const GgufTensorInfo& t : g.tensors) {
+    if (t.name == "token_embd.weight" && t.ne.size() == 2 && t.ne[1] > 0 &&
+        t.ne[1] <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
+      rows = static_cast<int32_t>(t.ne[1]);
+    }
+  }
+  VocabSpec vocab;
+  TS_TRY(load_vocab(m, vocab, rows, file.path()));
+  return vocab;
+}
+
+}  // namespace tessera::loaders

@@ -1,0 +1,324 @@
+#include "synth.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gguf_writer.h"
+#include "half.h"
+
+namespace tessera::loaders {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+struct Vocab {
+  std::string model, pre;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+  int32_t bos = -1, eos = -1, unk = -1;
+};
+
+// <unk>, <s>, </s>, 256 byte tokens, then "▁", then every string over a frequency-ordered
+// alphabet by increasing length, each with and without the "▁" word prefix. Every prefix of
+// a piece is a piece, so SentencePiece BPE merges can build them all.
+Vocab synthetic_spm_vocab(int32_t n) {
+  Vocab v;
+  v.model = "llama";
+  v.pre = "default";
+  v.bos = 1;
+  v.eos = 2;
+  v.unk = 0;
+  auto add = [&](std::string piece, int32_t type) {
+    v.scores.push_back(type == 1 ? -static_cast<float>(v.tokens.size()) : 0.0f);
+    v.tokens.push_back(std::move(piece));
+    v.types.push_back(type);
+  };
+  add("<unk>", 2);
+  add("<s>", 3);
+  add("</s>", 3);
+  for (int b = 0; b < 256 && static_cast<int32_t>(v.tokens.size()) < n; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, 6);
+  }
+  const std::string space = "\xE2\x96\x81";
+  if (static_cast<int32_t>(v.tokens.size()) < n) add(space, 1);
+  static const std::string kAlphabet = "etaoinshrdlucmfwypvbgkjqxz";
+  std::vector<std::string> level = {""};
+  while (static_cast<int32_t>(v.tokens.size()) < n) {
+    std::vector<std::string> next;
+    for (const std::string& s : level) {
+      for (char c : kAlphabet) next.push_back(s + c);
+    }
+    for (const std::string& s : next) {
+      if (static_cast<int32_t>(v.tokens.size()) >= n) break;
+      add(space + s, 1);
+      if (static_cast<int32_t>(v.tokens.size()) >= n) break;
+      add(s, 1);
+    }
+    level = std::move(next);
+  }
+  return v;
+}
+
+Result<nlohmann::json> read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::kIoError, path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return make_error(ErrorCode::kCorruptFile, path + ": not a JSON object");
+  return j;
+}
+
+// A Hugging Face tokenizer.json byte-level BPE vocabulary as a GGUF "gpt2" vocab, padded with
+// reserved control tokens up to n. bos/eos come from a config.json beside it, if any.
+Result<Vocab> hf_vocab(const std::string& path, int32_t n, const std::string& pre) {
+  TS_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(path));
+  auto model = j.find("model");
+  if (model == j.end() || !model->is_object() || model->value("type", "") != "BPE" || !model->contains("vocab") ||
+      !(*model)["vocab"].is_object()) {
+    return make_error(ErrorCode::kCorruptFile, path + ": model is not a BPE model with a vocab object");
+  }
+  Vocab v;
+  v.model = "gpt2";
+  v.pre = pre;
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  std::vector<int32_t> types(static_cast<size_t>(n), 0);
+  auto place = [&](const std::string& tok, const nlohmann::json& id, int32_t type) -> Status {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      return make_error(ErrorCode::kCorruptFile, path + ": token '" + tok + "' has no valid id");
+    }
+    if (id.get<int64_t>() >= n) {
+      return make_error(ErrorCode::kOutOfRange, path + ": token id " + std::to_string(id.get<int64_t>()) +
+                                                    " does not fit the model's vocabulary of " + std::to_string(n));
+    }
+    tokens[static_cast<size_t>(id.get<int64_t>())] = tok;
+    types[static_cast<size_t>(id.get<int64_t>())] = type;
+    return ok_status();
+  };
+  for (const auto& [tok, id] : (*model)["vocab"].items()) TS_TRY(place(tok, id, 1));
+  if (auto added = j.find("added_tokens"); added != j.end() && added->is_array()) {
+    for (const auto& t : *added) {
+      if (!t.is_object() || !t.contains("content") || !t["content"].is_string() || !t.contains("id")) continue;
+      TS_TRY(place(t["content"].get<std::string>(), t["id"], t.value("special", false) ? 3 : 4));
+    }
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] == 0) {
+      tokens[i] = "<|reserved_" + std::to_string(i) + "|>";
+      types[i] = 3;
+    }
+  }
+  if (auto merges = model->find("merges"); merges != model->end() && merges->is_array()) {
+    for (const auto& m : *merges) {
+      if (m.is_string()) {
+        v.merges.push_back(m.get<std::string>());
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+      }
+    }
+  }
+  v.tokens = std::move(tokens);
+  v.types = std::move(types);
+  const std::string config = (std::filesystem::path(path).parent_path() / "config.json").string();
+  std::error_code ec;
+  if (std::filesystem::exists(config, ec)) {
+    TS_ASSIGN_OR_RETURN(nlohmann::json c, read_json_file(config));
+    if (c.contains("bos_token_id") && c["bos_token_id"].is_number_integer()) v.bos = c["bos_token_id"].get<int32_t>();
+    if (c.contains("eos_token_id") && c["eos_token_id"].is_number_integer()) v.eos = c["eos_token_id"].get<int32_t>();
+  }
+  return v;
+}
+
+uint32_t file_type(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;   // LLAMA_FTYPE_ALL_F32
+    case DType::kF16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
+    case DType::kQ8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    default: return 0;
+  }
+}
+
+struct PlannedTensor {
+  std::string name;
+  std::vector<uint64_t> ne;
+  int kind;  // 0 matrix, 1 norm, 2 bias
+  DType dtype;
+};
+
+}  // namespace
+
+void synth_values(uint64_t seed, const std::string& name, int kind, size_t n, float* out) {
+  const uint64_t base = splitmix64(seed ^ name_hash(name));
+  const float half_width = kind == 1 ? 0.05f : 0.02f * std::sqrt(3.0f);
+  const float center = kind == 1 ? 1.0f : 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = splitmix64(base + i);
+    const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    out[i] = center + (2.0f * u - 1.0f) * half_width;
+  }
+}
+
+void quantize_q8_0(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* ob = out + b * 34;
+    const uint16_t dh = f32_to_fp16(d);
+    std::memcpy(ob, &dh, 2);
+    for (int j = 0; j < 32; ++j) ob[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::roundf(xb[j] * id)));
+  }
+}
+
+}  // namespace tessera::loaders
+
+namespace tessera {
+
+const std::vector<SynthShape>& synth_shapes() {
+  static const std::vector<SynthShape> kShapes = {
+      {"smollm2-135m", "llama", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, 1e-5f, true, false},
+      {"llama-1b", "llama", 2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, 1e-5f, true, false},
+      {"stories260k", "llama", 64, 172, 5, 8, 4, 512, 512, 10000.0f, 1e-5f, true, false},
+      {"qwen2-0.5b", "qwen2", 896, 4864, 24, 14, 2, 151936, 32768, 1000000.0f, 1e-6f, true, true},
+  };
+  return kShapes;
+}
+
+Result<SynthShape> synth_shape(const std::string& like) {
+  std::string names;
+  for (const SynthShape& s : synth_shapes()) {
+    if (s.like == like) return s;
+    names += (names.empty() ? "" : ", ") + s.like;
+  }
+  return make_error(ErrorCode::kInvalidArgument, "unknown model shape '" + like + "' (known: " + names + ")");
+}
+
+Status synth_model(const SynthOptions& o) {
+  using namespace loaders;  // NOLINT: this file's helpers
+  TS_ASSIGN_OR_RETURN(SynthShape s, synth_shape(o.like));
+  if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kQ8_0) {
+    return make_error(ErrorCode::kInvalidArgument, std::string("synth dtype ") + dtype_name(o.dtype) +
+                                                       " is not supported (f32, f16, q8_0)");
+  }
+  Vocab vocab;
+  if (o.vocab_from.empty()) {
+    vocab = synthetic_spm_vocab(s.vocab_size);
+  } else {
+    const std::string pre = s.like == "smollm2-135m" ? "smollm" : s.like == "llama-1b" ? "llama-bpe"
+                                                                : s.like == "qwen2-0.5b" ? "qwen2" : "default";
+    TS_ASSIGN_OR_RETURN(vocab, hf_vocab(o.vocab_from, s.vocab_size, pre));
+  }
+
+  const int32_t head_dim = s.dim / s.n_heads;
+  const uint64_t dim = static_cast<uint64_t>(s.dim), hidden = static_cast<uint64_t>(s.hidden_dim);
+  const uint64_t q_dim = static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(head_dim);
+  const uint64_t kv_dim = static_cast<uint64_t>(s.n_kv_heads) * static_cast<uint64_t>(head_dim);
+  std::vector<PlannedTensor> plan;
+  auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
+    const bool fits = cols % static_cast<uint64_t>(dtype_block_size(o.dtype)) == 0;
+    plan.push_back({name, {cols, rows}, 0, fits ? o.dtype : DType::kF32});
+  };
+  auto vec = [&](const std::string& name, uint64_t n, int kind) { plan.push_back({name, {n}, kind, DType::kF32}); };
+  matrix("token_embd.weight", dim, static_cast<uint64_t>(s.vocab_size));
+  for (int32_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vec(p + "attn_norm.weight", dim, 1);
+    matrix(p + "attn_q.weight", dim, q_dim);
+    matrix(p + "attn_k.weight", dim, kv_dim);
+    matrix(p + "attn_v.weight", dim, kv_dim);
+    if (s.attn_bias) {
+      vec(p + "attn_q.bias", q_dim, 2);
+      vec(p + "attn_k.bias", kv_dim, 2);
+      vec(p + "attn_v.bias", kv_dim, 2);
+    }
+    matrix(p + "attn_output.weight", q_dim, dim);
+    vec(p + "ffn_norm.weight", dim, 1);
+    matrix(p + "ffn_gate.weight", dim, hidden);
+    matrix(p + "ffn_up.weight", dim, hidden);
+    matrix(p + "ffn_down.weight", hidden, dim);
+  }
+  vec("output_norm.weight", dim, 1);
+  if (!s.tied) matrix("output.weight", dim, static_cast<uint64_t>(s.vocab_size));
+
+  GgufWriter w;
+  w.set_alignment(32);
+  const std::string a = s.architecture + ".";
+  w.set_string("general.architecture", s.architecture);
+  w.set_string("general.name", "tessera-synth-" + s.like);
+  w.set_u32("general.file_type", file_type(o.dtype));
+  if (o.dtype == DType::kQ8_0) w.set_u32("general.quantization_version", 2);
+  w.set_u64("tessera.synth.seed", o.seed);
+  w.set_u32(a + "context_length", static_cast<uint32_t>(s.context_length));
+  w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.dim));
+  w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
+  w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
+  w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set_f32(a + "rope.freq_base", s.rope_theta);
+  w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
+  w.set_string("tokenizer.ggml.model", vocab.model);
+  w.set_string("tokenizer.ggml.pre", vocab.pre);
+  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  if (!vocab.scores.empty()) w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
+  w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
+  if (!vocab.merges.empty()) w.set_string_array("tokenizer.ggml.merges", vocab.merges);
+  if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
+  if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
+  if (vocab.unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
+  w.set_bool("tokenizer.ggml.add_bos_token", vocab.model == "llama");
+  w.set_bool("tokenizer.ggml.add_eos_token", false);
+  if (vocab.model == "llama") w.set_bool("tokenizer.ggml.add_space_prefix", true);
+  for (const PlannedTensor& t : plan) w.add_tensor(t.name, ggml_from_dtype(t.dtype), t.ne);
+
+  std::vector<float> values;
+  return w.write_file(o.out_path, [&](size_t i, std::vector<uint8_t>& out) {
+    const PlannedTensor& t = plan[i];
+    uint64_t n = 1;
+    for (uint64_t d : t.ne) n *= d;
+    values.resize(static_cast<size_t>(n));
+    synth_values(o.seed, t.name, t.kind, values.size(), values.data());
+    switch (t.dtype) {
+      case DType::kF32:
+        out.resize(values.size() * 4);
+        std::memcpy(out.data(), values.data(), out.size());
+        break;
+      case DType::kF16:
+        out.resize(values.size() * 2);
+        for (size_t k = 0; k < values.size(); ++k) {
+          const uint16_t h = f32_to_fp16(values[k]);
+          std::memcpy(out.data() + 2 * k, &h, 2);
+        }
+        break;
+      case DType::kQ8_0:
+        out.resize(values.size() / 32 * 34);
+        quantize_q8_0(values.data(), static_cast<int64_t>(values.size()), out.data());
+        break;
+      default: TS_CHECK(false) << "synth dtype checked above";
+    }
+  });
+}
+
+}  // namespace tessera
