@@ -161,7 +161,7 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const
   }
   TS_CUDA_TRY(cudaStreamSynchronize(im->stream));
   im->backend = make_cuda_backend(*im);
-  im->exec = std::make_unique<StepExecutor>(*im->backend);
+  im->executor = std::make_unique<StepExecutor>(*im->backend);
   TS_LOG(kInfo) << "cuda engine: device " << o.device << ", " << kc::half_type_name(o.dtype) << " weights "
                 << im->w.bytes / (1 << 20) << " MiB, " << im->num_pages << " pages of " << o.page_size << " ("
                 << im->pool.bytes() / (1 << 20) << " MiB)";

@@ -110,7 +110,7 @@ struct CudaEngine::Impl {
   std::map<int32_t, cudaGraphExec_t> graphs;  // decode batch size -> captured forward
   cuda_backend::StepMeta m;  // reused
   std::unique_ptr<Backend> backend;     // the "cuda" entry points over this Impl (cuda_execute.cpp)
-  std::unique_ptr<StepExecutor> exec;   // borrows *backend
+  std::unique_ptr<StepExecutor> executor;  // borrows *backend
 
   Impl(const Model& mod, const CudaEngineOptions& options) : model(mod), cfg(mod.config()), opt(options) {}
   ~Impl();

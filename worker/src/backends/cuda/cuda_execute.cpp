@@ -57,9 +57,9 @@ class CudaRankBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(CudaEngine::Impl& impl) { return std::make_unique<CudaRankBackend>(impl); }
 
-Result<std::span<const float>> CudaEngine::forward(std::span<const SeqInput> batch) { return impl_->exec->forward(batch); }
-Result<StepResult> CudaEngine::execute(const StepPlan& plan) { return impl_->exec->execute(plan); }
+Result<std::span<const float>> CudaEngine::forward(std::span<const SeqInput> batch) { return impl_->executor->forward(batch); }
+Result<StepResult> CudaEngine::execute(const StepPlan& plan) { return impl_->executor->execute(plan); }
 Backend& CudaEngine::backend() { return *impl_->backend; }
-StepExecutor& CudaEngine::executor() { return *impl_->exec; }
+StepExecutor& CudaEngine::executor() { return *impl_->executor; }
 
 }  // namespace tessera::worker
