@@ -12,7 +12,6 @@ class CpuServing final : public ServingBackend {
  public:
   explicit CpuServing(std::unique_ptr<worker::Engine> e) : engine_(std::move(e)) {}
   worker::StepExecutor& executor() override { return engine_->executor(); }
-  worker::Engine* cpu_engine() override { return engine_.get(); }
   std::string describe() const override {
     return "cpu backend, " + std::to_string(engine_->threads()) + " threads, kernels " + kernels::isa_name(engine_->isa()) +
            ", " + std::to_string(engine_->pool().bytes() >> 20) + " MiB of K/V pages";

@@ -36,8 +36,6 @@ class ServingBackend {
  public:
   virtual ~ServingBackend() = default;
   virtual worker::StepExecutor& executor() = 0;
-  // The CPU Engine when that is what serves (the preference injector needs it), else nullptr.
-  virtual worker::Engine* cpu_engine() { return nullptr; }
   // One line for the start-up log (device, dtype, threads, pool size).
   virtual std::string describe() const = 0;
 };

@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
   worker::InjectorConfig ic;
   ic.codec.codec = kvstore::parse_codec(options.get("kv-codec")).value();  // validated by the option's choices
   worker::PreferenceInjector injector(pref_store.get(), ic);
-  if (worker::Engine* cpu = (*backend)->cpu_engine(); cpu != nullptr) injector.attach(*cpu);
+  if (executor.backend().capabilities().kv_fill) injector.attach(executor);
 
   worker_app::ServiceConfig sc;
   sc.scheduler_endpoint = options.get("scheduler");
