@@ -36,12 +36,12 @@ Result<std::string> resolve_backend(const std::string& requested, bool needs_kv_
       return make_error(ErrorCode::kUnsupported, "--backend cuda: CUDA support was not compiled in (configure with "
                                                  "-DTESSERA_CUDA=ON on a machine with nvcc)");
     }
-    auto n = cuda_support::probe_devices();
-    if (!n.ok()) return make_error(n.error().code, "--backend cuda: " + n.error().message);
-    if (needs_kv_fill) {
+    if (needs_kv_fill) {  // a configuration error, whatever the hardware
       return make_error(ErrorCode::kUnsupported, "--backend cuda with --kvstore: the cuda backend lacks capability kv_fill "
                                                  "(preference K/V injection); use --backend cpu for preference requests");
     }
+    auto n = cuda_support::probe_devices();
+    if (!n.ok()) return make_error(n.error().code, "--backend cuda: " + n.error().message);
     say("--backend cuda, " + std::to_string(*n) + " device(s)");
     return std::string("cuda");
   }

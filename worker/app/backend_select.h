@@ -5,8 +5,9 @@
 // Rules (docs/cuda.md, "Selecting the backend"):
 // - cpu: the CPU Engine.
 // - cuda: the CUDA engine on device 0 (tensor-parallel over devices [0, N) with
-//   --tensor-parallel N); refused at start when CUDA support was not compiled in or no device
-//   answers (the message names the cause, e.g. "no CUDA device (cudaGetDeviceCount: ...)").
+//   --tensor-parallel N); refused at start when CUDA support was not compiled in, with --kvstore
+//   (the CUDA backend lacks kv_fill), or when no device answers (the message names the cause,
+//   e.g. "--backend cuda: no CUDA device (cudaGetDeviceCount: ...)").
 // - auto: cuda when it is compiled in and a device is present, unless the configuration needs a
 //   capability the CUDA backend lacks (kv_fill, for --kvstore); else cpu.
 // Ownership: a ServingBackend owns its engine (which borrows the Model). Threads: created on the
