@@ -1,4 +1,5 @@
-// tessera-worker: loads a model, builds the paged Engine and serves step plans for one scheduler
+// tessera-worker: loads a model, builds the chosen backend (--backend cpu|cuda|auto,
+// backend_select.h) with its StepExecutor and serves step plans for one scheduler
 // (worker_service.h). Every option is declared once below (flag, [worker] config key, env var).
 #include <unistd.h>
 
@@ -10,7 +11,7 @@
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
-#include "tessera/worker/engine.h"
+#include "backend_select.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
 #include "worker_service.h"
@@ -29,6 +30,16 @@ void declare_options(tessera::config::Options& o) {
          .env = "TESSERA_MODEL"});
   o.add({.name = "name", .type = Type::kString, .default_value = "",
          .help = "worker name, unique per scheduler (\"\" = hostname:pid)", .env = "TESSERA_WORKER_NAME"});
+  o.add({.name = "backend", .type = Type::kString, .default_value = "auto",
+         .help = "compute backend: cpu, cuda, or auto (cuda when compiled in and a GPU is present, unless --kvstore "
+                 "needs kv_fill; else cpu)",
+         .env = "TESSERA_WORKER_BACKEND", .choices = {"auto", "cpu", "cuda"}});
+  o.add({.name = "tensor-parallel", .type = Type::kInt, .default_value = "1",
+         .help = "cuda: GPUs of this node to shard the model over (tensor parallelism, needs NCCL when > 1)",
+         .env = "TESSERA_WORKER_TENSOR_PARALLEL", .min = 1, .max = 64});
+  o.add({.name = "cuda-dtype", .type = Type::kString, .default_value = "bf16",
+         .help = "cuda: type of weights, activations and K/V pages on the GPU", .env = "TESSERA_WORKER_CUDA_DTYPE",
+         .choices = {"bf16", "f16"}});
   o.add({.name = "num-pages", .type = Type::kInt, .default_value = "1024",
          .help = "K/V pages in the pool (each holds page-size tokens for every layer)", .env = "TESSERA_NUM_PAGES",
          .min = 1, .max = 1 << 24});
@@ -85,22 +96,35 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
 
+  // The backend is chosen (and its absence reported) before the model is loaded.
+  std::string why;
+  auto backend_name = worker_app::resolve_backend(options.get("backend"), !options.get("kvstore").empty(), &why);
+  if (!backend_name.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", backend_name.error().message.c_str());
+    return 1;
+  }
   auto model = load_model(options.get("model"));
   if (!model.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", model.error().to_string().c_str());
     return 1;
   }
-  worker::EngineOptions eo;
-  eo.pool = {.num_pages = static_cast<int32_t>(options.get_int("num-pages")),
+  worker_app::BackendOptions bo;
+  bo.pool = {.num_pages = static_cast<int32_t>(options.get_int("num-pages")),
              .page_size = static_cast<int32_t>(options.get_int("page-size"))};
-  eo.threads = static_cast<int32_t>(options.get_int("threads"));
-  auto engine = worker::Engine::create(**model, eo);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "tessera-worker: %s\n", engine.error().to_string().c_str());
+  bo.threads = static_cast<int32_t>(options.get_int("threads"));
+  bo.max_batch_tokens = static_cast<int32_t>(options.get_int("max-batch-tokens"));
+  bo.tensor_parallel = static_cast<int32_t>(options.get_int("tensor-parallel"));
+  bo.cuda_dtype = options.get("cuda-dtype");
+  auto backend = worker_app::create_backend(*backend_name, **model, bo);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "tessera-worker: --backend %s: %s\n", backend_name->c_str(), backend.error().to_string().c_str());
     return 1;
   }
+  worker::StepExecutor& executor = (*backend)->executor();
 
   // Preference K/V injection (dki): KvFill directives go to the injector (docs/preference.md).
+  // Only a backend with kv_fill runs them (resolve_backend refused --kvstore elsewhere); on the
+  // others a plan with a KvFill is refused naming the capability.
   std::unique_ptr<worker::PreferenceStore> pref_store;
   if (!options.get("kvstore").empty()) {
     auto ps = worker::connect_kvstore({.endpoint = options.get("kvstore"),
@@ -114,7 +138,7 @@ int main(int argc, char** argv) {
   worker::InjectorConfig ic;
   ic.codec.codec = kvstore::parse_codec(options.get("kv-codec")).value();  // validated by the option's choices
   worker::PreferenceInjector injector(pref_store.get(), ic);
-  injector.attach(**engine);
+  if (executor.backend().capabilities().kv_fill) injector.attach(executor);
 
   worker_app::ServiceConfig sc;
   sc.scheduler_endpoint = options.get("scheduler");
@@ -131,12 +155,21 @@ int main(int argc, char** argv) {
   sc.heartbeat_ms = static_cast<int>(options.get_int("heartbeat-ms"));
   sc.dead_after_ms = static_cast<int>(options.get_int("scheduler-dead-ms"));
 
-  std::printf("READY worker=%s pages=%d page_size=%d\n", sc.name.c_str(), eo.pool.num_pages, eo.pool.page_size);
+  const worker::PoolGeometry pool = executor.backend().geometry();
+  std::printf("READY worker=%s pages=%d page_size=%d backend=%s\n", sc.name.c_str(), pool.num_pages, pool.page_size,
+              std::string(executor.backend().name()).c_str());
   std::fflush(stdout);
+  std::string caps;
+  for (const std::string& c : executor.capabilities()) caps += (caps.empty() ? "" : ",") + c;
   TS_LOG(kInfo) << "worker=" << sc.name << " | model " << options.get("model") << " (" << (*model)->parameter_count()
-                << " parameters), " << eo.pool.num_pages << " pages x " << eo.pool.page_size << " tokens, "
-                << (*engine)->threads() << " threads; scheduler " << sc.scheduler_endpoint;
-  Status st = worker_app::run_service(sc, **model, **engine, g_stop);
+                << " parameters), " << pool.num_pages << " pages x " << pool.page_size << " tokens; "
+                << (*backend)->describe() << " (" << why << "); capabilities " << caps << "; scheduler "
+                << sc.scheduler_endpoint;
+  if (!executor.backend().capabilities().kv_fill) {
+    TS_LOG(kWarn) << "worker=" << sc.name << " | the " << executor.backend().name()
+                  << " backend lacks kv_fill: step plans with preference K/V fills are refused (error names the capability)";
+  }
+  Status st = worker_app::run_service(sc, **model, executor, g_stop);
   if (!st.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", st.error().to_string().c_str());
     return 1;

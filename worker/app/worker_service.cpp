@@ -21,11 +21,11 @@ int64_t unix_ms() {
   return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The compute thread: takes one plan at a time, runs Engine::execute, sends the encoded
+// The compute thread: takes one plan at a time, runs StepExecutor::execute, sends the encoded
 // step_result over its end of the inproc PAIR.
 class Compute {
  public:
-  Compute(zmq::context_t& ctx, worker::Engine& engine) : engine_(engine), out_(ctx, zmq::socket_type::pair) {
+  Compute(zmq::context_t& ctx, worker::StepExecutor& executor) : executor_(executor), out_(ctx, zmq::socket_type::pair) {
     out_.connect("inproc://worker-results");
     thread_ = std::thread([this] { loop(); });
   }
@@ -54,8 +54,8 @@ class Compute {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
   }
-  // Engine::reset_requests() before the next plan (after the one executing now, if any), on the
-  // compute thread: the Engine is not thread-safe.
+  // StepExecutor::reset_requests() before the next plan (after the one executing now, if any),
+  // on the compute thread: the executor is not thread-safe.
   void reset_requests() {
     std::lock_guard<std::mutex> lock(mu_);
     reset_pending_ = true;
@@ -75,11 +75,11 @@ class Compute {
         reset = std::exchange(reset_pending_, false);
       }
       if (reset) {
-        TS_LOG(kInfo) << "registered again: dropping the state of " << engine_.num_request_states() << " requests";
-        engine_.reset_requests();
+        TS_LOG(kInfo) << "registered again: dropping the state of " << executor_.num_request_states() << " requests";
+        executor_.reset_requests();
       }
       const auto t0 = Clock::now();
-      auto r = engine_.execute(plan);
+      auto r = executor_.execute(plan);
       StepResult result;
       if (r.ok()) {
         result = std::move(*r);
@@ -95,7 +95,7 @@ class Compute {
     }
   }
 
-  worker::Engine& engine_;
+  worker::StepExecutor& executor_;
   zmq::socket_t out_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -116,7 +116,7 @@ StepResult error_result(uint64_t step_id, const Error& e) {
 
 }  // namespace
 
-Status run_service(const ServiceConfig& config, const Model& model, worker::Engine& engine,
+Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
                    const std::atomic<bool>& stop_requested) {
   zmq::context_t ctx(1);
   zmq::socket_t results(ctx, zmq::socket_type::pair);
@@ -130,15 +130,16 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Engi
     return make_error(ErrorCode::kInvalidArgument,
                       "cannot connect to scheduler '" + config.scheduler_endpoint + "': " + e.what());
   }
-  Compute compute(ctx, engine);
+  Compute compute(ctx, executor);
 
   const auto& mc = model.config();
+  const worker::PoolGeometry pool = executor.backend().geometry();
   protocol::RegisterWorker reg{.id = 1,
                                .worker_name = config.name,
-                               .capabilities = {"cpu", "logprobs", "kv_fill"},
+                               .capabilities = executor.capabilities(),
                                .model_fingerprint = model.fingerprint,
-                               .num_pages = engine.pool().num_pages(),
-                               .page_size = engine.pool().page_size(),
+                               .num_pages = pool.num_pages,
+                               .page_size = pool.page_size,
                                .max_batch_tokens = config.max_batch_tokens,
                                .max_seq_len = mc.max_seq_len,
                                .vocab_size = mc.vocab_size,

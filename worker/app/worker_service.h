@@ -1,18 +1,21 @@
-// The tessera-worker process loop: one Engine, one DEALER to the scheduler's worker ROUTER.
+// The tessera-worker process loop: one StepExecutor (over the chosen backend), one DEALER to the
+// scheduler's worker ROUTER.
 //
 // Protocol (docs/protocol.md, "Scheduler <-> worker"): the worker sends `register` (resent every
 // second until a `register_ack`), then executes every `step_plan` exactly as told and answers a
 // `step_result` with the same id. A plan that cannot be decoded or fails validation in the engine
 // is answered with a step_result whose error_code is set (the scheduler fails that step's
-// sequences); the worker keeps serving. Heartbeats go out every heartbeat_ms (from the ack);
+// sequences); the worker keeps serving. `register` carries the executor's capabilities
+// (StepExecutor::capabilities(): the backend's name, "kv_fill", the sampling options); a plan
+// that needs a capability the backend lacks is refused as a step_result error naming it. Heartbeats go out every heartbeat_ms (from the ack);
 // a scheduler silent for dead_after_ms is presumed restarted: the worker registers again, and on
-// every accepted register_ack after the first it drops all per-request engine state
-// (Engine::reset_requests, before the next plan) since the scheduler starts it afresh and a
+// every accepted register_ack after the first it drops all per-request executor state
+// (StepExecutor::reset_requests, before the next plan) since the scheduler starts it afresh and a
 // restarted scheduler reuses request ids. `drain` finishes the current step and exits; `shutdown` and
 // request_stop() (SIGTERM/SIGINT) do the same.
 //
 // Threads: the service thread (run()) owns the ZeroMQ sockets; one compute thread runs
-// Engine::execute so that heartbeats keep flowing during a long prefill. Plans go to the compute
+// StepExecutor::execute so that heartbeats keep flowing during a long prefill. Plans go to the compute
 // thread through a mutex-guarded slot; results come back over an inproc PAIR socket. At most one
 // plan is in flight (the scheduler sends the next plan only after the previous result).
 #pragma once
@@ -23,8 +26,8 @@
 #include <string>
 
 #include "tessera/common/result.h"
-#include "tessera/worker/engine.h"
 #include "tessera/model/model.h"
+#include "tessera/worker/step_executor.h"
 
 namespace tessera::worker_app {
 
@@ -37,9 +40,9 @@ struct ServiceConfig {
   int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
 };
 
-// Runs until drain/shutdown/request_stop(). Borrowed model and engine must outlive the call.
+// Runs until drain/shutdown/request_stop(). Borrowed model and executor must outlive the call.
 // Returns an error only for setup failures (bad endpoint) or a rejected registration.
-Status run_service(const ServiceConfig& config, const Model& model, worker::Engine& engine,
+Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
                    const std::atomic<bool>& stop_requested);
 
 }  // namespace tessera::worker_app

@@ -165,8 +165,9 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
   }
   for (int i = 0; i < o.num_workers; ++i) {
     const std::string name = "w" + std::to_string(i);
+    // --backend cpu: the expected outputs (greedy.json) are the CPU oracle's, GPU or not.
     std::vector<std::string> wargs = {"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
-                                      std::to_string(o.num_pages), "--name", name};
+                                      std::to_string(o.num_pages), "--name", name, "--backend", "cpu"};
     wargs.insert(wargs.end(), o.worker_args.begin(), o.worker_args.end());
     workers_.push_back(std::make_unique<Child>(
         bin_path("tessera-worker"), wargs,

@@ -1,11 +1,11 @@
-// Engine construction, input validation and the step-plan executor.
+// The CPU engine: model checks, the CpuBackend entry points and the Engine that owns a
+// CpuBackend and its StepExecutor.
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <thread>
-#include <unordered_set>
 
 #include "engine_impl.h"
+#include "tessera/common/check.h"
 #include "tessera/common/log.h"
 #include "tessera/kernels/matmul.h"
 
@@ -33,8 +33,6 @@ Status check_linear(const Tensor& t, const std::string& name, int64_t rows, int6
   }
   return ok_status();
 }
-
-std::string seq_name(size_t i) { return "seq " + std::to_string(i); }
 
 }  // namespace
 
@@ -98,172 +96,70 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
-const Model& Engine::model() const { return impl_->model; }
-KvPool& Engine::pool() { return impl_->pool; }
-int32_t Engine::threads() const { return impl_->threads->size(); }
-kernels::Isa Engine::isa() const { return impl_->isa; }
-size_t Engine::num_request_states() const { return impl_->samplers.size(); }
-void Engine::reset_requests() { impl_->samplers.clear(); }
-void Engine::set_fill_handler(FillHandler handler) { impl_->fill_handler = std::move(handler); }
+const Model& Engine::model() const { return impl_->backend.model(); }
+KvPool& Engine::pool() { return impl_->backend.pool(); }
+int32_t Engine::threads() const { return impl_->backend.threads(); }
+kernels::Isa Engine::isa() const { return impl_->backend.isa(); }
+size_t Engine::num_request_states() const { return impl_->exec.num_request_states(); }
+void Engine::reset_requests() { impl_->exec.reset_requests(); }
+Backend& Engine::backend() { return impl_->backend; }
+StepExecutor& Engine::executor() { return impl_->exec; }
 
-Status Engine::Impl::validate(std::span<const SeqInput> batch) const {
-  const int32_t ps = pool.page_size();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SeqInput& in = batch[i];
-    if (in.tokens.empty()) return make_error(ErrorCode::kInvalidArgument, seq_name(i) + ": no tokens");
-    if (in.tokens.size() > (1u << 24)) return make_error(ErrorCode::kTooLarge, seq_name(i) + ": too many tokens in one step");
-    if (in.start_pos < 0 || static_cast<int64_t>(in.start_pos) + static_cast<int64_t>(in.tokens.size()) > (int64_t{1} << 30)) {
-      return make_error(ErrorCode::kOutOfRange, seq_name(i) + ": start_pos " + std::to_string(in.start_pos) + " out of range");
-    }
-    for (size_t t = 0; t < in.tokens.size(); ++t) {
-      if (in.tokens[t] < 0 || in.tokens[t] >= cfg.vocab_size) {
-        return make_error(ErrorCode::kOutOfRange, seq_name(i) + ": token " + std::to_string(in.tokens[t]) + " at index " +
-                                                      std::to_string(t) + " is outside the vocabulary [0, " +
-                                                      std::to_string(cfg.vocab_size) + ")");
-      }
-    }
-    const int64_t end = static_cast<int64_t>(in.start_pos) + static_cast<int64_t>(in.tokens.size());
-    const int64_t pages_needed = (end + ps - 1) / ps;
-    if (static_cast<int64_t>(in.block_table.size()) < pages_needed) {
-      return make_error(ErrorCode::kInvalidArgument, seq_name(i) + ": block_table has " + std::to_string(in.block_table.size()) +
-                                                         " pages, positions [0, " + std::to_string(end) + ") need " +
-                                                         std::to_string(pages_needed));
-    }
-    for (int64_t p = 0; p < pages_needed; ++p) {
-      const int32_t page = in.block_table[static_cast<size_t>(p)];
-      if (page < 0 || page >= pool.num_pages()) {
-        return make_error(ErrorCode::kOutOfRange, seq_name(i) + ": block_table[" + std::to_string(p) + "] = " +
-                                                      std::to_string(page) + " is not a page of the pool [0, " +
-                                                      std::to_string(pool.num_pages()) + ")");
-      }
-    }
-    if (in.slot_mapping.size() != in.tokens.size()) {
-      return make_error(ErrorCode::kInvalidArgument, seq_name(i) + ": slot_mapping has " + std::to_string(in.slot_mapping.size()) +
-                                                         " entries for " + std::to_string(in.tokens.size()) + " tokens");
-    }
-    for (size_t t = 0; t < in.tokens.size(); ++t) {
-      const int64_t p = in.start_pos + static_cast<int64_t>(t);
-      const int64_t want = static_cast<int64_t>(in.block_table[static_cast<size_t>(p / ps)]) * ps + p % ps;
-      if (in.slot_mapping[t] != want) {
-        return make_error(ErrorCode::kInvalidArgument, seq_name(i) + ": slot_mapping[" + std::to_string(t) + "] = " +
-                                                           std::to_string(in.slot_mapping[t]) + " but block_table puts position " +
-                                                           std::to_string(p) + " in slot " + std::to_string(want));
-      }
-    }
+void Engine::set_fill_handler(FillHandler handler) {
+  if (!handler) {
+    impl_->exec.set_fill_handler({});
+    return;
+  }
+  impl_->exec.set_fill_handler([this, h = std::move(handler)](const KvFill& f) { return h(*this, f); });
+}
+
+Result<std::span<const float>> Engine::forward(std::span<const SeqInput> batch) { return impl_->exec.forward(batch); }
+
+Result<StepResult> Engine::execute(const StepPlan& plan) { return impl_->exec.execute(plan); }
+
+// ---- CpuBackend ----
+
+PoolGeometry CpuBackend::geometry() const {
+  return {.num_pages = pool_.num_pages(), .page_size = pool_.page_size(), .n_layers = cfg_.n_layers,
+          .n_kv_heads = cfg_.n_kv_heads, .head_dim = cfg_.head_dim};
+}
+
+BackendCaps CpuBackend::capabilities() const {
+  BackendCaps c;  // every sampling option on the host (the defaults), no limits
+  c.kv_fill = true;
+  return c;
+}
+
+Result<std::span<float>> CpuBackend::forward(std::span<const SeqInput> batch) {
+  if (batch.empty()) return std::span<float>{};
+  return run(batch);
+}
+
+Status CpuBackend::copy_page(int32_t src, int32_t dst) {
+  pool_.copy_page(src, dst);
+  return ok_status();
+}
+
+Status CpuBackend::read_kv(int32_t layer, std::span<const int64_t> slots, std::span<float> k, std::span<float> v) {
+  const auto row = static_cast<size_t>(pool_.token_floats());
+  TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
+  TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::copy_n(pool_.key(layer, slots[i]), row, k.data() + i * row);
+    std::copy_n(pool_.value(layer, slots[i]), row, v.data() + i * row);
   }
   return ok_status();
 }
 
-Result<std::span<const float>> Engine::forward(std::span<const SeqInput> batch) {
-  TS_TRY(impl_->validate(batch));
-  return impl_->run(batch);
-}
-
-Result<StepResult> Engine::execute(const StepPlan& plan) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Impl& im = *impl_;
-  // 1. Validate the whole plan before touching anything.
-  if (!plan.fills.empty() && !im.fill_handler) {
-    // The message keeps the wording tests/unit/worker_engine checks for a bare Engine.
-    return make_error(ErrorCode::kUnsupported, "not implemented yet: kvstore fill (preference K/V injection) without a fill "
-                                               "handler (PreferenceInjector::attach), step " + std::to_string(plan.step_id));
+Status CpuBackend::write_kv(int32_t layer, std::span<const int64_t> slots, std::span<const float> k, std::span<const float> v) {
+  const auto row = static_cast<size_t>(pool_.token_floats());
+  TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
+  TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
+  for (size_t i = 0; i < slots.size(); ++i) {
+    std::copy_n(k.data() + i * row, row, pool_.key(layer, slots[i]));
+    std::copy_n(v.data() + i * row, row, pool_.value(layer, slots[i]));
   }
-  for (size_t i = 0; i < plan.fills.size(); ++i) {
-    for (int32_t page : plan.fills[i].pages) {
-      if (page < 0 || page >= im.pool.num_pages()) {
-        return make_error(ErrorCode::kOutOfRange, "fills[" + std::to_string(i) + "]: page " + std::to_string(page) +
-                                                      " outside the pool [0, " + std::to_string(im.pool.num_pages()) + ")");
-      }
-    }
-  }
-  for (size_t i = 0; i < plan.copies.size(); ++i) {
-    const PageCopy& c = plan.copies[i];
-    if (c.src < 0 || c.src >= im.pool.num_pages() || c.dst < 0 || c.dst >= im.pool.num_pages()) {
-      return make_error(ErrorCode::kOutOfRange, "copies[" + std::to_string(i) + "]: page " + std::to_string(c.src) + " -> " +
-                                                    std::to_string(c.dst) + " outside the pool [0, " +
-                                                    std::to_string(im.pool.num_pages()) + ")");
-    }
-  }
-  std::unordered_set<uint64_t> ids;
-  std::vector<SeqInput> batch;
-  batch.reserve(plan.seqs.size());
-  for (size_t i = 0; i < plan.seqs.size(); ++i) {
-    const SeqPlan& s = plan.seqs[i];
-    if (!ids.insert(s.request_id).second) {
-      return make_error(ErrorCode::kInvalidArgument, "request " + std::to_string(s.request_id) + " appears twice in step " +
-                                                         std::to_string(plan.step_id));
-    }
-    if (s.sample) {
-      Status st = validate_sampling_params(s.sampling);
-      if (!st.ok()) {
-        return make_error(st.error().code, "request " + std::to_string(s.request_id) + ": " + st.error().message);
-      }
-      for (int32_t g : s.generated) {
-        if (g < 0 || g >= im.cfg.vocab_size) {
-          return make_error(ErrorCode::kOutOfRange, "request " + std::to_string(s.request_id) + ": generated token " +
-                                                        std::to_string(g) + " is outside the vocabulary");
-        }
-      }
-    }
-    batch.push_back({.tokens = s.tokens, .start_pos = s.start_pos, .block_table = s.block_table,
-                     .slot_mapping = s.slot_mapping, .want_logits = s.sample});
-  }
-  {
-    Status st = im.validate(batch);
-    if (!st.ok()) return make_error(st.error().code, "step " + std::to_string(plan.step_id) + ": " + st.error().message);
-  }
-  // 2. Apply: releases, page copies, forward, sampling.
-  for (uint64_t id : plan.released) im.samplers.erase(id);
-  for (const PageCopy& c : plan.copies) im.pool.copy_page(c.src, c.dst);
-  StepResult result;
-  result.step_id = plan.step_id;
-  for (size_t i = 0; i < plan.fills.size(); ++i) {
-    auto fr = im.fill_handler(*this, plan.fills[i]);
-    if (!fr.ok()) {
-      return make_error(fr.error().code, "step " + std::to_string(plan.step_id) + ": fills[" + std::to_string(i) + "] (request " +
-                                             std::to_string(plan.fills[i].request_id) + "): " + fr.error().message);
-    }
-    result.fills.push_back(std::move(fr).value());
-  }
-  if (!batch.empty()) im.run(batch);
-  // Sampling: request states are created (map changes) on this thread, then every sequence
-  // samples its own row in parallel (Samplers are independent; each row is its own slice of
-  // the step's logits, penalized in place). A full-vocabulary sort per sequence (temperature
-  // sampling) is milliseconds each; serially it was a large share of a 32-sequence step.
-  struct Pick {
-    uint64_t request_id;
-    Sampler* sampler;
-    SampleOutcome out;
-  };
-  std::vector<Pick> picks;
-  for (const SeqPlan& s : plan.seqs) {
-    if (!s.sample) continue;
-    auto& slot = im.samplers[s.request_id];
-    if (!slot) {
-      slot = std::make_unique<Sampler>(s.sampling);
-      slot->set_history(s.generated);
-    }
-    picks.push_back({.request_id = s.request_id, .sampler = slot.get(), .out = {}});
-  }
-  const size_t vocab = static_cast<size_t>(im.cfg.vocab_size);
-  float* logits = im.s.logits.data();  // run() wrote one row per sampled sequence, in plan order
-  Pick* pick_list = picks.data();
-  auto sample_row = [pick_list, logits, vocab](int64_t i) {
-    Pick& p = pick_list[i];
-    p.out = p.sampler->sample({logits + static_cast<size_t>(i) * vocab, vocab});
-    p.sampler->accept(p.out.token);
-  };
-  if (picks.size() > 1) {
-    im.threads->parallel_for(static_cast<int64_t>(picks.size()), sample_row);
-  } else if (picks.size() == 1) {
-    sample_row(0);
-  }
-  for (Pick& p : picks) {
-    result.results.push_back(
-        {.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob, .top = std::move(p.out.top)});
-  }
-  result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return result;
+  return ok_status();
 }
 
 }  // namespace tessera::worker

@@ -1,14 +1,14 @@
-// Private: the Engine's state and the pieces of its forward pass.
+// Private: the CPU backend (the forward pass over the host page pool) and the Engine that owns
+// it together with its StepExecutor.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/worker/engine.h"
-#include "tessera/worker/sampler.h"
+#include "tessera/worker/step_executor.h"
 
 namespace tessera::worker {
 
@@ -19,23 +19,44 @@ struct Scratch {
   std::vector<int64_t> slots;
 };
 
+// The "cpu" backend: f32 K/V pool in host memory, CPU kernels on its own thread pool (lent to
+// the executor for sampling). Every capability, every sampling option on the host.
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Model& m, KvPool p, kernels::Isa i, int n_threads)
+      : model_(m), cfg_(m.config()), pool_(std::move(p)), isa_(i), threads_(std::make_unique<kernels::ThreadPool>(n_threads)) {}
+
+  std::string_view name() const override { return "cpu"; }
+  const Model& model() const override { return model_; }
+  PoolGeometry geometry() const override;
+  BackendCaps capabilities() const override;
+  Result<std::span<float>> forward(std::span<const SeqInput> batch) override;
+  Status copy_page(int32_t src, int32_t dst) override;
+  Status read_kv(int32_t layer, std::span<const int64_t> slots, std::span<float> k, std::span<float> v) override;
+  Status write_kv(int32_t layer, std::span<const int64_t> slots, std::span<const float> k, std::span<const float> v) override;
+  kernels::ThreadPool* host_threads() override { return threads_.get(); }
+
+  KvPool& pool() { return pool_; }
+  kernels::Isa isa() const { return isa_; }
+  int32_t threads() const { return threads_->size(); }
+
+ private:
+  // The forward pass proper (forward.cpp); the batch has been validated.
+  std::span<float> run(std::span<const SeqInput> batch);
+
+  const Model& model_;
+  ModelConfig cfg_;
+  KvPool pool_;
+  kernels::Isa isa_;
+  std::unique_ptr<kernels::ThreadPool> threads_;
+  Scratch s_;
+};
+
 struct Engine::Impl {
-  const Model& model;
-  ModelConfig cfg;
-  KvPool pool;
-  kernels::Isa isa;
-  std::unique_ptr<kernels::ThreadPool> threads;
-  Scratch s;
-  std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
-  Engine::FillHandler fill_handler;  // KvFill executor (preference injection); may be empty
+  CpuBackend backend;
+  StepExecutor exec;  // borrows backend (declared after it)
 
-  Impl(const Model& m, KvPool p, kernels::Isa i, int n_threads)
-      : model(m), cfg(m.config()), pool(std::move(p)), isa(i), threads(std::make_unique<kernels::ThreadPool>(n_threads)) {}
-
-  // Checks every sequence of a batch against the pool and the vocabulary (no side effects).
-  Status validate(std::span<const SeqInput> batch) const;
-  // The forward pass proper; the batch has been validated.
-  std::span<const float> run(std::span<const SeqInput> batch);
+  Impl(const Model& m, KvPool p, kernels::Isa i, int n_threads) : backend(m, std::move(p), i, n_threads), exec(backend) {}
 };
 
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.

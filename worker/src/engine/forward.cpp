@@ -18,12 +18,16 @@ T* grow(std::vector<T>& v, size_t n) {
 
 }  // namespace
 
-std::span<const float> Engine::Impl::run(std::span<const SeqInput> batch) {
+std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   using kernels::matmul;
-  const ModelConfig& c = cfg;
+  const ModelConfig& c = cfg_;
+  const Model& model = model_;
+  KvPool& pool = pool_;
+  Scratch& s = s_;
+  const kernels::Isa isa = isa_;
   const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * hd, kv_dim = static_cast<int64_t>(c.n_kv_heads) * hd;
-  kernels::ThreadPool* tp = threads.get();
+  kernels::ThreadPool* tp = threads_.get();
 
   // Flatten the batch.
   s.token_indptr.assign(1, 0);

@@ -26,6 +26,13 @@ int64_t slot_of(std::span<const int32_t> pages, int32_t page_size, int32_t p) {
   return static_cast<int64_t>(pages[static_cast<size_t>(p / page_size)]) * page_size + p % page_size;
 }
 
+// Slots of positions [0, n) in a fill's pages.
+std::vector<int64_t> fill_slots(std::span<const int32_t> pages, int32_t page_size, int32_t n) {
+  std::vector<int64_t> slots(static_cast<size_t>(n));
+  for (int32_t p = 0; p < n; ++p) slots[static_cast<size_t>(p)] = slot_of(pages, page_size, p);
+  return slots;
+}
+
 }  // namespace
 
 struct PreferenceInjector::Impl {
@@ -106,27 +113,28 @@ struct PreferenceInjector::Impl {
     stats.*field += n;
   }
 
-  Status validate(Engine& engine, const KvFill& f, const ParsedBlobKey& key) const;
+  Status validate(const Backend& backend, const KvFill& f, const ParsedBlobKey& key) const;
   // Writes a decoded blob into the fill's pages; false (nothing useful written) when it does not fit.
-  static bool write_blob(KvPool& pool, const Model& model, const KvFill& f, const kvstore::PackedKv& kv);
-  Result<FillResult> apply(Engine& engine, const KvFill& f);
+  static Result<bool> write_blob(Backend& backend, const KvFill& f, const kvstore::PackedKv& kv);
+  Result<FillResult> apply(StepExecutor& exec, const KvFill& f);
 };
 
-Status PreferenceInjector::Impl::validate(Engine& engine, const KvFill& f, const ParsedBlobKey& key) const {
+Status PreferenceInjector::Impl::validate(const Backend& backend, const KvFill& f, const ParsedBlobKey& key) const {
   const std::string who = "preference fill for request " + std::to_string(f.request_id);
   if (!(f.alpha > kPreferenceAlphaFloor && f.alpha <= kPreferenceAlphaCap)) {
     return make_error(ErrorCode::kInvalidArgument, who + ": alpha " + std::to_string(f.alpha) +
                                                        " is outside (0.1, 0.7]; apply effective_alpha() where the request is built");
   }
   if (f.num_tokens < 1) return make_error(ErrorCode::kInvalidArgument, who + ": num_tokens must be >= 1");
-  const int32_t ps = engine.pool().page_size();
+  const PoolGeometry pool = backend.geometry();
+  const int32_t ps = pool.page_size;
   const int64_t need = (static_cast<int64_t>(f.num_tokens) + ps - 1) / ps;
   if (static_cast<int64_t>(f.pages.size()) != need) {
     return make_error(ErrorCode::kInvalidArgument, who + ": " + std::to_string(f.pages.size()) + " pages for " +
                                                        std::to_string(f.num_tokens) + " tokens, need " + std::to_string(need));
   }
   for (int32_t page : f.pages) {
-    if (page < 0 || page >= engine.pool().num_pages()) {
+    if (page < 0 || page >= pool.num_pages) {
       return make_error(ErrorCode::kOutOfRange, who + ": page " + std::to_string(page) + " is outside the pool");
     }
   }
@@ -135,13 +143,13 @@ Status PreferenceInjector::Impl::validate(Engine& engine, const KvFill& f, const
       return make_error(ErrorCode::kInvalidArgument, who + ": " + std::to_string(f.tokens.size()) + " tokens, num_tokens says " +
                                                          std::to_string(f.num_tokens));
     }
-    const int32_t vocab = engine.model().config().vocab_size;
+    const int32_t vocab = backend.model().config().vocab_size;
     for (int32_t t : f.tokens) {
       if (t < 0 || t >= vocab) {
         return make_error(ErrorCode::kOutOfRange, who + ": token " + std::to_string(t) + " is outside the vocabulary");
       }
     }
-    const uint64_t h = preference_hash(f.tokens, engine.model().fingerprint);
+    const uint64_t h = preference_hash(f.tokens, backend.model().fingerprint);
     if (h != key.content_hash) {
       return make_error(ErrorCode::kInvalidArgument, who + ": the tokens hash to " + hex16(h) + " but blob_key names " +
                                                          hex16(key.content_hash));
@@ -150,38 +158,48 @@ Status PreferenceInjector::Impl::validate(Engine& engine, const KvFill& f, const
   return ok_status();
 }
 
-bool PreferenceInjector::Impl::write_blob(KvPool& pool, const Model& model, const KvFill& f, const kvstore::PackedKv& kv) {
+Result<bool> PreferenceInjector::Impl::write_blob(Backend& backend, const KvFill& f, const kvstore::PackedKv& kv) {
+  const Model& model = backend.model();
   const ModelConfig& c = model.config();
   const kvstore::KvShape want{static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(f.num_tokens),
                               static_cast<uint32_t>(c.n_kv_heads), static_cast<uint32_t>(c.head_dim)};
   if (kv.shape != want || kv.fingerprint != model.fingerprint) return false;
-  const size_t row = static_cast<size_t>(pool.token_floats());
+  const PoolGeometry pool = backend.geometry();
+  const auto row = static_cast<size_t>(pool.token_floats());
   const size_t esz = kvstore::element_bytes(kv.dtype);
+  const std::vector<int64_t> slots = fill_slots(f.pages, pool.page_size, f.num_tokens);
+  std::vector<float> k(slots.size() * row), v(slots.size() * row);
   for (int32_t l = 0; l < c.n_layers; ++l) {
     for (int32_t p = 0; p < f.num_tokens; ++p) {
-      const int64_t slot = slot_of(f.pages, pool.page_size(), p);
       const size_t off = kv.row_offset(static_cast<uint32_t>(l), static_cast<uint32_t>(p));
-      float* k = pool.key(l, slot);
-      float* v = pool.value(l, slot);
+      float* kd = k.data() + static_cast<size_t>(p) * row;
+      float* vd = v.data() + static_cast<size_t>(p) * row;
       if (kv.dtype == DType::kF32) {
-        std::memcpy(k, kv.k.data() + off, row * sizeof(float));
-        std::memcpy(v, kv.v.data() + off, row * sizeof(float));
+        std::memcpy(kd, kv.k.data() + off, row * sizeof(float));
+        std::memcpy(vd, kv.v.data() + off, row * sizeof(float));
       } else {
         for (size_t i = 0; i < row; ++i) {
-          k[i] = kvstore::element_to_float(kv.dtype, kv.k.data() + off + i * esz);
-          v[i] = kvstore::element_to_float(kv.dtype, kv.v.data() + off + i * esz);
+          kd[i] = kvstore::element_to_float(kv.dtype, kv.k.data() + off + i * esz);
+          vd[i] = kvstore::element_to_float(kv.dtype, kv.v.data() + off + i * esz);
         }
       }
     }
+    TS_TRY(backend.write_kv(l, slots, k, v));
   }
   return true;
 }
 
-Result<FillResult> PreferenceInjector::Impl::apply(Engine& engine, const KvFill& f) {
+Result<FillResult> PreferenceInjector::Impl::apply(StepExecutor& exec, const KvFill& f) {
+  Backend& backend = exec.backend();
+  if (!backend.capabilities().kv_fill) {
+    return make_error(ErrorCode::kUnsupported, "preference fill for request " + std::to_string(f.request_id) + ": the " +
+                                                   std::string(backend.name()) + " backend lacks capability kv_fill");
+  }
   TS_ASSIGN_OR_RETURN(ParsedBlobKey key, parse_blob_key(f.blob_key));
-  TS_TRY(validate(engine, f, key));
-  const Model& model = engine.model();
-  KvPool& pool = engine.pool();
+  TS_TRY(validate(backend, f, key));
+  const Model& model = backend.model();
+  const PoolGeometry pool = backend.geometry();
+  const std::vector<int64_t> slots = fill_slots(f.pages, pool.page_size, f.num_tokens);
   FillResult out;
   out.request_id = f.request_id;
   const kvstore::BlobKey bkey{.fingerprint = model.fingerprint, .user = key.user, .hash = hex16(key.content_hash)};
@@ -202,7 +220,11 @@ Result<FillResult> PreferenceInjector::Impl::apply(Engine& engine, const KvFill&
                     << "); computing the preference";
     } else if (got->found) {
       auto kv = kvstore::decode_blob(got->blob, {.expected_fingerprint = model.fingerprint});
-      if (kv.ok() && write_blob(pool, model, f, *kv)) {
+      bool written = false;
+      if (kv.ok()) {
+        TS_ASSIGN_OR_RETURN(written, write_blob(backend, f, *kv));
+      }
+      if (written) {
         filled = true;
         const bool l2 = got->tier == kvstore::Tier::kL2;
         out.source = l2 ? "redis" : "kvstore";
@@ -225,26 +247,27 @@ Result<FillResult> PreferenceInjector::Impl::apply(Engine& engine, const KvFill&
                                                   ": not in the kvstore and the fill carries no tokens to compute it from");
     }
     const auto t0 = Clock::now();
-    std::vector<int64_t> slots(f.tokens.size());
-    for (int32_t p = 0; p < f.num_tokens; ++p) slots[static_cast<size_t>(p)] = slot_of(f.pages, pool.page_size(), p);
     const SeqInput in{.tokens = f.tokens, .start_pos = 0, .block_table = f.pages, .slot_mapping = slots, .want_logits = false};
-    TS_TRY(engine.forward(std::span<const SeqInput>(&in, 1)));
+    TS_TRY(exec.forward(std::span<const SeqInput>(&in, 1)));
     out.source = "compute";
     out.compute_ms = ms_since(t0);
     out.kv_bytes = static_cast<int64_t>(2 * sizeof(float) * static_cast<size_t>(pool.token_floats()) *
-                                        static_cast<size_t>(pool.num_layers()) * static_cast<size_t>(f.num_tokens));
+                                        static_cast<size_t>(pool.n_layers) * static_cast<size_t>(f.num_tokens));
     count(&InjectorStats::computed);
     // Unscaled copy for the kvstore, taken before V is scaled; packed on the put thread.
-    if (cacheable) enqueue({bkey, read_pages(pool, model, f.pages, f.num_tokens)});
+    if (cacheable) {
+      TS_ASSIGN_OR_RETURN(kvstore::PackedKv unscaled, read_pages(backend, f.pages, f.num_tokens));
+      enqueue({bkey, std::move(unscaled)});
+    }
   }
 
   // 3. Scale V (never K) of positions [0, P) by alpha, in every layer.
-  const size_t row = static_cast<size_t>(pool.token_floats());
-  for (int32_t l = 0; l < pool.num_layers(); ++l) {
-    for (int32_t p = 0; p < f.num_tokens; ++p) {
-      float* v = pool.value(l, slot_of(f.pages, pool.page_size(), p));
-      for (size_t i = 0; i < row; ++i) v[i] *= f.alpha;
-    }
+  const auto row = static_cast<size_t>(pool.token_floats());
+  std::vector<float> k(slots.size() * row), v(slots.size() * row);
+  for (int32_t l = 0; l < pool.n_layers; ++l) {
+    TS_TRY(backend.read_kv(l, slots, k, v));
+    for (float& x : v) x *= f.alpha;
+    TS_TRY(backend.write_kv(l, slots, k, v));
   }
   return out;
 }
@@ -253,11 +276,15 @@ PreferenceInjector::PreferenceInjector(PreferenceStore* store, InjectorConfig co
     : impl_(std::make_unique<Impl>(store, std::move(config))) {}
 PreferenceInjector::~PreferenceInjector() = default;
 
-Result<FillResult> PreferenceInjector::apply(Engine& engine, const KvFill& fill) { return impl_->apply(engine, fill); }
-
-void PreferenceInjector::attach(Engine& engine) {
-  engine.set_fill_handler([this](Engine& e, const KvFill& f) { return apply(e, f); });
+Result<FillResult> PreferenceInjector::apply(StepExecutor& executor, const KvFill& fill) {
+  return impl_->apply(executor, fill);
 }
+Result<FillResult> PreferenceInjector::apply(Engine& engine, const KvFill& fill) { return impl_->apply(engine.executor(), fill); }
+
+void PreferenceInjector::attach(StepExecutor& executor) {
+  executor.set_fill_handler([this, &executor](const KvFill& f) { return apply(executor, f); });
+}
+void PreferenceInjector::attach(Engine& engine) { attach(engine.executor()); }
 
 bool PreferenceInjector::flush(int timeout_ms) {
   std::unique_lock lock(impl_->mu);
@@ -286,6 +313,35 @@ kvstore::PackedKv read_pages(const KvPool& pool, const Model& model, std::span<c
       const size_t off = kv.row_offset(static_cast<uint32_t>(l), static_cast<uint32_t>(p));
       std::memcpy(kv.k.data() + off, pool.key(l, slot), row);
       std::memcpy(kv.v.data() + off, pool.value(l, slot), row);
+    }
+  }
+  return kv;
+}
+
+}  // namespace tessera::worker
+
+namespace tessera::worker {
+
+Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> pages, int32_t num_tokens) {
+  const Model& model = backend.model();
+  const ModelConfig& c = model.config();
+  const PoolGeometry pool = backend.geometry();
+  kvstore::PackedKv kv;
+  kv.fingerprint = model.fingerprint;
+  kv.dtype = DType::kF32;
+  kv.shape = {static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(num_tokens), static_cast<uint32_t>(c.n_kv_heads),
+              static_cast<uint32_t>(c.head_dim)};
+  kv.k.resize(kv.region_bytes());
+  kv.v.resize(kv.region_bytes());
+  const auto row = static_cast<size_t>(pool.token_floats());
+  const std::vector<int64_t> slots = fill_slots(pages, pool.page_size, num_tokens);
+  std::vector<float> k(slots.size() * row), v(slots.size() * row);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    TS_TRY(backend.read_kv(l, slots, k, v));
+    for (int32_t p = 0; p < num_tokens; ++p) {
+      const size_t off = kv.row_offset(static_cast<uint32_t>(l), static_cast<uint32_t>(p));
+      std::memcpy(kv.k.data() + off, k.data() + static_cast<size_t>(p) * row, row * sizeof(float));
+      std::memcpy(kv.v.data() + off, v.data() + static_cast<size_t>(p) * row, row * sizeof(float));
     }
   }
   return kv;

@@ -1,6 +1,8 @@
-// The CUDA backend of the worker: the same contract as the CPU Engine (engine.h) — forward()
-// over a ragged batch through block tables and slot mappings, execute() of a StepPlan — on one
-// GPU, or on a node's GPUs with tensor parallelism (CudaTpEngine).
+// The CUDA backends of the worker: Backend implementations (backend.h) on one GPU ("cuda",
+// CudaEngine) or on a node's GPUs with tensor parallelism ("cuda-tp", CudaTpEngine), each owned
+// with its StepExecutor (step_executor.h), which does validation, releases, copies and
+// sampling exactly as for the CPU Engine (engine.h): forward() over a ragged batch through block
+// tables and slot mappings, execute() of a StepPlan.
 //
 // On the device (per rank):
 // - weights in the chosen 16-bit type (options.dtype): F32/F16/BF16 are converted and Q8_0 is
@@ -10,10 +12,13 @@
 //   type, sized from options.memory_fraction of the device's memory (or options.num_pages).
 // - decode-only steps (every sequence brings one token) replay a CUDA graph captured once per
 //   batch size; other steps (prefill, chunked prefill, mixed) run the kernels directly.
-// Sampling in execute(): a step whose sampled rows are all plain greedy (temperature 0 or
-// top_k 1, no penalties, no logprobs) takes the device argmax and copies back only tokens;
-// otherwise every row is sampled on the host by the CPU worker's Sampler from the copied-back
-// logits. (Device top-k/top-p sampling, kernels/cuda/sampling.h, is not wired in yet.)
+// Capabilities (BackendCaps): greedy on the device (a step whose sampled rows are all plain
+// greedy — temperature 0 or top_k 1, no penalties, no logprobs — takes the device argmax and
+// copies back only tokens); every other sampling option on the host (the executor's Sampler
+// over the copied-back logits; device top-k/top-p, kernels/cuda/sampling.h, is not wired in
+// yet); no kv_fill (K/V pages are not readable/writable from the host yet), so plans with
+// KvFill directives are refused naming the capability; limits max_seqs, max_batch_tokens,
+// max_context from the options.
 //
 // Errors: everything crossing this header is a Result; CUDA/cuBLAS/NCCL failures become
 // kInternal naming the call, bad input kInvalidArgument/kOutOfRange naming the field (and
@@ -31,8 +36,10 @@
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/kernels/cuda/types.h"
+#include "tessera/worker/backend.h"
 #include "tessera/worker/engine.h"
 #include "tessera/model/model.h"
+#include "tessera/worker/step_executor.h"
 
 namespace tessera::worker {
 
@@ -50,6 +57,9 @@ struct CudaEngineOptions {
 
 // Number of CUDA devices, 0 when there is no driver or no GPU (never an error).
 int32_t cuda_device_count();
+// The number of CUDA devices (>= 1), or kUnavailable saying why there is none:
+// "no CUDA device (cudaGetDeviceCount: <the driver's error>)".
+Result<int32_t> probe_cuda_devices();
 
 class CudaEngine {
  public:
@@ -60,9 +70,11 @@ class CudaEngine {
   // As Engine::forward: logits of the sequences with want_logits, [count, vocab] row-major on
   // the host, valid until the next call.
   Result<std::span<const float>> forward(std::span<const SeqInput> batch);
-  // As Engine::execute (KvFill directives: kUnsupported unless empty).
+  // As Engine::execute (KvFill directives: kUnsupported, capability kv_fill).
   Result<StepResult> execute(const StepPlan& plan);
 
+  Backend& backend();        // "cuda"
+  StepExecutor& executor();  // runs execute(); what the worker service drives
   const Model& model() const;
   int32_t num_pages() const;
   int32_t page_size() const;
@@ -87,6 +99,8 @@ class CudaTpEngine {
   ~CudaTpEngine();
   Result<std::span<const float>> forward(std::span<const SeqInput> batch);
   Result<StepResult> execute(const StepPlan& plan);
+  Backend& backend();        // "cuda-tp": every call runs on all ranks
+  StepExecutor& executor();
   int32_t world() const;
 
   struct Impl;

@@ -1,4 +1,5 @@
-// The CPU forward pass over the paged K/V pool, and the step-plan executor.
+// The CPU engine: a CpuBackend (the paged forward pass on this machine's cores) and the
+// StepExecutor that runs step plans over it (backend.h, step_executor.h), behind one owner.
 //
 // Engine::forward runs one ragged batch: each sequence brings its tokens (a prefill chunk or
 // a single decode token), the position of its first token, its block table and its slot
@@ -7,15 +8,16 @@
 // through its block table; one step may mix prefill chunks and decode tokens. Logits are
 // computed only for the last token of sequences that ask for them.
 //
-// Engine::execute applies a StepPlan exactly as told (validate everything first; then page
-// copies, then the forward, then sampling with per-request sampler state that lives until the
-// request id appears in plan.released). A plan that fails validation changes nothing.
+// Engine::execute is StepExecutor::execute (validate everything first; then releases, page
+// copies, fills, the forward, then sampling with per-request sampler state that lives until
+// the request id appears in plan.released). A plan that fails validation changes nothing.
 //
 // reference_forward is the deliberately simple oracle: one sequence, contiguous K/V, plain
 // loops, f32 math over dequantized weights (activations are never quantized).
 //
 // Ownership and threads: the Engine borrows the Model (which must outlive it) and owns its
-// KvPool, scratch buffers and thread pool. Not thread-safe: one caller at a time.
+// backend (KvPool, scratch buffers, thread pool) and executor. Not thread-safe: one caller at
+// a time.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/kernels/isa.h"
+#include "tessera/worker/backend.h"
 #include "tessera/worker/kv_pool.h"
 #include "tessera/model/model.h"
 
@@ -39,14 +42,7 @@ struct EngineOptions {
   std::optional<kernels::Isa> isa;   // kernel path; default kernels::detect_isa()
 };
 
-// One sequence of a forward batch. Spans must stay valid during forward().
-struct SeqInput {
-  std::span<const int32_t> tokens;        // >= 1 token ids in [0, vocab)
-  int32_t start_pos = 0;                  // position of tokens[0]
-  std::span<const int32_t> block_table;   // pages covering positions [0, start_pos + tokens.size())
-  std::span<const int64_t> slot_mapping;  // per token: block_table[p / ps] * ps + p % ps, p = start_pos + i
-  bool want_logits = false;               // logits of the last token
-};
+class StepExecutor;
 
 class Engine {
  public:
@@ -73,6 +69,8 @@ class Engine {
 
   const Model& model() const;
   KvPool& pool();
+  Backend& backend();         // the CpuBackend ("cpu")
+  StepExecutor& executor();   // runs execute(); what the worker service drives
   int32_t threads() const;
   kernels::Isa isa() const;
   size_t num_request_states() const;  // requests with live sampler state

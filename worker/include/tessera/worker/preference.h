@@ -2,11 +2,12 @@
 //
 // A KvFill directive of a step plan asks the worker to put a user's preference K/V into pages
 // at positions [0, P) before the plan's forward; the request's own tokens then start at P.
-// PreferenceInjector::apply executes one fill:
+// PreferenceInjector::apply executes one fill over the StepExecutor's backend (backend.h: it
+// needs capability kv_fill, i.e. Backend::read_kv/write_kv):
 //   1. kvstore hit (L1 "kvstore" or Redis L2 "redis"): the packed blob is decoded (dequantized)
 //      straight into the fill's pages;
 //   2. miss (or an undecodable blob): the preference tokens alone are prefilled at positions
-//      [0, P) into those pages with Engine::forward; the UNSCALED K/V of all layers is copied
+//      [0, P) into those pages with StepExecutor::forward; the UNSCALED K/V of all layers is copied
 //      out, and a background thread packs it (codec configurable) and puts it to the kvstore —
 //      the request never waits for that; failures are counted, never fatal. An empty user means
 //      "compute, do not cache": nothing is put.
@@ -24,8 +25,8 @@
 // must match the key's (kInvalidArgument otherwise), and a fetched blob must match the model
 // fingerprint and the fill's shape, or it is ignored (counted) and the preference recomputed.
 //
-// Thread-safety: apply() is called by the one thread that drives the Engine (as Engine::execute
-// is). The background put queue has its own thread; stats() may be called from any thread.
+// Thread-safety: apply() is called by the one thread that drives the StepExecutor (as
+// StepExecutor::execute is). The background put queue has its own thread; stats() may be called from any thread.
 // Ownership: the injector borrows the PreferenceStore (must outlive it); the destructor drains
 // the put queue (bounded by the store's own timeouts) and joins its thread.
 #pragma once
@@ -46,7 +47,9 @@
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
 #include "tessera/kvstore/key.h"
+#include "tessera/worker/backend.h"
 #include "tessera/worker/engine.h"
+#include "tessera/worker/step_executor.h"
 
 namespace tessera::worker {
 
@@ -112,15 +115,18 @@ class PreferenceInjector {
   PreferenceInjector(const PreferenceInjector&) = delete;
   PreferenceInjector& operator=(const PreferenceInjector&) = delete;
 
-  // Executes one fill into engine's pool (see the top of this file). Errors, with nothing
-  // scaled: kInvalidArgument (alpha outside (0.1, 0.7], num_tokens < 1, wrong page count,
-  // malformed blob_key, tokens of the wrong length or hash), kOutOfRange (page id outside the
-  // pool, token id outside the vocabulary), kNotFound (a miss and the fill carries no tokens).
-  Result<FillResult> apply(Engine& engine, const KvFill& fill);
+  // Executes one fill into the executor's backend pool (see the top of this file). Errors, with
+  // nothing scaled: kUnsupported (the backend lacks kv_fill), kInvalidArgument (alpha outside
+  // (0.1, 0.7], num_tokens < 1, wrong page count, malformed blob_key, tokens of the wrong length
+  // or hash), kOutOfRange (page id outside the pool, token id outside the vocabulary),
+  // kNotFound (a miss and the fill carries no tokens).
+  Result<FillResult> apply(StepExecutor& executor, const KvFill& fill);
+  Result<FillResult> apply(Engine& engine, const KvFill& fill);  // apply(engine.executor(), fill)
 
-  // Installs apply() as engine's fill handler (Engine::set_fill_handler). The injector must
-  // outlive that use.
-  void attach(Engine& engine);
+  // Installs apply() as the executor's fill handler (StepExecutor::set_fill_handler). The
+  // injector and the executor must outlive that use.
+  void attach(StepExecutor& executor);
+  void attach(Engine& engine);  // attach(engine.executor())
 
   // Waits until every queued put has been attempted, up to timeout_ms; false on timeout.
   bool flush(int timeout_ms);
@@ -133,8 +139,10 @@ class PreferenceInjector {
 };
 
 // Reads positions [0, num_tokens) of `pages` from the pool as unscaled-or-not f32 K/V, in the
-// blob layout (kvstore::PackedKv, dtype f32). For the injector, tests and tools.
+// blob layout (kvstore::PackedKv, dtype f32). For the injector, tests and tools. The Backend
+// form needs capability kv_fill (kUnsupported otherwise).
 kvstore::PackedKv read_pages(const KvPool& pool, const Model& model, std::span<const int32_t> pages, int32_t num_tokens);
+Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> pages, int32_t num_tokens);
 
 // One sequence generated with a preference through Engine::execute: step 0 carries the KvFill
 // (pages [0, ceil(P / page_size)) of the pool) and the prompt at positions [P, P + n); then one

@@ -25,6 +25,17 @@ int32_t cuda_device_count() {
   return n;
 }
 
+Result<int32_t> probe_cuda_devices() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return make_error(ErrorCode::kUnavailable, std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")");
+  }
+  if (n < 1) return make_error(ErrorCode::kUnavailable, "no CUDA device (cudaGetDeviceCount found 0 devices)");
+  return static_cast<int32_t>(n);
+}
+
 CudaEngine::Impl::~Impl() {
   cudaSetDevice(opt.device);  // tensor-parallel ranks are destroyed from one thread
   for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
@@ -149,6 +160,8 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const
     im->kv_layers.push_back(im->pool.get<uint8_t>() + static_cast<size_t>(l) * page_bytes * static_cast<size_t>(pages));
   }
   TS_CUDA_TRY(cudaStreamSynchronize(im->stream));
+  im->backend = make_cuda_backend(*im);
+  im->executor = std::make_unique<StepExecutor>(*im->backend);
   TS_LOG(kInfo) << "cuda engine: device " << o.device << ", " << kc::half_type_name(o.dtype) << " weights "
                 << im->w.bytes / (1 << 20) << " MiB, " << im->num_pages << " pages of " << o.page_size << " ("
                 << im->pool.bytes() / (1 << 20) << " MiB)";
@@ -332,12 +345,12 @@ Result<std::vector<int32_t>> CudaEngine::Impl::run_greedy(std::span<const SeqInp
   return out;
 }
 
-Result<std::span<const float>> CudaEngine::Impl::run(std::span<const SeqInput> batch) {
+Result<std::span<float>> CudaEngine::Impl::run(std::span<const SeqInput> batch) {
   TS_TRY(launch(batch));
   const auto n_out = static_cast<int32_t>(m.out_rows.size());
   if (n_out == 0) {
     TS_CUDA_TRY(cudaStreamSynchronize(stream));
-    return std::span<const float>{};
+    return std::span<float>{};
   }
   // Logits of the sequences that asked for them, in batch order.
   const size_t vocab = static_cast<size_t>(cfg.vocab_size);
@@ -350,12 +363,12 @@ Result<std::span<const float>> CudaEngine::Impl::run(std::span<const SeqInput> b
       ++row;
     }
     TS_CUDA_TRY(cudaStreamSynchronize(stream));
-    return std::span<const float>(pinned_logits, row * vocab);
+    return std::span<float>(pinned_logits, row * vocab);
   }
   TS_CUDA_TRY(cudaMemcpyAsync(pinned_logits, logits.get(), static_cast<size_t>(n_out) * vocab * 4, cudaMemcpyDeviceToHost,
                               stream));
   TS_CUDA_TRY(cudaStreamSynchronize(stream));
-  return std::span<const float>(pinned_logits, static_cast<size_t>(n_out) * vocab);
+  return std::span<float>(pinned_logits, static_cast<size_t>(n_out) * vocab);
 }
 
 Status CudaEngine::Impl::copy_page(int32_t src, int32_t dst) {
@@ -366,12 +379,6 @@ Status CudaEngine::Impl::copy_page(int32_t src, int32_t dst) {
                                 page_bytes, cudaMemcpyDeviceToDevice, stream));
   }
   return ok_status();
-}
-
-Result<std::span<const float>> CudaEngine::forward(std::span<const SeqInput> batch) {
-  TS_TRY(impl_->validate(batch));
-  if (batch.empty()) return std::span<const float>{};
-  return impl_->run(batch);
 }
 
 }  // namespace tessera::worker

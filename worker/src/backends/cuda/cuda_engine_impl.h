@@ -8,12 +8,10 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tessera/kernels/cuda/types.h"
 #include "tessera/worker/cuda_backend.h"
-#include "tessera/worker/sampler.h"
 
 namespace tessera::worker::cuda_backend {
 
@@ -110,13 +108,13 @@ struct CudaEngine::Impl {
   int64_t* d_slots = nullptr;
   int32_t max_pages_per_seq = 0, max_tiles = 0;
   std::map<int32_t, cudaGraphExec_t> graphs;  // decode batch size -> captured forward
-  std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;
   cuda_backend::StepMeta m;  // reused
+  std::unique_ptr<Backend> backend;     // the "cuda" entry points over this Impl (cuda_execute.cpp)
+  std::unique_ptr<StepExecutor> executor;  // borrows *backend
 
   Impl(const Model& mod, const CudaEngineOptions& options) : model(mod), cfg(mod.config()), opt(options) {}
   ~Impl();
 
-  Status validate(std::span<const SeqInput> batch) const;
   Status build_meta(std::span<const SeqInput> batch);
   Status upload_meta();
   // Enqueues the forward of the uploaded step on `stream`; n_out rows of logits.
@@ -125,10 +123,13 @@ struct CudaEngine::Impl {
   // Uploads the step and enqueues its forward (graph replay for decode-only steps).
   Status launch(std::span<const SeqInput> batch);
   // launch + copy back the logits rows of the sequences with want_logits.
-  Result<std::span<const float>> run(std::span<const SeqInput> batch);
+  Result<std::span<float>> run(std::span<const SeqInput> batch);
   // launch + device argmax: one token per sequence with want_logits, no logits copy.
   Result<std::vector<int32_t>> run_greedy(std::span<const SeqInput> batch);
   Status copy_page(int32_t src, int32_t dst);
 };
+
+// The "cuda" Backend over one engine's state (which must outlive it).
+std::unique_ptr<Backend> make_cuda_backend(CudaEngine::Impl& impl);
 
 }  // namespace tessera::worker

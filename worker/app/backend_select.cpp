@@ -1,0 +1,79 @@
+// --backend cpu|cuda|auto (backend_select.h).
+#include "backend_select.h"
+
+#include <string>
+
+#include "tessera/kernels/isa.h"
+
+namespace tessera::worker_app {
+namespace {
+
+class CpuServing final : public ServingBackend {
+ public:
+  explicit CpuServing(std::unique_ptr<worker::Engine> e) : engine_(std::move(e)) {}
+  worker::StepExecutor& executor() override { return engine_->executor(); }
+  std::string describe() const override {
+    return "cpu backend, " + std::to_string(engine_->threads()) + " threads, kernels " + kernels::isa_name(engine_->isa()) +
+           ", " + std::to_string(engine_->pool().bytes() >> 20) + " MiB of K/V pages";
+  }
+
+ private:
+  std::unique_ptr<worker::Engine> engine_;
+};
+
+}  // namespace
+
+Result<std::string> resolve_backend(const std::string& requested, bool needs_kv_fill, std::string* why) {
+  auto say = [why](std::string s) {
+    if (why != nullptr) *why = std::move(s);
+  };
+  if (requested == "cpu") {
+    say("--backend cpu");
+    return std::string("cpu");
+  }
+  if (requested == "cuda") {
+    if (!cuda_support::compiled_in()) {
+      return make_error(ErrorCode::kUnsupported, "--backend cuda: CUDA support was not compiled in (configure with "
+                                                 "-DTESSERA_CUDA=ON on a machine with nvcc)");
+    }
+    if (needs_kv_fill) {  // a configuration error, whatever the hardware
+      return make_error(ErrorCode::kUnsupported, "--backend cuda with --kvstore: the cuda backend lacks capability kv_fill "
+                                                 "(preference K/V injection); use --backend cpu for preference requests");
+    }
+    auto n = cuda_support::probe_devices();
+    if (!n.ok()) return make_error(n.error().code, "--backend cuda: " + n.error().message);
+    say("--backend cuda, " + std::to_string(*n) + " device(s)");
+    return std::string("cuda");
+  }
+  if (requested != "auto") {
+    return make_error(ErrorCode::kInvalidArgument, "--backend must be cpu, cuda or auto (got '" + requested + "')");
+  }
+  if (!cuda_support::compiled_in()) {
+    say("auto: CUDA support not compiled in");
+    return std::string("cpu");
+  }
+  auto n = cuda_support::probe_devices();
+  if (!n.ok()) {
+    say("auto: " + n.error().message);
+    return std::string("cpu");
+  }
+  if (needs_kv_fill) {
+    say("auto: " + std::to_string(*n) + " CUDA device(s), but --kvstore needs kv_fill, which the cuda backend lacks");
+    return std::string("cpu");
+  }
+  say("auto: " + std::to_string(*n) + " CUDA device(s)");
+  return std::string("cuda");
+}
+
+Result<std::unique_ptr<ServingBackend>> create_backend(const std::string& resolved, const Model& model,
+                                                       const BackendOptions& options) {
+  if (resolved == "cuda") return cuda_support::create(model, options);
+  if (resolved != "cpu") return make_error(ErrorCode::kInvalidArgument, "unknown backend '" + resolved + "'");
+  worker::EngineOptions eo;
+  eo.pool = options.pool;
+  eo.threads = options.threads;
+  TS_ASSIGN_OR_RETURN(auto engine, worker::Engine::create(model, eo));
+  return std::unique_ptr<ServingBackend>(new CpuServing(std::move(engine)));
+}
+
+}  // namespace tessera::worker_app
