@@ -123,6 +123,7 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   o.add(c.frontend.host, shared(t.frontend, "host"));
   config::Option http_port = shared(t.frontend, "http-port");
   http_port.min = 1;  // `up` probes it for readiness: no "any free port"
+  http_port.help = "frontend HTTP port (probed for readiness)";
   o.add(c.frontend.http_port, std::move(http_port));
   o.add(c.zmq_port, {.name = "zmq-port", .help = "frontend ZeroMQ client API port", .env = "TESSERA_UP_ZMQ_PORT", .min = 1,
                      .max = 65535});
