@@ -45,6 +45,20 @@ std::string fmt_bound(double v) {
   return os.str();
 }
 
+// Breaks `text` into lines of at most `width` characters at spaces.
+std::string wrap(const std::string& text, size_t width) {
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  return out + line;
+}
+
 std::string sentence(const std::string& s) {
   if (s.empty() || s.back() == '.') return s;
   return s + ".";
@@ -325,7 +339,7 @@ std::string Options::help() const {
   std::ostringstream os;
   os << "usage: " << program_ << " [--config FILE] [options]" << (positional_.empty() ? "" : " [" + positional_ + "]")
      << "\n";
-  if (!summary_.empty()) os << "\n" << summary_ << "\n";
+  if (!summary_.empty()) os << "\n" << wrap(sentence(summary_), 100) << "\n";
   os << "\nOptions (precedence: flag > environment > config file [" << section_ << "] > default):\n";
   auto print = [&](const Entry& e) {
     const Option& o = e.option;
@@ -355,10 +369,12 @@ std::string Options::markdown_table() const {
   os << "| flag / config key | type | default | env | description |\n|---|---|---|---|---|\n";
   auto row = [&](const Entry& e) {
     const Option& o = e.option;
-    os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << e.default_value << "` | "
+    os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << (e.default_value.empty() ? "\"\"" : e.default_value) << "` | "
        << (o.env.empty() ? "" : "`" + o.env + "`") << " | " << sentence(o.help);
     if (o.name == positional_) os << " May be given as the positional argument.";
-    if (std::isfinite(o.min) || std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
+    if (std::isfinite(o.min) && std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
+    else if (std::isfinite(o.min)) os << " At least " << fmt_bound(o.min) << ".";
+    else if (std::isfinite(o.max)) os << " At most " << fmt_bound(o.max) << ".";
     if (!o.choices.empty()) {
       os << " One of:";
       for (const auto& c : o.choices) os << " `" << c << "`";
