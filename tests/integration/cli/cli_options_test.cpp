@@ -111,5 +111,22 @@ TEST(CliOptions, UpSharesItsChildrensDeclarations) {
   EXPECT_EQ(bad_level.status, 2) << bad_level.out;
 }
 
+// deploy/tessera.conf (`tessera up --config deploy/tessera.conf`) is valid for every program
+// that reads it: each loads the file, then stops at a bad flag, which is applied after it.
+TEST(CliOptions, DeployConfigParsesForEveryProgram) {
+  const std::string conf = testing::source_path("deploy/tessera.conf");
+  const std::vector<std::pair<Program, std::string>> cases = {
+      {{"tessera", {"up"}}, "--workers"},      {{"tessera-scheduler", {}}, "--max-running"},
+      {{"tessera-worker", {}}, "--num-pages"}, {{"tessera-frontend", {}}, "--http-threads"},
+      {{"tessera-kvstore", {}}, "--threads"}};
+  for (const auto& [p, flag] : cases) {
+    std::vector<std::string> args = p.subcommand;
+    args.insert(args.end(), {"--config", conf, flag, "0"});
+    Outcome r = run(p.binary, args);
+    EXPECT_EQ(r.status, 2) << p.name() << ": " << r.out;
+    EXPECT_NE(r.out.find("option " + flag + " (from flag)"), std::string::npos) << p.name() << ": " << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace tessera
