@@ -20,37 +20,38 @@ struct BenchArgs {
 
 void declare_bench_options(config::Options& o, BenchArgs& c) {
   o.add(c.load.host, {.name = "host", .help = "frontend address", .env = "TESSERA_BENCH_HOST"});
-  o.add(c.load.port, {.name = "port", .help = "frontend HTTP port", .env = "TESSERA_BENCH_PORT",
-         .min = 1, .max = 65535});
-  o.add(c.load.api, {.name = "api", .help = "http (OpenAI API, SSE) or zmq (the frontend's msgpack client API)", .env = "TESSERA_BENCH_API",
-         .choices = {"http", "zmq"}});
-  o.add(c.load.zmq_endpoint, {.name = "zmq-endpoint", .help = "the frontend's ZeroMQ client API (with --api zmq)", .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
-  o.add(c.load.workload, {.name = "workload", .help = "request mix",
-         .env = "TESSERA_BENCH_WORKLOAD", .choices = {"random", "shared-prefix", "multi-turn"}});
+  o.add(c.load.port, {.name = "port", .help = "frontend HTTP port", .env = "TESSERA_BENCH_PORT", .min = 1,
+                      .max = 65535});
+  o.add(c.load.api, {.name = "api", .help = "http (OpenAI API, SSE) or zmq (the frontend's msgpack client API)",
+                     .env = "TESSERA_BENCH_API", .choices = {"http", "zmq"}});
+  o.add(c.load.zmq_endpoint, {.name = "zmq-endpoint", .help = "the frontend's ZeroMQ client API (with --api zmq)",
+                              .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
+  o.add(c.load.workload, {.name = "workload", .help = "request mix", .env = "TESSERA_BENCH_WORKLOAD",
+                          .choices = {"random", "shared-prefix", "multi-turn"}});
   o.add(c.load.num_requests, {.name = "num-requests", .help = "requests (multi-turn: turns in total)",
-         .env = "TESSERA_BENCH_NUM_REQUESTS", .min = 1, .max = 1 << 24});
+                              .env = "TESSERA_BENCH_NUM_REQUESTS", .min = 1, .max = 1 << 24});
   o.add(c.load.concurrency, {.name = "concurrency", .help = "requests in flight (closed loop)",
-         .env = "TESSERA_BENCH_CONCURRENCY", .min = 1, .max = 4096});
-  o.add(c.load.request_rate, {.name = "request-rate", .help = "Poisson arrivals per second (open loop); 0 = use --concurrency", .env = "TESSERA_BENCH_REQUEST_RATE", .min = 0,
-         .max = 1e6});
+                             .env = "TESSERA_BENCH_CONCURRENCY", .min = 1, .max = 4096});
+  o.add(c.load.request_rate, {.name = "request-rate",
+                              .help = "Poisson arrivals per second (open loop); 0 = use --concurrency",
+                              .env = "TESSERA_BENCH_REQUEST_RATE", .min = 0, .max = 1e6});
   o.add(c.load.max_tokens, {.name = "max-tokens", .help = "tokens generated per request",
-         .env = "TESSERA_BENCH_MAX_TOKENS", .min = 1, .max = 1 << 20});
-  o.add(c.load.prompt_words, {.name = "prompt-words", .help = "words per prompt (random) or per question / user turn", .env = "TESSERA_BENCH_PROMPT_WORDS", .min = 1,
-         .max = 1 << 20});
+                            .env = "TESSERA_BENCH_MAX_TOKENS", .min = 1, .max = 1 << 20});
+  o.add(c.load.prompt_words, {.name = "prompt-words", .help = "words per prompt (random) or per question / user turn",
+                              .env = "TESSERA_BENCH_PROMPT_WORDS", .min = 1, .max = 1 << 20});
   o.add(c.load.num_groups, {.name = "num-groups", .help = "shared-prefix: distinct system prompts",
-         .env = "TESSERA_BENCH_NUM_GROUPS", .min = 1, .max = 1 << 20});
+                            .env = "TESSERA_BENCH_NUM_GROUPS", .min = 1, .max = 1 << 20});
   o.add(c.load.system_words, {.name = "system-words", .help = "shared-prefix: words per system prompt",
-         .env = "TESSERA_BENCH_SYSTEM_WORDS", .min = 1, .max = 1 << 20});
-  o.add(c.load.turns, {.name = "turns", .help = "multi-turn: turns per conversation",
-         .env = "TESSERA_BENCH_TURNS", .min = 1, .max = 1024});
+                              .env = "TESSERA_BENCH_SYSTEM_WORDS", .min = 1, .max = 1 << 20});
+  o.add(c.load.turns, {.name = "turns", .help = "multi-turn: turns per conversation", .env = "TESSERA_BENCH_TURNS",
+                       .min = 1, .max = 1024});
   o.add(c.load.ignore_eos, {.name = "ignore-eos", .help = "always generate max-tokens tokens",
-         .env = "TESSERA_BENCH_IGNORE_EOS"});
-  o.add(c.load.seed, {.name = "seed", .help = "workload generator seed", .env = "TESSERA_BENCH_SEED",
-         .min = 0, .max = 1e18});
-  o.add(c.load.timeout_ms, {.name = "timeout-ms", .help = "per-request timeout",
-         .env = "TESSERA_BENCH_TIMEOUT_MS", .min = 100, .max = 86400000});
-  o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)",
-         .env = "TESSERA_BENCH_JSON"});
+                            .env = "TESSERA_BENCH_IGNORE_EOS"});
+  o.add(c.load.seed, {.name = "seed", .help = "workload generator seed", .env = "TESSERA_BENCH_SEED", .min = 0,
+                      .max = 1e18});
+  o.add(c.load.timeout_ms, {.name = "timeout-ms", .help = "per-request timeout", .env = "TESSERA_BENCH_TIMEOUT_MS",
+                            .min = 100, .max = 86400000});
+  o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)", .env = "TESSERA_BENCH_JSON"});
 }
 
 int run_bench(const std::vector<std::string>& args) {

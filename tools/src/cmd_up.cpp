@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -113,37 +114,46 @@ config::Option shared(const config::Options& child, std::string_view name) {
 
 void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   config::Option model = shared(t.worker, "model");
-  model.help = "model to serve (GGUF file, safetensors directory, llama2.c .bin); \"\" = synthesize a random-weight one";
+  model.help =
+      "model to serve (GGUF file, safetensors directory, llama2.c .bin); \"\" = synthesize a random-weight one";
   o.add(c.frontend.model, std::move(model));
   config::Option tokenizer = shared(t.frontend, "tokenizer");
   tokenizer.help = "tokenizer file when the model has none embedded (llama2.c: tokenizer.bin)";
   o.add(c.frontend.tokenizer, std::move(tokenizer));
-  o.add(c.synth_like, {.name = "synth-like", .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
+  o.add(c.synth_like, {.name = "synth-like",
+                       .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
                        .env = "TESSERA_UP_SYNTH_LIKE"});
   o.add(c.frontend.host, shared(t.frontend, "host"));
   config::Option http_port = shared(t.frontend, "http-port");
   http_port.min = 1;  // `up` probes it for readiness: no "any free port"
   http_port.help = "frontend HTTP port (probed for readiness)";
   o.add(c.frontend.http_port, std::move(http_port));
-  o.add(c.zmq_port, {.name = "zmq-port", .help = "frontend ZeroMQ client API port", .env = "TESSERA_UP_ZMQ_PORT", .min = 1,
-                     .max = 65535});
-  o.add(c.scheduler_port, {.name = "scheduler-port", .help = "scheduler ports: this one for frontends, +1 for workers, +2 for its /metrics",
+  o.add(c.zmq_port, {.name = "zmq-port", .help = "frontend ZeroMQ client API port", .env = "TESSERA_UP_ZMQ_PORT",
+                     .min = 1, .max = 65535});
+  o.add(c.scheduler_port, {.name = "scheduler-port",
+                           .help = "scheduler ports: this one for frontends, +1 for workers, +2 for its /metrics",
                            .env = "TESSERA_UP_SCHEDULER_PORT", .min = 1, .max = 65533});
-  o.add(c.kvstore_port, {.name = "kvstore-port", .help = "kvstore port", .env = "TESSERA_UP_KVSTORE_PORT", .min = 1, .max = 65535});
-  o.add(c.kvstore, {.name = "kvstore", .help = "start tessera-kvstore (when the binary exists)", .env = "TESSERA_UP_KVSTORE"});
+  o.add(c.kvstore_port, {.name = "kvstore-port", .help = "kvstore port", .env = "TESSERA_UP_KVSTORE_PORT", .min = 1,
+                         .max = 65535});
+  o.add(c.kvstore, {.name = "kvstore", .help = "start tessera-kvstore (when the binary exists)",
+                    .env = "TESSERA_UP_KVSTORE"});
   o.add(c.worker.engine.pool.num_pages, shared(t.worker, "num-pages"));
-  o.add(c.workers, {.name = "workers", .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
+  o.add(c.workers, {.name = "workers",
+                    .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
                     .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
   o.add(c.worker_threads, {.name = "worker-threads",
-                           .help = "compute threads per worker (0 = the machine's cores divided among the workers, at least 1)",
+                           .help = "compute threads per worker (0 = the machine's cores divided among the workers, at "
+                                   "least 1)",
                            .env = "TESSERA_UP_WORKER_THREADS", .min = 0, .max = 1024});
   o.add(c.scheduler.service.prefix_cache, shared(t.scheduler, "prefix-cache"));
   o.add(c.data_dir, {.name = "data-dir", .help = "where synthesized models are kept (\"\" = $TMPDIR/tessera-up-<uid>)",
                      .env = "TESSERA_UP_DATA_DIR"});
-  o.add(c.restart, {.name = "restart", .help = "a child that exits: on-failure = restart it (max-restarts), never = stop the whole cluster",
+  o.add(c.restart, {.name = "restart",
+                    .help = "a child that exits: on-failure = restart it (max-restarts), never = stop the whole "
+                            "cluster",
                     .env = "TESSERA_UP_RESTART", .choices = {"on-failure", "never"}});
-  o.add(c.max_restarts, {.name = "max-restarts", .help = "restarts per child before giving up", .env = "TESSERA_UP_MAX_RESTARTS",
-                         .min = 0, .max = 1000});
+  o.add(c.max_restarts, {.name = "max-restarts", .help = "restarts per child before giving up",
+                         .env = "TESSERA_UP_MAX_RESTARTS", .min = 0, .max = 1000});
   o.add(c.ready_timeout_ms, {.name = "ready-timeout-ms", .help = "how long to wait for /ready before giving up",
                              .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100, .max = 3600000});
 }
@@ -279,7 +289,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   }
 
   int threads = c.worker_threads;
-  if (threads == 0 && c.workers > 1) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.workers);
+  if (threads == 0 && c.workers > 1)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.workers);
   for (int i = 0; i < c.workers; ++i) {
     ChildArgs w = start(t.worker);
     TS_TRY(w.forward(o, shared));
