@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "synth_model.h"
+#include "tessera/common/config.h"
 #include "tessera/kernels/cuda/attention.h"
 #include "tessera/worker/cuda_backend.h"
 
@@ -174,23 +175,18 @@ int bench_model(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  if (argc < 2) {
+  tessera::config::Options options("cuda_bench", "cuda-bench");
+  options.add(a.mode, {.name = "mode", .help = "attention, decode or throughput (required; may be given positionally)"});
+  options.add(a.batch, {.name = "batch", .help = "attention: sequences", .min = 1, .max = 1 << 20});
+  options.add(a.context, {.name = "context", .help = "attention / throughput: context length", .min = 1, .max = 1 << 24});
+  options.add(a.peak_gbs, {.name = "peak-gbs", .help = "memory bandwidth to compare with (0 = from the device's clocks)",
+                           .min = 0, .max = 1e6});
+  options.positional("mode");
+  options.describe("CUDA attention, batch-1 decode and decode-throughput benchmarks (needs a GPU)");
+  if (auto exit_code = tessera::config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
+    return *exit_code;
+  if (a.mode.empty()) {
     std::fprintf(stderr, "usage: cuda_bench attention|decode|throughput [--batch B] [--context L] [--peak-gbs G]\n");
-    return 2;
-  }
-  a.mode = argv[1];
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--batch") a.batch = std::atoi(argv[i + 1]);
-    else if (k == "--context") a.context = std::atoi(argv[i + 1]);
-    else if (k == "--peak-gbs") a.peak_gbs = std::atof(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (a.batch < 1 || a.context < 1) {
-    std::fprintf(stderr, "--batch and --context must be >= 1\n");
     return 2;
   }
   if (tessera::worker::cuda_device_count() == 0) {

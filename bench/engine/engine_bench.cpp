@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/kernels/isa.h"
 #include "tessera/worker/engine.h"
 
@@ -186,33 +187,33 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   return 0;
 }
 
+void declare_options(config::Options& t, Options& o) {
+  t.add(o.model, {.name = "model", .help = "model file (GGUF, llama2.c .bin, Hugging Face directory); required"});
+  t.add(o.threads, {.name = "threads", .help = "compute threads", .min = 1, .max = 1024});
+  t.add(o.prompt, {.name = "prompt", .help = "prompt tokens (random ids) of the prefill test", .min = 1, .max = 1 << 20});
+  t.add(o.gen, {.name = "gen", .help = "generated tokens of the decode test", .min = 1, .max = 1 << 20});
+  t.add(o.reps, {.name = "reps", .help = "repetitions; the median is reported", .min = 1, .max = 1000});
+  t.add(o.decode_batch, {.name = "decode-batch", .help = "0 = the prefill/decode tests; N = N sequences decoding together",
+                         .min = 0, .max = 1024});
+  t.add(o.temperature, {.name = "temperature",
+                        .help = ">= 0: decode steps go through Engine::execute and sample at this temperature; < 0 = argmax",
+                        .min = -1, .max = 100});
+  t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
+         .choices = {"auto", "scalar", "avx2", "avx512"}},
+        o.isa ? kernels::isa_name(*o.isa) : "auto",
+        [&o](const std::string& v) { o.isa = v == "auto" ? std::nullopt : kernels::parse_isa(v); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) return fail("missing value after " + k);
-    const std::string v = argv[++i];
-    if (k == "--model") o.model = v;
-    else if (k == "--threads") o.threads = std::atoi(v.c_str());
-    else if (k == "--prompt") o.prompt = std::atoi(v.c_str());
-    else if (k == "--gen") o.gen = std::atoi(v.c_str());
-    else if (k == "--reps") o.reps = std::atoi(v.c_str());
-    else if (k == "--decode-batch") o.decode_batch = std::atoi(v.c_str());
-    else if (k == "--temperature") o.temperature = static_cast<float>(std::atof(v.c_str()));
-    else if (k == "--isa") {
-      o.isa = kernels::parse_isa(v);
-      if (!o.isa) return fail("--isa must be scalar, avx2 or avx512");
-    } else {
-      return fail("unknown option " + k);
-    }
-  }
-  if (o.model.empty() || o.threads < 1 || o.prompt < 1 || o.gen < 1 || o.reps < 1 || o.decode_batch < 0 ||
-      o.decode_batch > 1024) {
-    return fail("usage: engine_bench --model FILE [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa NAME] "
-                "[--decode-batch N (1..1024)]");
-  }
+  config::Options options("engine_bench", "engine-bench");
+  declare_options(options, o);
+  options.describe("Engine throughput: prefill and decode tokens/s (median of --reps), peak RSS");
+  if (auto exit_code = config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
+    return *exit_code;
+  if (o.model.empty()) return fail("--model is required; see engine_bench --help");
   const double t_load = now_s();
   auto model = load_model(o.model);
   if (!model.ok()) return fail(model.error().to_string());

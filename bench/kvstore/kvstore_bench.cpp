@@ -18,6 +18,7 @@
 
 #include "kv_error.h"
 #include "synthetic_kv.h"
+#include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
@@ -95,25 +96,30 @@ void latency_rows(const char* tier, Client& c, const std::string& blob, int iter
 
 }  // namespace
 
-int main(int argc, char** argv) {
+struct Args {
   int iters = 50;
   uint32_t tokens = 200;
   DType dtype = DType::kF16;
-  bool redis = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-    else if (a == "--tokens" && i + 1 < argc) tokens = static_cast<uint32_t>(std::stoul(argv[++i]));
-    else if (a == "--dtype" && i + 1 < argc) {
-      const std::string d = argv[++i];
-      dtype = d == "f32" ? DType::kF32 : d == "bf16" ? DType::kBF16 : DType::kF16;
-    } else if (a == "--no-redis") redis = false;
-    else {
-      std::fprintf(stderr, "usage: kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis]\n");
-      return 2;
-    }
-  }
-  log::set_level(log::kWarn);
+  bool no_redis = false;
+};
+
+int main(int argc, char** argv) {
+  Args args;
+  config::Options table("kvstore_bench", "kvstore-bench");
+  table.add(args.iters, {.name = "iters", .help = "requests per latency row", .min = 1, .max = 1 << 20});
+  table.add(args.tokens, {.name = "tokens", .help = "tokens of the synthetic K/V", .min = 1, .max = 1 << 20});
+  table.add({.name = "dtype", .help = "element type of the synthetic K/V", .choices = {"f16", "bf16", "f32"}},
+            dtype_name(args.dtype), [&args](const std::string& d) {
+              args.dtype = d == "f32" ? DType::kF32 : d == "bf16" ? DType::kBF16 : DType::kF16;
+            });
+  table.add(args.no_redis, {.name = "no-redis", .help = "skip the L2 (Redis) rows"});
+  table.describe("kvstore codecs (ratio, error, speed) and put/get latency through the service, L1 and L2");
+  if (auto exit_code = config::parse_command_line(table, std::vector<std::string>(argv + 1, argv + argc)))
+    return *exit_code;
+  const int iters = args.iters;
+  const uint32_t tokens = args.tokens;
+  const DType dtype = args.dtype;
+  const bool redis = !args.no_redis;
   const KvShape shape{30, tokens, 3, 64};
   const PackedKv kv = kvstore::testing::synthetic_kv(dtype, shape, 0x135, 42);
   std::printf("K/V: %u layers x %u tokens x %u kv heads x %u head_dim, %s, %.2f MB raw (K+V)\n\n", shape.n_layers,

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/kvstore/store.h"
 #include "tessera/model/model_synth.h"
 #include "tessera/worker/preference.h"
@@ -37,27 +38,36 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+struct Args {
+  std::string model;  // "" = synthesize one shaped like `like`
+  std::string like = "smollm2-135m";
+  std::string dtype = "q8_0";
+  std::string codec = "int8";
+  std::string kvstore;  // "" = an in-process kvstore::Store (L1)
+  int pref_tokens = 200;
+  int prompt_tokens = 16;
+  int runs = 7;
+  int threads = 2;
+};
+
 int main(int argc, char** argv) {
-  std::string model_path, like = "smollm2-135m", dtype = "q8_0", codec = "int8", endpoint;
-  int pref_tokens = 200, prompt_tokens = 16, runs = 7, threads = 2;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--model") model_path = next();
-    else if (a == "--like") like = next();
-    else if (a == "--dtype") dtype = next();
-    else if (a == "--codec") codec = next();
-    else if (a == "--kvstore") endpoint = next();
-    else if (a == "--pref-tokens") pref_tokens = std::atoi(next().c_str());
-    else if (a == "--prompt-tokens") prompt_tokens = std::atoi(next().c_str());
-    else if (a == "--runs") runs = std::atoi(next().c_str());
-    else if (a == "--threads") threads = std::atoi(next().c_str());
-    else die("unknown flag " + a);
-  }
-  if (pref_tokens < 1 || prompt_tokens < 1 || runs < 1 || threads < 1) die("counts must be >= 1");
+  Args args;
+  config::Options table("preference_bench", "preference-bench");
+  table.add(args.model, {.name = "model", .help = "model file; \"\" = synthesize one shaped like --like into /tmp"});
+  table.add(args.like, {.name = "like", .help = "shape of the synthesized model (tessera model synth --like)"});
+  table.add(args.dtype, {.name = "dtype", .help = "weight type of the synthesized model", .choices = {"f32", "f16", "q8_0"}});
+  table.add(args.codec, {.name = "codec", .help = "codec of the preference K/V", .choices = {"none", "zstd", "int8", "int4"}});
+  table.add(args.kvstore, {.name = "kvstore", .help = "a running tessera-kvstore (tcp://HOST:PORT); \"\" = in-process L1"});
+  table.add(args.pref_tokens, {.name = "pref-tokens", .help = "preference tokens", .min = 1, .max = 1 << 20});
+  table.add(args.prompt_tokens, {.name = "prompt-tokens", .help = "prompt tokens after the preference", .min = 1, .max = 1 << 20});
+  table.add(args.runs, {.name = "runs", .help = "runs; medians are reported", .min = 1, .max = 1000});
+  table.add(args.threads, {.name = "threads", .help = "compute threads", .min = 1, .max = 1024});
+  table.describe("TTFT with the preference K/V fetched from the kvstore vs recomputed");
+  if (auto exit_code = config::parse_command_line(table, std::vector<std::string>(argv + 1, argv + argc)))
+    return *exit_code;
+  std::string model_path = args.model;
+  const std::string &like = args.like, &dtype = args.dtype, &codec = args.codec, &endpoint = args.kvstore;
+  const int pref_tokens = args.pref_tokens, prompt_tokens = args.prompt_tokens, runs = args.runs, threads = args.threads;
   if (model_path.empty()) {
     model_path = "/tmp/preference_bench_" + like + "_" + dtype + "_" + std::to_string(getpid()) + ".gguf";
     const DType dt = dtype == "q8_0" ? DType::kQ8_0 : dtype == "f16" ? DType::kF16 : DType::kF32;

@@ -1,10 +1,16 @@
 #include "tessera/common/config.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "tessera/common/log.h"
+#include "tessera/common/version.h"
 
 namespace tessera::config {
 namespace {
@@ -39,13 +45,28 @@ std::string fmt_bound(double v) {
   return os.str();
 }
 
+// Breaks `text` into lines of at most `width` characters at spaces.
+std::string wrap(const std::string& text, size_t width) {
+  std::string out, line;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    if (!line.empty() && line.size() + 1 + w.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + w;
+  }
+  return out + line;
+}
+
 std::string sentence(const std::string& s) {
   if (s.empty() || s.back() == '.') return s;
   return s + ".";
 }
 
 // Checks `value` against the option; returns the canonical form.
-Result<std::string> check_value(const Option& o, std::string_view value, std::string_view source) {
+Result<std::string> check_value(const Option& o, double type_min, double type_max, std::string_view value,
+                                std::string_view source) {
   auto bad = [&](const std::string& why) {
     return make_error(ErrorCode::kInvalidArgument, "option --" + o.name + " (from " + std::string(source) + "): " + why +
                                                        " (got '" + std::string(value) + "')");
@@ -73,6 +94,8 @@ Result<std::string> check_value(const Option& o, std::string_view value, std::st
       if (errno != 0 || end == nullptr || *end != '\0') return bad("must be an integer");
       if (static_cast<double>(x) < o.min || static_cast<double>(x) > o.max)
         return bad("must be in [" + fmt_bound(o.min) + ", " + fmt_bound(o.max) + "]");
+      if (static_cast<double>(x) < type_min || static_cast<double>(x) > type_max)
+        return bad("must be in [" + fmt_bound(std::max(o.min, type_min)) + ", " + fmt_bound(std::min(o.max, type_max)) + "]");
       return std::to_string(x);
     }
     case Type::kFloat: {
@@ -90,16 +113,64 @@ Result<std::string> check_value(const Option& o, std::string_view value, std::st
 
 }  // namespace
 
-Options::Options(std::string program, std::string section) : program_(std::move(program)), section_(std::move(section)) {}
+namespace detail {
 
-Options& Options::add(Option option) {
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    item = trim(item);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string join_list(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+}  // namespace detail
+
+std::string format_double(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+Options::Options(std::string program, std::string section) : program_(std::move(program)), section_(std::move(section)) {
+  add(common_.log_level, {.name = "log-level", .help = "log level", .env = "TESSERA_LOG_LEVEL",
+                          .choices = {"debug", "info", "warn", "error", "off"}});
+  entries_.back().common = true;
+}
+
+Options& Options::add_entry(Option option, std::string current, Store store, double type_min, double type_max) {
   option.name = normalize(option.name);
   for (const auto& e : entries_) TS_CHECK(e.option.name != option.name) << "option --" << option.name << " declared twice";
-  TS_CHECK(option.name != "config" && option.name != "help") << "--" << option.name << " is built in";
-  auto v = check_value(option, option.default_value, "default");
+  for (const char* builtin : {"config", "help", "help-markdown", "version"})
+    TS_CHECK(option.name != builtin) << "--" << option.name << " is built in";
+  auto v = check_value(option, type_min, type_max, current, "default");
   TS_CHECK(v.ok()) << v.error().to_string();
   std::string value = *v;
-  entries_.push_back(Entry{std::move(option), std::move(value), "default"});
+  entries_.push_back(Entry{.option = std::move(option), .default_value = value, .value = value, .source = "default",
+                           .store = std::move(store), .type_min = type_min, .type_max = type_max});
+  return *this;
+}
+
+Options& Options::add(Option option, std::string current, Store store) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  return add_entry(std::move(option), std::move(current), std::move(store), -kInf, kInf);
+}
+
+Options& Options::positional(std::string_view name) {
+  TS_CHECK(positional_.empty()) << "a second positional argument (--" << name << ")";
+  positional_ = entry(name).option.name;
+  return *this;
+}
+
+Options& Options::describe(std::string summary) {
+  summary_ = std::move(summary);
   return *this;
 }
 
@@ -115,12 +186,28 @@ const Options::Entry& Options::entry(std::string_view name) const {
   return const_cast<Options*>(this)->entry(name);
 }
 
+bool Options::has(std::string_view name) const {
+  const std::string n = normalize(name);
+  for (const auto& e : entries_)
+    if (e.option.name == n) return true;
+  return false;
+}
+
+const Option& Options::option(std::string_view name) const { return entry(name).option; }
+
+std::vector<std::string> Options::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : entries_) out.push_back(e.option.name);
+  return out;
+}
+
 Status Options::set(std::string_view name, std::string_view value, std::string_view source) {
   std::string n = normalize(name);
   for (auto& e : entries_) {
     if (e.option.name != n) continue;
-    TS_ASSIGN_OR_RETURN(e.value, check_value(e.option, value, source));
+    TS_ASSIGN_OR_RETURN(e.value, check_value(e.option, e.type_min, e.type_max, value, source));
     e.source = std::string(source);
+    if (e.store) e.store(e.value);
     return ok_status();
   }
   return make_error(ErrorCode::kInvalidArgument, "unknown option '" + n + "' (from " + std::string(source) + "); see " +
@@ -157,17 +244,30 @@ Status Options::load_file(const std::string& path) {
 }
 
 Status Options::parse(const std::vector<std::string>& args) {
-  // Pass 1: flags into a list (and find --config / --help).
+  // Pass 1: flags into a list (and find --config and the built-in requests).
   std::vector<std::pair<std::string, std::string>> flags;
-  std::string config_path;
+  bool positional_seen = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h") {
       help_requested_ = true;
       continue;
     }
-    if (a.rfind("--", 0) != 0)
-      return make_error(ErrorCode::kInvalidArgument, "unexpected argument '" + a + "'; see " + program_ + " --help");
+    if (a == "--help-markdown") {
+      help_markdown_requested_ = true;
+      continue;
+    }
+    if (a == "--version") {
+      version_requested_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      if (positional_.empty() || positional_seen)
+        return make_error(ErrorCode::kInvalidArgument, "unexpected argument '" + a + "'; see " + program_ + " --help");
+      positional_seen = true;
+      flags.emplace_back(positional_, a);
+      continue;
+    }
     std::string name = a.substr(2), value;
     size_t eq = name.find('=');
     bool has_value = eq != std::string::npos;
@@ -181,7 +281,7 @@ Status Options::parse(const std::vector<std::string>& args) {
         if (i + 1 >= args.size()) return make_error(ErrorCode::kInvalidArgument, "--config needs a file");
         value = args[++i];
       }
-      config_path = value;
+      config_file_ = value;
       continue;
     }
     const Entry* e = nullptr;
@@ -189,7 +289,9 @@ Status Options::parse(const std::vector<std::string>& args) {
       if (x.option.name == name) e = &x;
     if (e == nullptr) return make_error(ErrorCode::kInvalidArgument, "unknown option --" + name + "; see " + program_ + " --help");
     if (!has_value) {
-      if (e->option.type == Type::kBool && (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      // A bare boolean flag takes the next argument only when it reads as a boolean.
+      const bool next_is_bool = i + 1 < args.size() && check_value(e->option, 0, 0, args[i + 1], "").ok();
+      if (e->option.type == Type::kBool && !next_is_bool) {
         value = "true";
       } else {
         if (i + 1 >= args.size()) return make_error(ErrorCode::kInvalidArgument, "--" + name + " needs a value");
@@ -198,11 +300,11 @@ Status Options::parse(const std::vector<std::string>& args) {
     }
     flags.emplace_back(name, value);
   }
-  if (help_requested_) return ok_status();
-  if (config_path.empty()) {
-    if (const char* env = std::getenv("TESSERA_CONFIG")) config_path = env;
+  if (help_requested_ || help_markdown_requested_ || version_requested_) return ok_status();
+  if (config_file_.empty()) {
+    if (const char* env = std::getenv("TESSERA_CONFIG")) config_file_ = env;
   }
-  if (!config_path.empty()) TS_TRY(load_file(config_path));
+  if (!config_file_.empty()) TS_TRY(load_file(config_file_));
   for (auto& e : entries_) {
     if (e.option.env.empty()) continue;
     if (const char* v = std::getenv(e.option.env.c_str())) TS_TRY(set(e.option.name, v, "env " + e.option.env));
@@ -235,12 +337,14 @@ std::string Options::source(std::string_view name) const { return entry(name).so
 
 std::string Options::help() const {
   std::ostringstream os;
-  os << "usage: " << program_ << " [--config FILE] [options]\n\n"
-     << "Options (precedence: flag > environment > config file [" << section_ << "] > default):\n";
-  for (const auto& e : entries_) {
+  os << "usage: " << program_ << " [--config FILE] [options]" << (positional_.empty() ? "" : " [" + positional_ + "]")
+     << "\n";
+  if (!summary_.empty()) os << "\n" << wrap(sentence(summary_), 100) << "\n";
+  os << "\nOptions (precedence: flag > environment > config file [" << section_ << "] > default):\n";
+  auto print = [&](const Entry& e) {
     const Option& o = e.option;
-    os << "  --" << o.name << " <" << type_name(o.type) << ">\n      " << o.help << "\n      default: "
-       << (o.default_value.empty() ? "\"\"" : o.default_value);
+    os << "  --" << o.name << " <" << type_name(o.type) << ">" << (o.name == positional_ ? "  (or positional)" : "")
+       << "\n      " << o.help << "\n      default: " << (e.default_value.empty() ? "\"\"" : e.default_value);
     if (!o.env.empty()) os << "   env: " << o.env;
     if (std::isfinite(o.min) || std::isfinite(o.max)) os << "   range: [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "]";
     if (!o.choices.empty()) {
@@ -248,28 +352,72 @@ std::string Options::help() const {
       for (const auto& c : o.choices) os << " " << c;
     }
     os << "\n";
-  }
+  };
+  for (const auto& e : entries_)
+    if (!e.common) print(e);
+  os << "\nCommon options:\n";
+  for (const auto& e : entries_)
+    if (e.common) print(e);
   os << "  --config FILE\n      key = value file; keys are option names, [" << section_
-     << "] section applies (env: TESSERA_CONFIG)\n  --help\n      this text\n";
+     << "] section applies (env: TESSERA_CONFIG)\n"
+     << "  --help, --help-markdown, --version\n      this text; the options as a Markdown table; the version\n";
   return os.str();
 }
 
 std::string Options::markdown_table() const {
   std::ostringstream os;
   os << "| flag / config key | type | default | env | description |\n|---|---|---|---|---|\n";
-  for (const auto& e : entries_) {
+  auto row = [&](const Entry& e) {
     const Option& o = e.option;
-    os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << o.default_value << "` | "
+    os << "| `--" << o.name << "` | " << type_name(o.type) << " | `" << (e.default_value.empty() ? "\"\"" : e.default_value) << "` | "
        << (o.env.empty() ? "" : "`" + o.env + "`") << " | " << sentence(o.help);
-    if (std::isfinite(o.min) || std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
+    if (o.name == positional_) os << " May be given as the positional argument.";
+    if (std::isfinite(o.min) && std::isfinite(o.max)) os << " Range [" << fmt_bound(o.min) << ", " << fmt_bound(o.max) << "].";
+    else if (std::isfinite(o.min)) os << " At least " << fmt_bound(o.min) << ".";
+    else if (std::isfinite(o.max)) os << " At most " << fmt_bound(o.max) << ".";
     if (!o.choices.empty()) {
       os << " One of:";
       for (const auto& c : o.choices) os << " `" << c << "`";
       os << ".";
     }
     os << " |\n";
-  }
+  };
+  for (const auto& e : entries_)
+    if (!e.common) row(e);
+  for (const auto& e : entries_)
+    if (e.common) row(e);
   return os.str();
+}
+
+std::string Options::markdown() const {
+  std::ostringstream os;
+  os << "## " << program_ << "\n\n";
+  if (!summary_.empty()) os << sentence(summary_) << "\n\n";
+  os << "`" << program_ << " [--config FILE] [options]" << (positional_.empty() ? "" : " [" + positional_ + "]")
+     << "`; config-file section `[" << section_ << "]`. Generated with `" << program_ << " --help-markdown`.\n\n"
+     << markdown_table();
+  return os.str();
+}
+
+std::optional<int> parse_command_line(Options& options, const std::vector<std::string>& args) {
+  if (Status st = options.parse(args); !st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", options.program().c_str(), st.error().message.c_str());
+    return 2;
+  }
+  if (options.version_requested()) {
+    std::printf("%s %s\n", options.program().c_str(), std::string(kVersion).c_str());
+    return 0;
+  }
+  if (options.help_markdown_requested()) {
+    std::printf("%s", options.markdown().c_str());
+    return 0;
+  }
+  if (options.help_requested()) {
+    std::printf("%s", options.help().c_str());
+    return 0;
+  }
+  log::set_level(options.common().log_level);
+  return std::nullopt;
 }
 
 }  // namespace tessera::config

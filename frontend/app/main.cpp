@@ -11,22 +11,12 @@
 int main(int argc, char** argv) {
   using namespace tessera;
   log::set_component("frontend");
+  frontend::FrontendConfig config;
   config::Options options("tessera-frontend", "frontend");
-  frontend::declare_options(options);
-  if (argc == 2 && std::string(argv[1]) == "--help-markdown") {  // the table in docs/configuration.md
-    std::printf("%s", options.markdown_table().c_str());
-    return 0;
-  }
-  Status parsed = options.parse(std::vector<std::string>(argv + 1, argv + argc));
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "tessera-frontend: %s\n", parsed.error().message.c_str());
-    return 2;
-  }
-  if (options.help_requested()) {
-    std::printf("%s", options.help().c_str());
-    return 0;
-  }
-  log::set_level(options.get("log-level"));
+  frontend::declare_options(options, config);
+  options.describe("The OpenAI-compatible HTTP server and the msgpack client API, in front of the schedulers");
+  if (auto exit_code = config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
+    return *exit_code;
 
   // Block SIGINT/SIGTERM in every thread; one thread waits for them and stops the server.
   sigset_t signals;
@@ -36,7 +26,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto fe = frontend::Frontend::create(frontend::config_from_options(options));
+  auto fe = frontend::Frontend::create(config);
   if (!fe.ok()) {
     std::fprintf(stderr, "tessera-frontend: %s\n", fe.error().to_string().c_str());
     return 1;

@@ -35,6 +35,7 @@
 
 #include "tessera/common/metrics.h"
 #include "tessera/common/result.h"
+#include "tessera/scheduler/batcher.h"
 #include "tessera/scheduler/router.h"
 
 namespace tessera::scheduler_app {
@@ -46,8 +47,8 @@ struct ServiceConfig {
   int heartbeat_ms = 500;          // sent to workers in register_ack
   int worker_dead_ms = 3000;       // > heartbeat_ms
   int frontend_dead_ms = 5000;     // > heartbeat_ms
-  int32_t max_running = 256;       // per worker
-  int32_t max_waiting = 4096;      // per worker; more gets kOverloaded
+  int32_t max_running = scheduler::BatcherConfig{}.max_running;  // per worker
+  int32_t max_waiting = scheduler::BatcherConfig{}.max_waiting;  // per worker; more gets kOverloaded
   int32_t max_step_tokens = 0;     // per step; 0 = the worker's max_batch_tokens
   int32_t max_context = 0;         // 0 = the worker's max_seq_len
   bool prefix_cache = true;        // false: every request gets its own K/V namespace (no reuse)

@@ -12,80 +12,62 @@
 namespace tessera::tools {
 namespace {
 
-void declare_bench_options(config::Options& o) {
-  using config::Type;
-  o.add({.name = "host", .type = Type::kString, .default_value = "127.0.0.1", .help = "frontend address", .env = "TESSERA_BENCH_HOST"});
-  o.add({.name = "port", .type = Type::kInt, .default_value = "8000", .help = "frontend HTTP port", .env = "TESSERA_BENCH_PORT",
-         .min = 1, .max = 65535});
-  o.add({.name = "api", .type = Type::kString, .default_value = "http",
-         .help = "http (OpenAI API, SSE) or zmq (the frontend's msgpack client API)", .env = "TESSERA_BENCH_API",
-         .choices = {"http", "zmq"}});
-  o.add({.name = "zmq-endpoint", .type = Type::kString, .default_value = "tcp://127.0.0.1:8001",
-         .help = "the frontend's ZeroMQ client API (with --api zmq)", .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
-  o.add({.name = "workload", .type = Type::kString, .default_value = "random", .help = "request mix",
-         .env = "TESSERA_BENCH_WORKLOAD", .choices = {"random", "shared-prefix", "multi-turn"}});
-  o.add({.name = "num-requests", .type = Type::kInt, .default_value = "64", .help = "requests (multi-turn: turns in total)",
-         .env = "TESSERA_BENCH_NUM_REQUESTS", .min = 1, .max = 1 << 24});
-  o.add({.name = "concurrency", .type = Type::kInt, .default_value = "8", .help = "requests in flight (closed loop)",
-         .env = "TESSERA_BENCH_CONCURRENCY", .min = 1, .max = 4096});
-  o.add({.name = "request-rate", .type = Type::kFloat, .default_value = "0",
-         .help = "Poisson arrivals per second (open loop); 0 = use --concurrency", .env = "TESSERA_BENCH_REQUEST_RATE", .min = 0,
-         .max = 1e6});
-  o.add({.name = "max-tokens", .type = Type::kInt, .default_value = "64", .help = "tokens generated per request",
-         .env = "TESSERA_BENCH_MAX_TOKENS", .min = 1, .max = 1 << 20});
-  o.add({.name = "prompt-words", .type = Type::kInt, .default_value = "64",
-         .help = "words per prompt (random) or per question / user turn", .env = "TESSERA_BENCH_PROMPT_WORDS", .min = 1,
-         .max = 1 << 20});
-  o.add({.name = "num-groups", .type = Type::kInt, .default_value = "4", .help = "shared-prefix: distinct system prompts",
-         .env = "TESSERA_BENCH_NUM_GROUPS", .min = 1, .max = 1 << 20});
-  o.add({.name = "system-words", .type = Type::kInt, .default_value = "400", .help = "shared-prefix: words per system prompt",
-         .env = "TESSERA_BENCH_SYSTEM_WORDS", .min = 1, .max = 1 << 20});
-  o.add({.name = "turns", .type = Type::kInt, .default_value = "4", .help = "multi-turn: turns per conversation",
-         .env = "TESSERA_BENCH_TURNS", .min = 1, .max = 1024});
-  o.add({.name = "ignore-eos", .type = Type::kBool, .default_value = "true", .help = "always generate max-tokens tokens",
-         .env = "TESSERA_BENCH_IGNORE_EOS"});
-  o.add({.name = "seed", .type = Type::kInt, .default_value = "1", .help = "workload generator seed", .env = "TESSERA_BENCH_SEED",
-         .min = 0, .max = 1e18});
-  o.add({.name = "timeout-ms", .type = Type::kInt, .default_value = "600000", .help = "per-request timeout",
-         .env = "TESSERA_BENCH_TIMEOUT_MS", .min = 100, .max = 86400000});
-  o.add({.name = "json", .type = Type::kString, .default_value = "", .help = "write the JSON report here (\"-\" = stdout)",
-         .env = "TESSERA_BENCH_JSON"});
+// The defaults are LoadConfig's member initializers (bench/load.h).
+struct BenchArgs {
+  bench::LoadConfig load;
+  std::string json;  // "" = no JSON report, "-" = stdout
+};
+
+void declare_bench_options(config::Options& o, BenchArgs& c) {
+  o.add(c.load.host, {.name = "host", .help = "frontend address", .env = "TESSERA_BENCH_HOST"});
+  o.add(c.load.port, {.name = "port", .help = "frontend HTTP port", .env = "TESSERA_BENCH_PORT", .min = 1,
+                      .max = 65535});
+  o.add(c.load.api, {.name = "api", .help = "http (OpenAI API, SSE) or zmq (the frontend's msgpack client API)",
+                     .env = "TESSERA_BENCH_API", .choices = {"http", "zmq"}});
+  o.add(c.load.zmq_endpoint, {.name = "zmq-endpoint", .help = "the frontend's ZeroMQ client API (with --api zmq)",
+                              .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
+  o.add(c.load.workload, {.name = "workload", .help = "request mix", .env = "TESSERA_BENCH_WORKLOAD",
+                          .choices = {"random", "shared-prefix", "multi-turn"}});
+  o.add(c.load.num_requests, {.name = "num-requests", .help = "requests (multi-turn: turns in total)",
+                              .env = "TESSERA_BENCH_NUM_REQUESTS", .min = 1, .max = 1 << 24});
+  o.add(c.load.concurrency, {.name = "concurrency", .help = "requests in flight (closed loop)",
+                             .env = "TESSERA_BENCH_CONCURRENCY", .min = 1, .max = 4096});
+  o.add(c.load.request_rate, {.name = "request-rate",
+                              .help = "Poisson arrivals per second (open loop); 0 = use --concurrency",
+                              .env = "TESSERA_BENCH_REQUEST_RATE", .min = 0, .max = 1e6});
+  o.add(c.load.max_tokens, {.name = "max-tokens", .help = "tokens generated per request",
+                            .env = "TESSERA_BENCH_MAX_TOKENS", .min = 1, .max = 1 << 20});
+  o.add(c.load.prompt_words, {.name = "prompt-words", .help = "words per prompt (random) or per question / user turn",
+                              .env = "TESSERA_BENCH_PROMPT_WORDS", .min = 1, .max = 1 << 20});
+  o.add(c.load.num_groups, {.name = "num-groups", .help = "shared-prefix: distinct system prompts",
+                            .env = "TESSERA_BENCH_NUM_GROUPS", .min = 1, .max = 1 << 20});
+  o.add(c.load.system_words, {.name = "system-words", .help = "shared-prefix: words per system prompt",
+                              .env = "TESSERA_BENCH_SYSTEM_WORDS", .min = 1, .max = 1 << 20});
+  o.add(c.load.turns, {.name = "turns", .help = "multi-turn: turns per conversation", .env = "TESSERA_BENCH_TURNS",
+                       .min = 1, .max = 1024});
+  o.add(c.load.ignore_eos, {.name = "ignore-eos", .help = "always generate max-tokens tokens",
+                            .env = "TESSERA_BENCH_IGNORE_EOS"});
+  o.add(c.load.seed, {.name = "seed", .help = "workload generator seed", .env = "TESSERA_BENCH_SEED", .min = 0,
+                      .max = 1e18});
+  o.add(c.load.timeout_ms, {.name = "timeout-ms", .help = "per-request timeout", .env = "TESSERA_BENCH_TIMEOUT_MS",
+                            .min = 100, .max = 86400000});
+  o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)", .env = "TESSERA_BENCH_JSON"});
 }
 
 int run_bench(const std::vector<std::string>& args) {
+  BenchArgs args_;
   config::Options o("tessera bench", "bench");
-  declare_bench_options(o);
-  if (Status st = o.parse(args); !st.ok()) {
-    std::fprintf(stderr, "tessera bench: %s\n", st.error().message.c_str());
-    return 2;
-  }
-  if (o.help_requested()) {
-    std::printf("usage: tessera bench [options]   (against a running cluster, e.g. `tessera up`)\n%s", o.help().c_str());
-    return 0;
-  }
-  bench::LoadConfig c;
-  c.host = o.get("host");
-  c.port = static_cast<int>(o.get_int("port"));
-  c.api = o.get("api");
-  c.zmq_endpoint = o.get("zmq-endpoint");
-  c.workload = o.get("workload");
-  c.num_requests = static_cast<int>(o.get_int("num-requests"));
-  c.concurrency = static_cast<int>(o.get_int("concurrency"));
-  c.request_rate = o.get_float("request-rate");
-  c.max_tokens = static_cast<int>(o.get_int("max-tokens"));
-  c.prompt_words = static_cast<int>(o.get_int("prompt-words"));
-  c.num_groups = static_cast<int>(o.get_int("num-groups"));
-  c.system_words = static_cast<int>(o.get_int("system-words"));
-  c.turns = static_cast<int>(o.get_int("turns"));
-  c.ignore_eos = o.get_bool("ignore-eos");
-  c.seed = static_cast<uint64_t>(o.get_int("seed"));
-  c.timeout_ms = static_cast<int>(o.get_int("timeout-ms"));
+  declare_bench_options(o, args_);
+  o.describe("Load generator against a running cluster (e.g. `tessera up`): TTFT/TPOT/ITL percentiles, throughput, "
+             "prefix-cache hit rate");
+  if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
+  const bench::LoadConfig& c = args_.load;
   auto rep = bench::run_load(c);
   if (!rep.ok()) {
     std::fprintf(stderr, "tessera bench: %s\n", rep.error().to_string().c_str());
     return 2;
   }
-  const std::string json_path = o.get("json");
+  const std::string& json_path = args_.json;
   if (json_path == "-") {
     std::printf("%s\n", bench::report_json(*rep).c_str());
   } else {

@@ -1,8 +1,6 @@
 // `tessera generate`: load a model, tokenize a prompt, generate through the paged Engine and
 // print the completion as it is produced (or everything as JSON with --json).
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -10,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/kernels/isa.h"
 #include "tessera/tools/command.h"
 #include "tessera/worker/engine.h"
@@ -20,88 +19,40 @@
 namespace tessera::tools {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: tessera generate --model PATH --prompt TEXT [options]\n"
-    "  --model PATH         GGUF file, Hugging Face directory or llama2.c checkpoint\n"
-    "  --tokenizer PATH     tokenizer.bin / tokenizer.json / .gguf (default: the model's embedded\n"
-    "                       vocabulary, else tokenizer.json or tokenizer.bin beside the model)\n"
-    "  --prompt TEXT        the prompt (BOS is added when the vocabulary says so)\n"
-    "  --max-tokens N       new tokens at most (default 128)\n"
-    "  --temperature T      0 = greedy (default 0.8)\n"
-    "  --top-k K            0 = off (default 40)\n"
-    "  --top-p P            nucleus mass in (0, 1] (default 0.95)\n"
-    "  --min-p P            keep p >= P * p_max, 0 = off (default 0.05)\n"
-    "  --repeat-penalty R   CTRL-style repetition penalty over generated tokens (default 1 = off)\n"
-    "  --seed S             RNG seed; same seed, same text (default 42)\n"
-    "  --threads N          compute threads (default: all cores)\n"
-    "  --ignore-eos         do not stop at the end-of-sequence token\n"
-    "  --isa scalar|avx2|avx512   force a kernel path (default: the best this CPU runs)\n"
-    "  --json               print one JSON object: text, token ids, logprobs, timings\n";
-
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "tessera generate: %s\n\n%s", msg.c_str(), kUsage);
-  return 2;
-}
-
+// Every option's default is the member initializer here (sampling: a chat-like default rather
+// than SamplingParams' neutral one).
 struct Args {
   std::string model, tokenizer, prompt;
   int32_t max_tokens = 128;
-  SamplingParams sampling;
+  SamplingParams sampling{.temperature = 0.8f, .top_p = 0.95f, .top_k = 40, .min_p = 0.05f, .seed = 42};
   int32_t threads = 0;
   bool json = false;
   bool ignore_eos = false;
-  std::optional<kernels::Isa> isa;
+  std::optional<kernels::Isa> isa;  // nullopt = the best this CPU runs
 };
 
-bool parse_number(const std::string& s, double& out) {
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return !s.empty() && end == s.c_str() + s.size() && std::isfinite(out);
-}
-
-// Returns an empty string on success, else the error.
-std::string parse(const std::vector<std::string>& args, Args& a) {
-  a.sampling.temperature = 0.8f;
-  a.sampling.top_k = 40;
-  a.sampling.top_p = 0.95f;
-  a.sampling.min_p = 0.05f;
-  a.sampling.seed = 42;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& k = args[i];
-    if (k == "--json") { a.json = true; continue; }
-    if (k == "--ignore-eos") { a.ignore_eos = true; continue; }
-    if (i + 1 >= args.size()) return "missing value after " + k;
-    const std::string& v = args[++i];
-    double num = 0;
-    auto need_num = [&](double lo, double hi) -> std::string {
-      if (!parse_number(v, num) || num < lo || num > hi) {
-        return k + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "] (got '" + v + "')";
-      }
-      return "";
-    };
-    std::string err;
-    if (k == "--model") a.model = v;
-    else if (k == "--tokenizer") a.tokenizer = v;
-    else if (k == "--prompt") a.prompt = v;
-    else if (k == "--max-tokens") { if ((err = need_num(1, 1 << 20)).empty()) a.max_tokens = static_cast<int32_t>(num); }
-    else if (k == "--temperature") { if ((err = need_num(0, 100)).empty()) a.sampling.temperature = static_cast<float>(num); }
-    else if (k == "--top-k") { if ((err = need_num(0, 1 << 30)).empty()) a.sampling.top_k = static_cast<int32_t>(num); }
-    else if (k == "--top-p") { if ((err = need_num(1e-9, 1)).empty()) a.sampling.top_p = static_cast<float>(num); }
-    else if (k == "--min-p") { if ((err = need_num(0, 1)).empty()) a.sampling.min_p = static_cast<float>(num); }
-    else if (k == "--repeat-penalty") { if ((err = need_num(1e-6, 100)).empty()) a.sampling.repetition_penalty = static_cast<float>(num); }
-    else if (k == "--seed") { if ((err = need_num(0, 1.8e19)).empty()) a.sampling.seed = static_cast<uint64_t>(num); }
-    else if (k == "--threads") { if ((err = need_num(1, 1024)).empty()) a.threads = static_cast<int32_t>(num); }
-    else if (k == "--isa") {
-      a.isa = kernels::parse_isa(v);
-      if (!a.isa) err = "--isa must be scalar, avx2 or avx512 (got '" + v + "')";
-    } else {
-      return "unknown option " + k;
-    }
-    if (!err.empty()) return err;
-  }
-  if (a.model.empty()) return "--model is required";
-  if (a.prompt.empty()) return "--prompt is required";
-  return "";
+void declare_options(config::Options& o, Args& a) {
+  o.add(a.model, {.name = "model", .help = "GGUF file, Hugging Face directory or llama2.c checkpoint (required)"});
+  o.add(a.tokenizer, {.name = "tokenizer",
+                      .help = "tokenizer.bin / tokenizer.json / .gguf (\"\" = the model's embedded vocabulary, else "
+                              "tokenizer.json or tokenizer.bin beside the model)"});
+  o.add(a.prompt, {.name = "prompt", .help = "the prompt (BOS is added when the vocabulary says so; required)"});
+  o.add(a.max_tokens, {.name = "max-tokens", .help = "new tokens at most", .min = 1, .max = 1 << 20});
+  o.add(a.sampling.temperature, {.name = "temperature", .help = "0 = greedy", .min = 0, .max = 100});
+  o.add(a.sampling.top_k, {.name = "top-k", .help = "0 = off", .min = 0, .max = 1 << 30});
+  o.add(a.sampling.top_p, {.name = "top-p", .help = "nucleus mass in (0, 1]", .min = 1e-9, .max = 1});
+  o.add(a.sampling.min_p, {.name = "min-p", .help = "keep p >= P * p_max, 0 = off", .min = 0, .max = 1});
+  o.add(a.sampling.repetition_penalty,
+        {.name = "repeat-penalty", .help = "CTRL-style repetition penalty over generated tokens (1 = off)", .min = 1e-6,
+         .max = 100});
+  o.add(a.sampling.seed, {.name = "seed", .help = "RNG seed; same seed, same text"});
+  o.add(a.threads, {.name = "threads", .help = "compute threads (0 = all cores)", .min = 0, .max = 1024});
+  o.add(a.ignore_eos, {.name = "ignore-eos", .help = "do not stop at the end-of-sequence token"});
+  o.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
+         .choices = {"auto", "scalar", "avx2", "avx512"}},
+        a.isa ? kernels::isa_name(*a.isa) : "auto",
+        [&a](const std::string& v) { a.isa = v == "auto" ? std::nullopt : kernels::parse_isa(v); });
+  o.add(a.json, {.name = "json", .help = "print one JSON object: text, token ids, logprobs, timings"});
 }
 
 Result<std::unique_ptr<Tokenizer>> open_tokenizer(const Args& a, const Model& model) {
@@ -119,14 +70,16 @@ Result<std::unique_ptr<Tokenizer>> open_tokenizer(const Args& a, const Model& mo
 }
 
 int run_generate(const std::vector<std::string>& argv) {
-  for (const auto& s : argv) {
-    if (s == "--help" || s == "-h") {
-      std::printf("%s", kUsage);
-      return 0;
-    }
-  }
   Args a;
-  if (std::string err = parse(argv, a); !err.empty()) return usage_error(err);
+  config::Options o("tessera generate", "generate");
+  declare_options(o, a);
+  o.describe("Load a model, tokenize a prompt, generate through the paged CPU engine and print the completion as "
+             "it is produced (or everything as JSON with --json)");
+  if (auto exit_code = config::parse_command_line(o, argv)) return *exit_code;
+  if (a.model.empty() || a.prompt.empty()) {
+    std::fprintf(stderr, "tessera generate: --model and --prompt are required; see tessera generate --help\n");
+    return 2;
+  }
   auto model = load_model(a.model);
   if (!model.ok()) {
     std::fprintf(stderr, "tessera generate: %s\n", model.error().to_string().c_str());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/tools/command.h"
 #include "tessera/model/model.h"
 
@@ -59,27 +60,26 @@ std::string token_text(const VocabSpec& v, int32_t id) {
   return v.tokens[static_cast<size_t>(id)];
 }
 
-int run_inspect(const std::vector<std::string>& args) {
+struct Args {
   std::string path;
   bool json = false;
-  for (const std::string& a : args) {
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--help" || a == "-h") {
-      std::printf("usage: tessera model inspect PATH [--json]\n"
-                  "  PATH: a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face model directory\n");
-      return 0;
-    } else if (path.empty() && (a.empty() || a[0] != '-')) {
-      path = a;
-    } else {
-      std::fprintf(stderr, "tessera model inspect: unexpected argument '%s'\n", a.c_str());
-      return 2;
-    }
-  }
-  if (path.empty()) {
-    std::fprintf(stderr, "usage: tessera model inspect PATH [--json]\n");
+};
+
+int run_inspect(const std::vector<std::string>& args) {
+  Args a;
+  config::Options o("tessera model inspect", "model-inspect");
+  o.add(a.path, {.name = "path", .help = "a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face model directory (required)"});
+  o.add(a.json, {.name = "json", .help = "print one JSON object instead of text"});
+  o.positional("path");
+  o.describe("Format, architecture, shapes, dtypes, parameter count, fingerprint and vocabulary summary of a model "
+             "file or directory");
+  if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
+  if (a.path.empty()) {
+    std::fprintf(stderr, "usage: tessera model inspect PATH [--json]; see tessera model inspect --help\n");
     return 2;
   }
+  const std::string& path = a.path;
+  const bool json = a.json;
   auto loaded = load_model(path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "tessera model inspect: %s\n", loaded.error().to_string().c_str());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/tools/command.h"
 #include "tessera/model/model.h"
 #include "tessera/model/model_synth.h"
@@ -14,63 +15,36 @@
 namespace tessera::tools {
 namespace {
 
-void usage(FILE* f) {
-  std::fprintf(f, "usage: tessera model synth --like NAME --dtype f32|f16|q8_0 --out FILE.gguf [--seed N] "
-                  "[--vocab-from tokenizer.json]\n  NAME:");
-  for (const auto& s : synth_shapes()) std::fprintf(f, " %s", s.like.c_str());
-  std::fprintf(f, "\n");
+std::vector<std::string> shape_names() {
+  std::vector<std::string> out;
+  for (const auto& s : synth_shapes()) out.push_back(s.like);
+  return out;
+}
+
+void declare_options(config::Options& o, SynthOptions& s) {
+  std::string shapes;
+  for (const auto& name : shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
+  o.add(s.like, {.name = "like", .help = "the real model whose shape to copy (required): " + shapes});
+  o.add({.name = "dtype", .help = "weight type", .choices = {"f32", "f16", "q8_0"}}, dtype_name(s.dtype),
+        [&s](const std::string& v) { s.dtype = v == "f16" ? DType::kF16 : v == "q8_0" ? DType::kQ8_0 : DType::kF32; });
+  o.add(s.out_path, {.name = "out", .help = "the GGUF file to write (required)"});
+  o.add(s.seed, {.name = "seed", .help = "RNG seed of the weights"});
+  o.add(s.vocab_from, {.name = "vocab-from",
+                       .help = "tokenizer.json (Hugging Face byte-level BPE) to embed; \"\" = a synthetic SentencePiece vocabulary"});
 }
 
 int run_synth(const std::vector<std::string>& args) {
   SynthOptions o;
-  std::string dtype = "f32";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      usage(stdout);
-      return 0;
-    }
-    if (i + 1 >= args.size()) {
-      std::fprintf(stderr, "tessera model synth: %s needs a value\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-    const std::string& val = args[++i];
-    if (a == "--like") {
-      o.like = val;
-    } else if (a == "--dtype") {
-      dtype = val;
-    } else if (a == "--out") {
-      o.out_path = val;
-    } else if (a == "--vocab-from") {
-      o.vocab_from = val;
-    } else if (a == "--seed") {
-      char* end = nullptr;
-      o.seed = std::strtoull(val.c_str(), &end, 10);
-      if (val.empty() || *end != '\0') {
-        std::fprintf(stderr, "tessera model synth: --seed must be a non-negative integer (got '%s')\n", val.c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "tessera model synth: unknown option %s\n", a.c_str());
-      usage(stderr);
-      return 2;
-    }
-  }
+  config::Options opts("tessera model synth", "model-synth");
+  declare_options(opts, o);
+  opts.describe("Write a deterministic random-weight GGUF shaped like a real model (model/model_synth.h), then load "
+                "it back as a check");
+  if (auto exit_code = config::parse_command_line(opts, args)) return *exit_code;
   if (o.like.empty() || o.out_path.empty()) {
-    usage(stderr);
+    std::fprintf(stderr, "tessera model synth: --like and --out are required; see tessera model synth --help\n");
     return 2;
   }
-  if (dtype == "f32") {
-    o.dtype = DType::kF32;
-  } else if (dtype == "f16") {
-    o.dtype = DType::kF16;
-  } else if (dtype == "q8_0") {
-    o.dtype = DType::kQ8_0;
-  } else {
-    std::fprintf(stderr, "tessera model synth: --dtype must be f32, f16 or q8_0 (got '%s')\n", dtype.c_str());
-    return 2;
-  }
+  const std::string dtype = dtype_name(o.dtype);
   const auto t0 = std::chrono::steady_clock::now();
   Status st = synth_model(o);
   if (!st.ok()) {

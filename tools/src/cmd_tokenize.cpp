@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/config.h"
 #include "tessera/tools/command.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/tools/tokenizer_open.h"
@@ -15,12 +16,20 @@
 namespace tessera::tools {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: tessera tokenize --tokenizer PATH (--text TEXT | --decode ID,ID,...) [--no-special]\n"
-    "  --tokenizer PATH  llama2.c tokenizer.bin, tokenizer.json (or its directory), or a .gguf file\n"
-    "  --text TEXT       print the ids, one per line with the piece bytes they stand for\n"
-    "  --decode IDS      comma-separated ids: print the decoded text\n"
-    "  --no-special      do not add BOS / post-processor tokens when encoding\n";
+struct Args {
+  std::string tokenizer;
+  std::string text;
+  std::string decode;
+  bool no_special = false;
+};
+
+void declare_options(config::Options& o, Args& a) {
+  o.add(a.tokenizer, {.name = "tokenizer",
+                      .help = "llama2.c tokenizer.bin, tokenizer.json (or its directory), or a .gguf file (required)"});
+  o.add(a.text, {.name = "text", .help = "print the ids, one per line with the piece bytes they stand for"});
+  o.add(a.decode, {.name = "decode", .help = "comma-separated ids: print the decoded text"});
+  o.add(a.no_special, {.name = "no-special", .help = "do not add BOS / post-processor tokens when encoding"});
+}
 
 // True when `s` is well-formed UTF-8 (enough for display purposes; no overlong checks).
 bool looks_utf8(const std::string& s) {
@@ -75,33 +84,21 @@ bool parse_ids(const std::string& s, std::vector<int32_t>& ids) {
 }
 
 int run_tokenize(const std::vector<std::string>& args) {
-  std::string path, text, decode;
-  bool have_text = false, have_decode = false, special = true;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const bool has_value = i + 1 < args.size();
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--tokenizer" && has_value) {
-      path = args[++i];
-    } else if (a == "--text" && has_value) {
-      text = args[++i];
-      have_text = true;
-    } else if (a == "--decode" && has_value) {
-      decode = args[++i];
-      have_decode = true;
-    } else if (a == "--no-special") {
-      special = false;
-    } else {
-      std::fprintf(stderr, "tessera tokenize: unknown or incomplete option '%s'\n%s", a.c_str(), kUsage);
-      return 2;
-    }
-  }
-  if (path.empty() || have_text == have_decode) {
-    std::fputs(kUsage, stderr);
+  Args a;
+  config::Options o("tessera tokenize", "tokenize");
+  declare_options(o, a);
+  o.describe("Encode text or decode ids with any supported tokenizer (debugging aid); give --tokenizer and exactly "
+             "one of --text and --decode");
+  if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
+  const bool have_text = o.source("text") != "default", have_decode = o.source("decode") != "default";
+  if (a.tokenizer.empty() || have_text == have_decode) {
+    std::fprintf(stderr, "tessera tokenize: give --tokenizer and one of --text or --decode; see tessera tokenize --help\n");
     return 2;
   }
+  const std::string& path = a.tokenizer;
+  const std::string& text = a.text;
+  const std::string& decode = a.decode;
+  const bool special = !a.no_special;
   auto tok = tools::open_any_tokenizer(path);
   if (!tok.ok()) {
     std::fprintf(stderr, "tessera tokenize: %s\n", tok.error().to_string().c_str());

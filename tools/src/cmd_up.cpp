@@ -4,11 +4,14 @@
 // that binary is installed next to `tessera` — on loopback endpoints. "Ready" means /ready
 // answers 200 and every worker has registered with the scheduler.
 //
-// Options are declared once (table below; [up] section of the config file, flags, TESSERA_UP_*
-// environment variables). The same --config FILE is passed to every child, which reads its own
-// section ([scheduler], [worker], [frontend], [kvstore]); use sections only in such a file.
-// `tessera up` itself sets only what links the processes (endpoints, model, ports, pool size):
-// those come from the [up] section or flags and win over the children's sections.
+// Options ([up] section of the config file, flags, TESSERA_UP_* environment variables): `up`'s
+// own are declared below; those it shares with its children (model, tokenizer, host, http-port,
+// num-pages, prefix-cache, log-level) are the children's declarations, re-exported (ChildTables)
+// and forwarded by name. Every argument passed to a child is checked against that child's table
+// first. The same --config FILE is passed to every child, which reads its own section
+// ([scheduler], [worker], [frontend], [kvstore]); use sections only in such a file. `tessera up`
+// itself sets only what links the processes (endpoints, model, ports, pool size): those come
+// from the [up] section or flags and win over the children's sections.
 //
 // No --model: a small random-weight model is synthesized once (tessera model synth, cached in
 // --data-dir) and served under a name ending in "-random-weights"; logs say so and say how to
@@ -26,20 +29,26 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "bench/http_client.h"
+#include "scheduler_options.h"
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
+#include "tessera/frontend/frontend.h"
+#include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
+#include "worker_options.h"
 
 namespace tessera::tools {
 namespace {
@@ -51,52 +60,129 @@ using std::chrono::milliseconds;
 std::atomic<int> g_signal{0};
 extern "C" void up_on_signal(int sig) { g_signal.store(sig); }
 
-void declare_up_options(config::Options& o) {
-  using config::Type;
-  o.add({.name = "model", .type = Type::kString, .default_value = "",
-         .help = "model to serve (GGUF file, safetensors directory, llama2.c .bin); \"\" = synthesize a random-weight one",
-         .env = "TESSERA_UP_MODEL"});
-  o.add({.name = "tokenizer", .type = Type::kString, .default_value = "",
-         .help = "tokenizer file when the model has none embedded (llama2.c: tokenizer.bin)", .env = "TESSERA_UP_TOKENIZER"});
-  o.add({.name = "synth-like", .type = Type::kString, .default_value = "stories260k",
-         .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
-         .env = "TESSERA_UP_SYNTH_LIKE"});
-  o.add({.name = "host", .type = Type::kString, .default_value = "127.0.0.1", .help = "HTTP listen address",
-         .env = "TESSERA_UP_HOST"});
-  o.add({.name = "http-port", .type = Type::kInt, .default_value = "8000", .help = "frontend HTTP port",
-         .env = "TESSERA_UP_HTTP_PORT", .min = 1, .max = 65535});
-  o.add({.name = "zmq-port", .type = Type::kInt, .default_value = "8001", .help = "frontend ZeroMQ client API port",
-         .env = "TESSERA_UP_ZMQ_PORT", .min = 1, .max = 65535});
-  o.add({.name = "scheduler-port", .type = Type::kInt, .default_value = "8100",
-         .help = "scheduler ports: this one for frontends, +1 for workers, +2 for its /metrics", .env = "TESSERA_UP_SCHEDULER_PORT",
-         .min = 1, .max = 65533});
-  o.add({.name = "kvstore-port", .type = Type::kInt, .default_value = "8103", .help = "kvstore port",
-         .env = "TESSERA_UP_KVSTORE_PORT", .min = 1, .max = 65535});
-  o.add({.name = "kvstore", .type = Type::kBool, .default_value = "true",
-         .help = "start tessera-kvstore (when the binary exists)", .env = "TESSERA_UP_KVSTORE"});
-  o.add({.name = "num-pages", .type = Type::kInt, .default_value = "2048", .help = "worker K/V pages",
-         .env = "TESSERA_UP_NUM_PAGES", .min = 1, .max = 1 << 24});
-  o.add({.name = "workers", .type = Type::kInt, .default_value = "1",
-         .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
-         .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
-  o.add({.name = "worker-threads", .type = Type::kInt, .default_value = "0",
-         .help = "compute threads per worker (0 = the machine's cores divided among the workers, at least 1)",
-         .env = "TESSERA_UP_WORKER_THREADS", .min = 0, .max = 1024});
-  o.add({.name = "prefix-cache", .type = Type::kBool, .default_value = "true", .help = "scheduler prefix caching",
-         .env = "TESSERA_UP_PREFIX_CACHE"});
-  o.add({.name = "data-dir", .type = Type::kString, .default_value = "",
-         .help = "where synthesized models are kept (\"\" = $TMPDIR/tessera-up-<uid>)", .env = "TESSERA_UP_DATA_DIR"});
-  o.add({.name = "restart", .type = Type::kString, .default_value = "on-failure",
-         .help = "a child that exits: on-failure = restart it (max-restarts), never = stop the whole cluster",
-         .env = "TESSERA_UP_RESTART", .choices = {"on-failure", "never"}});
-  o.add({.name = "max-restarts", .type = Type::kInt, .default_value = "3", .help = "restarts per child before giving up",
-         .env = "TESSERA_UP_MAX_RESTARTS", .min = 0, .max = 1000});
-  o.add({.name = "ready-timeout-ms", .type = Type::kInt, .default_value = "120000",
-         .help = "how long to wait for /ready before giving up", .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100,
-         .max = 3600000});
-  o.add({.name = "log-level", .type = Type::kString, .default_value = "info", .help = "log level (also passed to children)",
-         .env = "TESSERA_LOG_LEVEL", .choices = {"debug", "info", "warn", "error", "off"}});
+// `tessera up`'s own settings. The options it shares with its children (model, tokenizer, host,
+// http-port, num-pages, prefix-cache, and the common log-level) are not declared here: they are
+// re-exported from the children's tables (declare_options of each service), bound to members of
+// the children's config structs below, so their type, checks and defaults come from there.
+struct UpConfig {
+  frontend::FrontendConfig frontend;        // model, tokenizer, host, http-port
+  worker_app::WorkerOptions worker = [] {   // num-pages: up gives each worker a larger pool
+    worker_app::WorkerOptions w;
+    w.backend_options.pool.num_pages = 2048;
+    return w;
+  }();
+  scheduler_app::SchedulerOptions scheduler;  // prefix-cache
+  std::string synth_like = "stories260k";
+  int zmq_port = 8001;
+  int scheduler_port = 8100;  // +1 workers, +2 /metrics
+  int kvstore_port = 8103;
+  bool kvstore = true;
+  int workers = 1;
+  int worker_threads = 0;
+  std::string data_dir;
+  std::string restart = "on-failure";
+  int max_restarts = 3;
+  int64_t ready_timeout_ms = 120000;
+};
+
+// The children's option tables, bound to scratch configs: the source of the shared declarations
+// and the check of every argument `up` passes to a child.
+struct ChildTables {
+  frontend::FrontendConfig frontend_config;
+  scheduler_app::SchedulerOptions scheduler_config;
+  worker_app::WorkerOptions worker_config;
+  kvstore::KvstoreOptions kvstore_config;
+  config::Options frontend{"tessera-frontend", "frontend"};
+  config::Options scheduler{"tessera-scheduler", "scheduler"};
+  config::Options worker{"tessera-worker", "worker"};
+  config::Options kvstore{"tessera-kvstore", "kvstore"};
+  ChildTables() {
+    frontend::declare_options(frontend, frontend_config);
+    scheduler_app::declare_options(scheduler, scheduler_config);
+    worker_app::declare_options(worker, worker_config);
+    kvstore::declare_options(kvstore, kvstore_config);
+  }
+};
+
+// A child's option re-exported by `up`: the child's declaration, with env TESSERA_UP_<NAME>.
+config::Option shared(const config::Options& child, std::string_view name) {
+  config::Option o = child.option(name);
+  o.env = "TESSERA_UP_";
+  for (char ch : o.name) o.env += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return o;
 }
+
+void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
+  config::Option model = shared(t.worker, "model");
+  model.help =
+      "model to serve (GGUF file, safetensors directory, llama2.c .bin); \"\" = synthesize a random-weight one";
+  o.add(c.frontend.model, std::move(model));
+  config::Option tokenizer = shared(t.frontend, "tokenizer");
+  tokenizer.help = "tokenizer file when the model has none embedded (llama2.c: tokenizer.bin)";
+  o.add(c.frontend.tokenizer, std::move(tokenizer));
+  o.add(c.synth_like, {.name = "synth-like",
+                       .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
+                       .env = "TESSERA_UP_SYNTH_LIKE"});
+  o.add(c.frontend.host, shared(t.frontend, "host"));
+  config::Option http_port = shared(t.frontend, "http-port");
+  http_port.min = 1;  // `up` probes it for readiness: no "any free port"
+  http_port.help = "frontend HTTP port (probed for readiness)";
+  o.add(c.frontend.http_port, std::move(http_port));
+  o.add(c.zmq_port, {.name = "zmq-port", .help = "frontend ZeroMQ client API port", .env = "TESSERA_UP_ZMQ_PORT",
+                     .min = 1, .max = 65535});
+  o.add(c.scheduler_port, {.name = "scheduler-port",
+                           .help = "scheduler ports: this one for frontends, +1 for workers, +2 for its /metrics",
+                           .env = "TESSERA_UP_SCHEDULER_PORT", .min = 1, .max = 65533});
+  o.add(c.kvstore_port, {.name = "kvstore-port", .help = "kvstore port", .env = "TESSERA_UP_KVSTORE_PORT", .min = 1,
+                         .max = 65535});
+  o.add(c.kvstore, {.name = "kvstore", .help = "start tessera-kvstore (when the binary exists)",
+                    .env = "TESSERA_UP_KVSTORE"});
+  o.add(c.worker.backend_options.pool.num_pages, shared(t.worker, "num-pages"));
+  o.add(c.workers, {.name = "workers",
+                    .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
+                    .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
+  o.add(c.worker_threads, {.name = "worker-threads",
+                           .help = "compute threads per worker (0 = the machine's cores divided among the workers, at "
+                                   "least 1)",
+                           .env = "TESSERA_UP_WORKER_THREADS", .min = 0, .max = 1024});
+  o.add(c.scheduler.service.prefix_cache, shared(t.scheduler, "prefix-cache"));
+  o.add(c.data_dir, {.name = "data-dir", .help = "where synthesized models are kept (\"\" = $TMPDIR/tessera-up-<uid>)",
+                     .env = "TESSERA_UP_DATA_DIR"});
+  o.add(c.restart, {.name = "restart",
+                    .help = "a child that exits: on-failure = restart it (max-restarts), never = stop the whole "
+                            "cluster",
+                    .env = "TESSERA_UP_RESTART", .choices = {"on-failure", "never"}});
+  o.add(c.max_restarts, {.name = "max-restarts", .help = "restarts per child before giving up",
+                         .env = "TESSERA_UP_MAX_RESTARTS", .min = 0, .max = 1000});
+  o.add(c.ready_timeout_ms, {.name = "ready-timeout-ms", .help = "how long to wait for /ready before giving up",
+                             .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100, .max = 3600000});
+}
+
+// The arguments `up` passes to one child, each checked against the child's own table (its name
+// declared, its value valid) before anything is started.
+class ChildArgs {
+ public:
+  explicit ChildArgs(config::Options& table) : table_(table) {}
+  // `--name value`; an error names the child and the option.
+  Status set(std::string_view name, const std::string& value) {
+    if (Status st = table_.set(name, value, "tessera up"); !st.ok())
+      return make_error(ErrorCode::kInvalidArgument, table_.program() + ": " + st.error().message);
+    args_.insert(args_.end(), {"--" + std::string(name), value});
+    return ok_status();
+  }
+  // Forwards `up`'s value of each named option the child declares.
+  Status forward(const config::Options& up, const std::vector<std::string_view>& names) {
+    for (std::string_view n : names)
+      if (table_.has(n)) TS_TRY(set(n, up.get(n)));
+    return ok_status();
+  }
+  void set_config(const std::string& file) { args_.insert(args_.end(), {"--config", file}); }
+  std::vector<std::string> take() { return std::move(args_); }
+
+ private:
+  config::Options& table_;
+  std::vector<std::string> args_;
+};
 
 struct ChildSpec {
   std::string name;  // "scheduler", "worker", ...
@@ -169,24 +255,78 @@ int live_workers(int metrics_port) {
   return -1;
 }
 
+// The children to start: each one's arguments derived from `up`'s table and checked against
+// the child's own. The options `up` shares with a child are forwarded by name; --config FILE
+// goes to every child, which reads its own section.
+Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpConfig& c, ChildTables& t,
+                                             const std::string& model, const std::string& model_name,
+                                             const std::function<std::string(const char*)>& bin, bool with_kvstore) {
+  const std::string lo = "tcp://127.0.0.1:";
+  const int sp = c.scheduler_port;
+  const std::string sched_fe = lo + std::to_string(sp), sched_we = lo + std::to_string(sp + 1);
+  const std::string kvstore_endpoint = lo + std::to_string(c.kvstore_port);
+  auto start = [&](config::Options& table) {
+    ChildArgs a(table);
+    if (!o.config_file().empty()) a.set_config(o.config_file());
+    return a;
+  };
+  // What `up` shares with its children, forwarded to each child that declares it.
+  const std::vector<std::string_view> shared = {"log-level", "host", "http-port", "num-pages", "prefix-cache"};
+  std::vector<ChildSpec> children;
+
+  ChildArgs s = start(t.scheduler);
+  TS_TRY(s.forward(o, shared));
+  TS_TRY(s.set("frontend-endpoint", sched_fe));
+  TS_TRY(s.set("worker-endpoint", sched_we));
+  TS_TRY(s.set("metrics-port", std::to_string(sp + 2)));
+  children.push_back({.name = "scheduler", .binary = bin("tessera-scheduler"), .args = s.take()});
+
+  if (with_kvstore) {
+    ChildArgs k = start(t.kvstore);
+    TS_TRY(k.forward(o, shared));
+    TS_TRY(k.set("listen", kvstore_endpoint));
+    children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"), .args = k.take()});
+  }
+
+  int threads = c.worker_threads;
+  if (threads == 0 && c.workers > 1)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.workers);
+  for (int i = 0; i < c.workers; ++i) {
+    ChildArgs w = start(t.worker);
+    TS_TRY(w.forward(o, shared));
+    TS_TRY(w.set("model", model));
+    TS_TRY(w.set("scheduler", sched_we));
+    TS_TRY(w.set("threads", std::to_string(threads)));
+    TS_TRY(w.set("name", "worker" + std::to_string(i)));
+    // dki: the worker fetches and stores preference K/V there (docs/preference.md).
+    if (with_kvstore) TS_TRY(w.set("kvstore", kvstore_endpoint));
+    children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = w.take()});
+  }
+
+  ChildArgs f = start(t.frontend);
+  TS_TRY(f.forward(o, shared));
+  TS_TRY(f.set("zmq-endpoint", lo + std::to_string(c.zmq_port)));
+  TS_TRY(f.set("schedulers", sched_fe));
+  TS_TRY(f.set("model", model));
+  if (!c.frontend.tokenizer.empty()) TS_TRY(f.set("tokenizer", c.frontend.tokenizer));
+  if (!model_name.empty()) TS_TRY(f.set("model-name", model_name));
+  // dki: stored preferences and admin invalidation (docs/api.md "Admin"; token: TESSERA_ADMIN_TOKEN).
+  if (with_kvstore) TS_TRY(f.set("kvstore", kvstore_endpoint));
+  children.push_back({.name = "frontend", .binary = bin("tessera-frontend"), .args = f.take()});
+  return children;
+}
+
 int run_up(const std::vector<std::string>& args) {
   log::set_component("up");
+  ChildTables tables;
+  UpConfig c;
   config::Options o("tessera up", "up");
-  declare_up_options(o);
-  if (Status st = o.parse(args); !st.ok()) {
-    std::fprintf(stderr, "tessera up: %s\n", st.error().message.c_str());
-    return 2;
-  }
-  if (o.help_requested()) {
-    std::printf("usage: tessera up [--config FILE] [options]\n%s", o.help().c_str());
-    return 0;
-  }
-  log::set_level(o.get("log-level"));
-  std::string config_file;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--config" && i + 1 < args.size()) config_file = args[i + 1];
-    if (args[i].rfind("--config=", 0) == 0) config_file = args[i].substr(9);
-  }
+  declare_up_options(o, c, tables);
+  o.describe("Starts a single-machine cluster (scheduler, CPU workers, frontend, kvstore) and supervises it. "
+             "The options it shares with its children (model, tokenizer, host, http-port, num-pages, prefix-cache, "
+             "log-level) are theirs, forwarded by name; --config FILE is passed to every child, which reads its own "
+             "section ([scheduler], [worker], [frontend], [kvstore])");
+  if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
 
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -199,14 +339,13 @@ int run_up(const std::vector<std::string>& args) {
     }
   }
 
-  std::string model = o.get("model");
-  std::string tokenizer = o.get("tokenizer");
+  std::string model = c.frontend.model;
   std::string model_name;
   if (model.empty()) {
-    std::string dir = o.get("data-dir");
+    std::string dir = c.data_dir;
     if (dir.empty()) dir = (fs::temp_directory_path() / ("tessera-up-" + std::to_string(::getuid()))).string();
     fs::create_directories(dir, ec);
-    const std::string like = o.get("synth-like");
+    const std::string& like = c.synth_like;
     model = dir + "/" + like + "-random.gguf";
     if (!fs::exists(model)) {
       TS_LOG(kInfo) << "synthesizing a " << like << "-shaped model with random weights: " << model;
@@ -221,57 +360,30 @@ int run_up(const std::vector<std::string>& args) {
                   << "(GGUF file, Hugging Face safetensors directory, or llama2.c .bin with --tokenizer tokenizer.bin)";
   }
 
-  const std::string lo = "tcp://127.0.0.1:";
-  const int sp = static_cast<int>(o.get_int("scheduler-port"));
-  const std::string sched_fe = lo + std::to_string(sp), sched_we = lo + std::to_string(sp + 1);
-  std::vector<std::string> common;
-  if (!config_file.empty()) common = {"--config", config_file};
-  common.insert(common.end(), {"--log-level", o.get("log-level")});
-  auto with_common = [&](std::vector<std::string> a) {
-    a.insert(a.begin(), common.begin(), common.end());
-    return a;
-  };
-
-  std::vector<ChildSpec> children;
-  children.push_back({.name = "scheduler", .binary = bin("tessera-scheduler"),
-                      .args = with_common({"--frontend-endpoint", sched_fe, "--worker-endpoint", sched_we, "--metrics-port",
-                                           std::to_string(sp + 2), "--prefix-cache", o.get_bool("prefix-cache") ? "true" : "false"})});
-  const bool with_kvstore = o.get_bool("kvstore") && fs::exists(bin("tessera-kvstore"));
-  if (with_kvstore)
-    children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"),
-                        .args = with_common({"--listen", lo + std::to_string(o.get_int("kvstore-port"))})});
-  const int num_workers = static_cast<int>(o.get_int("workers"));
-  int64_t threads = o.get_int("worker-threads");
-  if (threads == 0 && num_workers > 1)
-    threads = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / num_workers);
-  for (int i = 0; i < num_workers; ++i) {
-    std::vector<std::string> worker_args = {"--model", model, "--scheduler", sched_we, "--num-pages", o.get("num-pages"),
-                                            "--threads", std::to_string(threads), "--name", "worker" + std::to_string(i)};
-    // dki: the worker fetches and stores preference K/V there (docs/preference.md).
-    if (with_kvstore) worker_args.insert(worker_args.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
-    children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = with_common(worker_args)});
+  const bool with_kvstore = c.kvstore && fs::exists(bin("tessera-kvstore"));
+  auto planned = plan_children(o, c, tables, model, model_name, bin, with_kvstore);
+  if (!planned.ok()) {
+    std::fprintf(stderr, "tessera up: %s\n", planned.error().message.c_str());
+    return 2;
   }
-  std::vector<std::string> fe = {"--host", o.get("host"), "--http-port", o.get("http-port"), "--zmq-endpoint",
-                                 lo + std::to_string(o.get_int("zmq-port")), "--schedulers", sched_fe, "--model", model};
-  if (!tokenizer.empty()) fe.insert(fe.end(), {"--tokenizer", tokenizer});
-  if (!model_name.empty()) fe.insert(fe.end(), {"--model-name", model_name});
-  // dki: stored preferences and admin invalidation (docs/api.md "Admin"; token: TESSERA_ADMIN_TOKEN).
-  if (with_kvstore) fe.insert(fe.end(), {"--kvstore", lo + std::to_string(o.get_int("kvstore-port"))});
-  children.push_back({.name = "frontend", .binary = bin("tessera-frontend"), .args = with_common(fe)});
+  std::vector<ChildSpec> children = std::move(*planned);
+  const std::string lo = "tcp://127.0.0.1:";
+  const int sp = c.scheduler_port;
+  const int num_workers = c.workers;
 
   std::signal(SIGINT, up_on_signal);
   std::signal(SIGTERM, up_on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  for (auto& c : children) {
-    c.pid = spawn(c);
-    TS_LOG(kInfo) << "started " << c.name << " (pid " << c.pid << ")";
+  for (auto& child : children) {
+    child.pid = spawn(child);
+    TS_LOG(kInfo) << "started " << child.name << " (pid " << child.pid << ")";
   }
 
-  const int http_port = static_cast<int>(o.get_int("http-port"));
-  const auto ready_deadline = Clock::now() + milliseconds(o.get_int("ready-timeout-ms"));
+  const int http_port = c.frontend.http_port;
+  const auto ready_deadline = Clock::now() + milliseconds(c.ready_timeout_ms);
   bool ready = false, announced_wait = false;
-  const std::string restart = o.get("restart");
-  const int max_restarts = static_cast<int>(o.get_int("max-restarts"));
+  const std::string& restart = c.restart;
+  const int max_restarts = c.max_restarts;
   int exit_code = 0;
   while (g_signal.load() == 0) {
     // Reap children that exited on their own.
@@ -279,15 +391,16 @@ int run_up(const std::vector<std::string>& args) {
     pid_t pid;
     bool give_up = false;
     while ((pid = ::waitpid(-1, &st, WNOHANG)) > 0) {
-      for (auto& c : children) {
-        if (c.pid != pid) continue;
-        c.pid = -1;
-        TS_LOG(kError) << c.name << " (pid " << pid << ") exited unexpectedly: " << describe_status(st);
-        if (restart == "on-failure" && c.restarts < max_restarts) {
-          ++c.restarts;
+      for (auto& child : children) {
+        if (child.pid != pid) continue;
+        child.pid = -1;
+        TS_LOG(kError) << child.name << " (pid " << pid << ") exited unexpectedly: " << describe_status(st);
+        if (restart == "on-failure" && child.restarts < max_restarts) {
+          ++child.restarts;
           std::this_thread::sleep_for(milliseconds(1000));  // restart back-off
-          c.pid = spawn(c);
-          TS_LOG(kWarn) << "restarted " << c.name << " (pid " << c.pid << "), restart " << c.restarts << " of " << max_restarts;
+          child.pid = spawn(child);
+          TS_LOG(kWarn) << "restarted " << child.name << " (pid " << child.pid << "), restart " << child.restarts << " of "
+                        << max_restarts;
         } else {
           give_up = true;
         }
@@ -305,12 +418,12 @@ int run_up(const std::vector<std::string>& args) {
         std::printf("tessera up: cluster ready — http://%s:%d (OpenAI API), zmq %s%lld (msgpack API), scheduler metrics "
                     "http://127.0.0.1:%d/metrics\n  try: curl -s http://127.0.0.1:%d/v1/completions -H 'Content-Type: "
                     "application/json' -d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 32}'\n",
-                    o.get("host").c_str(), http_port, lo.c_str(), static_cast<long long>(o.get_int("zmq-port")), sp + 2,
+                    c.frontend.host.c_str(), http_port, lo.c_str(), static_cast<long long>(c.zmq_port), sp + 2,
                     http_port);
         if (num_workers > 1) std::printf("tessera up: %d workers registered (worker0 .. worker%d)\n", num_workers, num_workers - 1);
         std::fflush(stdout);
       } else if (Clock::now() > ready_deadline) {
-        TS_LOG(kError) << "the cluster did not become ready within " << o.get_int("ready-timeout-ms") << " ms";
+        TS_LOG(kError) << "the cluster did not become ready within " << c.ready_timeout_ms << " ms";
         exit_code = 1;
         break;
       } else if (!announced_wait) {

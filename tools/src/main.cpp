@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/version.h"
 #include "tessera/tools/command.h"
 
 namespace tessera::tools {
@@ -16,7 +17,8 @@ std::map<std::string, CommandInfo>& registry() {
 }
 
 void print_help() {
-  std::printf("usage: tessera <command> [options]   (tessera <command> --help for its options)\n\ncommands:\n");
+  std::printf("usage: tessera <command> [options]   (tessera <command> --help for its options; tessera --version)\n\n"
+              "commands:\n");
   for (const auto& [name, info] : registry()) std::printf("  %-18s %s\n", name.c_str(), info.summary.c_str());
 }
 
@@ -29,6 +31,15 @@ void register_command(CommandInfo info) { registry()[info.name] = std::move(info
 int main(int argc, char** argv) {
   using namespace tessera::tools;
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--version") {
+    std::printf("tessera %s\n", std::string(tessera::kVersion).c_str());
+    return 0;
+  }
+  if (args.size() == 1 && args[0] == "--help-markdown") {  // docs/configuration.md
+    std::printf("## tessera\n\nOne binary, many subcommands: `tessera <command> [options]`.\n\n| command | summary |\n|---|---|\n");
+    for (const auto& [name, info] : registry()) std::printf("| `tessera %s` | %s |\n", name.c_str(), info.summary.c_str());
+    return 0;
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_help();
     return args.empty() ? 2 : 0;

@@ -34,7 +34,7 @@ namespace tessera::worker_app {
 struct ServiceConfig {
   std::string scheduler_endpoint = "tcp://127.0.0.1:8101";
   std::string name;               // unique per scheduler
-  int32_t max_batch_tokens = 2048;
+  int32_t max_batch_tokens = 1024;
   int32_t eos_id = -1;            // sent in register; -1 = none
   int heartbeat_ms = 500;         // until the ack says otherwise
   int dead_after_ms = 3000;       // scheduler silence that triggers re-registration

@@ -50,9 +50,10 @@ struct FrontendConfig {
   int kvstore_timeout_ms = 2000;
 };
 
-// Declares every frontend option (flag, config key [frontend], env var, default, check).
-void declare_options(config::Options& options);
-FrontendConfig config_from_options(const config::Options& options);
+// Declares every frontend option (flag, config key [frontend], env var, check), each bound to
+// its member of `config`, whose initializer above is the default (frontend/src/options.cpp).
+// `config` must outlive `options`.
+void declare_options(config::Options& options, FrontendConfig& config);
 
 class Frontend {
  public:

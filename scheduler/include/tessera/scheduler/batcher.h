@@ -72,7 +72,7 @@ struct BatcherConfig {
   // decodes to grow into). Not applied to a request of strictly higher priority than the lowest
   // running one, nor when nothing runs. 0 = admit whenever the first chunk fits.
   int32_t admission_headroom = 1;
-  int32_t max_waiting = 65536;    // submit() answers kOverloaded beyond this
+  int32_t max_waiting = 4096;     // submit() answers kOverloaded beyond this
   std::vector<int32_t> eos_ids{}; // the model's end-of-sequence tokens
 };
 

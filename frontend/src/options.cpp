@@ -1,0 +1,70 @@
+// tessera-frontend's options: each bound to its FrontendConfig member, whose initializer is the
+// default (frontend.h). `tessera up` reads this table to forward the options it shares.
+#include "tessera/frontend/frontend.h"
+
+namespace tessera::frontend {
+
+void declare_options(config::Options& o, FrontendConfig& c) {
+  o.add(c.host, {.name = "host", .help = "HTTP listen address", .env = "TESSERA_FRONTEND_HOST"});
+  o.add(c.http_port, {.name = "http-port", .help = "HTTP listen port (0 = any free port)", .env = "TESSERA_HTTP_PORT",
+                      .min = 0, .max = 65535});
+  o.add(c.zmq_endpoint, {.name = "zmq-endpoint",
+                         .help = "ZeroMQ ROUTER endpoint of the msgpack client API (\"\" = off; port * = any free "
+                                 "port)",
+                         .env = "TESSERA_ZMQ_ENDPOINT"});
+  o.add(c.schedulers, {.name = "schedulers",
+                       .help = "comma-separated scheduler endpoints (ZeroMQ ROUTER), picked per request by hashing "
+                               "its routing key",
+                       .env = "TESSERA_SCHEDULERS"});
+  o.add(c.model, {.name = "model",
+                  .help = "model file or directory: source of the tokenizer (GGUF), chat template and served name",
+                  .env = "TESSERA_MODEL"});
+  o.add(c.tokenizer, {.name = "tokenizer",
+                      .help = "tokenizer file (tokenizer.bin, tokenizer.json, .gguf); \"\" = the model's",
+                      .env = "TESSERA_TOKENIZER"});
+  o.add(c.model_name, {.name = "model-name",
+                       .help = "model id served in /v1/models and accepted in requests; \"\" = model file name "
+                               "without extension",
+                       .env = "TESSERA_MODEL_NAME"});
+  o.add(c.chat_template, {.name = "chat-template",
+                          .help = "chat template: auto (recognize the model's, else built-in ChatML) or a fixed one",
+                          .env = "TESSERA_CHAT_TEMPLATE", .choices = {"auto", "chatml", "llama2", "llama3"}});
+  o.add(c.chat_template_file, {.name = "chat-template-file",
+                               .help = "file with a Jinja chat template to recognize instead of the model's",
+                               .env = "TESSERA_CHAT_TEMPLATE_FILE"});
+  o.add(c.http_threads, {.name = "http-threads", .help = "threads serving HTTP", .env = "TESSERA_HTTP_THREADS",
+                         .min = 1, .max = 64});
+  o.add(c.max_body_bytes, {.name = "max-body-bytes", .help = "largest request body; larger gets 413",
+                           .env = "TESSERA_MAX_BODY_BYTES", .min = 1024, .max = 1 << 30});
+  o.add(c.max_prompt_tokens, {.name = "max-prompt-tokens", .help = "longest prompt in tokens; longer gets 413",
+                              .env = "TESSERA_MAX_PROMPT_TOKENS", .min = 1, .max = 1 << 24});
+  o.add(c.max_concurrent_requests, {.name = "max-concurrent-requests",
+                                    .help = "requests in flight at this frontend; more get 429",
+                                    .env = "TESSERA_MAX_CONCURRENT_REQUESTS", .min = 1, .max = 1 << 20});
+  o.add(c.max_queued_requests, {.name = "max-queued-requests",
+                                .help = "requests waiting at the schedulers (from their heartbeats) above which new "
+                                        "ones get 429",
+                                .env = "TESSERA_MAX_QUEUED_REQUESTS", .min = 0, .max = 1 << 24});
+  o.add(c.default_max_tokens, {.name = "default-max-tokens", .help = "max_tokens when a request gives none",
+                               .env = "TESSERA_DEFAULT_MAX_TOKENS", .min = 1, .max = 1 << 20});
+  o.add(c.request_timeout_ms, {.name = "request-timeout-ms",
+                               .help = "a request still running after this long is cancelled and answered 504",
+                               .env = "TESSERA_REQUEST_TIMEOUT_MS", .min = 100, .max = 86400000});
+  o.add(c.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval towards schedulers",
+                         .env = "TESSERA_HEARTBEAT_MS", .min = 10, .max = 60000});
+  o.add(c.scheduler_dead_ms, {.name = "scheduler-dead-ms",
+                              .help = "a scheduler silent this long is dead: its requests fail (kPeerDead, HTTP 503) "
+                                      "and /ready turns false",
+                              .env = "TESSERA_SCHEDULER_DEAD_MS", .min = 20, .max = 600000});
+  o.add(c.admin_token, {.name = "admin-token",
+                        .help = "bearer token of the /admin/v1 endpoints (\"\" = admin endpoints answer 403)",
+                        .env = "TESSERA_ADMIN_TOKEN"});
+  o.add(c.kvstore, {.name = "kvstore",
+                    .help = "tessera-kvstore endpoint holding users' stored preferences and serving invalidation "
+                            "(\"\" = none)",
+                    .env = "TESSERA_FRONTEND_KVSTORE"});
+  o.add(c.kvstore_timeout_ms, {.name = "kvstore-timeout-ms", .help = "wait for one kvstore reply",
+                               .env = "TESSERA_FRONTEND_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
+}
+
+}  // namespace tessera::frontend

@@ -1,0 +1,46 @@
+// tessera-kvstore's option table, declared once and bound to the members below (or of the
+// StoreConfig / ServerConfig they hold), whose initializers are the defaults. The binary parses
+// it (kvstore/src/main.cpp) and `tessera up` reads it to forward the options it shares.
+// (Inline here rather than in a .cpp: kvstore/CMakeLists.txt is being split; move it to
+// kvstore/src/options.cpp in the service library once that settles.)
+//
+// Ownership: declare_options() binds `options` to members of `config`, which must outlive it.
+#pragma once
+
+#include <string>
+
+#include "tessera/common/config.h"
+#include "tessera/kvstore/server.h"
+#include "tessera/kvstore/store.h"
+
+namespace tessera::kvstore {
+
+struct KvstoreOptions {
+  StoreConfig store;   // store.redis is set from `redis` by the binary
+  ServerConfig server;
+  std::string redis;   // host:port of the L2; "" = L1 only
+};
+
+inline void declare_options(config::Options& o, KvstoreOptions& c) {
+  o.add(c.server.listen, {.name = "listen", .help = "ZeroMQ ROUTER endpoint (tcp://host:* picks a free port)",
+                          .env = "TESSERA_KVSTORE_LISTEN"});
+  o.add(c.redis, {.name = "redis", .help = "Redis host:port for L2; empty = L1 only", .env = "TESSERA_KVSTORE_REDIS"});
+  o.add(c.store.l1.max_bytes, {.name = "l1-max-bytes", .help = "L1 bound in blob bytes",
+                               .env = "TESSERA_KVSTORE_L1_MAX_BYTES", .min = 0});
+  o.add(c.store.l1.max_entries, {.name = "l1-max-entries", .help = "L1 bound in entries",
+                                 .env = "TESSERA_KVSTORE_L1_MAX_ENTRIES", .min = 0});
+  o.add(c.store.l1.per_user_max_bytes, {.name = "per-user-max-bytes",
+                                        .help = "L1 quota of one user, in blob bytes (<= l1-max-bytes)",
+                                        .env = "TESSERA_KVSTORE_PER_USER_MAX_BYTES", .min = 0});
+  o.add(c.store.default_ttl_s, {.name = "ttl", .help = "default time to live of a blob in seconds (L1 and Redis)",
+                                .env = "TESSERA_KVSTORE_TTL", .min = 1, .max = 365.0 * 24 * 3600});
+  o.add(c.store.secret, {.name = "hmac-secret",
+                         .help = "secret for Redis key names and value MACs (required with --redis)",
+                         .env = "TESSERA_KVSTORE_SECRET"});
+  o.add(c.server.threads, {.name = "threads", .help = "worker threads for Redis I/O and large blobs",
+                           .env = "TESSERA_KVSTORE_THREADS", .min = 1, .max = 256});
+  o.add(c.store.max_blob_bytes, {.name = "max-blob-bytes", .help = "largest blob accepted by put",
+                                 .env = "TESSERA_KVSTORE_MAX_BLOB_BYTES", .min = 64, .max = 2147483647.0});
+}
+
+}  // namespace tessera::kvstore

@@ -1,0 +1,50 @@
+// tessera-scheduler's options, each bound to its SchedulerOptions member (scheduler_options.h).
+#include "scheduler_options.h"
+
+namespace tessera::scheduler_app {
+
+void declare_options(config::Options& o, SchedulerOptions& c) {
+  o.add(c.service.name, {.name = "name", .help = "name in logs and heartbeats", .env = "TESSERA_SCHEDULER_NAME"});
+  o.add(c.service.frontend_endpoint, {.name = "frontend-endpoint",
+                                      .help = "ROUTER bind for frontends (port * = any free port)",
+                                      .env = "TESSERA_SCHEDULER_FRONTEND_ENDPOINT"});
+  o.add(c.service.worker_endpoint, {.name = "worker-endpoint",
+                                    .help = "ROUTER bind for workers (port * = any free port)",
+                                    .env = "TESSERA_SCHEDULER_WORKER_ENDPOINT"});
+  o.add(c.metrics_host, {.name = "metrics-host", .help = "address of the Prometheus /metrics endpoint",
+                         .env = "TESSERA_SCHEDULER_METRICS_HOST"});
+  o.add(c.metrics_port, {.name = "metrics-port",
+                         .help = "port of the Prometheus /metrics endpoint (0 = any free port, -1 = off)",
+                         .env = "TESSERA_SCHEDULER_METRICS_PORT", .min = -1, .max = 65535});
+  o.add(c.service.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval the workers are told to use",
+                                 .env = "TESSERA_SCHEDULER_HEARTBEAT_MS", .min = 10, .max = 60000});
+  o.add(c.service.worker_dead_ms, {.name = "worker-dead-ms",
+                                   .help = "a worker silent this long is dead: its requests fail with peer_dead",
+                                   .env = "TESSERA_WORKER_DEAD_MS", .min = 20, .max = 600000});
+  o.add(c.service.frontend_dead_ms, {.name = "frontend-dead-ms",
+                                     .help = "a frontend silent this long is gone: its requests are cancelled",
+                                     .env = "TESSERA_FRONTEND_DEAD_MS", .min = 20, .max = 600000});
+  o.add(c.service.max_running, {.name = "max-running", .help = "running sequences per worker",
+                                .env = "TESSERA_MAX_RUNNING", .min = 1, .max = 1 << 20});
+  o.add(c.service.max_waiting, {.name = "max-waiting",
+                                .help = "queued requests per worker; more get overloaded (HTTP 429)",
+                                .env = "TESSERA_MAX_WAITING", .min = 1, .max = 1 << 24});
+  o.add(c.service.max_step_tokens, {.name = "max-step-tokens",
+                                    .help = "token budget per step (0 = the worker's max-batch-tokens)",
+                                    .env = "TESSERA_MAX_STEP_TOKENS", .min = 0, .max = 1 << 20});
+  o.add(c.service.max_context, {.name = "max-context", .help = "positions per sequence (0 = the model's context "
+                                                               "length)",
+                                .env = "TESSERA_MAX_CONTEXT", .min = 0, .max = 1 << 24});
+  o.add(c.service.prefix_cache, {.name = "prefix-cache",
+                                 .help = "reuse K/V of shared prompt prefixes (false: every request computes its "
+                                         "whole prompt)",
+                                 .env = "TESSERA_PREFIX_CACHE"});
+  o.add(c.service.audit, {.name = "audit", .help = "check every batcher invariant after each step (slow; tests)",
+                          .env = "TESSERA_SCHEDULER_AUDIT"});
+  o.add(c.service.router.load_epsilon, {.name = "route-load-epsilon",
+                                        .help = "bounded-load slack: no worker takes more than (1 + eps) x the mean "
+                                                "load",
+                                        .env = "TESSERA_ROUTE_LOAD_EPSILON", .min = 0.001, .max = 100});
+}
+
+}  // namespace tessera::scheduler_app

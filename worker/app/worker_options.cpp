@@ -1,0 +1,59 @@
+// tessera-worker's options, each bound to its WorkerOptions member (worker_options.h).
+#include "worker_options.h"
+
+namespace tessera::worker_app {
+
+void declare_options(config::Options& o, WorkerOptions& c) {
+  o.add(c.service.scheduler_endpoint, {.name = "scheduler",
+                                       .help = "the scheduler's worker endpoint (ZeroMQ ROUTER) to register with",
+                                       .env = "TESSERA_WORKER_SCHEDULER"});
+  o.add(c.model, {.name = "model",
+                  .help = "model file or directory (GGUF, safetensors directory, llama2.c checkpoint); required",
+                  .env = "TESSERA_MODEL"});
+  o.add(c.service.name, {.name = "name", .help = "worker name, unique per scheduler (\"\" = hostname:pid)",
+                         .env = "TESSERA_WORKER_NAME"});
+  o.add(c.backend, {.name = "backend",
+                   .help = "compute backend: cpu, cuda, or auto (cuda when compiled in and a GPU is present, unless "
+                           "--kvstore needs kv_fill; else cpu)",
+                   .env = "TESSERA_WORKER_BACKEND", .choices = {"auto", "cpu", "cuda"}});
+  o.add(c.backend_options.tensor_parallel, {.name = "tensor-parallel",
+                                            .help = "cuda: GPUs of this node to shard the model over (tensor "
+                                                    "parallelism, needs NCCL when > 1)",
+                                            .env = "TESSERA_WORKER_TENSOR_PARALLEL", .min = 1, .max = 64});
+  o.add(c.backend_options.cuda_dtype, {.name = "cuda-dtype",
+                                       .help = "cuda: type of weights, activations and K/V pages on the GPU",
+                                       .env = "TESSERA_WORKER_CUDA_DTYPE", .choices = {"bf16", "f16"}});
+  o.add(c.backend_options.pool.num_pages, {.name = "num-pages",
+                                  .help = "K/V pages in the pool (each holds page-size tokens for every layer)",
+                                  .env = "TESSERA_NUM_PAGES", .min = 1, .max = 1 << 24});
+  o.add(c.backend_options.pool.page_size, {.name = "page-size", .help = "tokens per K/V page", .env = "TESSERA_PAGE_SIZE",
+                                  .min = 1, .max = 1024});
+  o.add(c.service.max_batch_tokens, {.name = "max-batch-tokens",
+                                     .help = "token budget of one step (decodes + prefill chunks)",
+                                     .env = "TESSERA_MAX_BATCH_TOKENS", .min = 1, .max = 1 << 20});
+  o.add(c.backend_options.threads, {.name = "threads", .help = "compute threads (0 = all cores)",
+                           .env = "TESSERA_WORKER_THREADS", .min = 0, .max = 1024});
+  o.add(c.eos_id, {.name = "eos-id",
+                   .help = "end-of-sequence token (-2 = the model file's, else 2 as in llama2.c; -1 = none)",
+                   .env = "TESSERA_EOS_ID", .min = -2, .max = 1 << 30});
+  o.add(c.service.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval until the scheduler's ack sets it",
+                                 .env = "TESSERA_WORKER_HEARTBEAT_MS", .min = 10, .max = 60000});
+  o.add(c.service.dead_after_ms, {.name = "scheduler-dead-ms",
+                                  .help = "scheduler silence after which the worker registers again",
+                                  .env = "TESSERA_WORKER_SCHEDULER_DEAD_MS", .min = 50, .max = 600000});
+  o.add(c.kvstore.endpoint, {.name = "kvstore",
+                             .help = "tessera-kvstore endpoint for preference K/V (DKI); \"\" = compute every "
+                                     "preference, cache nothing",
+                             .env = "TESSERA_WORKER_KVSTORE"});
+  o.add(c.kvstore.timeout_ms, {.name = "kvstore-timeout-ms",
+                               .help = "kvstore request timeout; after a failure gets pause 5 s (preferences are "
+                                       "computed meanwhile)",
+                               .env = "TESSERA_WORKER_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
+  o.add({.name = "kv-codec", .help = "codec of preference K/V put to the kvstore (int8/int4 use group 64)",
+         .env = "TESSERA_WORKER_KV_CODEC", .choices = {"none", "zstd", "int8", "int4"}},
+        kvstore::codec_name(c.injector.codec.codec),
+        // parse_codec cannot fail here: the value is one of the choices.
+        [&c](const std::string& v) { c.injector.codec.codec = kvstore::parse_codec(v).value(); });
+}
+
+}  // namespace tessera::worker_app

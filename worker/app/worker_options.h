@@ -1,0 +1,34 @@
+// tessera-worker's option table. Every option is declared once, in worker_options.cpp, bound to a
+// member below (or of the structs it holds); the member's initializer is its default. The binary
+// parses it (main.cpp) and `tessera up` reads it to forward the options it shares.
+//
+// To add an option: give it a member here (or use one of BackendOptions, ServiceConfig, ...)
+// with its default as the initializer, declare it in worker_options.cpp, use the member in main.cpp.
+//
+// Ownership: declare_options() binds `options` to members of `config`, which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/common/config.h"
+#include "tessera/kvstore/client.h"
+#include "tessera/worker/preference.h"
+#include "backend_select.h"
+#include "worker_service.h"
+
+namespace tessera::worker_app {
+
+struct WorkerOptions {
+  std::string model;  // required
+  std::string backend = "auto";  // cpu | cuda | auto (backend_select.h)
+  BackendOptions backend_options{.pool = {.num_pages = 1024, .page_size = 16}};  // max_batch_tokens: from service
+  ServiceConfig service;
+  int32_t eos_id = -2;  // -2 = the model file's (else 2 for llama2.c), -1 = none
+  kvstore::ClientConfig kvstore{.endpoint = "", .timeout_ms = 2000};  // "" = no kvstore
+  worker::InjectorConfig injector;
+};
+
+void declare_options(config::Options& options, WorkerOptions& config);
+
+}  // namespace tessera::worker_app
