@@ -1,10 +1,12 @@
-// The HTTP/1.1 server: one C++20 coroutine per connection on a strand, keep-alive, bounded
-// bodies, server-sent events for stream: true.
+// The HTTP server: see http_server.h.
+#include "http_server.h"
+
 #include <sys/socket.h>
 
 #include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -16,9 +18,10 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <optional>
 
-#include "frontend_impl.h"
+#include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
 
@@ -36,42 +39,16 @@ using protocol::Message;
 constexpr auto kIdleTimeout = std::chrono::seconds(60);
 constexpr auto kDisconnectCheck = std::chrono::milliseconds(200);
 
-// Events of one request, handed from the hub thread to the connection's coroutine. The
-// coroutine and the wake-up handler run on the same strand, so a message pushed between the
-// coroutine's queue check and its wait still cancels that wait (no lost wake-up).
-class Channel : public RequestSink, public std::enable_shared_from_this<Channel> {
+// Events of one request, handed from the hub thread to the connection's coroutine (on its strand).
+class Channel : public RequestSink {
  public:
-  explicit Channel(net::any_io_executor strand) : strand_(strand), timer_(strand) {}
-
-  void on_message(Message m) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(m));
-    }
-    net::post(strand_, [self = shared_from_this()] { self->timer_.cancel(); });
-  }
-
+  explicit Channel(net::any_io_executor strand) : queue_(std::make_shared<StrandQueue<Message>>(strand)) {}
+  void on_message(Message m) override { queue_->push(std::move(m)); }
   // The next message, or nullopt when `until` passes first.
-  net::awaitable<std::optional<Message>> next(Clock::time_point until) {
-    if (auto m = pop()) co_return m;
-    timer_.expires_at(until);
-    boost::system::error_code ec;
-    co_await timer_.async_wait(net::redirect_error(net::use_awaitable, ec));
-    co_return pop();
-  }
+  net::awaitable<std::optional<Message>> next(Clock::time_point until) { return queue_->next(until); }
 
  private:
-  std::optional<Message> pop() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.empty()) return std::nullopt;
-    Message m = std::move(queue_.front());
-    queue_.pop_front();
-    return m;
-  }
-  net::any_io_executor strand_;
-  net::steady_timer timer_;
-  std::mutex mu_;
-  std::deque<Message> queue_;  // GUARDED_BY(mu_)
+  std::shared_ptr<StrandQueue<Message>> queue_;
 };
 
 // True when the client closed its side (or reset): a peek reads EOF or a hard error.
@@ -83,8 +60,10 @@ bool peer_closed(beast::tcp_stream& stream) {
   return false;
 }
 
-struct Conn {
-  Frontend::Impl* s;
+}  // namespace
+
+struct HttpServer::Conn {
+  const Deps& s;
   beast::tcp_stream& stream;
   unsigned version;
   bool keep_alive;
@@ -97,7 +76,7 @@ struct Conn {
     res.keep_alive(keep_alive);
     res.body() = std::move(body);
     res.prepare_payload();
-    s->metrics->count_response(route, status);
+    s.metrics.count_response(route, status);
     boost::system::error_code ec;
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     co_return !ec && keep_alive;
@@ -121,7 +100,7 @@ struct Conn {
     res.keep_alive(keep_alive);
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
-    s->metrics->count_response(route, 200);
+    s.metrics.count_response(route, 200);
     boost::system::error_code ec;
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
     co_return !ec;
@@ -135,48 +114,68 @@ struct Conn {
   }
 
   net::awaitable<bool> generate(const Request& req, protocol::RequestKind kind);
+  net::awaitable<bool> admin(const Request& req, const std::string& path);
+  // Waits (on this strand, never blocking the thread) for the stored preference of r.user.
+  net::awaitable<std::optional<StoredPreference>> stored_preference(const protocol::GenerateRequest& r, Clock::time_point deadline);
 };
 
-net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind kind) {
+net::awaitable<std::optional<StoredPreference>> HttpServer::Conn::stored_preference(const protocol::GenerateRequest& r,
+                                                                                     Clock::time_point deadline) {
+  auto box = std::make_shared<StrandQueue<std::optional<StoredPreference>>>(co_await net::this_coro::executor);
+  s.preferences.lookup(r.user, deadline, [box](std::optional<StoredPreference> stored) { box->push(std::move(stored)); });
+  // nullopt from next(): the deadline passed first; the request runs without (the lookup's
+  // late result, if any, lands in `box` and is dropped with it).
+  std::optional<std::optional<StoredPreference>> got = co_await box->next(deadline);
+  co_return got ? std::move(*got) : std::nullopt;
+}
+
+net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::RequestKind kind) {
   const auto arrival = Clock::now();
+  const auto deadline = arrival + std::chrono::milliseconds(s.config.request_timeout_ms);
   std::string bad_param;
-  auto parsed = parse_request(req.body(), kind, ParseOptions{.default_max_tokens = s->config.default_max_tokens}, &bad_param);
+  auto parsed = parse_request(req.body(), kind, ParseOptions{.default_max_tokens = s.config.default_max_tokens}, &bad_param);
   if (!parsed.ok()) co_return co_await error(parsed.error(), bad_param);
   protocol::GenerateRequest& r = parsed->request;
-  if (Status st = s->prepare(r); !st.ok()) co_return co_await error(st.error(), st.error().code == ErrorCode::kNotFound ? "model" : "");
-  auto slot = s->admit();
+  // Admission first: a refused request costs no tokenization and no kvstore lookup.
+  auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
+  if (Status st = s.preparer.prepare(r); !st.ok()) co_return co_await error(st.error(), st.error().code == ErrorCode::kNotFound ? "model" : "");
+  if (!s.hub.ready())
+    co_return co_await error(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
+  if (s.preferences.wants_lookup(r))
+    s.preferences.apply(r, co_await stored_preference(r, std::min(deadline, s.preferences.deadline_from(Clock::now()))));
+  s.preparer.finish(r);
+  r.id = s.hub.next_id();
 
   const uint64_t id = r.id;
   const bool streaming = r.stream;
   const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
                     .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
-                    .model = s->model_name,
+                    .model = s.preparer.model_name(),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                     .logprobs = parsed->logprobs};
-  Generation gen(*s->tokenizer, r.stop, parsed->logprobs);
+  Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
-  s->hub->submit(std::move(r), channel);
+  s.hub.submit(std::move(r), channel);
 
-  const auto deadline = arrival + std::chrono::milliseconds(s->config.request_timeout_ms);
   bool events_started = false, first_chunk = true, first_token = true, cancel_sent = false;
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) {
-      s->hub->abandon(id);
+      s.hub.abandon(id);
       slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
-      s->metrics->timeouts.inc();
+      s.metrics.timeouts.inc();
       Error e = make_error(ErrorCode::kDeadlineExceeded,
-                           "request did not finish within " + std::to_string(s->config.request_timeout_ms) + " ms");
+                           "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
     std::optional<Message> msg = co_await channel->next(std::min(deadline, now + kDisconnectCheck));
     if (!msg) {
       if (peer_closed(stream)) {
-        s->hub->abandon(id);
-        s->metrics->disconnects.inc();
+        s.hub.abandon(id);
+        s.metrics.disconnects.inc();
         TS_LOG(kInfo) << "req=" << id << " | client went away; cancelled";
         co_return false;
       }
@@ -184,22 +183,22 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
     }
     if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) {
       if (first_token) {
-        s->metrics->ttft.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+        s.metrics.ttft.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
         first_token = false;
       }
       Generation::Delta d = gen.on_tokens(*tok);
       if (gen.stop_hit() && !cancel_sent) {
-        s->hub->cancel(id);  // the scheduler answers with a final event
+        s.hub.cancel(id);  // the scheduler answers with a final event
         cancel_sent = true;
       }
       if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
       if (!events_started && !(events_started = co_await start_events())) {
-        s->hub->abandon(id);
+        s.hub.abandon(id);
         co_return false;
       }
       if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
-        s->hub->abandon(id);
-        s->metrics->disconnects.inc();
+        s.hub.abandon(id);
+        s.metrics.disconnects.inc();
         co_return false;
       }
       first_chunk = false;
@@ -208,13 +207,13 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
     if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
       slot.value().reset();
       std::string tail = gen.finish();
-      s->metrics->stripped(gen.stripped_calls());
+      s.metrics.stripped(gen.stripped_calls());
       protocol::FinalEvent f = *fin;
       std::string reason = gen.stop_hit() ? "stop" : f.finish_reason;
       if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();
       if (f.usage.prompt_tokens == 0) f.usage.prompt_tokens = prompt_tokens;
-      s->metrics->finished(f);
-      s->metrics->e2e.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+      s.metrics.finished(f);
+      s.metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
       if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
       if (!events_started && !(events_started = co_await start_events())) co_return false;
       co_return co_await end_events(stream_chunk(meta, tail, {}, first_chunk, reason, &f));
@@ -228,37 +227,38 @@ net::awaitable<bool> Conn::generate(const Request& req, protocol::RequestKind ki
   }
 }
 
-net::awaitable<bool> handle(Frontend::Impl* s, beast::tcp_stream& stream, const Request& req) {
+namespace {
+
+std::string ready_json(const Hub& hub, bool* ready) {
+  nlohmann::json sched = nlohmann::json::array();
+  for (const auto& st : hub.schedulers())
+    sched.push_back({{"endpoint", st.endpoint}, {"alive", st.alive}, {"live_workers", st.live_workers}, {"running", st.running},
+                     {"waiting", st.waiting}});
+  *ready = hub.ready();
+  return nlohmann::json{{"ready", *ready}, {"schedulers", sched}}.dump();
+}
+
+net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream, const Request& req) {
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   const bool get = req.method() == http::verb::get;
   const bool post = req.method() == http::verb::post;
-  Conn c{s, stream, req.version(), req.keep_alive(), path};
+  HttpServer::Conn c{s, stream, req.version(), req.keep_alive(), path};
   if (path == "/v1/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kCompletion);
   if (path == "/v1/chat/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kChat);
   if (path == "/health" && get) co_return co_await c.respond(200, "application/json", "{\"status\":\"ok\"}");
   if (path == "/ready" && get) {
     bool ready = false;
-    std::string body = s->ready_json(&ready);
+    std::string body = ready_json(s.hub, &ready);
     co_return co_await c.respond(ready ? 200 : 503, "application/json", body);
   }
   if (path == "/metrics" && get) {
-    s->metrics->ready.set(s->hub->ready() ? 1 : 0);
-    co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s->registry.render());
+    s.metrics.ready.set(s.hub.ready() ? 1 : 0);
+    co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.registry.render());
   }
-  if (path.rfind("/admin/", 0) == 0) {
-    std::string_view token;
-    if (auto it = req.find(http::field::authorization); it != req.end()) {
-      token = std::string_view(it->value().data(), it->value().size());
-      if (token.substr(0, 7) == "Bearer ") token.remove_prefix(7);
-    }
-    c.route = "admin";
-    // Blocking kvstore round trips: run on this connection's thread (admin calls are rare).
-    const auto method = req.method_string();
-    AdminReply a = s->admin(std::string_view(method.data(), method.size()), path, token, req.body());
-    co_return co_await c.respond(a.status, "application/json", std::move(a.body));
-  }
-  if (path == "/v1/models" && get) co_return co_await c.respond(200, "application/json", models_json(s->model_name, s->created_unix));
+  if (path.rfind("/admin/", 0) == 0) co_return co_await c.admin(req, path);
+  if (path == "/v1/models" && get)
+    co_return co_await c.respond(200, "application/json", models_json(s.preparer.model_name(), s.created_unix));
   c.route = "other";
   for (const char* known : {"/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics", "/v1/models"})
     if (path == known)
@@ -268,12 +268,12 @@ net::awaitable<bool> handle(Frontend::Impl* s, beast::tcp_stream& stream, const 
   co_return co_await c.error(make_error(ErrorCode::kNotFound, "unknown route " + std::string(req.method_string()) + " " + path));
 }
 
-net::awaitable<void> session(Frontend::Impl* s, tcp::socket socket) {
+net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   for (;;) {
     http::request_parser<http::string_body> parser;
-    parser.body_limit(static_cast<uint64_t>(s->config.max_body_bytes));
+    parser.body_limit(static_cast<uint64_t>(s.config.max_body_bytes));
     parser.header_limit(64 * 1024);
     stream.expires_after(kIdleTimeout);
     boost::system::error_code ec;
@@ -282,10 +282,10 @@ net::awaitable<void> session(Frontend::Impl* s, tcp::socket socket) {
         ec == net::error::connection_reset || ec == net::error::operation_aborted)
       break;
     if (ec) {
-      Conn c{s, stream, 11, false, "other"};
+      HttpServer::Conn c{s, stream, 11, false, "other"};
       stream.expires_after(std::chrono::seconds(5));
       if (ec == http::error::body_limit)
-        co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s->config.max_body_bytes) + " bytes"));
+        co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s.config.max_body_bytes) + " bytes"));
       else
         co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
       // Close gracefully: stop sending, then discard what the client still sends (bounded), so
@@ -309,12 +309,12 @@ net::awaitable<void> session(Frontend::Impl* s, tcp::socket socket) {
   stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
-net::awaitable<void> accept_loop(Frontend::Impl* s) {
+net::awaitable<void> accept_loop(const HttpServer::Deps& s, tcp::acceptor& acceptor) {
   for (;;) {
     boost::system::error_code ec;
-    tcp::socket socket = co_await s->acceptor->async_accept(net::make_strand(s->ioc), net::redirect_error(net::use_awaitable, ec));
+    tcp::socket socket = co_await acceptor.async_accept(net::make_strand(s.ioc), net::redirect_error(net::use_awaitable, ec));
     if (ec) {
-      if (s->stopped.load() || ec == net::error::operation_aborted) co_return;
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
       TS_LOG(kWarn) << "accept: " << ec.message();
       continue;
     }
@@ -326,6 +326,47 @@ net::awaitable<void> accept_loop(Frontend::Impl* s) {
 
 }  // namespace
 
-void Frontend::Impl::start_accept() { net::co_spawn(ioc, accept_loop(this), net::detached); }
+net::awaitable<bool> HttpServer::Conn::admin(const Request& req, const std::string& path) {
+  std::string_view token;
+  if (auto it = req.find(http::field::authorization); it != req.end()) {
+    token = std::string_view(it->value().data(), it->value().size());
+    if (token.substr(0, 7) == "Bearer ") token.remove_prefix(7);
+  }
+  route = "admin";
+  const auto method = req.method_string();
+  auto routed = s.admin.route(std::string_view(method.data(), method.size()), path, token, req.body());
+  if (auto* answer = std::get_if<AdminReply>(&routed)) co_return co_await respond(answer->status, "application/json", std::move(answer->body));
+  // The kvstore round trips run on the kvstore executor; this coroutine waits on its strand.
+  auto box = std::make_shared<StrandQueue<AdminReply>>(co_await net::this_coro::executor);
+  s.preferences.post([box, call = std::get<AdminApi::Call>(std::move(routed)), admin = &s.admin](kvstore::Client& kv) {
+    box->push(admin->run(call, kv));
+  });
+  std::optional<AdminReply> a;
+  while (!(a = co_await box->next(Clock::now() + std::chrono::hours(1)))) {
+  }
+  co_return co_await respond(a->status, "application/json", std::move(a->body));
+}
+
+HttpServer::HttpServer(Deps deps, std::unique_ptr<tcp::acceptor> acceptor) : d_(deps), acceptor_(std::move(acceptor)) {}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(Deps deps) {
+  const FrontendConfig& config = deps.config;
+  boost::system::error_code ec;
+  auto addr = net::ip::make_address(config.host, ec);
+  if (ec) return make_error(ErrorCode::kInvalidArgument, "--host '" + config.host + "' is not an IP address");
+  auto acceptor = std::make_unique<tcp::acceptor>(deps.ioc);
+  tcp::endpoint ep(addr, static_cast<uint16_t>(config.http_port));
+  acceptor->open(ep.protocol(), ec);
+  if (!ec) acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(ep, ec);
+  if (!ec) acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error(ErrorCode::kUnavailable, "cannot listen on " + config.host + ":" + std::to_string(config.http_port) + ": " + ec.message());
+  return std::unique_ptr<HttpServer>(new HttpServer(deps, std::move(acceptor)));
+}
+
+int HttpServer::port() const { return acceptor_->local_endpoint().port(); }
+
+void HttpServer::start() { net::co_spawn(d_.ioc, accept_loop(d_, *acceptor_), net::detached); }
 
 }  // namespace tessera::frontend

@@ -2,14 +2,11 @@
 
 #include <chrono>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "tessera/common/hash.h"
-#include "tessera/common/hash_ring.h"
 #include "tessera/common/log.h"
+#include "tessera/frontend/scheduler_ring.h"
 
 namespace tessera::frontend {
 namespace {
@@ -17,43 +14,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using protocol::Message;
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+// The Hub whose thread is the current thread (nullptr elsewhere): lets send_to_client know,
+// without reading any member another thread may be writing, whether it runs on the hub thread.
+thread_local const void* tls_hub = nullptr;
 
 }  // namespace
 
 struct Hub::Impl {
-  struct Scheduler {
-    std::string endpoint;
-    std::unique_ptr<zmq::socket_t> socket;
-    Clock::time_point last_seen{};
-    bool alive = false;
-    protocol::Heartbeat last;
-    uint64_t instance = 0;  // from its heartbeats; 0 = not seen yet (or an old scheduler)
-    metrics::Gauge* up = nullptr;
-    // Per worker of this scheduler (from its heartbeats): pages free/held/cached, requests
-    // running/waiting. A worker missing from the last heartbeat (or a dead scheduler) reads 0.
-    struct WorkerGauges {
-      metrics::Gauge *free, *held, *cached, *running, *waiting;
-    };
-    std::map<std::string, WorkerGauges> worker_gauges;
-  };
-  struct InFlight {
-    std::shared_ptr<RequestSink> sink;
-    size_t scheduler = 0;
-  };
-
-  Hub* hub = nullptr;
   HubConfig config;
-  ClientHandler on_client;
+  metrics::Registry* registry = nullptr;
   zmq::context_t ctx{1};
   zmq::socket_t wake_pull{ctx, zmq::socket_type::pull};
-  std::unique_ptr<zmq::socket_t> router;
-  std::vector<Scheduler> schedulers;  // hub thread only
-  std::unordered_map<uint64_t, InFlight> inflight;  // hub thread only
-  HashRing ring;                                     // usable schedulers; hub thread only
-  std::unordered_map<std::string, size_t> index_of;  // endpoint -> schedulers index
+  std::unique_ptr<zmq::socket_t> router;  // client API; hub thread only
+  std::unique_ptr<SchedulerLinks> links;  // hub thread only, except its snapshot
+  std::unique_ptr<SchedulerRing> ring;    // hub thread only
+  InflightTable inflight;                 // hub thread only
+  ClientHandler on_client;                // set before the thread starts
   std::thread thread;
   std::atomic<bool> stopping{false};
 
@@ -61,10 +37,6 @@ struct Hub::Impl {
   std::deque<std::function<void()>> commands;
   zmq::socket_t wake_push{ctx, zmq::socket_type::push};
 
-  mutable std::mutex status_mu;
-  std::vector<SchedulerStatus> status;  // GUARDED_BY(status_mu)
-
-  metrics::Registry* registry = nullptr;
   metrics::Counter* bad_from_scheduler = nullptr;
   metrics::Counter* bad_from_client = nullptr;
   metrics::Counter* peer_dead_failures = nullptr;
@@ -75,17 +47,20 @@ struct Hub::Impl {
     (void)wake_push.send(zmq::const_buffer("", 0), zmq::send_flags::dontwait);
   }
 
-  void run() {
-    auto next_beat = Clock::now();
+  void run(const void* hub) {
+    tls_hub = hub;
     uint64_t beat_seq = 0;
     std::vector<zmq::pollitem_t> items;
     while (!stopping.load()) {
       items.clear();
       items.push_back({wake_pull.handle(), 0, ZMQ_POLLIN, 0});
       if (router) items.push_back({router->handle(), 0, ZMQ_POLLIN, 0});
-      for (auto& s : schedulers) items.push_back({s.socket->handle(), 0, ZMQ_POLLIN, 0});
-      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now());
-      if (wait.count() < 0) wait = std::chrono::milliseconds(0);
+      auto wait = std::chrono::milliseconds(config.heartbeat_ms);
+      const auto now = Clock::now();
+      for (size_t i = 0; i < links->size(); ++i) {
+        items.push_back({(*links)[i].socket().handle(), 0, ZMQ_POLLIN, 0});
+        wait = std::min(wait, (*links)[i].until_beat(now));
+      }
       try {
         zmq::poll(items.data(), items.size(), wait);
       } catch (const zmq::error_t& e) {
@@ -98,17 +73,13 @@ struct Hub::Impl {
       if (router) {
         if (items[k++].revents & ZMQ_POLLIN) read_clients();
       }
-      for (size_t i = 0; i < schedulers.size(); ++i)
+      for (size_t i = 0; i < links->size(); ++i)
         if (items[k + i].revents & ZMQ_POLLIN) read_scheduler(i);
-      if (Clock::now() >= next_beat) {
-        heartbeat(++beat_seq);
-        next_beat = Clock::now() + std::chrono::milliseconds(config.heartbeat_ms);
-      }
+      tick(++beat_seq);
     }
     // Shutting down: nobody will answer the in-flight requests.
-    for (auto& [id, f] : inflight)
-      f.sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kUnavailable, .message = "frontend is shutting down"});
-    inflight.clear();
+    inflight.fail_all(ErrorCode::kUnavailable, "frontend is shutting down");
+    tls_hub = nullptr;
   }
 
   void drain_commands() {
@@ -138,180 +109,94 @@ struct Hub::Impl {
   }
 
   void read_scheduler(size_t i) {
-    Scheduler& s = schedulers[i];
+    SchedulerLink& link = (*links)[i];
     for (int n = 0; n < 1024; ++n) {
-      auto frames = zmqu::recv(*s.socket, true);
-      if (!frames.ok() || frames->empty()) return;
-      s.last_seen = Clock::now();
-      if (!s.alive) {
-        s.alive = true;
-        TS_LOG(kInfo) << "scheduler=" << s.endpoint << " | alive";
-      }
+      auto frames = zmqu::recv(link.socket(), true);
+      if (!frames.ok() || frames->empty()) break;
+      link.heard(Clock::now());
       auto msg = protocol::decode(frames->back());
       if (!msg.ok()) {
         bad_from_scheduler->inc();
-        TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | undecodable message: " << msg.error().to_string();
+        TS_LOG(kWarn) << "scheduler=" << link.endpoint() << " | undecodable message: " << msg.error().to_string();
         continue;
       }
       dispatch(i, std::move(*msg));
     }
-    publish_status();
+    publish();
   }
 
   void dispatch(size_t i, Message msg) {
     if (auto* hb = std::get_if<protocol::Heartbeat>(&msg)) {
-      Scheduler& s = schedulers[i];
-      if (hb->instance != 0 && s.instance != 0 && hb->instance != s.instance) {
-        TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | restarted (instance " << s.instance << " -> " << hb->instance
-                      << "): failing its in-flight requests";
-        fail_scheduler(i, "scheduler " + s.endpoint + " restarted; the request was lost");
-      }
-      if (hb->instance != 0) s.instance = hb->instance;
-      schedulers[i].last = *hb;
-      publish_worker_gauges(schedulers[i]);
+      SchedulerLink& link = (*links)[i];
+      if (link.on_heartbeat(*hb)) fail_scheduler(i, "scheduler " + link.endpoint() + " restarted; the request was lost");
       return;
     }
-    const bool terminal = std::holds_alternative<protocol::FinalEvent>(msg) || std::holds_alternative<protocol::ErrorEvent>(msg);
-    if (!terminal && !std::holds_alternative<protocol::TokenEvent>(msg)) {
-      TS_LOG(kWarn) << "scheduler=" << schedulers[i].endpoint << " | ignoring '" << protocol::message_type(msg) << "'";
+    const bool event = std::holds_alternative<protocol::TokenEvent>(msg) || std::holds_alternative<protocol::FinalEvent>(msg) ||
+                       std::holds_alternative<protocol::ErrorEvent>(msg);
+    if (!event) {
+      TS_LOG(kWarn) << "scheduler=" << (*links)[i].endpoint() << " | ignoring '" << protocol::message_type(msg) << "'";
       return;
     }
-    uint64_t id = protocol::message_id(msg);
-    auto it = inflight.find(id);
-    if (it == inflight.end()) return;  // abandoned or unknown
-    std::shared_ptr<RequestSink> sink = it->second.sink;
-    if (terminal) inflight.erase(it);
-    sink->on_message(std::move(msg));
+    (void)inflight.deliver(std::move(msg));
   }
 
-  // The scheduler's per-worker figures as gauges (docs/protocol.md, "Heartbeats and failure").
-  void publish_worker_gauges(Scheduler& s) {
-    for (auto& [name, g] : s.worker_gauges)
-      for (metrics::Gauge* x : {g.free, g.held, g.cached, g.running, g.waiting}) x->set(0);
-    for (const auto& w : s.last.workers) {
-      auto it = s.worker_gauges.find(w.name);
-      if (it == s.worker_gauges.end()) {
-        auto page = [&](const char* state) {
-          return &registry->gauge("tessera_frontend_scheduler_pages",
-                                  "K/V pages of each scheduler's workers by state, from its heartbeats (free + held + cached = total)",
-                                  {{"scheduler", s.endpoint}, {"worker", w.name}, {"state", state}});
-        };
-        auto reqs = [&](const char* state) {
-          return &registry->gauge("tessera_frontend_scheduler_requests",
-                                  "requests of each scheduler's workers, running (holding pages) or waiting, from its heartbeats",
-                                  {{"scheduler", s.endpoint}, {"worker", w.name}, {"state", state}});
-        };
-        it = s.worker_gauges.emplace(w.name, Scheduler::WorkerGauges{page("free"), page("held"), page("cached"),
-                                                                      reqs("running"), reqs("waiting")}).first;
-      }
-      it->second.free->set(w.free_pages);
-      it->second.held->set(w.held_pages);
-      it->second.cached->set(w.cached_pages);
-      it->second.running->set(w.running);
-      it->second.waiting->set(w.waiting);
-    }
-  }
-
-  void heartbeat(uint64_t seq) {
+  // Liveness and heartbeats of every link; a fresh snapshot when a link died or beat.
+  void tick(uint64_t seq) {
     const auto now = Clock::now();
-    for (size_t i = 0; i < schedulers.size(); ++i) {
-      Scheduler& s = schedulers[i];
-      if (s.alive && now - s.last_seen > std::chrono::milliseconds(config.dead_after_ms)) {
-        s.alive = false;
-        s.last = {};
-        publish_worker_gauges(s);
-        TS_LOG(kWarn) << "scheduler=" << s.endpoint << " | no message for " << config.dead_after_ms << " ms: dead";
-        fail_scheduler(i, "scheduler " + s.endpoint + " stopped answering");
+    bool changed = false;
+    for (size_t i = 0; i < links->size(); ++i) {
+      SchedulerLink& link = (*links)[i];
+      if (link.check_dead(now)) {
+        fail_scheduler(i, "scheduler " + link.endpoint() + " stopped answering");
+        changed = true;
       }
-      protocol::Heartbeat hb{.id = seq, .role = "frontend", .name = config.name, .unix_ms = unix_ms()};
-      (void)zmqu::send(*s.socket, {protocol::encode(hb)}, /*dontwait=*/true);
+      changed = link.beat_if_due(now, seq, config.name) || changed;
     }
-    publish_status();
+    if (changed) publish();
   }
 
-  // Ends every in-flight request of scheduler i with kPeerDead.
   void fail_scheduler(size_t i, const std::string& why) {
-    for (auto it = inflight.begin(); it != inflight.end();) {
-      if (it->second.scheduler != i) {
-        ++it;
-        continue;
-      }
-      auto sink = it->second.sink;
-      uint64_t id = it->first;
-      it = inflight.erase(it);
-      peer_dead_failures->inc();
-      sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kPeerDead, .message = why});
-    }
+    peer_dead_failures->inc(static_cast<double>(inflight.fail_scheduler(i, ErrorCode::kPeerDead, why)));
   }
 
-  bool usable(const Scheduler& s) const { return s.alive && s.last.live_workers >= 1; }
-
-  void publish_status() {
-    bool ready = false;
-    int32_t waiting = 0;
-    std::vector<SchedulerStatus> st;
-    for (auto& s : schedulers) {
-      ready = ready || usable(s);
-      if (s.alive) waiting += s.last.waiting;
-      s.up->set(s.alive ? 1 : 0);
-      st.push_back({s.endpoint, s.alive, s.last.live_workers, s.last.running, s.last.waiting});
-    }
-    update_ring();
-    hub->ready_.store(ready);
-    hub->waiting_.store(waiting);
-    std::lock_guard<std::mutex> lock(status_mu);
-    status = std::move(st);
-  }
-
-  // Keeps the ring equal to the set of usable schedulers.
-  void update_ring() {
-    for (const auto& sch : schedulers) {
-      const bool in = ring.contains(sch.endpoint);
-      if (usable(sch) && !in) (void)ring.add(sch.endpoint);
-      if (!usable(sch) && in) (void)ring.remove(sch.endpoint);
-    }
-  }
-
-  // Consistent hashing of the routing key over usable schedulers; -1 when none.
-  int pick(const std::string& key) const {
-    auto owner = ring.owner(mix64(fnv1a64(key)));
-    if (!owner.ok()) return -1;
-    return static_cast<int>(index_of.at(std::string(*owner)));
+  // The snapshot for other threads, and the ring equal to the usable schedulers.
+  void publish() {
+    for (size_t i = 0; i < links->size(); ++i) ring->set_usable(i, (*links)[i].usable());
+    links->publish();
   }
 
   void submit(protocol::GenerateRequest req, std::shared_ptr<RequestSink> sink) {
     const uint64_t id = req.id;
-    int i = pick(req.routing_key);
-    if (i < 0) {
+    std::optional<size_t> i = ring->pick(req.routing_key);
+    if (!i) {
       sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kUnavailable,
                                             .message = "no scheduler with a live worker is available"});
       return;
     }
-    Status sent = zmqu::send(*schedulers[i].socket, {protocol::encode(req)}, /*dontwait=*/true);
+    SchedulerLink& link = (*links)[*i];
+    Status sent = zmqu::send(link.socket(), {protocol::encode(req)}, /*dontwait=*/true);
     if (!sent.ok()) {
       sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kUnavailable,
-                                            .message = "cannot reach scheduler " + schedulers[i].endpoint + ": " + sent.error().message});
+                                            .message = "cannot reach scheduler " + link.endpoint() + ": " + sent.error().message});
       return;
     }
-    inflight[id] = InFlight{std::move(sink), static_cast<size_t>(i)};
+    inflight.add(id, std::move(sink), *i);
   }
 
   void cancel(uint64_t id, bool forget) {
-    auto it = inflight.find(id);
-    if (it == inflight.end()) return;
-    (void)zmqu::send(*schedulers[it->second.scheduler].socket, {protocol::encode(protocol::CancelRequest{.id = id})}, true);
-    if (forget) inflight.erase(it);
+    const int i = inflight.scheduler_of(id);
+    if (i < 0) return;
+    (void)zmqu::send((*links)[static_cast<size_t>(i)].socket(), {protocol::encode(protocol::CancelRequest{.id = id})}, true);
+    if (forget) inflight.erase(id);
   }
 };
 
-Hub::Hub(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Hub::Hub(std::unique_ptr<Impl> impl, std::string client_endpoint)
+    : impl_(std::move(impl)), client_endpoint_(std::move(client_endpoint)) {}
 
-Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& metrics, ClientHandler on_client) {
-  if (config.heartbeat_ms < 1 || config.dead_after_ms <= config.heartbeat_ms)
-    return make_error(ErrorCode::kInvalidArgument, "need heartbeat_ms >= 1 and dead_after_ms > heartbeat_ms");
+Result<std::unique_ptr<Hub>> Hub::create(HubConfig config, metrics::Registry& metrics) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
-  impl->on_client = std::move(on_client);
   impl->registry = &metrics;
   impl->bad_from_scheduler = &metrics.counter("tessera_frontend_bad_messages_total",
                                               "messages that failed to decode, by source", {{"source", "scheduler"}});
@@ -319,6 +204,12 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
                                            "messages that failed to decode, by source", {{"source", "zmq_client"}});
   impl->peer_dead_failures = &metrics.counter("tessera_frontend_peer_dead_requests_total",
                                               "requests failed because their scheduler stopped answering heartbeats or restarted");
+  TS_ASSIGN_OR_RETURN(impl->links,
+                      SchedulerLinks::create(impl->ctx, config.scheduler_endpoints,
+                                             LivenessConfig{.interval = std::chrono::milliseconds(config.heartbeat_ms),
+                                                            .dead_after = std::chrono::milliseconds(config.dead_after_ms)},
+                                             metrics));
+  impl->ring = std::make_unique<SchedulerRing>(impl->links->endpoints());
   std::string endpoint;
   try {
     const std::string wake = "inproc://hub-wake";
@@ -331,27 +222,16 @@ Result<std::unique_ptr<Hub>> Hub::start(HubConfig config, metrics::Registry& met
       impl->router->bind(config.client_endpoint);
       endpoint = impl->router->get(zmq::sockopt::last_endpoint);
     }
-    for (const auto& ep : config.scheduler_endpoints) {
-      if (impl->index_of.count(ep)) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
-      Impl::Scheduler s;
-      s.endpoint = ep;
-      s.socket = std::make_unique<zmq::socket_t>(impl->ctx, zmq::socket_type::dealer);
-      s.socket->set(zmq::sockopt::linger, 0);
-      s.socket->set(zmq::sockopt::sndhwm, 100000);
-      s.socket->set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
-      s.socket->connect(ep);
-      s.up = &metrics.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", ep}});
-      impl->index_of[ep] = impl->schedulers.size();
-      impl->schedulers.push_back(std::move(s));
-    }
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kUnavailable, std::string("zmq setup failed: ") + e.what());
   }
-  std::unique_ptr<Hub> hub(new Hub(std::move(impl)));
-  hub->client_endpoint_ = endpoint;
-  hub->impl_->hub = hub.get();
-  hub->impl_->thread = std::thread([h = hub->impl_.get()] { h->run(); });
-  return hub;
+  return std::unique_ptr<Hub>(new Hub(std::move(impl), std::move(endpoint)));
+}
+
+void Hub::start(ClientHandler on_client) {
+  TS_CHECK(!impl_->thread.joinable());
+  impl_->on_client = std::move(on_client);
+  impl_->thread = std::thread([impl = impl_.get(), self = static_cast<const void*>(this)] { impl->run(self); });
 }
 
 Hub::~Hub() { stop(); }
@@ -362,40 +242,39 @@ void Hub::stop() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-std::vector<SchedulerStatus> Hub::schedulers() const {
-  std::lock_guard<std::mutex> lock(impl_->status_mu);
-  return impl_->status;
-}
+bool Hub::ready() const { return impl_->links->ready(); }
+int32_t Hub::waiting() const { return impl_->links->waiting(); }
+std::vector<SchedulerStatus> Hub::schedulers() const { return impl_->links->status(); }
 
 void Hub::submit(protocol::GenerateRequest request, std::shared_ptr<RequestSink> sink) {
-  impl_->post([this, r = std::move(request), s = std::move(sink)]() mutable { impl_->submit(std::move(r), std::move(s)); });
+  impl_->post([impl = impl_.get(), r = std::move(request), s = std::move(sink)]() mutable { impl->submit(std::move(r), std::move(s)); });
 }
 
 size_t Hub::broadcast(std::string body) {
-  impl_->post([this, b = std::move(body)] {
-    for (auto& sched : impl_->schedulers) (void)zmqu::send(*sched.socket, {b}, /*dontwait=*/true);
+  impl_->post([impl = impl_.get(), b = std::move(body)] {
+    for (size_t i = 0; i < impl->links->size(); ++i) (void)zmqu::send((*impl->links)[i].socket(), {b}, /*dontwait=*/true);
   });
   return impl_->config.scheduler_endpoints.size();
 }
 
 void Hub::cancel(uint64_t id) {
-  impl_->post([this, id] { impl_->cancel(id, false); });
+  impl_->post([impl = impl_.get(), id] { impl->cancel(id, false); });
 }
 
 void Hub::abandon(uint64_t id) {
-  impl_->post([this, id] { impl_->cancel(id, true); });
+  impl_->post([impl = impl_.get(), id] { impl->cancel(id, true); });
 }
 
 bool Hub::send_to_client(const zmqu::Envelope& to, std::string body) {
-  auto send = [this, frames = zmqu::router_reply(to, std::move(body))] {
-    if (!impl_->router) return false;
-    Status s = zmqu::send(*impl_->router, frames, true);
+  auto send = [impl = impl_.get(), frames = zmqu::router_reply(to, std::move(body))] {
+    if (!impl->router) return false;
+    Status s = zmqu::send(*impl->router, frames, true);
     if (!s.ok()) {
       TS_LOG(kDebug) << "client api reply dropped: " << s.error().message;
     }
     return s.ok();
   };
-  if (std::this_thread::get_id() == impl_->thread.get_id()) return send();
+  if (tls_hub == this) return send();
   impl_->post([send = std::move(send)] { (void)send(); });
   return true;
 }

@@ -1,17 +1,22 @@
 // tessera-frontend: the OpenAI-compatible HTTP server (Boost.Beast on Boost.Asio, a few
 // threads, C++20 coroutines) and the ZeroMQ client API, both in front of the schedulers.
 //
-// A request is validated (openai.h / protocol::validate), checked against the limits below,
-// rendered with the chat template (chat_template.h), tokenized, given an id and a routing key,
-// and handed to the Hub (hub.h), which sends it to a scheduler and routes its token events
-// back. Text goes out through Generation (UTF-8-safe detokenization + stop strings).
+// A request is validated (openai.h / protocol::validate), admitted against the limits below
+// (admission.h) before anything expensive, prepared — chat template, tokenization, prompt
+// limit (request_preparer.h) —, given its user's stored preference when it names a user and no
+// preference (stored_preferences.h: a kvstore lookup on an executor, never on an I/O thread),
+// given an id and a routing key (common/routing.h), and handed to the Hub (hub.h), which sends it
+// to a scheduler and routes its token events back. Text goes out through Generation (UTF-8-safe
+// detokenization + stop strings). docs/architecture.md ("Frontend") draws the components and
+// their threads.
 //
 // Status codes: 400 bad input, 404 unknown model or route, 413 body or prompt too long,
-// 429 concurrency or queue limit, 503 no ready scheduler (never waits for one), 504 request
-// timeout. A client that disconnects has its request cancelled at the scheduler.
+// 429 concurrency or queue limit (checked first), 503 no ready scheduler (never waits for one),
+// 504 request timeout. A client that disconnects has its request cancelled at the scheduler.
 //
-// Ownership/threads: Frontend owns the io_context, its threads, the tokenizer and the Hub.
-// run() blocks until stop() (thread-safe, also from a signal-handling thread).
+// Ownership/threads: Frontend owns every component, the io_context and its threads. create()
+// builds every component, then starts the hub thread; run() starts the I/O threads and blocks
+// until stop() (thread-safe, also from a signal-handling thread).
 #pragma once
 
 #include <cstdint>

@@ -1,27 +1,27 @@
-// The frontend's ZeroMQ side: one thread (the hub) owns every ZeroMQ socket of the process —
-// a DEALER per scheduler and the ROUTER of the client API — so no socket is ever touched by two
-// threads (ZeroMQ's rule). Other threads talk to the hub through a locked command queue and an
-// inproc wake-up socket.
+// The hub: the one thread of the frontend that owns every ZeroMQ socket of the process — the
+// scheduler links (scheduler_links.h) and the ROUTER of the client API — so no socket is ever
+// touched by two threads (ZeroMQ's rule). On that thread it also keeps the in-flight table
+// (inflight_table.h) and the ring choice (scheduler_ring.h). Other threads talk to it through a
+// locked command queue and an inproc wake-up socket.
 //
-// Scheduler links (docs/protocol.md, "Frontend <-> scheduler"):
-// - every heartbeat_ms the hub sends a Heartbeat to each scheduler; any message from a
-//   scheduler marks it alive, and its Heartbeat replies carry live_workers and queue depth;
-// - a scheduler silent for dead_after_ms is dead: each of its in-flight requests gets an
+// What the hub thread does (docs/protocol.md, "Frontend <-> scheduler"):
+// - heartbeats each scheduler and applies the liveness rule of its link; a scheduler that goes
+//   dead, or restarts (new `instance`), has each of its in-flight requests failed with
 //   ErrorEvent kPeerDead, and new requests go elsewhere;
-// - a scheduler whose heartbeat carries an `instance` other than the one it sent before has
-//   restarted (within dead_after_ms): its in-flight requests are lost, so each gets an
-//   ErrorEvent kPeerDead at once (logged); an absent instance (old scheduler) is ignored;
-// - the per-worker figures of a scheduler's heartbeat become gauges in the registry given to
-//   start(): tessera_frontend_scheduler_pages{scheduler,worker,state=free|held|cached} and
-//   tessera_frontend_scheduler_requests{scheduler,worker,state=running|waiting} (0 for a worker
-//   the last heartbeat did not list, and for every worker of a dead scheduler);
-// - ready() is true while at least one live scheduler reports live_workers >= 1;
-// - a request goes to the owner of its routing key on a consistent-hash ring (hash_ring.h) of
-//   the ready schedulers: a scheduler joining or leaving moves only its own share of keys.
+// - keeps the ring equal to the usable schedulers; a request goes to the owner of its routing
+//   key there (routing_hash of the key, common/routing.h);
+// - routes the schedulers' token/final/error events to the sinks of the in-flight table;
+// - hands every client-API message (already split from its envelope) to the ClientHandler.
 //
-// Ownership: the Hub owns its sockets and thread; sinks are shared with the caller and released
-// after their final/error event. Thread-safety: every public method may be called from any
-// thread; RequestSink and ClientHandler callbacks run on the hub thread and must not block.
+// Life cycle: create() binds and connects every socket but starts no thread; start() starts
+// the hub thread, and must be called once everything the ClientHandler and the sinks reach is
+// fully constructed. stop() (or the destructor) joins it; in-flight sinks then get ErrorEvent
+// kUnavailable, on the hub thread, while the Hub is still whole.
+//
+// Ownership: the Hub owns its zmq context, sockets and thread; sinks are shared with the
+// caller and released after their final/error event. Thread-safety: every public method may be
+// called from any thread; RequestSink and ClientHandler callbacks run on the hub thread and must
+// not block.
 #pragma once
 
 #include <atomic>
@@ -34,16 +34,10 @@
 #include "tessera/common/metrics.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/frontend/inflight_table.h"
+#include "tessera/frontend/scheduler_links.h"
 
 namespace tessera::frontend {
-
-// Receives the scheduler's events of one request (TokenEvent, then one FinalEvent or
-// ErrorEvent), on the hub thread.
-class RequestSink {
- public:
-  virtual ~RequestSink() = default;
-  virtual void on_message(protocol::Message message) = 0;
-};
 
 struct HubConfig {
   std::vector<std::string> scheduler_endpoints;  // "tcp://127.0.0.1:7100"
@@ -53,29 +47,24 @@ struct HubConfig {
   std::string name = "frontend";
 };
 
-struct SchedulerStatus {
-  std::string endpoint;
-  bool alive = false;
-  int32_t live_workers = 0;
-  int32_t running = 0;
-  int32_t waiting = 0;
-};
-
 class Hub {
  public:
-  // Called on the hub thread for every client-API message (already split from its envelope).
+  // Called on the hub thread for every client-API message.
   using ClientHandler = std::function<void(zmqu::Envelope)>;
 
-  static Result<std::unique_ptr<Hub>> start(HubConfig config, metrics::Registry& metrics, ClientHandler on_client);
+  // Sets up the sockets (no thread yet). kInvalidArgument for a bad config.
+  static Result<std::unique_ptr<Hub>> create(HubConfig config, metrics::Registry& metrics);
   ~Hub();  // stop()s
-  // Stops the hub thread; every in-flight sink gets ErrorEvent kUnavailable (on the hub thread,
-  // while this Hub is still whole). Idempotent.
-  void stop();
   Hub(const Hub&) = delete;
   Hub& operator=(const Hub&) = delete;
 
-  bool ready() const { return ready_.load(); }
-  int32_t waiting() const { return waiting_.load(); }  // requests queued at schedulers (last heartbeats)
+  // Starts the hub thread; `on_client` receives the client-API messages. Call once.
+  void start(ClientHandler on_client);
+  // Stops the hub thread; every in-flight sink gets ErrorEvent kUnavailable. Idempotent.
+  void stop();
+
+  bool ready() const;
+  int32_t waiting() const;  // requests queued at schedulers (last heartbeats)
   std::vector<SchedulerStatus> schedulers() const;
   const std::string& client_endpoint() const { return client_endpoint_; }  // as bound ("tcp://127.0.0.1:41234")
 
@@ -97,13 +86,10 @@ class Hub {
 
  private:
   struct Impl;
-  explicit Hub(std::unique_ptr<Impl> impl);
+  explicit Hub(std::unique_ptr<Impl> impl, std::string client_endpoint);
   std::unique_ptr<Impl> impl_;
-  std::atomic<bool> ready_{false};
-  std::atomic<int32_t> waiting_{0};
   std::atomic<uint64_t> next_id_{1};
-  std::string client_endpoint_;
-  friend struct HubAccess;
+  const std::string client_endpoint_;
 };
 
 }  // namespace tessera::frontend

@@ -1,0 +1,122 @@
+// Scheduler links: one per configured scheduler (docs/protocol.md, "Frontend <-> scheduler").
+//
+// A SchedulerLink owns the DEALER socket to its scheduler, its PeerLiveness (the one heartbeat
+// rule, common/peer_liveness.h), the scheduler's instance id and last heartbeat figures, and the
+// gauges published from them:
+// - a heartbeat is due every heartbeat interval; any message from the scheduler counts as heard;
+// - a scheduler never heard from is not alive (a fresh link does not count as alive);
+// - one silent for dead_after is dead: check_dead() says so exactly once, its figures reset;
+// - a heartbeat whose `instance` differs from the one it sent before means it restarted (an
+//   absent instance, i.e. an old scheduler, is ignored);
+// - usable() = alive and reporting live_workers >= 1;
+// - gauges: tessera_frontend_scheduler_up{endpoint} and, per worker of its heartbeats,
+//   tessera_frontend_scheduler_pages{scheduler,worker,state=free|held|cached} and
+//   tessera_frontend_scheduler_requests{scheduler,worker,state=running|waiting} (0 for a worker
+//   the last heartbeat did not list, and for every worker of a dead scheduler).
+//
+// SchedulerLinks holds them all and publishes a snapshot (ready, waiting, per-scheduler status)
+// for other threads.
+//
+// Ownership: each link owns its socket (created in the hub's zmq context, which must outlive
+// the links). Threading: links are owned by the hub thread (ZeroMQ: one thread per socket);
+// only ready(), waiting() and status() of SchedulerLinks may be called from other threads (they
+// read the last publish()ed snapshot).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tessera/common/metrics.h"
+#include "tessera/common/peer_liveness.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
+
+namespace tessera::frontend {
+
+struct SchedulerStatus {
+  std::string endpoint;
+  bool alive = false;
+  int32_t live_workers = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+};
+
+class SchedulerLink {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Connects a DEALER to `endpoint` (throws zmq::error_t on a bad endpoint).
+  SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry);
+  SchedulerLink(const SchedulerLink&) = delete;
+  SchedulerLink& operator=(const SchedulerLink&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+  zmq::socket_t& socket() { return socket_; }
+
+  // Something arrived from the scheduler.
+  void heard(Clock::time_point now);
+  // Its heartbeat reply: keeps the figures, updates the gauges. True when the scheduler
+  // restarted since its previous heartbeat (its in-flight requests are lost).
+  bool on_heartbeat(const protocol::Heartbeat& heartbeat);
+  // True exactly once when the scheduler goes silent for dead_after (figures and gauges reset).
+  bool check_dead(Clock::time_point now);
+  // Sends our heartbeat when one is due (never blocks); true when it did.
+  bool beat_if_due(Clock::time_point now, uint64_t seq, const std::string& name);
+  std::chrono::milliseconds until_beat(Clock::time_point now) const { return liveness_.until_beat(now); }
+
+  bool alive() const { return heard_ && liveness_.alive(); }
+  bool usable() const { return alive() && last_.live_workers >= 1; }
+  const protocol::Heartbeat& last() const { return last_; }
+
+ private:
+  void publish_worker_gauges();
+
+  std::string endpoint_;
+  zmq::socket_t socket_;
+  PeerLiveness liveness_;
+  bool heard_ = false;     // something arrived at least once
+  uint64_t instance_ = 0;  // from its heartbeats; 0 = not seen yet (or an old scheduler)
+  protocol::Heartbeat last_;
+  metrics::Registry& registry_;
+  metrics::Gauge& up_;
+  struct WorkerGauges {
+    metrics::Gauge *free, *held, *cached, *running, *waiting;
+  };
+  std::map<std::string, WorkerGauges> worker_gauges_;
+};
+
+class SchedulerLinks {
+ public:
+  // kInvalidArgument for an empty list, a duplicate endpoint or a bad liveness config;
+  // kUnavailable when a socket cannot be set up.
+  static Result<std::unique_ptr<SchedulerLinks>> create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
+                                                        LivenessConfig liveness, metrics::Registry& registry);
+
+  size_t size() const { return links_.size(); }
+  SchedulerLink& operator[](size_t i) { return *links_[i]; }
+  const SchedulerLink& operator[](size_t i) const { return *links_[i]; }
+  std::vector<std::string> endpoints() const;
+
+  // Hub thread: recomputes the snapshot below from the links.
+  void publish();
+  // Any thread: the last published snapshot.
+  bool ready() const { return ready_.load(); }          // some scheduler is usable
+  int32_t waiting() const { return waiting_.load(); }  // requests queued at alive schedulers
+  std::vector<SchedulerStatus> status() const;
+
+ private:
+  SchedulerLinks() = default;
+  std::vector<std::unique_ptr<SchedulerLink>> links_;
+  std::atomic<bool> ready_{false};
+  std::atomic<int32_t> waiting_{0};
+  mutable std::mutex status_mu_;
+  std::vector<SchedulerStatus> status_;  // GUARDED_BY(status_mu_)
+};
+
+}  // namespace tessera::frontend

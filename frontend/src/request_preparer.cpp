@@ -1,0 +1,144 @@
+#include "tessera/frontend/request_preparer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tessera/common/routing.h"
+#include "tessera/model/model.h"
+
+namespace tessera::frontend {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct TokenizerSource {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string chat_template;  // Jinja text from the model files, "" if none
+};
+
+Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
+  TokenizerSource out;
+  const bool gguf = c.model.size() > 5 && c.model.substr(c.model.size() - 5) == ".gguf";
+  if (gguf) {
+    // The vocabulary and template from the file's metadata; no tensor is loaded here.
+    TS_ASSIGN_OR_RETURN(VocabSpec vocab, read_model_vocab(c.model));
+    out.chat_template = vocab.chat_template;
+    if (c.tokenizer.empty()) {
+      TS_ASSIGN_OR_RETURN(out.tokenizer, tokenizer_from_vocab(vocab));
+      return out;
+    }
+  }
+  std::string path = c.tokenizer;
+  if (path.empty() && !c.model.empty() && fs::is_directory(c.model)) path = c.model;
+  if (path.empty())
+    return make_error(ErrorCode::kInvalidArgument,
+                      "no tokenizer: give --tokenizer (a llama2.c model has none inside) or a .gguf / Hugging Face --model");
+  TS_ASSIGN_OR_RETURN(out.tokenizer, load_tokenizer(path));
+  // Hugging Face directories keep the template in tokenizer_config.json.
+  fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  fs::path cfg = dir / "tokenizer_config.json";
+  if (out.chat_template.empty() && fs::exists(cfg)) {
+    auto j = nlohmann::json::parse(read_file(cfg.string()), nullptr, false);
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+      out.chat_template = j["chat_template"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendConfig& config) {
+  std::unique_ptr<RequestPreparer> p(new RequestPreparer());
+  TS_ASSIGN_OR_RETURN(TokenizerSource src, load_tokenizer_for(config));
+  p->tokenizer_ = std::move(src.tokenizer);
+  std::string jinja = src.chat_template;
+  if (!config.chat_template_file.empty()) {
+    if (!fs::exists(config.chat_template_file))
+      return make_error(ErrorCode::kIoError, "cannot open --chat-template-file " + config.chat_template_file);
+    jinja = read_file(config.chat_template_file);
+  }
+  p->chat_template_ = detect_chat_template(jinja);
+  if (config.chat_template == "chatml") p->chat_template_ = {ChatTemplateKind::kChatML, p->chat_template_.default_system, false};
+  if (config.chat_template == "llama2") p->chat_template_ = {ChatTemplateKind::kLlama2, "", false};
+  if (config.chat_template == "llama3") p->chat_template_ = {ChatTemplateKind::kLlama3, "", false};
+  {
+    std::vector<int32_t> probe = p->tokenizer_->encode("a", true);
+    p->tokenizer_adds_bos_ = p->tokenizer_->bos_id() >= 0 && !probe.empty() && probe.front() == p->tokenizer_->bos_id();
+  }
+  p->model_name_ = config.model_name;
+  if (p->model_name_.empty()) {
+    const std::string& from = config.model.empty() ? config.tokenizer : config.model;
+    p->model_name_ = fs::path(from).filename().string();
+    if (!fs::is_directory(from)) p->model_name_ = fs::path(from).stem().string();
+  }
+  p->max_prompt_tokens_ = config.max_prompt_tokens;
+  return p;
+}
+
+std::vector<int32_t> RequestPreparer::tokenize_chat(const RenderedChat& chat) const {
+  std::vector<int32_t> out;
+  const bool explicit_bos = !chat.segments.empty() && chat.segments.front().special &&
+                            (chat.segments.front().text == "<s>" || chat.segments.front().text == "<|begin_of_text|>");
+  if (tokenizer_adds_bos_ && !explicit_bos) out.push_back(tokenizer_->bos_id());
+  for (const auto& seg : chat.segments) {
+    if (seg.special) {
+      int32_t id = tokenizer_->token_id(seg.text);
+      if (id < 0 && seg.text == "<s>") id = tokenizer_->bos_id();
+      if (id < 0 && seg.text == "</s>") id = tokenizer_->eos_id();
+      if (id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
+    std::vector<int32_t> t = tokenizer_->encode(seg.text, /*add_special=*/false);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+Status RequestPreparer::prepare(protocol::GenerateRequest& r) const {
+  if (!r.model.empty() && r.model != model_name_)
+    return make_error(ErrorCode::kNotFound, "model '" + r.model + "' does not exist (this server serves '" + model_name_ + "')");
+  const int32_t vocab = tokenizer_->vocab_size();
+  if (r.kind == protocol::RequestKind::kChat) {
+    TS_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(chat_template_, r.messages));
+    r.prompt_tokens = tokenize_chat(chat);
+    for (const auto& piece : chat.stop_pieces) {
+      int32_t id = tokenizer_->token_id(piece);
+      if (id < 0 && piece == "</s>") id = tokenizer_->eos_id();
+      if (id >= 0) r.stop_token_ids.push_back(id);
+    }
+  } else if (r.prompt_tokens.empty()) {
+    r.prompt_tokens = tokenizer_->encode(r.prompt, /*add_special=*/true);
+  }
+  for (int32_t t : r.prompt_tokens)
+    if (t >= vocab)
+      return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                                                    std::to_string(vocab) + ")");
+  for (int32_t t : r.stop_token_ids)
+    if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "stop token id " + std::to_string(t) + " is outside the vocabulary");
+  if (r.prompt_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
+  if (static_cast<int64_t>(r.prompt_tokens.size()) > max_prompt_tokens_)
+    return make_error(ErrorCode::kTooLarge, "the prompt is " + std::to_string(r.prompt_tokens.size()) +
+                                                " tokens; the limit is " + std::to_string(max_prompt_tokens_));
+  // A stored preference comes only with a user, so this holds before and after the lookup.
+  if (!r.preference.empty() && r.user.empty()) return make_error(ErrorCode::kInvalidArgument, "preference needs a user");
+  return ok_status();
+}
+
+void RequestPreparer::finish(protocol::GenerateRequest& r) const {
+  if (!r.preference.empty()) r.preference_tokens = tokenizer_->encode(r.preference, /*add_special=*/false);
+  r.routing_key = routing_key_for(r.routing_key, r.user, r.prompt_tokens);
+}
+
+}  // namespace tessera::frontend

@@ -1,0 +1,138 @@
+#include "tessera/frontend/scheduler_links.h"
+
+#include <unordered_set>
+
+#include "tessera/common/log.h"
+
+namespace tessera::frontend {
+namespace {
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry)
+    : endpoint_(std::move(endpoint)),
+      socket_(ctx, zmq::socket_type::dealer),
+      liveness_(liveness),
+      registry_(registry),
+      up_(registry.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", endpoint_}})) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::sndhwm, 100000);
+  socket_.set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
+  socket_.connect(endpoint_);
+}
+
+void SchedulerLink::heard(Clock::time_point now) {
+  if (!alive()) {
+    TS_LOG(kInfo) << "scheduler=" << endpoint_ << " | alive";
+  }
+  heard_ = true;
+  liveness_.heard(now);
+  up_.set(1);
+}
+
+bool SchedulerLink::on_heartbeat(const protocol::Heartbeat& hb) {
+  const bool restarted = hb.instance != 0 && instance_ != 0 && hb.instance != instance_;
+  if (restarted) {
+    TS_LOG(kWarn) << "scheduler=" << endpoint_ << " | restarted (instance " << instance_ << " -> " << hb.instance
+                  << "): failing its in-flight requests";
+  }
+  if (hb.instance != 0) instance_ = hb.instance;
+  last_ = hb;
+  publish_worker_gauges();
+  return restarted;
+}
+
+bool SchedulerLink::check_dead(Clock::time_point now) {
+  if (!heard_ || !liveness_.check_dead(now)) return false;
+  last_ = {};
+  publish_worker_gauges();
+  up_.set(0);
+  TS_LOG(kWarn) << "scheduler=" << endpoint_ << " | no message for " << liveness_.config().dead_after.count() << " ms: dead";
+  return true;
+}
+
+bool SchedulerLink::beat_if_due(Clock::time_point now, uint64_t seq, const std::string& name) {
+  if (!liveness_.beat_due(now)) return false;
+  protocol::Heartbeat hb{.id = seq, .role = "frontend", .name = name, .unix_ms = unix_ms()};
+  (void)zmqu::send(socket_, {protocol::encode(hb)}, /*dontwait=*/true);
+  liveness_.beat_sent(now);
+  return true;
+}
+
+// The scheduler's per-worker figures as gauges (docs/protocol.md, "Heartbeats and failure").
+void SchedulerLink::publish_worker_gauges() {
+  for (auto& [name, g] : worker_gauges_)
+    for (metrics::Gauge* x : {g.free, g.held, g.cached, g.running, g.waiting}) x->set(0);
+  for (const auto& w : last_.workers) {
+    auto it = worker_gauges_.find(w.name);
+    if (it == worker_gauges_.end()) {
+      auto page = [&](const char* state) {
+        return &registry_.gauge("tessera_frontend_scheduler_pages",
+                                "K/V pages of each scheduler's workers by state, from its heartbeats (free + held + cached = total)",
+                                {{"scheduler", endpoint_}, {"worker", w.name}, {"state", state}});
+      };
+      auto reqs = [&](const char* state) {
+        return &registry_.gauge("tessera_frontend_scheduler_requests",
+                                "requests of each scheduler's workers, running (holding pages) or waiting, from its heartbeats",
+                                {{"scheduler", endpoint_}, {"worker", w.name}, {"state", state}});
+      };
+      it = worker_gauges_.emplace(w.name, WorkerGauges{page("free"), page("held"), page("cached"), reqs("running"), reqs("waiting")})
+               .first;
+    }
+    it->second.free->set(w.free_pages);
+    it->second.held->set(w.held_pages);
+    it->second.cached->set(w.cached_pages);
+    it->second.running->set(w.running);
+    it->second.waiting->set(w.waiting);
+  }
+}
+
+Result<std::unique_ptr<SchedulerLinks>> SchedulerLinks::create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
+                                                               LivenessConfig liveness, metrics::Registry& registry) {
+  if (endpoints.empty()) return make_error(ErrorCode::kInvalidArgument, "no scheduler endpoint");
+  TS_TRY(liveness.validate("--heartbeat-ms/--scheduler-dead-ms"));
+  std::unique_ptr<SchedulerLinks> links(new SchedulerLinks());
+  std::unordered_set<std::string> seen;
+  try {
+    for (const auto& ep : endpoints) {
+      if (!seen.insert(ep).second) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
+      links->links_.push_back(std::make_unique<SchedulerLink>(ctx, ep, liveness, registry));
+    }
+  } catch (const zmq::error_t& e) {
+    return make_error(ErrorCode::kUnavailable, std::string("zmq setup failed: ") + e.what());
+  }
+  links->publish();
+  return links;
+}
+
+std::vector<std::string> SchedulerLinks::endpoints() const {
+  std::vector<std::string> out;
+  for (const auto& l : links_) out.push_back(l->endpoint());
+  return out;
+}
+
+void SchedulerLinks::publish() {
+  bool ready = false;
+  int32_t waiting = 0;
+  std::vector<SchedulerStatus> st;
+  for (const auto& l : links_) {
+    ready = ready || l->usable();
+    if (l->alive()) waiting += l->last().waiting;
+    st.push_back({l->endpoint(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting});
+  }
+  ready_.store(ready);
+  waiting_.store(waiting);
+  std::lock_guard<std::mutex> lock(status_mu_);
+  status_ = std::move(st);
+}
+
+std::vector<SchedulerStatus> SchedulerLinks::status() const {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  return status_;
+}
+
+}  // namespace tessera::frontend
