@@ -32,6 +32,7 @@ class Process {
   std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout);
   bool alive();
   int terminate();  // SIGTERM, wait; returns the exit status (or -1)
+  pid_t pid() const { return pid_; }  // to signal it (SIGSTOP/SIGCONT); -1 once reaped
 
  private:
   pid_t pid_ = -1;
