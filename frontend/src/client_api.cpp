@@ -3,6 +3,7 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
 
 #include "tessera/common/log.h"
@@ -162,10 +163,12 @@ void ClientApi::start(zmqu::Envelope env, protocol::GenerateRequest r) {
   if (!d_.preferences.wants_lookup(r)) return submit(std::move(env), client_id, std::move(r), std::move(*slot));
 
   // The lookup runs on the kvstore executor; the request continues on the I/O pool when it
-  // completes or at its deadline, whichever comes first (once).
+  // completes or at its deadline, whichever comes first (once). The deadline timer and the
+  // continuation share one strand, so the timer is never touched by two threads at once.
   struct Continuation {
-    explicit Continuation(boost::asio::io_context& ioc) : timer(ioc) {}
+    explicit Continuation(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)), timer(strand) {}
     std::atomic<bool> fired{false};
+    boost::asio::any_io_executor strand;
     boost::asio::steady_timer timer;
     zmqu::Envelope env;
     uint64_t client_id = 0;
@@ -188,9 +191,9 @@ void ClientApi::start(zmqu::Envelope env, protocol::GenerateRequest r) {
     if (!c->fired.exchange(true)) resume(std::nullopt);
   });
   std::string user = c->request.user;
-  d_.preferences.lookup(std::move(user), deadline, [this, c, resume](std::optional<StoredPreference> stored) {
+  d_.preferences.lookup(std::move(user), deadline, [c, resume](std::optional<StoredPreference> stored) {
     if (c->fired.exchange(true)) return;
-    boost::asio::post(d_.ioc, [resume, stored = std::move(stored)] { resume(stored); });
+    boost::asio::post(c->strand, [resume, stored = std::move(stored)] { resume(stored); });
   });
 }
 

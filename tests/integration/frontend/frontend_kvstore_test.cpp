@@ -153,6 +153,25 @@ TEST(FrontendWithKvstore, RefusedRequestIsNeitherTokenizedNorLookedUp) {
   sched.set_hold(false);
   EXPECT_EQ(http_request(fe.port, "POST", "/v1/completions", completion("carol")).status, 200);
   EXPECT_EQ(fe.metric(kLookups), 2.0);
+  // The client API continues after its lookup too.
+  req.id = 10;
+  req.user = "dave";
+  req.max_tokens = 3;
+  ASSERT_TRUE(zmqu::send(dealer, {protocol::encode(req)}).ok());
+  std::optional<protocol::Message> last;
+  for (;;) {
+    auto frames = zmqu::recv(dealer);
+    ASSERT_TRUE(frames.ok() && !frames->empty()) << "no reply";
+    auto m = protocol::decode(frames->back());
+    ASSERT_TRUE(m.ok());
+    if (!std::holds_alternative<protocol::TokenEvent>(*m)) {
+      last = *m;
+      break;
+    }
+  }
+  ASSERT_TRUE(std::holds_alternative<protocol::FinalEvent>(*last)) << protocol::message_type(*last);
+  EXPECT_EQ(std::get<protocol::FinalEvent>(*last).usage.completion_tokens, 3);
+  EXPECT_EQ(fe.metric(kLookups), 3.0);
 }
 
 TEST(FrontendWithKvstore, FrozenKvstoreDelaysNoRequestWithoutUser) {
