@@ -15,7 +15,7 @@
 #include "tessera/common/metrics.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/paths.h"
-#include "tessera/worker/tokenizer.h"
+#include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::testing {
 namespace {
@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 std::string tok_path() { return shared_path("models/stories260K/tok512.bin"); }
 
 std::vector<int32_t> story_tokens() {
-  auto tok = worker::load_tokenizer(tok_path());
+  auto tok = load_tokenizer(tok_path());
   EXPECT_TRUE(tok.ok());
   auto p = (*tok)->encode("Once upon a time", true);
   auto all = (*tok)->encode("Once upon a time, there was a little girl named Lily.", true);
