@@ -1,6 +1,7 @@
 // Request preparation: a validated protocol::GenerateRequest (openai.h or the client API) ->
-// the protocol::SubmitRequest-ready request a scheduler gets. Two steps, around the stored-
-// preference lookup (stored_preferences.h):
+// the request a scheduler gets (prompt_tokens, stop_token_ids, preference_tokens, routing_key;
+// the wire message is the same GenerateRequest). Two steps, around the stored-preference lookup
+// (stored_preferences.h):
 //   prepare(): model check, chat template (chat_template.h), tokenization, vocabulary and
 //              --max-prompt-tokens limits, "a preference needs a user";
 //   finish():  tokenizes the (client's or stored) preference and fills `routing_key` with the
