@@ -110,7 +110,7 @@ TEST(FrontendWithKvstore, RefusedRequestIsNeitherTokenizedNorLookedUp) {
   sched.set_hold(true, 1);
   Kvstore kv;
   ASSERT_FALSE(kv.endpoint.empty());
-  FrontendProc fe(sched.endpoint(), kv.endpoint, {"--max-concurrent-requests", "1", "--request-timeout-ms", "4000"});
+  FrontendProc fe(sched.endpoint(), kv.endpoint, {"--max-concurrent-requests", "1", "--request-timeout-ms", "6000"});
   ASSERT_GT(fe.port, 0);
   ASSERT_TRUE(wait_status(fe.port, "/ready", 200, 10s));
 
