@@ -267,7 +267,9 @@ void EventLoop::tick() {
       continue;
     }
     const std::vector<uint64_t> ids = requests_.of_frontend(it->first);
-    if (!ids.empty()) TS_LOG(kWarn) << "frontend silent: cancelling its " << ids.size() << " requests";
+    if (!ids.empty()) {
+      TS_LOG(kWarn) << "frontend silent: cancelling its " << ids.size() << " requests";
+    }
     for (uint64_t id : ids) {
       if (WorkerEntry* w = workers_.find(requests_.find(id)->worker)) (void)w->batcher->cancel(id);
       requests_.forget(id);

@@ -47,7 +47,7 @@ Result<Admission> Intake::admit(protocol::GenerateRequest r, uint64_t id, const 
   if (!r.preference_tokens.empty()) {
     if (const std::optional<float> alpha = dki::effective_alpha(r.preference_alpha)) {
       const uint64_t hash = dki::preference_hash(r.preference_tokens, facts.model_fingerprint);
-      req.ns.user = r.user.empty() ? "\x01anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
+      req.ns.user = r.user.empty() ? "\x01" "anonymous:" + std::to_string(id) : r.user;  // "" = never shared, never cached
       req.ns.preference_hash = hash == 0 ? 1 : hash;
       req.ns.alpha = *alpha;
       if (const uint64_t ep = epoch(r.user); ep > 0) req.ns.tenant_salt += "|pref-epoch:" + std::to_string(ep);
