@@ -14,7 +14,7 @@
 //   RequestTable    live requests, client-id mapping, token/final/error events (emit/finish/forget)
 //   Failover        a dead worker's requests: re-queue the unstreamed, fail the rest (peer_dead)
 //   StepDriver      one step plan in flight per worker: plan, send, apply the result
-//   SchedulerMetrics the Prometheus series; the /metrics server is metrics_http.h
+//   SchedulerMetrics  the Prometheus series; the /metrics server is metrics_http.h
 //
 // Threading: ONE event-loop thread (run()) owns both sockets, every Batcher, the Router and all
 // request state; nothing here is shared with other threads except the metrics registry (atomic
@@ -24,17 +24,18 @@
 //
 // Request lifecycle: a request arriving from frontend F with id i gets an internal id (ids are
 // unique per frontend only); the Router picks a worker (consistent hashing with bounded load,
-// scored by cached prefix; the ring position is the wire field `routing_key`, router.h); its Batcher plans it; sampled tokens go back to F as `token` events
-// carrying i, then one `final` (stop / length / cancelled) or `error`. A cancel from F frees
-// every page at once (Batcher::cancel) and is answered by a `final` with "cancelled".
+// scored by cached prefix; the ring position comes from the wire field `routing_key`, router.h);
+// its Batcher plans it; sampled tokens go back to F as `token` events carrying i, then one
+// `final` (stop / length / cancelled) or `error`. A cancel from F frees every page at once
+// (Batcher::cancel) and is answered by a `final` with "cancelled".
 //
 // Failure handling: workers and frontends heartbeat every heartbeat_ms; the scheduler answers
 // each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`, or registers
 // again) is dead: every request it held that has not streamed a token yet is routed again and
 // queued on a live worker (at most 3 times; the scheduler keeps each request's original until its
 // first token for this); the others end with an `error` kPeerDead. New requests go to the
-// remaining workers (or get kUnavailable when none is left). A frontend silent for frontend_dead_ms has its requests
-// cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
+// remaining workers (or get kUnavailable when none is left). A frontend silent for
+// frontend_dead_ms has its requests cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
 // (workers); nothing a peer sends takes the loop down.
 #pragma once
 
