@@ -1,96 +1,132 @@
 #include "metrics_http.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <chrono>
+#include <thread>
+#include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
 
-#include <cerrno>
-#include <cstring>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "tessera/common/log.h"
 
 namespace tessera::scheduler_app {
 namespace {
 
-void write_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+constexpr auto kReadTimeout = std::chrono::seconds(5);
+
+http::response<http::string_body> answer(const http::request<http::string_body>& req, const metrics::Registry& registry) {
+  http::response<http::string_body> res;
+  res.version(req.version());
+  res.keep_alive(false);
+  const std::string_view target(req.target().data(), req.target().size());
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (req.method() == http::verb::get && path == "/metrics") {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+    res.body() = registry.render();
+  } else if (req.method() == http::verb::get && path == "/health") {
+    res.result(http::status::ok);
+    res.set(http::field::content_type, "application/json");
+    res.body() = "{\"status\":\"ok\"}";
+  } else {
+    res.result(http::status::not_found);
+    res.set(http::field::content_type, "application/json");
+    res.body() = "{\"error\":\"not found: GET /metrics or /health\"}";
+  }
+  res.prepare_payload();
+  return res;
+}
+
+net::awaitable<void> session(tcp::socket socket, const metrics::Registry& registry) {
+  beast::tcp_stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  http::request<http::string_body> req;
+  boost::system::error_code ec;
+  stream.expires_after(kReadTimeout);
+  co_await http::async_read(stream, buffer, req, net::redirect_error(net::use_awaitable, ec));
+  if (ec) co_return;  // timeout, reset or not HTTP: a scrape endpoint owes no answer
+  auto res = answer(req, registry);
+  co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+}
+
+net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const metrics::Registry& registry) {
+  for (;;) {
+    boost::system::error_code ec;
+    tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
+      TS_LOG(kWarn) << "metrics accept: " << ec.message();
+      continue;
     }
-    off += static_cast<size_t>(n);
+    net::co_spawn(acceptor.get_executor(), session(std::move(socket), registry), net::detached);
   }
 }
 
-std::string response(int status, const char* reason, const std::string& type, const std::string& body) {
-  return "HTTP/1.1 " + std::to_string(status) + " " + reason + "\r\nContent-Type: " + type +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+Result<tcp::endpoint> endpoint_for(net::io_context& ioc, const std::string& host, int port) {
+  boost::system::error_code ec;
+  const net::ip::address addr = net::ip::make_address(host, ec);
+  if (!ec) return tcp::endpoint(addr, static_cast<unsigned short>(port));
+  tcp::resolver resolver(ioc);
+  auto results = resolver.resolve(host, std::to_string(port), tcp::resolver::numeric_service, ec);
+  if (ec || results.empty())
+    return make_error(ErrorCode::kInvalidArgument,
+                      "metrics-host '" + host + "' is not an IPv4/IPv6 address and does not resolve" +
+                          (ec ? ": " + ec.message() : std::string()));
+  return results.begin()->endpoint();
 }
 
 }  // namespace
 
+struct MetricsServer::State {
+  explicit State(const metrics::Registry& r) : registry(r) {}
+  const metrics::Registry& registry;
+  net::io_context ioc{1};
+  tcp::acceptor acceptor{ioc};
+  std::thread thread;
+};
+
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
                                                             const metrics::Registry& registry) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return make_error(ErrorCode::kUnavailable, std::string("metrics socket: ") + std::strerror(errno));
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    ::close(fd);
-    return make_error(ErrorCode::kInvalidArgument, "metrics-host '" + host + "' is not an IPv4 address");
-  }
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
-    std::string err = std::strerror(errno);
-    ::close(fd);
-    return make_error(ErrorCode::kUnavailable, "cannot listen on " + host + ":" + std::to_string(port) + ": " + err);
-  }
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(fd, ntohs(addr.sin_port), registry));
+  auto state = std::make_unique<State>(registry);
+  TS_ASSIGN_OR_RETURN(tcp::endpoint ep, endpoint_for(state->ioc, host, port));
+  boost::system::error_code ec;
+  tcp::acceptor& a = state->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec && ep.protocol() == tcp::v6()) a.set_option(net::ip::v6_only(false), ec);  // "::" serves IPv4 too
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error(ErrorCode::kUnavailable, "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  net::co_spawn(state->ioc, accept_loop(state->acceptor, state->registry), net::detached);
+  State* s = state.get();
+  s->thread = std::thread([s] { s->ioc.run(); });
+  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));
 }
 
-MetricsServer::MetricsServer(int fd, int port, const metrics::Registry& registry)
-    : fd_(fd), port_(port), registry_(registry), thread_([this] { loop(); }) {}
+MetricsServer::MetricsServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 MetricsServer::~MetricsServer() {
-  stop_.store(true);
-  thread_.join();
-  ::close(fd_);
+  state_->ioc.stop();
+  state_->thread.join();
 }
 
-void MetricsServer::loop() {
-  while (!stop_.load()) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (c < 0) continue;
-    timeval tv{1, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    std::string req;
-    char buf[2048];
-    while (req.find("\r\n\r\n") == std::string::npos && req.size() < 16384) {
-      ssize_t n = ::recv(c, buf, sizeof(buf), 0);
-      if (n <= 0) break;
-      req.append(buf, static_cast<size_t>(n));
-    }
-    const size_t sp1 = req.find(' ');
-    const size_t sp2 = sp1 == std::string::npos ? sp1 : req.find(' ', sp1 + 1);
-    const std::string method = req.substr(0, sp1);
-    std::string path = sp2 == std::string::npos ? "" : req.substr(sp1 + 1, sp2 - sp1 - 1);
-    path = path.substr(0, path.find('?'));
-    if (method == "GET" && path == "/metrics")
-      write_all(c, response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", registry_.render()));
-    else if (method == "GET" && path == "/health")
-      write_all(c, response(200, "OK", "application/json", "{\"status\":\"ok\"}"));
-    else
-      write_all(c, response(404, "Not Found", "application/json", "{\"error\":\"not found: GET /metrics or /health\"}"));
-    ::close(c);
-  }
+int MetricsServer::port() const {
+  boost::system::error_code ec;
+  return state_->acceptor.local_endpoint(ec).port();
 }
 
 }  // namespace tessera::scheduler_app

@@ -11,7 +11,8 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
   o.add(c.service.worker_endpoint, {.name = "worker-endpoint",
                                     .help = "ROUTER bind for workers (port * = any free port)",
                                     .env = "TESSERA_SCHEDULER_WORKER_ENDPOINT"});
-  o.add(c.metrics_host, {.name = "metrics-host", .help = "address of the Prometheus /metrics endpoint",
+  o.add(c.metrics_host, {.name = "metrics-host",
+                         .help = "address of the Prometheus /metrics endpoint (IPv4 or IPv6; :: = every address, both)",
                          .env = "TESSERA_SCHEDULER_METRICS_HOST"});
   o.add(c.metrics_port, {.name = "metrics-port",
                          .help = "port of the Prometheus /metrics endpoint (0 = any free port, -1 = off)",

@@ -6,6 +6,16 @@
 // `worker_endpoint` takes workers (register, heartbeat, step_result, shutdown). A worker's
 // ZeroMQ routing id is its name.
 //
+// Components (each in a file pair of its own, joined by EventLoop, event_loop.h):
+//   Sockets         the two ROUTER sockets and sending (sockets.h)
+//   Intake          validation + K/V namespace policy + routing key (tessera/scheduler/intake.h,
+//                   in the scheduler library, unit-tested)
+//   WorkerRegistry  workers, their Batchers, the Router's ring, fingerprint rule, liveness
+//   RequestTable    live requests, client-id mapping, token/final/error events (emit/finish/forget)
+//   Failover        a dead worker's requests: re-queue the unstreamed, fail the rest (peer_dead)
+//   StepDriver      one step plan in flight per worker: plan, send, apply the result
+//   SchedulerMetrics  the Prometheus series; the /metrics server is metrics_http.h
+//
 // Threading: ONE event-loop thread (run()) owns both sockets, every Batcher, the Router and all
 // request state; nothing here is shared with other threads except the metrics registry (atomic
 // values; the /metrics HTTP thread only renders it) and the stop flag. Workers compute in their
@@ -14,17 +24,18 @@
 //
 // Request lifecycle: a request arriving from frontend F with id i gets an internal id (ids are
 // unique per frontend only); the Router picks a worker (consistent hashing with bounded load,
-// scored by cached prefix); its Batcher plans it; sampled tokens go back to F as `token` events
-// carrying i, then one `final` (stop / length / cancelled) or `error`. A cancel from F frees
-// every page at once (Batcher::cancel) and is answered by a `final` with "cancelled".
+// scored by cached prefix; the ring position comes from the wire field `routing_key`, router.h);
+// its Batcher plans it; sampled tokens go back to F as `token` events carrying i, then one
+// `final` (stop / length / cancelled) or `error`. A cancel from F frees every page at once
+// (Batcher::cancel) and is answered by a `final` with "cancelled".
 //
 // Failure handling: workers and frontends heartbeat every heartbeat_ms; the scheduler answers
 // each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`, or registers
 // again) is dead: every request it held that has not streamed a token yet is routed again and
 // queued on a live worker (at most 3 times; the scheduler keeps each request's original until its
 // first token for this); the others end with an `error` kPeerDead. New requests go to the
-// remaining workers (or get kUnavailable when none is left). A frontend silent for frontend_dead_ms has its requests
-// cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
+// remaining workers (or get kUnavailable when none is left). A frontend silent for
+// frontend_dead_ms has its requests cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
 // (workers); nothing a peer sends takes the loop down.
 #pragma once
 
@@ -39,6 +50,8 @@
 #include "tessera/scheduler/router.h"
 
 namespace tessera::scheduler_app {
+
+class EventLoop;
 
 struct ServiceConfig {
   std::string name = "scheduler";
@@ -71,11 +84,9 @@ class Service {
   // nothing more and fails in-flight requests with kUnavailable.
   void run(const std::atomic<bool>& stop);
 
-  struct Impl;
-
  private:
-  explicit Service(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Service(std::unique_ptr<EventLoop> loop);
+  std::unique_ptr<EventLoop> loop_;
 };
 
 }  // namespace tessera::scheduler_app

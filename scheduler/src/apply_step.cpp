@@ -17,8 +17,10 @@ Result<StepOutcome> Batcher::apply(const StepResult& result) {
   outstanding_ = false;
   StepOutcome out;
   // Check: a failed step or a result that does not answer the plan fails the plan's sequences.
-  if (result.error_code != 0) {
-    fail_plan("worker failed step " + std::to_string(result.step_id) + " (code " + std::to_string(result.error_code) +
+  // error_code is an ErrorCode value (an int32 on the wire); the cast reads either form.
+  if (const auto code = static_cast<ErrorCode>(result.error_code); code != ErrorCode::kOk) {
+    fail_plan("worker failed step " + std::to_string(result.step_id) + " (code " +
+                  std::to_string(static_cast<int32_t>(code)) + " " + std::string(error_code_name(code)) +
                   "): " + result.error_message,
               out);
     return out;

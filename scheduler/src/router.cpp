@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tessera/common/hash.h"
+#include "tessera/common/routing.h"
 
 namespace tessera::scheduler {
 
@@ -17,6 +18,9 @@ Result<Router> Router::create(RouterConfig config) {
 Router::Router(RouterConfig config) : config_(config), ring_(HashRingConfig{.virtual_nodes = config.virtual_nodes}) {}
 
 uint64_t Router::routing_key(const Request& r) const {
+  if (!r.routing_key.empty()) {
+    return routing_hash(r.routing_key, r.ns.tenant_salt.empty() ? 0 : fnv1a64(r.ns.tenant_salt));
+  }
   if (r.preference) {
     KvNamespace user_ns{.model_fingerprint = r.ns.model_fingerprint, .tenant_salt = r.ns.tenant_salt, .user = r.ns.user};
     return mix64(user_ns.hash());

@@ -11,6 +11,8 @@
 #include <random>
 
 #include "scenario.h"
+#include "tessera/common/hash.h"
+#include "tessera/common/routing.h"
 #include "tessera/scheduler/radix_index.h"
 
 namespace tessera::scheduler {
@@ -182,6 +184,35 @@ TEST(Router, RoutingKeysFollowThePrefixOrTheUser) {
   u1b.prompt = {77, 78};
   u1b.ns.preference_hash = 6;  // an edited preference still goes to the same worker
   EXPECT_EQ(router->routing_key(u1), router->routing_key(u1b));
+}
+
+TEST(Router, TheWireRoutingKeyDecidesWhenPresent) {
+  auto router = Router::create(RouterConfig{.routing_prefix_tokens = 4});
+  ASSERT_OK(router);
+  Request a, b;
+  a.ns.model_fingerprint = b.ns.model_fingerprint = "m";
+  a.prompt = {1, 2, 3, 4, 5};
+  b.prompt = {9, 9, 9, 9};  // another prefix ...
+  a.routing_key = b.routing_key = "session-17";
+  // ... but one routing key: the frontend's choice (routing_key_for) is honoured as is.
+  EXPECT_EQ(router->routing_key(a), router->routing_key(b));
+  EXPECT_EQ(router->routing_key(a), routing_hash("session-17"));
+  // A preference does not override it either.
+  b.ns.user = "ann";
+  b.preference = Preference{.blob_key = "k", .num_tokens = 8, .alpha = 0.5f};
+  EXPECT_EQ(router->routing_key(a), router->routing_key(b));
+  // The tenant salt seeds the hash: tenants (and, with the prefix cache off, requests) never
+  // share ring positions by construction.
+  b.ns.tenant_salt = "no-prefix-cache:3";
+  EXPECT_EQ(router->routing_key(b), routing_hash("session-17", fnv1a64("no-prefix-cache:3")));
+  EXPECT_NE(router->routing_key(a), router->routing_key(b));
+  // Without the field (old clients) the Router's own prefix key applies.
+  Request c = a;
+  c.routing_key.clear();
+  Request d = c;
+  d.prompt = {1, 2, 3, 4, 7, 7};
+  EXPECT_EQ(router->routing_key(c), router->routing_key(d));
+  EXPECT_NE(router->routing_key(c), router->routing_key(a));
 }
 
 TEST(Router, BadInputIsAnError) {

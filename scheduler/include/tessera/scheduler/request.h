@@ -33,6 +33,9 @@ struct Request {
   std::vector<int32_t> stop_ids{};// extra stop tokens, besides the model's EOS ids
   bool ignore_eos = false;
   int32_t priority = 0;           // higher runs first and is preempted last
+  // The wire field `routing_key` (common/routing.h routing_key_for(), filled by the frontend);
+  // "" = none (an old client): Router::routing_key() derives one from the prompt prefix.
+  std::string routing_key{};
 };
 
 enum class FinishReason : uint8_t {

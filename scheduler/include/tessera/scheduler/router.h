@@ -11,9 +11,16 @@
 //      on the ring, so a prefix keeps landing on the same worker until that worker is full, and
 //      its overflow spills to the next worker on the ring (which then warms up for it) instead of
 //      piling onto the warmest worker.
-// The routing key is the hash of the first routing_prefix_tokens prompt tokens seeded with the
-// namespace hash, or, for a preference-injected request, the hash of (model, tenant, user), so a
-// user's requests meet their preference K/V on the same worker.
+// The routing key (routing_key(), the one policy of common/routing.h): a request carrying the
+// wire field `routing_key` (Request::routing_key, which the frontend fills with
+// routing_key_for(): the client's key, else "user:<user>", else "prefix:<hash>") is placed at
+// routing_hash(routing_key, seed), seed = fnv1a64(tenant salt), 0 without a salt — so tenants
+// (and, with the prefix cache off, every request) get ring positions of their own, and the
+// scheduler never recomputes a key the frontend already chose. Only when the field is empty
+// (clients older than the field) does the Router derive a key itself: the hash of the first
+// routing_prefix_tokens prompt tokens seeded with the namespace hash, or, for a preference-
+// injected request, the hash of (model, tenant, user), so a user's requests meet their
+// preference K/V on the same worker.
 //
 // Use, with one Batcher per worker:
 //   std::vector<WorkerSnapshot> snap;
@@ -65,6 +72,7 @@ class Router {
   const HashRing& ring() const { return ring_; }
   const RouterConfig& config() const { return config_; }
 
+  // The request's ring position (see above).
   uint64_t routing_key(const Request& request) const;
 
   // `workers` must list every worker of the ring exactly once, in any order (kInvalidArgument

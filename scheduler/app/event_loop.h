@@ -1,0 +1,73 @@
+// The scheduler's event loop: the one thread that owns every piece of scheduler state and
+// joins the components, each iteration being
+//   poll both sockets (at most 50 ms, less when a tick is due)
+//   -> read_workers():   register / heartbeat / step_result / shutdown (dispatch to
+//                        WorkerRegistry, StepDriver, Failover)
+//   -> read_frontends(): completion/chat (Intake -> WorkerRegistry::place -> RequestTable),
+//                        cancel, heartbeat (answered with cluster figures), invalidate_user
+//   -> StepDriver::drive(): each idle worker gets its next plan
+//   -> tick() every min(heartbeat_ms, 250 ms): dead workers (Failover), silent frontends
+//                        (their requests cancelled), gauges.
+// Liveness of workers and frontends follows one rule (common/peer_liveness.h): a peer is dead
+// once silent for more than its dead_after; anything it sends counts as heard.
+//
+// Ownership/threading: owns the sockets and every component; everything runs on the thread
+// that calls run(). Only the metrics registry (atomic values) is shared, with the /metrics thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "failover.h"
+#include "request_table.h"
+#include "scheduler_metrics.h"
+#include "service.h"
+#include "sockets.h"
+#include "step_driver.h"
+#include "tessera/common/peer_liveness.h"
+#include "tessera/common/zmq_util.h"
+#include "tessera/scheduler/intake.h"
+#include "worker_registry.h"
+
+namespace tessera::scheduler_app {
+
+class EventLoop {
+ public:
+  EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> sockets, scheduler::Router router,
+            metrics::Registry& registry);
+
+  Sockets& sockets() { return *sockets_; }
+  // Serves until `stop` is true, then fails the requests still live with kUnavailable.
+  void run(const std::atomic<bool>& stop);
+
+ private:
+  // ---- workers ----
+  void read_workers();
+  void on_worker(const std::string& name, protocol::Message msg);
+  void on_register(const std::string& name, const protocol::RegisterWorker& reg);
+  // ---- frontends ----
+  void read_frontends();
+  void on_frontend(const zmqu::Envelope& env, protocol::Message msg);
+  void on_generate(const std::string& frontend, protocol::GenerateRequest r);
+  void on_cancel(const std::string& frontend, uint64_t client_id);
+  protocol::Heartbeat heartbeat(uint64_t id) const;
+  // ---- periodic ----
+  void tick();
+  void shutdown_all();
+
+  const ServiceConfig config_;
+  const uint64_t instance_;  // this process's id in heartbeats and register_ack (random, non-zero)
+  std::unique_ptr<Sockets> sockets_;
+  SchedulerMetrics m_;
+  scheduler::Intake intake_;
+  WorkerRegistry workers_;
+  RequestTable requests_;
+  Failover failover_;
+  StepDriver driver_;
+  LivenessConfig frontend_liveness_;
+  std::map<std::string, PeerLiveness> frontends_;  // by routing id: every frontend heard from
+};
+
+}  // namespace tessera::scheduler_app

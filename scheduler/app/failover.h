@@ -1,0 +1,45 @@
+// Failover: what happens to the requests of a worker that is gone (silent past its dead_after,
+// said `shutdown`, or registered again after losing its link and with it all request state).
+//
+// Rule: a request that has not streamed a token yet (TrackedRequest::original is set) is routed
+// again over the live workers and queued as if it had just arrived — the client sees a normal
+// answer, only later. At most kMaxRequeues times: a request that kills its workers must not
+// kill them all. A request that has streamed, or that cannot be placed (no worker left, queues
+// full, re-queued too often), ends with an `error` kPeerDead.
+//
+// Ownership/threading: borrows the registry, the table and the metrics of the event loop; used
+// only by its thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "request_table.h"
+#include "scheduler_metrics.h"
+#include "worker_registry.h"
+
+namespace tessera::scheduler_app {
+
+class Failover {
+ public:
+  static constexpr int kMaxRequeues = 3;
+
+  Failover(WorkerRegistry& workers, RequestTable& requests, SchedulerMetrics& m)
+      : workers_(workers), requests_(requests), m_(m) {}
+
+  // The worker is gone: forgets it (remove_worker), then requeue()s its requests.
+  void worker_dead(const std::string& name, const std::string& why);
+  // Forgets the worker (its Batcher, ring place and gauges) and returns the ids of the requests
+  // it held, which still exist and point at it: the caller must requeue() them.
+  std::vector<uint64_t> remove_worker(const std::string& name, const std::string& why);
+  // Re-places or fails (kPeerDead) each orphaned request, per the rule above.
+  void requeue(const std::vector<uint64_t>& ids, const std::string& why);
+
+ private:
+  WorkerRegistry& workers_;
+  RequestTable& requests_;
+  SchedulerMetrics& m_;
+};
+
+}  // namespace tessera::scheduler_app

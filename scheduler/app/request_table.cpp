@@ -1,0 +1,140 @@
+#include "request_table.h"
+
+namespace tessera::scheduler_app {
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+void RequestTable::add(uint64_t id, TrackedRequest r) {
+  by_client_[{r.frontend, r.client_id}] = id;
+  requests_[id] = std::move(r);
+}
+
+TrackedRequest* RequestTable::find(uint64_t id) {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+std::optional<uint64_t> RequestTable::by_client(const std::string& frontend, uint64_t client_id) const {
+  auto it = by_client_.find({frontend, client_id});
+  if (it == by_client_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<uint64_t> RequestTable::on_worker(const std::string& worker) const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : requests_)
+    if (r.worker == worker) ids.push_back(id);
+  return ids;
+}
+
+std::vector<uint64_t> RequestTable::of_frontend(const std::string& frontend) const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, r] : requests_)
+    if (r.frontend == frontend) ids.push_back(id);
+  return ids;
+}
+
+std::vector<uint64_t> RequestTable::ids() const {
+  std::vector<uint64_t> ids;
+  ids.reserve(requests_.size());
+  for (const auto& [id, r] : requests_) ids.push_back(id);
+  return ids;
+}
+
+void RequestTable::mark_scheduled(const StepPlan& plan, Clock::time_point now) {
+  for (const auto& s : plan.seqs) {
+    auto r = requests_.find(s.request_id);
+    if (r != requests_.end() && !r->second.was_scheduled) {
+      r->second.was_scheduled = true;
+      r->second.scheduled = now;
+    }
+  }
+}
+
+void RequestTable::record_fill(const FillResult& fill) {
+  auto it = requests_.find(fill.request_id);
+  if (it != requests_.end()) it->second.fill = fill;
+}
+
+void RequestTable::emit(const scheduler::StepOutcome& out) {
+  // One token event per request per step (a step samples at most one token per sequence).
+  for (const auto& t : out.tokens) {
+    auto it = requests_.find(t.request_id);
+    if (it == requests_.end()) continue;
+    TrackedRequest& r = it->second;
+    if (!r.got_token) {
+      r.got_token = true;
+      r.original.reset();  // streamed: no transparent re-queue from now on
+      r.first_token = Clock::now();
+      m_.ttft_seconds->observe(ms_between(r.arrival, r.first_token) / 1000.0);
+    }
+    protocol::TokenEvent ev{.id = r.client_id, .tokens = {t.token}};
+    ev.logprobs = {t.logprob};
+    if (!t.top.empty()) ev.top_logprobs = {t.top};
+    sockets_.to_frontend(r.frontend, ev);
+  }
+  for (const auto& f : out.finished) finish(f);
+}
+
+void RequestTable::finish(const scheduler::FinishEvent& f) {
+  auto it = requests_.find(f.request_id);
+  if (it == requests_.end()) return;
+  const TrackedRequest& r = it->second;
+  m_.prompt_tokens->inc(f.usage.prompt_tokens);
+  m_.cached_tokens->inc(f.usage.cached_prompt_tokens);
+  if (m_.prompt_tokens->value() > 0) m_.hit_rate->set(m_.cached_tokens->value() / m_.prompt_tokens->value());
+  m_.registry
+      ->counter("tessera_scheduler_requests_total", "requests ended, by finish reason",
+                {{"reason", std::string(scheduler::finish_reason_name(f.reason))}})
+      .inc();
+  if (f.reason == scheduler::FinishReason::kError) {
+    fail(f.request_id, ErrorCode::kInternal, "worker '" + r.worker + "' failed the request: " + f.message);
+    return;
+  }
+  const auto now = Clock::now();
+  protocol::FinalEvent ev{.id = r.client_id};
+  switch (f.reason) {
+    case scheduler::FinishReason::kStop: ev.finish_reason = "stop"; break;
+    case scheduler::FinishReason::kCancelled: ev.finish_reason = "cancelled"; break;
+    default: ev.finish_reason = "length"; break;
+  }
+  ev.usage = {.prompt_tokens = f.usage.prompt_tokens,
+              .completion_tokens = f.usage.completion_tokens,
+              .cached_tokens = f.usage.cached_prompt_tokens};
+  if (r.fill) {
+    ev.usage.preference_source = r.fill->source;
+    ev.usage.preference_kv_bytes = r.fill->kv_bytes;
+    ev.usage.preference_transfer_ms = r.fill->transfer_ms;
+  } else if (r.has_preference) {
+    ev.usage.preference_source = "memory";
+  }
+  ev.timings.total_ms = ms_between(r.arrival, now);
+  if (r.was_scheduled) ev.timings.queue_ms = ms_between(r.arrival, r.scheduled);
+  if (r.got_token) {
+    ev.timings.ttft_ms = ms_between(r.arrival, r.first_token);
+    ev.timings.decode_ms = ms_between(r.first_token, now);
+  }
+  sockets_.to_frontend(r.frontend, ev);
+  forget(f.request_id);
+}
+
+void RequestTable::fail(uint64_t id, ErrorCode code, std::string message) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  sockets_.fail_client(it->second.frontend, it->second.client_id, code, std::move(message));
+  forget(id);
+}
+
+void RequestTable::forget(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  by_client_.erase({it->second.frontend, it->second.client_id});
+  requests_.erase(it);
+}
+
+}  // namespace tessera::scheduler_app

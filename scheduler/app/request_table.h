@@ -1,0 +1,88 @@
+// The scheduler's live requests: who asked (frontend routing id + the frontend's request id),
+// where each runs, its timings, and the events that go back to the frontend.
+//
+// A request arriving from frontend F with id i gets an internal id (ids are unique per frontend
+// only; by_client maps (F, i) back). Its sampled tokens go to F as `token` events carrying i,
+// then exactly one `final` (stop / length / cancelled) or `error`, after which the entry is
+// forgotten — every path that ends a request goes through finish(), fail() or forget().
+//
+// Invariants: every entry is in by_client under (frontend, client_id) and vice versa;
+// `original` is set only until the first token (after that the client has seen output and a
+// dead worker means kPeerDead, not a transparent re-queue).
+//
+// Ownership/threading: owned by the event loop; used only by its thread. Sends through the
+// borrowed Sockets; metrics into the borrowed registry.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "scheduler_metrics.h"
+#include "sockets.h"
+#include "tessera/scheduler/batcher.h"
+
+namespace tessera::scheduler_app {
+
+using Clock = std::chrono::steady_clock;
+
+struct TrackedRequest {
+  std::string frontend;  // routing id of the frontend that sent it
+  uint64_t client_id = 0;
+  std::string worker;    // where it is queued or running
+  Clock::time_point arrival{};
+  Clock::time_point scheduled{};    // first plan that carried it
+  Clock::time_point first_token{};
+  bool was_scheduled = false;
+  bool got_token = false;
+  bool has_preference = false;  // dki: no fill by the end means its pages were cached ("memory")
+  std::optional<FillResult> fill;
+  // The request as first submitted, kept until its first token so that Failover can re-queue
+  // it on another worker if its worker dies before that.
+  std::optional<scheduler::Request> original;
+  int requeues = 0;
+};
+
+class RequestTable {
+ public:
+  RequestTable(Sockets& sockets, SchedulerMetrics& m) : sockets_(sockets), m_(m) {}
+
+  uint64_t next_id() { return next_id_++; }
+  void add(uint64_t id, TrackedRequest r);
+  TrackedRequest* find(uint64_t id);
+  std::optional<uint64_t> by_client(const std::string& frontend, uint64_t client_id) const;
+  bool empty() const { return requests_.empty(); }
+
+  // Ids of the requests held by a worker / sent by a frontend / all of them.
+  std::vector<uint64_t> on_worker(const std::string& worker) const;
+  std::vector<uint64_t> of_frontend(const std::string& frontend) const;
+  std::vector<uint64_t> ids() const;
+
+  // Marks the requests of a plan about to be sent as scheduled (queue time ends).
+  void mark_scheduled(const StepPlan& plan, Clock::time_point now);
+  // Records the worker's preference-fill provenance for the request's usage.
+  void record_fill(const FillResult& fill);
+
+  // Token events to the frontends (one per request per step) and the ends of finished requests.
+  void emit(const scheduler::StepOutcome& out);
+  // Ends a request with its `final` (or an `error` for FinishReason::kError) and forgets it.
+  void finish(const scheduler::FinishEvent& f);
+  // Ends a request with an `error` and forgets it.
+  void fail(uint64_t id, ErrorCode code, std::string message);
+  // Drops a request without telling anyone.
+  void forget(uint64_t id);
+
+ private:
+  Sockets& sockets_;
+  SchedulerMetrics& m_;
+  std::unordered_map<uint64_t, TrackedRequest> requests_;                  // by internal id
+  std::map<std::pair<std::string, uint64_t>, uint64_t> by_client_;         // (frontend, client id) -> internal
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace tessera::scheduler_app

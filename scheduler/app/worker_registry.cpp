@@ -1,0 +1,128 @@
+#include "worker_registry.h"
+
+#include <algorithm>
+
+#include "tessera/common/dki.h"
+
+namespace tessera::scheduler_app {
+
+WorkerRegistry::WorkerRegistry(WorkerLimits limits, LivenessConfig liveness, scheduler::Router router, SchedulerMetrics& m)
+    : limits_(limits), liveness_(liveness), router_(std::move(router)), m_(m) {}
+
+Status WorkerRegistry::admissible(const std::string& name, const protocol::RegisterWorker& reg) const {
+  const std::string fp = dki::hex16(reg.model_fingerprint);
+  const bool only_itself = workers_.size() == 1 && workers_.count(name) == 1;
+  if (!workers_.empty() && !fingerprint_.empty() && fp != fingerprint_ && !only_itself)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "model fingerprint " + fp + " differs from the other workers' " + fingerprint_);
+  return ok_status();
+}
+
+Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, const protocol::RegisterWorker& reg) {
+  scheduler::BatcherConfig bc;
+  bc.page_size = reg.page_size;
+  bc.num_pages = reg.num_pages;
+  bc.max_context = limits_.max_context > 0 ? std::min(limits_.max_context, reg.max_seq_len) : reg.max_seq_len;
+  bc.max_running = limits_.max_running;
+  bc.max_step_tokens = limits_.max_step_tokens > 0 ? limits_.max_step_tokens : reg.max_batch_tokens;
+  bc.max_step_tokens = std::max(bc.max_step_tokens, bc.max_running);
+  bc.max_waiting = limits_.max_waiting;
+  if (reg.eos_id >= 0) bc.eos_ids = {reg.eos_id};
+  auto batcher = scheduler::Batcher::create(bc);
+  if (!batcher.ok()) return batcher.take_error();
+  TS_TRY(router_.add_worker(name));
+  fingerprint_ = dki::hex16(reg.model_fingerprint);
+  fingerprint64_ = reg.model_fingerprint;
+  const std::string help = "K/V pages by state (free + held + cached = total)";
+  metrics::Registry& r = *m_.registry;
+  workers_.emplace(name, WorkerEntry{.name = name,
+                                     .info = reg,
+                                     .batcher = std::move(*batcher),
+                                     .liveness = PeerLiveness(liveness_),
+                                     .free_pages = &r.gauge("tessera_scheduler_pages", help, {{"worker", name}, {"state", "free"}}),
+                                     .held_pages = &r.gauge("tessera_scheduler_pages", help, {{"worker", name}, {"state", "held"}}),
+                                     .cached_pages = &r.gauge("tessera_scheduler_pages", help,
+                                                              {{"worker", name}, {"state", "cached"}})});
+  return bc;
+}
+
+bool WorkerRegistry::remove(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return false;
+  it->second.free_pages->set(0);
+  it->second.held_pages->set(0);
+  it->second.cached_pages->set(0);
+  (void)router_.remove_worker(name);
+  workers_.erase(it);
+  if (workers_.empty()) fingerprint_.clear();
+  return true;
+}
+
+WorkerEntry* WorkerRegistry::find(const std::string& name) {
+  auto it = workers_.find(name);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+std::optional<scheduler::WorkerFacts> WorkerRegistry::facts() const {
+  if (workers_.empty()) return std::nullopt;
+  return scheduler::WorkerFacts{.vocab_size = workers_.begin()->second.info.vocab_size,
+                                .model_fingerprint = fingerprint64_};
+}
+
+Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
+  std::vector<scheduler::WorkerSnapshot> snaps;
+  snaps.reserve(workers_.size());
+  for (const auto& [name, w] : workers_)
+    snaps.push_back({.name = name, .load = w.batcher->load(), .cached_tokens = w.batcher->cached_prefix_tokens(req)});
+  TS_ASSIGN_OR_RETURN(scheduler::RouteDecision route, router_.route(router_.routing_key(req), snaps));
+  WorkerEntry& w = workers_.at(route.worker);
+  TS_TRY(w.batcher->submit(std::move(req)));
+  m_.registry
+      ->counter("tessera_scheduler_routed_requests_total", "requests routed, by worker and deciding reason",
+                {{"worker", w.name}, {"reason", route.reason == scheduler::RouteReason::kPrefix ? "prefix" : "ring"}})
+      .inc();
+  return route;
+}
+
+std::vector<std::string> WorkerRegistry::check_dead(PeerLiveness::Clock::time_point now) {
+  std::vector<std::string> dead;
+  for (auto& [name, w] : workers_)
+    if (w.liveness.check_dead(now)) dead.push_back(name);
+  return dead;
+}
+
+void WorkerRegistry::publish() {
+  int64_t running = 0, waiting = 0, preempt = 0;
+  for (const auto& [name, w] : workers_) {
+    const auto c = w.batcher->pages().counts();
+    w.free_pages->set(c.free);
+    w.held_pages->set(c.held);
+    w.cached_pages->set(c.cached);
+    running += w.batcher->num_running();
+    waiting += w.batcher->num_waiting();
+    preempt += w.batcher->stats().preemptions;
+  }
+  m_.live_workers->set(static_cast<double>(workers_.size()));
+  m_.running->set(static_cast<double>(running));
+  m_.waiting->set(static_cast<double>(waiting));
+  if (preempt > preemptions_seen_) m_.preemptions->inc(static_cast<double>(preempt - preemptions_seen_));
+  preemptions_seen_ = preempt;
+}
+
+void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {
+  for (const auto& [name, w] : workers_) {
+    hb.live_workers += 1;
+    hb.running += static_cast<int32_t>(w.batcher->num_running());
+    hb.waiting += static_cast<int32_t>(w.batcher->num_waiting());
+    hb.free_pages += w.batcher->pages().num_free() + w.batcher->pages().num_cached();
+    const auto c = w.batcher->pages().counts();
+    hb.workers.push_back({.name = name,
+                          .free_pages = static_cast<int32_t>(c.free),
+                          .held_pages = static_cast<int32_t>(c.held),
+                          .cached_pages = static_cast<int32_t>(c.cached),
+                          .running = static_cast<int32_t>(w.batcher->num_running()),
+                          .waiting = static_cast<int32_t>(w.batcher->num_waiting())});
+  }
+}
+
+}  // namespace tessera::scheduler_app

@@ -1,0 +1,102 @@
+// The scheduler's registered workers: one Batcher per worker, the Router's ring, each worker's
+// liveness (PeerLiveness) and its one step plan in flight, and the page gauges.
+//
+// Rules it owns:
+//   * the fingerprint rule: every registered worker serves the same model. A worker whose
+//     model fingerprint differs from the others' is refused (admissible()); a worker that is the
+//     only one registered may come back with another model (re-registration replaces it);
+//   * registration builds the worker's Batcher from its RegisterWorker facts capped by the
+//     scheduler's limits, and puts it on the ring; removal takes it off and zeroes its gauges;
+//   * liveness: a worker is dead once silent for more than dead_after (check_dead(): each death
+//     reported once); anything it sends counts as heard;
+//   * placement: place() routes a Request over every live worker (Router::route with each
+//     Batcher's load and cached prefix) and queues it on the chosen one, or keeps nothing.
+//
+// What it does NOT own: the requests themselves (RequestTable) and what happens to a removed
+// worker's requests (Failover).
+//
+// Ownership/threading: owned by the event loop; used only by its thread. WorkerEntry pointers
+// stay valid until that worker is removed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scheduler_metrics.h"
+#include "tessera/common/peer_liveness.h"
+#include "tessera/common/protocol.h"
+#include "tessera/scheduler/batcher.h"
+#include "tessera/scheduler/intake.h"
+#include "tessera/scheduler/router.h"
+
+namespace tessera::scheduler_app {
+
+struct WorkerEntry {
+  std::string name;  // == its ZeroMQ routing id
+  protocol::RegisterWorker info;
+  std::unique_ptr<scheduler::Batcher> batcher;
+  PeerLiveness liveness;
+  bool in_flight = false;  // a step plan was sent and its result has not come back
+  uint64_t step_id = 0;    // of the plan in flight
+  PeerLiveness::Clock::time_point sent_at{};
+  metrics::Gauge* free_pages = nullptr;
+  metrics::Gauge* held_pages = nullptr;
+  metrics::Gauge* cached_pages = nullptr;
+};
+
+struct WorkerLimits {
+  int32_t max_running = 256;   // per worker
+  int32_t max_waiting = 4096;  // per worker
+  int32_t max_step_tokens = 0; // 0 = the worker's max_batch_tokens
+  int32_t max_context = 0;     // 0 = the worker's max_seq_len
+};
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(WorkerLimits limits, LivenessConfig liveness, scheduler::Router router, SchedulerMetrics& m);
+
+  // The fingerprint rule; an error (kInvalidArgument) carries the reason to send back.
+  Status admissible(const std::string& name, const protocol::RegisterWorker& reg) const;
+  // Builds the worker's Batcher and puts it on the ring (`name` must not be registered). On
+  // error nothing is kept. Returns the Batcher's config (for the log line).
+  Result<scheduler::BatcherConfig> add(const std::string& name, const protocol::RegisterWorker& reg);
+  // Takes a worker off the ring and forgets its Batcher; false when it was not registered.
+  bool remove(const std::string& name);
+
+  WorkerEntry* find(const std::string& name);
+  bool empty() const { return workers_.empty(); }
+  std::map<std::string, WorkerEntry>& all() { return workers_; }
+  const std::map<std::string, WorkerEntry>& all() const { return workers_; }
+
+  // Vocabulary and fingerprint of the served model; nullopt with no worker registered.
+  std::optional<scheduler::WorkerFacts> facts() const;
+  const std::string& fingerprint() const { return fingerprint_; }  // 16 hex digits, "" when none
+
+  // Routes `req` and queues it on the chosen worker; counts it in routed_requests_total.
+  Result<scheduler::RouteDecision> place(scheduler::Request req);
+
+  // Names of the workers that just went silent for longer than dead_after (each reported once).
+  std::vector<std::string> check_dead(PeerLiveness::Clock::time_point now);
+
+  // Refreshes the gauges (pages per worker, live workers, running, waiting, preemptions).
+  void publish();
+  // Adds the cluster figures (live workers, running, waiting, pages per worker) to `hb`.
+  void fill_heartbeat(protocol::Heartbeat& hb) const;
+
+ private:
+  WorkerLimits limits_;
+  LivenessConfig liveness_;
+  scheduler::Router router_;
+  SchedulerMetrics& m_;
+  std::map<std::string, WorkerEntry> workers_;  // by name
+  std::string fingerprint_;                     // of the registered workers (all equal); "" when none
+  uint64_t fingerprint64_ = 0;                  // the same, as RegisterWorker sent it
+  int64_t preemptions_seen_ = 0;
+};
+
+}  // namespace tessera::scheduler_app

@@ -1,0 +1,169 @@
+// Scenario tests of the scheduler process's components around a dead worker: the worker
+// registry's fingerprint rule, and Failover moving unstreamed requests to a live worker while
+// streamed ones (or ones re-queued too often, or with nowhere to go) end with peer_dead at
+// their frontend. Real sockets on loopback; a DEALER plays the frontend.
+#include "failover.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "scenario.h"
+#include "tessera/common/zmq_util.h"
+
+namespace tessera::scheduler_app {
+namespace {
+
+using tessera::testing::Scenario;
+
+protocol::RegisterWorker worker_info(uint64_t fingerprint) {
+  return protocol::RegisterWorker{.model_fingerprint = fingerprint, .num_pages = 64, .page_size = 4,
+                                  .max_batch_tokens = 256, .max_seq_len = 256, .vocab_size = 100};
+}
+
+class FailoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = Sockets::bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+    ASSERT_TRUE(s.ok()) << s.error().to_string();
+    sockets = std::move(*s);
+    workers = std::make_unique<WorkerRegistry>(WorkerLimits{}, LivenessConfig{}, std::move(*scheduler::Router::create({})), m);
+    table = std::make_unique<RequestTable>(*sockets, m);
+    failover = std::make_unique<Failover>(*workers, *table, m);
+    // The frontend says hello first, so the scheduler's ROUTER knows its routing id.
+    frontend.set(zmq::sockopt::routing_id, std::string("fe"));
+    frontend.set(zmq::sockopt::linger, 0);
+    frontend.connect(sockets->frontend_endpoint());
+    ASSERT_TRUE(zmqu::send(frontend, {protocol::encode(protocol::Heartbeat{.id = 1})}).ok());
+    auto hello = zmqu::recv(sockets->frontends());
+    ASSERT_TRUE(hello.ok());
+  }
+
+  // Submits a request (all with one routing key, so they land on one worker) and tracks it.
+  uint64_t submit(uint64_t client_id) {
+    scheduler::Intake intake;
+    protocol::GenerateRequest r{.id = client_id, .prompt_tokens = {1, 2, 3, 4, 5}, .max_tokens = 4,
+                                .routing_key = "session"};
+    auto a = intake.admit(r, table->next_id(), *workers->facts());
+    EXPECT_TRUE(a.ok());
+    const uint64_t id = a->request.id;
+    auto route = workers->place(a->request);
+    EXPECT_TRUE(route.ok()) << route.error().to_string();
+    table->add(id, TrackedRequest{.frontend = "fe", .client_id = client_id, .worker = route->worker,
+                                  .original = a->request});
+    return id;
+  }
+
+  // The next message the frontend receives, within 5 s.
+  std::optional<protocol::Message> next_event() {
+    zmq::pollitem_t item{frontend.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(5000)) <= 0) return std::nullopt;
+    auto frames = zmqu::recv(frontend);
+    if (!frames.ok() || frames->empty()) return std::nullopt;
+    auto msg = protocol::decode(frames->back());
+    if (!msg.ok()) return std::nullopt;
+    return std::move(*msg);
+  }
+
+  metrics::Registry registry;
+  SchedulerMetrics m = SchedulerMetrics::create(registry);
+  std::unique_ptr<Sockets> sockets;
+  std::unique_ptr<WorkerRegistry> workers;
+  std::unique_ptr<RequestTable> table;
+  std::unique_ptr<Failover> failover;
+  zmq::context_t ctx{1};
+  zmq::socket_t frontend{ctx, zmq::socket_type::dealer};
+};
+
+TEST_F(FailoverTest, EveryWorkerServesTheSameModel) {
+  Scenario("the fingerprint rule")
+      .Given("w0 serving model 1", [&] { ASSERT_TRUE(workers->add("w0", worker_info(1)).ok()); })
+      .Then("w1 with model 2 is refused, naming both fingerprints", [&] {
+        Status st = workers->admissible("w1", worker_info(2));
+        ASSERT_FALSE(st.ok());
+        EXPECT_NE(st.error().message.find("0000000000000002"), std::string::npos) << st.error().message;
+        EXPECT_NE(st.error().message.find("0000000000000001"), std::string::npos) << st.error().message;
+      })
+      .And("w1 with model 1 is admitted", [&] { EXPECT_TRUE(workers->admissible("w1", worker_info(1)).ok()); })
+      .And("w0, alone, may come back with another model", [&] {
+        EXPECT_TRUE(workers->admissible("w0", worker_info(2)).ok());
+      })
+      .When("w0 leaves", [&] { EXPECT_TRUE(workers->remove("w0")); })
+      .Then("any model is welcome again", [&] {
+        EXPECT_FALSE(workers->facts());
+        EXPECT_TRUE(workers->admissible("w1", worker_info(2)).ok());
+      });
+}
+
+TEST_F(FailoverTest, UnstreamedRequestsMoveStreamedOnesFail) {
+  uint64_t quiet = 0, streamed = 0;
+  std::string dead;
+  Scenario("a worker dies holding two requests")
+      .Given("two workers and two requests on one of them, one of which streamed a token", [&] {
+        ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
+        ASSERT_TRUE(workers->add("w1", worker_info(1)).ok());
+        quiet = submit(10);
+        streamed = submit(11);
+        dead = table->find(quiet)->worker;
+        ASSERT_EQ(table->find(streamed)->worker, dead);
+        table->emit(scheduler::StepOutcome{.tokens = {{.request_id = streamed, .token = 42}}});
+        auto tok = next_event();
+        ASSERT_TRUE(tok && std::holds_alternative<protocol::TokenEvent>(*tok));
+      })
+      .When("that worker dies", [&] { failover->worker_dead(dead, "worker '" + dead + "' stopped heartbeating"); })
+      .Then("the quiet request is queued on the other worker, as if new", [&] {
+        ASSERT_NE(table->find(quiet), nullptr);
+        EXPECT_NE(table->find(quiet)->worker, dead);
+        EXPECT_EQ(table->find(quiet)->requeues, 1);
+        EXPECT_EQ(m.requeued->value(), 1.0);
+      })
+      .And("the streamed one ends with peer_dead at its frontend", [&] {
+        auto ev = next_event();
+        ASSERT_TRUE(ev.has_value());
+        auto* err = std::get_if<protocol::ErrorEvent>(&*ev);
+        ASSERT_NE(err, nullptr);
+        EXPECT_EQ(err->id, 11u);
+        EXPECT_EQ(err->code, ErrorCode::kPeerDead);
+        EXPECT_NE(err->message.find("stopped heartbeating"), std::string::npos);
+        EXPECT_EQ(table->find(streamed), nullptr);
+        EXPECT_EQ(m.peer_dead->value(), 1.0);
+        EXPECT_EQ(workers->find(dead), nullptr);
+      });
+}
+
+TEST_F(FailoverTest, RequeuesAreBoundedAndNeedALiveWorker) {
+  uint64_t tired = 0, last = 0;
+  Scenario("limits of re-queueing")
+      .Given("one worker, a request already re-queued kMaxRequeues times and a fresh one", [&] {
+        ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
+        tired = submit(20);
+        table->find(tired)->requeues = Failover::kMaxRequeues;
+        last = submit(21);
+      })
+      .When("the only worker dies", [&] { failover->worker_dead("w0", "w0 shut down"); })
+      .Then("both end with peer_dead: one moved too often, one has nowhere to go", [&] {
+        int seen = 0;
+        for (int i = 0; i < 2; ++i) {
+          auto ev = next_event();
+          ASSERT_TRUE(ev.has_value());
+          auto* err = std::get_if<protocol::ErrorEvent>(&*ev);
+          ASSERT_NE(err, nullptr);
+          EXPECT_EQ(err->code, ErrorCode::kPeerDead);
+          if (err->id == 20u) {
+            EXPECT_NE(err->message.find("already re-queued 3 times"), std::string::npos) << err->message;
+            ++seen;
+          } else if (err->id == 21u) {
+            EXPECT_NE(err->message.find("was lost"), std::string::npos) << err->message;
+            ++seen;
+          }
+        }
+        EXPECT_EQ(seen, 2);
+        EXPECT_TRUE(table->empty());
+      });
+}
+
+}  // namespace
+}  // namespace tessera::scheduler_app
