@@ -70,11 +70,36 @@ std::optional<scheduler::WorkerFacts> WorkerRegistry::facts() const {
 }
 
 Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
+  // Capabilities the request needs (a worker that registered without a list is assumed to have
+  // all of them: an older worker).
+  std::vector<std::string_view> needs = required_sampling_capabilities(req.sampling);
+  if (req.preference) needs.emplace_back("kv_fill");
+  std::string lacking;  // "worker (backend) lacks cap" for the error message
   std::vector<scheduler::WorkerSnapshot> snaps;
   snaps.reserve(workers_.size());
-  for (const auto& [name, w] : workers_)
-    snaps.push_back({.name = name, .load = w.batcher->load(), .cached_tokens = w.batcher->cached_prefix_tokens(req)});
-  TS_ASSIGN_OR_RETURN(scheduler::RouteDecision route, router_.route(router_.routing_key(req), snaps));
+  for (const auto& [name, w] : workers_) {
+    const std::vector<std::string>& has = w.info.capabilities;
+    bool eligible = true;
+    for (std::string_view need : needs) {
+      if (has.empty() || std::find(has.begin(), has.end(), need) != has.end()) continue;
+      eligible = false;
+      if (lacking.size() < 512) {
+        lacking += (lacking.empty() ? "" : "; ") + name + " (" + has.front() + ") lacks " + std::string(need);
+      }
+      break;
+    }
+    snaps.push_back({.name = name,
+                     .load = w.batcher->load(),
+                     .cached_tokens = w.batcher->cached_prefix_tokens(req),
+                     .eligible = eligible});
+  }
+  auto routed = router_.route(router_.routing_key(req), snaps);
+  if (!routed.ok() && routed.error().code == ErrorCode::kUnsupported) {
+    return make_error(ErrorCode::kUnsupported, "no live worker can serve this request: " + lacking +
+                                                   " (kv_fill = preference K/V injection; the others are sampling "
+                                                   "options)");
+  }
+  TS_ASSIGN_OR_RETURN(scheduler::RouteDecision route, std::move(routed));
   WorkerEntry& w = workers_.at(route.worker);
   TS_TRY(w.batcher->submit(std::move(req)));
   m_.registry

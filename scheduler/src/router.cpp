@@ -35,14 +35,19 @@ Result<RouteDecision> Router::route(uint64_t key, std::span<const WorkerSnapshot
                                                        " workers, the ring has " + std::to_string(ring_.size()));
   }
   int64_t total = 0;
+  size_t eligible = 0;
   for (const auto& w : workers) {
     if (!ring_.contains(w.name)) {
       return make_error(ErrorCode::kInvalidArgument, "router: unknown worker '" + std::string(w.name) + "'");
     }
     if (w.load < 0) return make_error(ErrorCode::kInvalidArgument, "router: negative load for '" + std::string(w.name) + "'");
+    if (!w.eligible) continue;
     total += w.load;
+    ++eligible;
   }
-  const int64_t cap = HashRing::capacity(total + 1, ring_.size(), config_.load_epsilon);
+  if (eligible == 0) return make_error(ErrorCode::kUnsupported, "router: no worker can serve this request");
+  // The load bound is over the workers that can take the request.
+  const int64_t cap = HashRing::capacity(total + 1, eligible, config_.load_epsilon);
   const WorkerSnapshot* best = nullptr;
   const WorkerSnapshot* first = nullptr;
   for (std::string_view name : ring_.preference_list(key)) {
@@ -50,7 +55,7 @@ Result<RouteDecision> Router::route(uint64_t key, std::span<const WorkerSnapshot
     if (it == workers.end()) {
       return make_error(ErrorCode::kInvalidArgument, "router: snapshot misses worker '" + std::string(name) + "'");
     }
-    if (it->load >= cap) continue;
+    if (!it->eligible || it->load >= cap) continue;
     if (first == nullptr) first = &*it;
     if (best == nullptr || it->cached_tokens > best->cached_tokens) best = &*it;
   }

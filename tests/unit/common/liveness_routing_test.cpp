@@ -7,6 +7,7 @@
 #include "tessera/common/hash.h"
 #include "tessera/common/peer_liveness.h"
 #include "tessera/common/routing.h"
+#include "tessera/common/step_plan.h"
 
 namespace tessera {
 namespace {
@@ -69,6 +70,19 @@ TEST(RoutingKey, HashIsSeededAndStable) {
   EXPECT_EQ(routing_hash("user:alice"), hash_combine(0, fnv1a64("user:alice")));
   EXPECT_NE(routing_hash("user:alice", 1), routing_hash("user:alice", 2));
   EXPECT_NE(routing_hash("user:alice"), routing_hash("user:bob"));
+}
+
+// The one rule for which backend capabilities sampling needs (worker refusal, scheduler placement).
+TEST(SamplingCapabilities, NamesWhatEachOptionNeeds) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.0f}), V{"greedy"});
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.7f, .top_k = 1}), V{"greedy"});
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.7f}), V{"temperature"});
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.7f, .top_p = 0.9f, .top_k = 40, .min_p = 0.05f}),
+            (V{"temperature", "top_k", "top_p", "min_p"}));
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.0f, .presence_penalty = 0.5f, .logprobs = true}),
+            (V{"greedy", "penalties", "logprobs"}));
+  EXPECT_EQ(required_sampling_capabilities({.temperature = 0.0f, .top_logprobs = 3}), (V{"greedy", "logprobs"}));
 }
 
 }  // namespace

@@ -165,5 +165,55 @@ TEST_F(FailoverTest, RequeuesAreBoundedAndNeedALiveWorker) {
       });
 }
 
+// Capabilities advertised at registration decide placement: a request is queued only on a
+// worker whose backend has what it needs (kv_fill for a preference, each sampling option),
+// and refused at once, naming what is missing, when no live worker has it.
+TEST_F(FailoverTest, RequestsGoOnlyToWorkersWithTheCapabilitiesTheyNeed) {
+  auto with_caps = [](std::vector<std::string> caps) {
+    protocol::RegisterWorker r = worker_info(1);
+    r.capabilities = std::move(caps);
+    return r;
+  };
+  scheduler::Intake intake;
+  auto admit = [&](protocol::GenerateRequest r) {
+    auto a = intake.admit(std::move(r), table->next_id(), *workers->facts());
+    EXPECT_TRUE(a.ok()) << a.error().to_string();
+    return a->request;
+  };
+  const protocol::GenerateRequest sampled{.id = 1, .prompt_tokens = {1, 2, 3},
+                                          .sampling = {.temperature = 0.8f, .top_p = 0.9f}, .max_tokens = 4,
+                                          .routing_key = "k"};
+  const protocol::GenerateRequest greedy{.id = 2, .prompt_tokens = {1, 2, 3}, .sampling = {.temperature = 0.0f},
+                                         .max_tokens = 4, .routing_key = "k"};
+  Scenario("placement by capability")
+      .Given("a cuda worker without kv_fill or top_p", [&] {
+        ASSERT_TRUE(workers->add("gpu", with_caps({"cuda", "greedy", "temperature", "logprobs"})).ok());
+      })
+      .Then("a top_p request is refused, naming the worker and the capability", [&] {
+        auto r = workers->place(admit(sampled));
+        ASSERT_FALSE(r.ok());
+        EXPECT_EQ(r.error().code, ErrorCode::kUnsupported);
+        EXPECT_NE(r.error().message.find("gpu (cuda) lacks top_p"), std::string::npos) << r.error().message;
+      })
+      .And("a greedy request is placed there", [&] {
+        auto r = workers->place(admit(greedy));
+        ASSERT_TRUE(r.ok()) << r.error().to_string();
+        EXPECT_EQ(r->worker, "gpu");
+      })
+      .When("a cpu worker with every capability joins", [&] {
+        ASSERT_TRUE(workers->add("cpu", with_caps({"cpu", "kv_fill", "greedy", "temperature", "top_k", "top_p",
+                                                   "min_p", "penalties", "logprobs"})).ok());
+      })
+      .Then("every top_p request goes to the cpu worker, however loaded it is", [&] {
+        for (int i = 0; i < 20; ++i) {
+          protocol::GenerateRequest r = sampled;
+          r.routing_key = "key" + std::to_string(i);
+          auto placed = workers->place(admit(r));
+          ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+          EXPECT_EQ(placed->worker, "cpu");
+        }
+      });
+}
+
 }  // namespace
 }  // namespace tessera::scheduler_app

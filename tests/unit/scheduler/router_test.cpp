@@ -233,5 +233,25 @@ TEST(Router, BadInputIsAnError) {
   EXPECT_EQ(router->route(1, negative).error().code, ErrorCode::kInvalidArgument);
 }
 
+// Workers that lack a capability the request needs are never chosen, and the load bound is
+// taken over the ones that can take it; none eligible is kUnsupported.
+TEST(Router, OnlyEligibleWorkersAreChosen) {
+  auto router = Router::create(RouterConfig{.load_epsilon = 0.25});
+  ASSERT_OK(router);
+  for (const char* w : {"a", "b", "c"}) ASSERT_OK(router->add_worker(w));
+  for (uint64_t key = 0; key < 200; ++key) {
+    // b is the only eligible worker and already the most loaded: it still gets every request.
+    std::vector<WorkerSnapshot> snap{{"a", 0, 0, false}, {"b", 9, 0, true}, {"c", 0, 64, false}};
+    auto d = router->route(mix64(key), snap);
+    ASSERT_OK(d);
+    EXPECT_EQ(d->worker, "b");
+    EXPECT_EQ(d->capacity, 13);  // ceil(1.25 * (9 + 1) / 1)
+  }
+  std::vector<WorkerSnapshot> none{{"a", 0, 0, false}, {"b", 0, 0, false}, {"c", 0, 0, false}};
+  auto d = router->route(1, none);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, ErrorCode::kUnsupported);
+}
+
 }  // namespace
 }  // namespace tessera::scheduler

@@ -2,6 +2,7 @@
 // (step_executor.h has the contract).
 #include "tessera/worker/step_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <unordered_map>
@@ -20,20 +21,13 @@ bool plain_greedy(const SamplingParams& p) {
          p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0;
 }
 
-// The first sampling option `p` uses that `caps` lacks, or nullptr.
-const char* missing_sampling_option(const SamplingParams& p, const BackendCaps& caps) {
-  const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-  if (greedy && caps.greedy == Where::kNone) return "greedy";
-  if (!greedy) {
-    if (caps.temperature == Where::kNone) return "temperature";
-    if (p.top_k > 1 && caps.top_k == Where::kNone) return "top_k";
-    if (p.top_p < 1.0f && caps.top_p == Where::kNone) return "top_p";
-    if (p.min_p > 0.0f && caps.min_p == Where::kNone) return "min_p";
+// The first capability sampling with `p` needs (common/step_plan.h) that `have` (the backend's
+// capability_names) lacks, or "".
+std::string_view missing_sampling_option(const SamplingParams& p, const std::vector<std::string>& have) {
+  for (std::string_view need : required_sampling_capabilities(p)) {
+    if (std::find(have.begin(), have.end(), need) == have.end()) return need;
   }
-  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  if (penalties && caps.penalties == Where::kNone) return "penalties";
-  if ((p.logprobs || p.top_logprobs > 0) && caps.logprobs == Where::kNone) return "logprobs";
-  return nullptr;
+  return {};
 }
 
 }  // namespace
@@ -69,11 +63,13 @@ Status StepExecutor::check_capabilities(const StepPlan& plan) const {
                                                    ") needs capability kv_fill (preference K/V injection), which the " +
                                                    std::string(backend_.name()) + " backend lacks");
   }
+  const std::vector<std::string> have = capability_names(backend_.name(), caps);
   for (const SeqPlan& s : plan.seqs) {
     if (!s.sample) continue;
-    if (const char* missing = missing_sampling_option(s.sampling, caps)) {
+    if (const std::string_view missing = missing_sampling_option(s.sampling, have); !missing.empty()) {
       return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
-                                                     " needs capability " + missing + " (sampling), which the " +
+                                                     " needs capability " + std::string(missing) +
+                                                     " (sampling), which the " +
                                                      std::string(backend_.name()) + " backend lacks");
     }
   }

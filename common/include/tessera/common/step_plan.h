@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera {
@@ -28,6 +29,12 @@ struct SamplingParams {
   int32_t top_logprobs = 0;         // also return the n most likely alternatives (0..20)
   bool logprobs = false;            // return the chosen token's log-probability
 };
+
+// The backend capabilities (names as a worker advertises them in `register`: "greedy",
+// "temperature", "top_k", "top_p", "min_p", "penalties", "logprobs") that sampling with `p`
+// needs. One rule for the worker, which refuses a plan needing one its backend lacks, and for
+// the scheduler, which routes a request only to workers that advertise all of them.
+std::vector<std::string_view> required_sampling_capabilities(const SamplingParams& p);
 
 // One sequence's share of a step.
 struct SeqPlan {

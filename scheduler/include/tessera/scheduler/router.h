@@ -51,6 +51,7 @@ struct WorkerSnapshot {
   std::string_view name;
   int64_t load = 0;           // requests waiting + running (Batcher::load())
   int32_t cached_tokens = 0;  // prompt tokens its index holds for this request
+  bool eligible = true;       // false: it lacks a capability the request needs; never chosen
 };
 
 enum class RouteReason : uint8_t { kRing, kPrefix };
@@ -76,7 +77,9 @@ class Router {
   uint64_t routing_key(const Request& request) const;
 
   // `workers` must list every worker of the ring exactly once, in any order (kInvalidArgument
-  // otherwise); kUnavailable with no workers.
+  // otherwise); kUnavailable with no workers. Only `eligible` workers are chosen, and the load
+  // bound is taken over them (capacity(total eligible load + 1, eligible count, eps));
+  // kUnsupported when none is eligible.
   Result<RouteDecision> route(uint64_t key, std::span<const WorkerSnapshot> workers) const;
 
  private:
