@@ -137,7 +137,8 @@ TEST(FrontendNoScheduler, BadInputGetsDocumentedErrorsAndProcessStaysUp) {
                "too_large");
   fe.expect_healthy();
   // Not HTTP at all.
-  std::string garbage = raw_exchange(fe.port, std::string("\x16\x03\x01\x00\xff garbage\r\n\r\n", 20));
+  static constexpr char kTlsHello[] = "\x16\x03\x01\x00\xff garbage\r\n\r\n";  // embedded NUL: size explicit
+  std::string garbage = raw_exchange(fe.port, std::string(kTlsHello, sizeof kTlsHello - 1));
   EXPECT_EQ(garbage.rfind("HTTP/1.1 400", 0), 0u) << garbage;
   fe.expect_healthy();
   EXPECT_EQ(http_request(fe.port, "DELETE", "/v1/models").status, 405);

@@ -21,9 +21,13 @@ SeqPlan seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector
   s.tokens = std::move(tokens);
   s.start_pos = start;
   s.block_table = std::move(table);
+  // Slots of the positions the table covers; a test that gives too short a table (to see it
+  // refused) fills the rest of slot_mapping itself.
   for (int32_t i = 0; i < static_cast<int32_t>(s.tokens.size()); ++i) {
     const int32_t p = start + i;
-    s.slot_mapping.push_back(static_cast<int64_t>(s.block_table[static_cast<size_t>(p / kPageSize)]) * kPageSize + p % kPageSize);
+    const auto page = static_cast<size_t>(p / kPageSize);
+    if (page >= s.block_table.size()) break;
+    s.slot_mapping.push_back(static_cast<int64_t>(s.block_table[page]) * kPageSize + p % kPageSize);
   }
   s.sample = sample;
   s.sampling.temperature = 0.0f;
