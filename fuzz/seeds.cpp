@@ -43,6 +43,9 @@ std::vector<uint8_t> encode(const std::vector<float>& v, DType t) {
       out.assign(v.size() / 32 * 18, 0x88);  // every nibble 8 -> value 0; scale 0
       for (size_t b = 0; b < v.size() / 32; ++b) out[b * 18] = out[b * 18 + 1] = 0;
       break;
+    default:  // the other blocked types: all-zero blocks (scale 0, every value 0)
+      out.assign(dtype_row_bytes(t, static_cast<int64_t>(v.size())), 0);
+      break;
   }
   return out;
 }

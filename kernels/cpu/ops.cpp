@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tessera/common/check.h"
+#include "tessera/common/quants.h"
 
 namespace tessera::kernels {
 
@@ -49,6 +50,10 @@ void dequantize_row(DType t, const void* row, float* out, int64_t cols) {
           out[b * 32 + i + 16] = static_cast<float>((blk[2 + i] >> 4) - 8) * d;
         }
       }
+      return;
+    case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kQ2_K: case DType::kQ3_K:
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: case DType::kIQ4_NL: case DType::kIQ4_XS:
+      tessera::dequantize(t, row, out, cols);
       return;
   }
   TS_CHECK(false) << "dequantize_row: unknown dtype";

@@ -32,16 +32,18 @@ const char* gguf_type_name(GgufType t);
 enum GgmlType : uint32_t {
   kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7,
   kGgmlQ8_0 = 8, kGgmlQ8_1 = 9, kGgmlQ2_K = 10, kGgmlQ3_K = 11, kGgmlQ4_K = 12, kGgmlQ5_K = 13,
-  kGgmlQ6_K = 14, kGgmlQ8_K = 15, kGgmlI8 = 24, kGgmlI16 = 25, kGgmlI32 = 26, kGgmlI64 = 27,
+  kGgmlQ6_K = 14, kGgmlQ8_K = 15, kGgmlIQ4_NL = 20, kGgmlIQ4_XS = 23, kGgmlI8 = 24, kGgmlI16 = 25, kGgmlI32 = 26, kGgmlI64 = 27,
   kGgmlF64 = 28, kGgmlBF16 = 30,
 };
 // Name ("q8_0"), or nullptr for an id we do not know.
 const char* ggml_type_name(uint32_t type);
 // Elements per block and bytes per block; false for unknown ids.
 bool ggml_type_layout(uint32_t type, uint64_t* block_size, uint64_t* block_bytes);
-// The DType for a ggml type we can compute with (F32, F16, BF16, Q8_0, Q4_0).
+// The DType for a ggml type we can compute with (kSupportedGgmlTypes), or nullopt.
 std::optional<DType> dtype_from_ggml(uint32_t type);
 uint32_t ggml_from_dtype(DType t);
+// The supported weight types, for error messages: "f32, f16, bf16, q4_0, ..., iq4_xs".
+const char* supported_ggml_types();
 
 // One metadata value. Scalars: integers (and bool) in `i` (u64 also in `u`), floats in `f`,
 // strings in `str`. Arrays: `elem` is the element type and exactly one of ints/floats/

@@ -200,7 +200,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
       if (!is_model_tensor(t.name)) continue;  // not used by the forward pass
       return make_error(ErrorCode::kUnsupported, path + ": GGUF tensor " + t.name + " has type " +
                                                      ggml_type_name(t.type) +
-                                                     ", which is not supported (f32, f16, bf16, q8_0, q4_0)");
+                                                     ", which is not supported (" + supported_ggml_types() + ")");
     }
     tensors.emplace(t.name, RawTensor{.name = t.name, .dtype = *dt, .shape = to_shape(t.ne), .data = t.data,
                                       .nbytes = t.nbytes});

@@ -193,6 +193,8 @@ const char* ggml_type_name(uint32_t type) {
     case kGgmlQ5_K: return "q5_K";
     case kGgmlQ6_K: return "q6_K";
     case kGgmlQ8_K: return "q8_K";
+    case kGgmlIQ4_NL: return "iq4_nl";
+    case kGgmlIQ4_XS: return "iq4_xs";
     case kGgmlI8: return "i8";
     case kGgmlI16: return "i16";
     case kGgmlI32: return "i32";
@@ -220,6 +222,8 @@ bool ggml_type_layout(uint32_t type, uint64_t* block_size, uint64_t* block_bytes
     case kGgmlQ5_K: bs = 256; bb = 176; break;
     case kGgmlQ6_K: bs = 256; bb = 210; break;
     case kGgmlQ8_K: bs = 256; bb = 292; break;
+    case kGgmlIQ4_NL: bs = 32; bb = 18; break;
+    case kGgmlIQ4_XS: bs = 256; bb = 136; break;
     case kGgmlI8: bb = 1; break;
     case kGgmlI16: bb = 2; break;
     case kGgmlI32: bb = 4; break;
@@ -231,26 +235,43 @@ bool ggml_type_layout(uint32_t type, uint64_t* block_size, uint64_t* block_bytes
   return true;
 }
 
+namespace {
+
+// DType <-> ggml type id, one row per supported type.
+struct TypePair {
+  DType dtype;
+  uint32_t ggml;
+};
+constexpr TypePair kTypePairs[] = {
+    {DType::kF32, kGgmlF32},   {DType::kF16, kGgmlF16},   {DType::kBF16, kGgmlBF16},     {DType::kQ4_0, kGgmlQ4_0},
+    {DType::kQ4_1, kGgmlQ4_1}, {DType::kQ5_0, kGgmlQ5_0}, {DType::kQ5_1, kGgmlQ5_1},     {DType::kQ8_0, kGgmlQ8_0},
+    {DType::kQ2_K, kGgmlQ2_K}, {DType::kQ3_K, kGgmlQ3_K}, {DType::kQ4_K, kGgmlQ4_K},     {DType::kQ5_K, kGgmlQ5_K},
+    {DType::kQ6_K, kGgmlQ6_K}, {DType::kIQ4_NL, kGgmlIQ4_NL}, {DType::kIQ4_XS, kGgmlIQ4_XS},
+};
+
+}  // namespace
+
 std::optional<DType> dtype_from_ggml(uint32_t type) {
-  switch (type) {
-    case kGgmlF32: return DType::kF32;
-    case kGgmlF16: return DType::kF16;
-    case kGgmlBF16: return DType::kBF16;
-    case kGgmlQ8_0: return DType::kQ8_0;
-    case kGgmlQ4_0: return DType::kQ4_0;
-    default: return std::nullopt;
+  for (const TypePair& p : kTypePairs) {
+    if (p.ggml == type) return p.dtype;
   }
+  return std::nullopt;
 }
 
 uint32_t ggml_from_dtype(DType t) {
-  switch (t) {
-    case DType::kF32: return kGgmlF32;
-    case DType::kF16: return kGgmlF16;
-    case DType::kBF16: return kGgmlBF16;
-    case DType::kQ8_0: return kGgmlQ8_0;
-    case DType::kQ4_0: return kGgmlQ4_0;
+  for (const TypePair& p : kTypePairs) {
+    if (p.dtype == t) return p.ggml;
   }
   return kGgmlF32;
+}
+
+const char* supported_ggml_types() {
+  static const std::string list = [] {
+    std::string s;
+    for (const TypePair& p : kTypePairs) s += (s.empty() ? "" : ", ") + std::string(ggml_type_name(p.ggml));
+    return s;
+  }();
+  return list.c_str();
 }
 
 Result<GgufFile> parse_gguf(const FileBytes& file) {

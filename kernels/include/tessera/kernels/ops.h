@@ -18,7 +18,7 @@ using tessera::f32_to_fp16;
 using tessera::fp16_to_f32;
 
 // out[0, cols) = dequantized row `row` ([cols] elements of dtype t, dtype_row_bytes(t, cols)
-// bytes). Supports F32, F16, BF16, Q8_0, Q4_0.
+// bytes). Supports every DType (ggml's dequantize_row_*, bit for bit; see quants.h).
 void dequantize_row(DType t, const void* row, float* out, int64_t cols);
 // Quantizes a row to ggml Q8_0 blocks (cols % 32 == 0): out gets dtype_row_bytes(kQ8_0, cols).
 void quantize_row_q8_0(const float* x, void* out, int64_t cols);
