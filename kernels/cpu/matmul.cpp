@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "isa_table.h"
+#include "quant_gemm.h"
 #include "tessera/common/check.h"
 #include "tessera/kernels/thread_pool.h"
 
@@ -44,7 +45,8 @@ Split plan_split(int64_t rows, int64_t n, int threads) {
 }  // namespace
 
 bool matmul_supports(DType w_type) {
-  return w_type == DType::kF32 || w_type == DType::kF16 || w_type == DType::kBF16 || w_type == DType::kQ8_0;
+  return w_type == DType::kF32 || w_type == DType::kF16 || w_type == DType::kBF16 || w_type == DType::kQ8_0 ||
+         cpu::quant_gemm_supports(w_type);
 }
 
 void matmul(const MatmulArgs& a, ThreadPool* pool, Isa isa) { matmul_batch({&a, 1}, pool, isa); }
@@ -56,6 +58,8 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     cpu::GemmFn ffn = nullptr;
     cpu::GemmQ8Job qjob;
     cpu::GemmQ8Fn qfn = nullptr;
+    cpu::QuantGemmJob gjob;  // the other block formats (quant_gemm.h)
+    bool quant_gemm = false;
     Split split;
     int64_t rows = 0, n = 0, first_task = 0;
     int quant = -1;  // index into the quantized inputs, for Q8_0
@@ -85,7 +89,12 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     p.n = a.n;
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
     const auto* w = static_cast<const uint8_t*>(a.w);
-    if (a.w_type != DType::kQ8_0) {
+    if (cpu::quant_gemm_supports(a.w_type)) {
+      p.gjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
+                .n = a.n, .y = a.y, .y_stride = a.y_stride};
+      cpu::quant_gemm_plan(&p.gjob, isa, k.dot);
+      p.quant_gemm = true;
+    } else if (a.w_type != DType::kQ8_0) {
       p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,
                 .y_stride = a.y_stride};
       p.ffn = a.w_type == DType::kF32 ? k.gemm_f32 : a.w_type == DType::kF16 ? k.gemm_f16 : k.gemm_bf16;
@@ -111,6 +120,14 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     prep.push_back(p);
   }
   if (tasks == 0) return;
+  {
+    thread_local std::vector<cpu::QuantGemmJob*> gjobs;
+    gjobs.clear();
+    for (Prepared& p : prep) {
+      if (p.quant_gemm) gjobs.push_back(&p.gjob);
+    }
+    if (!gjobs.empty()) cpu::quant_gemm_prepare(gjobs.data(), gjobs.size(), pool);
+  }
 
   // Quantize each distinct Q8_0 input once (per row, blocks of 32).
   if (!quants.empty()) {
@@ -152,7 +169,9 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     const int64_t rc = local / p.split.n_token_blocks, tb = local % p.split.n_token_blocks;
     const int64_t r0 = rc * p.split.row_chunk, r1 = std::min(p.rows, r0 + p.split.row_chunk);
     const int64_t t0 = tb * kTokenBlock, t1 = std::min(p.n, t0 + kTokenBlock);
-    if (p.ffn != nullptr) {
+    if (p.quant_gemm) {
+      cpu::quant_gemm(p.gjob, r0, r1, t0, t1);
+    } else if (p.ffn != nullptr) {
       p.ffn(p.fjob, r0, r1, t0, t1);
     } else {
       p.qfn(p.qjob, r0, r1, t0, t1);

@@ -1,6 +1,7 @@
 #include "synth.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include "gguf_writer.h"
 #include "half.h"
+#include "tessera/common/quants.h"
 
 namespace tessera::loaders {
 namespace {
@@ -148,13 +150,33 @@ Result<Vocab> hf_vocab(const std::string& path, int32_t n, const std::string& pr
   return v;
 }
 
-uint32_t file_type(DType t) {
-  switch (t) {
-    case DType::kF32: return 0;   // LLAMA_FTYPE_ALL_F32
-    case DType::kF16: return 1;   // LLAMA_FTYPE_MOSTLY_F16
-    case DType::kQ8_0: return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    default: return 0;
+// general.file_type: llama.cpp's LLAMA_FTYPE_* of the file's predominant type or mix.
+uint32_t file_type(DType t, SynthMix mix) {
+  switch (mix) {
+    case SynthMix::kQ3_K_M: return 12;
+    case SynthMix::kQ4_K_S: return 14;
+    case SynthMix::kQ4_K_M: return 15;
+    case SynthMix::kQ5_K_M: return 17;
+    case SynthMix::kPure: break;
   }
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ8_0: return 7;
+    case DType::kQ5_0: return 8;
+    case DType::kQ5_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;  // Q3_K_S
+    case DType::kQ4_K: return 14;  // Q4_K_S
+    case DType::kQ5_K: return 16;  // Q5_K_S
+    case DType::kQ6_K: return 18;
+    case DType::kIQ4_NL: return 25;
+    case DType::kIQ4_XS: return 30;
+    case DType::kBF16: return 32;
+  }
+  return 0;
 }
 
 struct PlannedTensor {
@@ -214,13 +236,94 @@ Result<SynthShape> synth_shape(const std::string& like) {
   return make_error(ErrorCode::kInvalidArgument, "unknown model shape '" + like + "' (known: " + names + ")");
 }
 
+namespace {
+
+struct MixName {
+  const char* name;
+  SynthMix mix;
+  DType base;
+};
+constexpr MixName kMixes[] = {{"q3_k_m", SynthMix::kQ3_K_M, DType::kQ3_K},
+                              {"q4_k_s", SynthMix::kQ4_K_S, DType::kQ4_K},
+                              {"q4_k_m", SynthMix::kQ4_K_M, DType::kQ4_K},
+                              {"q5_k_m", SynthMix::kQ5_K_M, DType::kQ5_K}};
+
+// llama.cpp's fallback for a row length its type's block does not divide.
+DType fallback(DType t) {
+  switch (t) {
+    case DType::kQ4_K: return DType::kQ5_0;
+    case DType::kQ5_K: return DType::kQ5_1;
+    case DType::kQ6_K: return DType::kQ8_0;
+    case DType::kQ2_K: case DType::kQ3_K: case DType::kIQ4_XS: return DType::kIQ4_NL;
+    default: return DType::kF32;
+  }
+}
+
+// The layer index of "blk.<i>.<...>", or -1.
+int layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::atoi(name.c_str() + 4);
+}
+
+}  // namespace
+
+std::vector<std::string> synth_dtype_names() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kDTypeCount; ++i) out.emplace_back(dtype_name(static_cast<DType>(i)));
+  for (const MixName& m : kMixes) out.emplace_back(m.name);
+  return out;
+}
+
+Status parse_synth_dtype(const std::string& name, SynthOptions* o) {
+  for (int i = 0; i < kDTypeCount; ++i) {
+    if (name == dtype_name(static_cast<DType>(i))) {
+      o->dtype = static_cast<DType>(i);
+      o->mix = SynthMix::kPure;
+      return {};
+    }
+  }
+  for (const MixName& m : kMixes) {
+    if (name == m.name) {
+      o->dtype = m.base;
+      o->mix = m.mix;
+      return {};
+    }
+  }
+  std::string names;
+  for (const std::string& n : synth_dtype_names()) names += (names.empty() ? "" : ", ") + n;
+  return make_error(ErrorCode::kInvalidArgument, "synth dtype '" + name + "' is not known (" + names + ")");
+}
+
+DType synth_tensor_type(const SynthOptions& o, const SynthShape& shape, const std::string& name, uint64_t cols) {
+  DType t = o.dtype;
+  if (o.mix != SynthMix::kPure) {
+    const int n = shape.n_layers, i = layer_of(name);
+    const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;  // llama.cpp use_more_bits
+    const bool is_output = name == "output.weight" || (shape.tied && name == "token_embd.weight");
+    const bool attn_v = name.find("attn_v.weight") != std::string::npos;
+    const bool ffn_down = name.find("ffn_down") != std::string::npos;
+    const bool attn_out = name.find("attn_output.weight") != std::string::npos;
+    if (is_output) {
+      t = cols % 256 == 0 ? DType::kQ6_K : DType::kQ8_0;
+    } else if (o.mix == SynthMix::kQ4_K_M || o.mix == SynthMix::kQ5_K_M) {
+      if ((attn_v || ffn_down) && more_bits) t = DType::kQ6_K;
+    } else if (o.mix == SynthMix::kQ4_K_S) {
+      if ((attn_v && i < 4) || (ffn_down && i < n / 8)) t = DType::kQ5_K;
+    } else if (o.mix == SynthMix::kQ3_K_M) {
+      if (attn_v) t = i < 2 ? DType::kQ5_K : DType::kQ4_K;
+      if (ffn_down) t = i < n / 16 ? DType::kQ5_K : DType::kQ4_K;
+      if (attn_out) t = DType::kQ4_K;
+    }
+  }
+  // Q8_0 keeps its historical fallback (f32); the others fall back as llama.cpp does.
+  if (cols % static_cast<uint64_t>(dtype_block_size(t)) != 0 && t != DType::kQ8_0) t = fallback(t);
+  if (cols % static_cast<uint64_t>(dtype_block_size(t)) != 0) t = DType::kF32;
+  return t;
+}
+
 Status synth_model(const SynthOptions& o) {
   using namespace loaders;  // NOLINT: this file's helpers
   TS_ASSIGN_OR_RETURN(SynthShape s, synth_shape(o.like));
-  if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kQ8_0) {
-    return make_error(ErrorCode::kInvalidArgument, std::string("synth dtype ") + dtype_name(o.dtype) +
-                                                       " is not supported (f32, f16, q8_0)");
-  }
   Vocab vocab;
   if (o.vocab_from.empty()) {
     vocab = synthetic_spm_vocab(s.vocab_size);
@@ -236,8 +339,7 @@ Status synth_model(const SynthOptions& o) {
   const uint64_t kv_dim = static_cast<uint64_t>(s.n_kv_heads) * static_cast<uint64_t>(head_dim);
   std::vector<PlannedTensor> plan;
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
-    const bool fits = cols % static_cast<uint64_t>(dtype_block_size(o.dtype)) == 0;
-    plan.push_back({name, {cols, rows}, 0, fits ? o.dtype : DType::kF32});
+    plan.push_back({name, {cols, rows}, 0, synth_tensor_type(o, s, name, cols)});
   };
   auto vec = [&](const std::string& name, uint64_t n, int kind) { plan.push_back({name, {n}, kind, DType::kF32}); };
   matrix("token_embd.weight", dim, static_cast<uint64_t>(s.vocab_size));
@@ -266,8 +368,8 @@ Status synth_model(const SynthOptions& o) {
   const std::string a = s.architecture + ".";
   w.set_string("general.architecture", s.architecture);
   w.set_string("general.name", "tessera-synth-" + s.like);
-  w.set_u32("general.file_type", file_type(o.dtype));
-  if (o.dtype == DType::kQ8_0) w.set_u32("general.quantization_version", 2);
+  w.set_u32("general.file_type", file_type(o.dtype, o.mix));
+  if (dtype_is_quantized(o.dtype)) w.set_u32("general.quantization_version", 2);
   w.set_u64("tessera.synth.seed", o.seed);
   w.set_u32(a + "context_length", static_cast<uint32_t>(s.context_length));
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.dim));
@@ -316,7 +418,15 @@ Status synth_model(const SynthOptions& o) {
         out.resize(values.size() / 32 * 34);
         quantize_q8_0(values.data(), static_cast<int64_t>(values.size()), out.data());
         break;
-      default: TS_CHECK(false) << "synth dtype checked above";
+      default: {
+        const auto cols = static_cast<int64_t>(t.ne[0]);
+        const size_t row_bytes = dtype_row_bytes(t.dtype, cols);
+        out.resize(row_bytes * (values.size() / static_cast<size_t>(cols)));
+        for (size_t r = 0; r < values.size() / static_cast<size_t>(cols); ++r) {
+          quantize_row(t.dtype, values.data() + r * static_cast<size_t>(cols), out.data() + r * row_bytes, cols);
+        }
+        break;
+      }
     }
   });
 }

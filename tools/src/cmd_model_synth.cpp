@@ -1,4 +1,4 @@
-// `tessera model synth --like NAME --dtype f32|f16|q8_0 --out FILE.gguf [--seed N]
+// `tessera model synth --like NAME --dtype f32|f16|q8_0|q4_k|q4_k_m|... --out FILE.gguf [--seed N]
 //  [--vocab-from tokenizer.json]`: writes a deterministic random-weight GGUF of a real
 // model's shape (see tessera/worker/model_synth.h), then loads it back as a check.
 #include <chrono>
@@ -25,8 +25,10 @@ void declare_options(config::Options& o, SynthOptions& s) {
   std::string shapes;
   for (const auto& name : shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
   o.add(s.like, {.name = "like", .help = "the real model whose shape to copy (required): " + shapes});
-  o.add({.name = "dtype", .help = "weight type", .choices = {"f32", "f16", "q8_0"}}, dtype_name(s.dtype),
-        [&s](const std::string& v) { s.dtype = v == "f16" ? DType::kF16 : v == "q8_0" ? DType::kQ8_0 : DType::kF32; });
+  o.add({.name = "dtype",
+         .help = "weight type of every matrix, or a llama.cpp-style per-tensor mix (q3_k_m, q4_k_s, q4_k_m, q5_k_m)",
+         .choices = synth_dtype_names()},
+        dtype_name(s.dtype), [&s](const std::string& v) { (void)parse_synth_dtype(v, &s); });
   o.add(s.out_path, {.name = "out", .help = "the GGUF file to write (required)"});
   o.add(s.seed, {.name = "seed", .help = "RNG seed of the weights"});
   o.add(s.vocab_from, {.name = "vocab-from",
@@ -44,7 +46,11 @@ int run_synth(const std::vector<std::string>& args) {
     std::fprintf(stderr, "tessera model synth: --like and --out are required; see tessera model synth --help\n");
     return 2;
   }
-  const std::string dtype = dtype_name(o.dtype);
+  std::string dtype = dtype_name(o.dtype);
+  for (const std::string& name : synth_dtype_names()) {
+    SynthOptions probe;
+    if (parse_synth_dtype(name, &probe).ok() && probe.dtype == o.dtype && probe.mix == o.mix) dtype = name;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Status st = synth_model(o);
   if (!st.ok()) {

@@ -225,13 +225,13 @@ TEST_F(ExecuteTest, SameSeedSameTokensDifferentSeedDiffers) {
 }
 
 TEST(EngineCreate, UnsupportedModelsGiveErrorsNotCrashes) {
+  // Q4_0 weights were refused ("not implemented yet: matmul with q4_0") until every ggml block
+  // format got a matmul; now every DType computes (quant_engine_test.cpp checks the results).
   SynthSpec q4;
-  q4.dtype = DType::kQ4_0;  // weights stay zero; only the dtype matters here
+  q4.dtype = DType::kQ4_0;
   const SynthModel m4(q4);
   auto e = Engine::create(m4, {.pool = {.num_pages = 4, .page_size = 16}, .threads = 1, .isa = std::nullopt});
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.error().code, ErrorCode::kUnsupported);
-  EXPECT_NE(e.error().message.find("not implemented yet: matmul with q4_0"), std::string::npos) << e.error().message;
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
 
   const SynthModel ok_model(SynthSpec{});
   auto bad_pool = Engine::create(ok_model, {.pool = {.num_pages = 0, .page_size = 16}, .threads = 1, .isa = std::nullopt});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/quants.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/model/model.h"
 
@@ -106,7 +107,7 @@ class SynthModel final : public Model {
           }
           break;
         case DType::kQ8_0: kernels::quantize_row_q8_0(src, dst, cols); break;
-        case DType::kQ4_0: break;
+        default: tessera::quantize_row(dtype, src, dst, cols); break;  // the other ggml block formats
       }
     }
     return Tensor{.dtype = dtype, .rows = rows, .cols = cols, .data = buf.data()};

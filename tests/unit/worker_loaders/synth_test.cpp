@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <algorithm>
 #include <set>
 
 #include "half.h"
 #include "safetensors_writer.h"
+#include "synth.h"
+#include "tessera/common/quants.h"
 #include "tessera/testing/paths.h"
 #include "tessera/model/model.h"
 #include "tessera/model/model_synth.h"
@@ -220,9 +223,12 @@ TEST(Synth, VocabFromTokenizerJsonAndErrors) {
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(unknown.error().message.find("smollm2-135m"), std::string::npos);
-  Status q4 = synth_model(SynthOptions{.like = "stories260k", .dtype = DType::kQ4_0, .out_path = dir + "/z.gguf", .seed = 0, .vocab_from = ""});
+  // Every weight type is written now; an unknown type name is the invalid argument.
+  SynthOptions bad;
+  Status q4 = parse_synth_dtype("q4_k_xl", &bad);
   ASSERT_FALSE(q4.ok());
   EXPECT_EQ(q4.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(q4.error().message.find("q4_k_m"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
@@ -251,6 +257,72 @@ TEST(Synth, KnownShapesMatchTheRealModels) {
   ASSERT_TRUE(qwen.ok());
   EXPECT_EQ(qwen->architecture, "qwen2");
   EXPECT_TRUE(qwen->attn_bias);
+}
+
+}  // namespace
+}  // namespace tessera::worker
+
+namespace tessera::worker {
+namespace {
+
+// Every --dtype name writes a file that loads back with the planned type per tensor, and
+// values that dequantize close to the f32 values.
+TEST(Synth, EveryWeightTypeAndMixWritesAndLoads) {
+  const std::string dir = ::testing::TempDir() + "/synth_types";
+  std::filesystem::create_directories(dir);
+  const SynthShape shape = *synth_shape("stories260k");
+  for (const std::string& name : synth_dtype_names()) {
+    SynthOptions o{.like = "stories260k", .out_path = dir + "/" + name + ".gguf", .seed = 3};
+    ASSERT_TRUE(parse_synth_dtype(name, &o).ok()) << name;
+    Status st = synth_model(o);
+    ASSERT_TRUE(st.ok()) << name << ": " << st.error().to_string();
+    auto model = load(o.out_path);
+    ASSERT_NE(model, nullptr) << name;
+    const LayerWeights& l0 = model->layers[0];
+    EXPECT_EQ(l0.wq.dtype, synth_tensor_type(o, shape, "blk.0.attn_q.weight", 64)) << name;
+    EXPECT_EQ(l0.w_down.dtype, synth_tensor_type(o, shape, "blk.0.ffn_down.weight", 172)) << name;
+    EXPECT_EQ(model->tok_embeddings.dtype, synth_tensor_type(o, shape, "token_embd.weight", 64)) << name;
+    // attn_q row 0 dequantizes close to the values synth drew.
+    std::vector<float> want(64), got(64);
+    std::vector<float> all(static_cast<size_t>(64 * 64));
+    loaders::synth_values(3, "blk.0.attn_q.weight", 0, all.size(), all.data());
+    std::copy(all.begin(), all.begin() + 64, want.begin());
+    dequantize(l0.wq.dtype, l0.wq.data, got.data(), 64);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < 64; ++i) {
+      num += (got[i] - want[i]) * (got[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    EXPECT_LT(num / den, l0.wq.dtype == DType::kQ2_K ? 0.2 : 0.05) << name << " as " << dtype_name(l0.wq.dtype);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The Q4_K_M rules of llama.cpp's llama_tensor_get_type on a Llama-3.2-1B shape (16 layers,
+// all rows multiples of 256, tied head) and on SmolLM2-135M (576 columns: the K-quants fall back).
+TEST(Synth, Q4KMPicksTypesLikeLlamaCpp) {
+  SynthOptions o;
+  ASSERT_TRUE(parse_synth_dtype("q4_k_m", &o).ok());
+  EXPECT_EQ(o.mix, SynthMix::kQ4_K_M);
+  const SynthShape big = *synth_shape("llama-1b");
+  EXPECT_EQ(synth_tensor_type(o, big, "token_embd.weight", 2048), DType::kQ6_K);  // tied: the output head
+  for (int i = 0; i < 16; ++i) {
+    const bool more = i < 2 || i >= 14 || (i - 2) % 3 == 2;  // layers 0 1 4 7 10 13 14 15
+    const std::string p = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(synth_tensor_type(o, big, p + "attn_v.weight", 2048), more ? DType::kQ6_K : DType::kQ4_K) << i;
+    EXPECT_EQ(synth_tensor_type(o, big, p + "ffn_down.weight", 8192), more ? DType::kQ6_K : DType::kQ4_K) << i;
+    EXPECT_EQ(synth_tensor_type(o, big, p + "attn_q.weight", 2048), DType::kQ4_K) << i;
+    EXPECT_EQ(synth_tensor_type(o, big, p + "ffn_up.weight", 2048), DType::kQ4_K) << i;
+  }
+  const SynthShape smol = *synth_shape("smollm2-135m");
+  EXPECT_EQ(synth_tensor_type(o, smol, "token_embd.weight", 576), DType::kQ8_0);
+  EXPECT_EQ(synth_tensor_type(o, smol, "blk.3.attn_k.weight", 576), DType::kQ5_0);
+  EXPECT_EQ(synth_tensor_type(o, smol, "blk.0.attn_v.weight", 576), DType::kQ8_0);  // Q6_K falls back
+  EXPECT_EQ(synth_tensor_type(o, smol, "blk.5.ffn_down.weight", 1536), DType::kQ6_K);
+  ASSERT_TRUE(parse_synth_dtype("q5_k_m", &o).ok());
+  EXPECT_EQ(synth_tensor_type(o, big, "blk.3.attn_q.weight", 2048), DType::kQ5_K);
+  EXPECT_EQ(synth_tensor_type(o, big, "blk.4.attn_v.weight", 2048), DType::kQ6_K);
+  EXPECT_EQ(synth_tensor_type(o, smol, "blk.3.attn_q.weight", 576), DType::kQ5_1);
 }
 
 }  // namespace

@@ -4,7 +4,11 @@
 // register-blocked over rows x tokens and cache-blocked over row chunks x token blocks).
 // Weights: F32, F16, BF16 (converted to f32 in registers, f32 FMA) and Q8_0 (the activations
 // are first quantized per row to Q8_0-style blocks {f32 scale, int8[32]}, then int8 dot
-// products: AVX-512 VNNI vpdpbusd, AVX2 maddubs). Q4_0 is not supported (matmul_supports()).
+// products: AVX-512 VNNI vpdpbusd, AVX2 maddubs). The other ggml block formats (Q4_0, Q4_1,
+// Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS; cols a multiple of their block) are computed from
+// the blocks as stored (cpu/quant_gemm.h): Q4_K, Q5_K, Q6_K with activations quantized to
+// ggml Q8_K and Q4_0 with Q8_0-style activations, integer dots (scalar / AVX2); the others by
+// dequantizing one weight row at a time into a small f32 scratch and f32 dots.
 //
 // Contract (checked with TS_CHECK; the caller validates shapes and dtypes first):
 // - W is row-major [rows, cols], blocked along cols for Q8_0 (cols % 32 == 0);

@@ -4,9 +4,18 @@
 // Values: each tensor's f32 values come from a counter-based generator seeded by
 // (seed, tensor name), so a tensor has the same values whatever the output dtype: matrices
 // uniform with std 0.02, norm weights uniform in [0.95, 1.05], biases uniform with std 0.02.
-// The dtype (f32 | f16 | q8_0) applies to every 2-D weight; norms and biases stay f32. With
-// q8_0, a matrix whose rows are not a multiple of 32 stays f32 (as llama.cpp's quantizer
-// falls back). Q8_0 blocks are bit-identical to ggml's quantize_row_q8_0_ref.
+// The dtype (any DType: f32, f16, bf16, q4_0 ... q6_k, iq4_nl, iq4_xs) applies to every 2-D
+// weight (a "pure" file, like llama-quantize --pure); norms and biases stay f32. A mix
+// (q3_k_m, q4_k_s, q4_k_m, q5_k_m) picks a type per tensor with llama.cpp's rules
+// (llama-quant.cpp llama_tensor_get_type) for a dense, non-Falcon, non-70B model: the output
+// head (or the tied token embedding) Q6_K; Q4_K_M/Q5_K_M give attn_v and ffn_down Q6_K in the
+// "use_more_bits" layers (first and last eighth, every third between); Q4_K_S gives Q5_K to
+// the first 4 attn_v and the first eighth of ffn_down; Q3_K_M gives Q5_K to the first 2 attn_v
+// and the first 1/16 of ffn_down, Q4_K to the other attn_v, ffn_down and attn_output.
+// A matrix whose row length is not a multiple of its type's block falls back as in
+// llama.cpp (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, q2_k/q3_k/iq4_xs -> iq4_nl), and to
+// f32 when even that does not fit. Blocks are bit-identical to ggml's reference quantizers
+// (common/quants.h), so llama.cpp loads the files and reads the same numbers.
 // Metadata: general.*, <arch>.* hyperparameters, general.alignment = 32, and a vocabulary:
 // by default a synthetic SentencePiece "llama" vocab (<unk>, <s>, </s>, 256 <0xXX> byte
 // tokens, then distinct pieces with scores), or a tokenizer.json's byte-level BPE ("gpt2").
@@ -36,13 +45,24 @@ struct SynthShape {
 const std::vector<SynthShape>& synth_shapes();
 Result<SynthShape> synth_shape(const std::string& like);
 
+// A per-tensor type mix like llama.cpp's LLAMA_FTYPE_MOSTLY_* presets.
+enum class SynthMix : uint8_t { kPure = 0, kQ3_K_M, kQ4_K_S, kQ4_K_M, kQ5_K_M };
+
 struct SynthOptions {
   std::string like;
-  DType dtype = DType::kF32;  // kF32, kF16 or kQ8_0
+  DType dtype = DType::kF32;  // the type of every matrix (kPure), or the mix's base type
+  SynthMix mix = SynthMix::kPure;
   std::string out_path;
   uint64_t seed = 0;
   std::string vocab_from;  // tokenizer.json (HF byte-level BPE), or "" for the synthetic SentencePiece vocab
 };
+
+// "--dtype" names: every DType name, then "q3_k_m", "q4_k_s", "q4_k_m", "q5_k_m".
+std::vector<std::string> synth_dtype_names();
+// Sets options->dtype and options->mix from a name; kInvalidArgument listing the names.
+Status parse_synth_dtype(const std::string& name, SynthOptions* options);
+// The type synth writes for a matrix (name "blk.<i>.attn_v.weight" etc., row length cols).
+DType synth_tensor_type(const SynthOptions& options, const SynthShape& shape, const std::string& name, uint64_t cols);
 
 // Writes the GGUF file. Errors: kInvalidArgument (unknown shape or dtype), kIoError,
 // kCorruptFile (unreadable --vocab-from file), kOutOfRange (a token id beyond the shape's vocabulary).

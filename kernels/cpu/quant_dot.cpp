@@ -1,0 +1,140 @@
+// Scalar integer dot products of ggml weight blocks with quantized activations: the oracle of
+// the SIMD versions (avx2/quant_dot_avx2.cpp).
+//
+// Every path splits the work the same way: the integer part of each block (sum over its
+// sub-blocks of scale * (q . x), exact in int32) is computed by the path (scalar here, SIMD
+// there), then the finish_* functions below turn the per-block integers into the row's float
+// dot in one fixed order. They live in this translation unit (compiled without FMA), so every
+// ISA path gives bit-identical results, and greedy decoding does not depend on the ISA.
+#include "quant_gemm.h"
+#include "tessera/common/half.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+template <class Block>
+float finish_kquant_min(const Block* b, const BlockQ8_K* x, const int32_t* sums, int64_t nb, float acc) {
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t msum = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, b[i].scales, &sc, &m);
+      msum += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    }
+    const float dx = x[i].d;
+    acc += fp16_to_f32(b[i].d) * dx * static_cast<float>(sums[i]);
+    acc -= fp16_to_f32(b[i].dmin) * dx * static_cast<float>(msum);
+  }
+  return acc;
+}
+
+template <class Block, bool kHigh>
+int32_t q45k_block_sum(const Block& q, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, q.scales, &sc, &m);
+    const uint8_t* qs = q.qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    int32_t s = 0;
+    for (int l = 0; l < 32; ++l) {
+      int v = (qs[l] >> shift) & 0xF;
+      if constexpr (kHigh) v |= ((q.qh[l] >> j) & 1) << 4;
+      s += v * x.qs[32 * j + l];
+    }
+    sum += sc * s;
+  }
+  return sum;
+}
+
+}  // namespace
+
+float finish_q4_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  return finish_kquant_min(reinterpret_cast<const BlockQ4_K*>(w), xk, sums, nb, acc);
+}
+float finish_q5_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  return finish_kquant_min(reinterpret_cast<const BlockQ5_K*>(w), xk, sums, nb, acc);
+}
+
+float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  const auto* b = reinterpret_cast<const BlockQ6_K*>(w);
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t offset = 0;  // the -32 of every 6-bit value, through the activation block sums
+    for (int g = 0; g < 16; ++g) offset += b[i].scales[g] * xk[i].bsums[g];
+    acc += fp16_to_f32(b[i].d) * xk[i].d * static_cast<float>(sums[i] - 32 * offset);
+  }
+  return acc;
+}
+
+float finish_q4_0(const uint8_t* w, const float* xd, const int32_t* sums, int64_t nb, float acc) {
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(w);
+  for (int64_t i = 0; i < nb; ++i) acc += static_cast<float>(sums[i]) * (fp16_to_f32(b[i].d) * xd[i]);
+  return acc;
+}
+
+float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  const auto* b = reinterpret_cast<const BlockQ4_K*>(w);
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) sums[i] = q45k_block_sum<BlockQ4_K, false>(b[i0 + i], xk[i0 + i]);
+    acc = finish_q4_k(w + i0 * sizeof(BlockQ4_K), xk + i0, sums, n, acc);
+  }
+  return acc;
+}
+
+float dot_q5_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  const auto* b = reinterpret_cast<const BlockQ5_K*>(w);
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) sums[i] = q45k_block_sum<BlockQ5_K, true>(b[i0 + i], xk[i0 + i]);
+    acc = finish_q5_k(w + i0 * sizeof(BlockQ5_K), xk + i0, sums, n, acc);
+  }
+  return acc;
+}
+
+float dot_q6_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  const auto* b = reinterpret_cast<const BlockQ6_K*>(w);
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) {
+      const BlockQ6_K& q = b[i0 + i];
+      const BlockQ8_K& x = xk[i0 + i];
+      int32_t sum = 0;
+      for (int e = 0; e < kQK_K; ++e) {
+        const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+        const uint8_t lo = q.ql[half * 64 + l + (k % 2) * 32];
+        const int v = ((k < 2 ? lo & 0xF : lo >> 4) | (((q.qh[half * 32 + l] >> (2 * k)) & 3) << 4));
+        sum += q.scales[e / 16] * v * x.qs[e];
+      }
+      sums[i] = sum;
+    }
+    acc = finish_q6_k(w + i0 * sizeof(BlockQ6_K), xk + i0, sums, n, acc);
+  }
+  return acc;
+}
+
+float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  const auto* b = reinterpret_cast<const BlockQ4_0*>(w);
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) {
+      const BlockQ4_0& q = b[i0 + i];
+      const int8_t* x = xq + 32 * (i0 + i);
+      int32_t s = 0;
+      for (int j = 0; j < 16; ++j) s += ((q.qs[j] & 0xF) - 8) * x[j] + ((q.qs[j] >> 4) - 8) * x[j + 16];
+      sums[i] = s;
+    }
+    acc = finish_q4_0(w + i0 * sizeof(BlockQ4_0), xd + i0, sums, n, acc);
+  }
+  return acc;
+}
+
+}  // namespace tessera::kernels::cpu

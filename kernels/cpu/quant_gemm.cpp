@@ -1,0 +1,126 @@
+#include "quant_gemm.h"
+
+#include <utility>
+#include <vector>
+
+#include "isa_table.h"
+#include "tessera/common/check.h"
+#include "tessera/kernels/thread_pool.h"
+
+namespace tessera::kernels::cpu {
+
+bool quant_gemm_supports(DType t) { return dtype_is_quantized(t) && t != DType::kQ8_0; }
+
+void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, const float*, int64_t)) {
+  const bool simd = isa != Isa::kScalar;  // the AVX-512 path uses the AVX2 integer dots
+  job->dot_f = dot_f;
+  job->dot_q = nullptr;
+  job->act = ActKind::kF32;
+  switch (job->w_type) {
+    case DType::kQ4_K: job->dot_q = simd ? dot_q4_k_q8_k_avx2 : dot_q4_k_q8_k; break;
+    case DType::kQ5_K: job->dot_q = simd ? dot_q5_k_q8_k_avx2 : dot_q5_k_q8_k; break;
+    case DType::kQ6_K: job->dot_q = simd ? dot_q6_k_q8_k_avx2 : dot_q6_k_q8_k; break;
+    case DType::kQ4_0: job->dot_q = simd ? dot_q4_0_q8_0_avx2 : dot_q4_0_q8_0; break;
+    default: break;
+  }
+  if (job->dot_q != nullptr) job->act = job->w_type == DType::kQ4_0 ? ActKind::kQ8_0 : ActKind::kQ8_K;
+}
+
+void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool) {
+  struct Input {
+    const float* x;
+    int64_t x_stride, cols, n;
+    ActKind act;
+    size_t off;  // in blocks (Q8_K) or bytes (Q8_0 values; scales at off / 32)
+  };
+  thread_local std::vector<Input> inputs;
+  thread_local std::vector<BlockQ8_K> xk;
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xd;
+  inputs.clear();
+  std::vector<int> input_of(n_jobs, -1);
+  size_t k_total = 0, q_total = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const QuantGemmJob& job = *jobs[j];
+    if (job.act == ActKind::kF32 || job.n <= 0) continue;
+    for (size_t i = 0; i < inputs.size() && input_of[j] < 0; ++i) {
+      const Input& in = inputs[i];
+      if (in.x == job.x && in.x_stride == job.x_stride && in.cols == job.cols && in.n == job.n && in.act == job.act) {
+        input_of[j] = static_cast<int>(i);
+      }
+    }
+    if (input_of[j] >= 0) continue;
+    input_of[j] = static_cast<int>(inputs.size());
+    if (job.act == ActKind::kQ8_K) {
+      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, k_total});
+      k_total += static_cast<size_t>(job.n * (job.cols / kQK_K));
+    } else {
+      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, q_total});
+      q_total += static_cast<size_t>(job.n * job.cols);
+    }
+  }
+  if (inputs.empty()) return;
+  xk.resize(k_total);
+  xq.resize(q_total);
+  xd.resize(q_total / 32);
+  // Plain pointers: inside pool tasks the thread_local names would be the worker's own.
+  BlockQ8_K* k_base = xk.data();
+  int8_t* q_base = xq.data();
+  float* d_base = xd.data();
+  const Input* ins = inputs.data();
+  std::vector<std::pair<int, int64_t>> rows;  // (input, row)
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    for (int64_t t = 0; t < inputs[i].n; ++t) rows.emplace_back(static_cast<int>(i), t);
+  }
+  auto quantize = [&](int64_t r) {
+    const Input& in = ins[rows[static_cast<size_t>(r)].first];
+    const int64_t t = rows[static_cast<size_t>(r)].second;
+    const float* x = in.x + t * in.x_stride;
+    if (in.act == ActKind::kQ8_K) {
+      quantize_row_q8_K(x, k_base + in.off + static_cast<size_t>(t * (in.cols / kQK_K)), in.cols);
+    } else {
+      const size_t q = in.off + static_cast<size_t>(t * in.cols);
+      quantize_activations_q8(x, in.cols, q_base + q, d_base + q / 32);
+    }
+  };
+  if (pool != nullptr && rows.size() >= 16) {
+    pool->parallel_for(static_cast<int64_t>(rows.size()), quantize);
+  } else {
+    for (size_t r = 0; r < rows.size(); ++r) quantize(static_cast<int64_t>(r));
+  }
+  for (size_t j = 0; j < n_jobs; ++j) {
+    if (input_of[j] < 0) continue;
+    const Input& in = inputs[static_cast<size_t>(input_of[j])];
+    if (in.act == ActKind::kQ8_K) {
+      jobs[j]->xk = k_base + in.off;
+    } else {
+      jobs[j]->xq = q_base + in.off;
+      jobs[j]->xd = d_base + in.off / 32;
+    }
+  }
+}
+
+void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (job.dot_q != nullptr) {
+    const int64_t nb = job.cols / dtype_block_size(job.w_type);
+    const int64_t kb = job.cols / kQK_K, qb = job.cols / 32;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* w = job.w + r * job.w_row_bytes;
+      for (int64_t t = t0; t < t1; ++t) {
+        const BlockQ8_K* xk = job.act == ActKind::kQ8_K ? job.xk + t * kb : nullptr;
+        const int8_t* xq = job.act == ActKind::kQ8_0 ? job.xq + t * job.cols : nullptr;
+        const float* xd = job.act == ActKind::kQ8_0 ? job.xd + t * qb : nullptr;
+        job.y[t * job.y_stride + r] = job.dot_q(w, xk, xq, xd, nb);
+      }
+    }
+    return;
+  }
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(job.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize(job.w_type, job.w + r * job.w_row_bytes, scratch.data(), job.cols);
+    for (int64_t t = t0; t < t1; ++t) job.y[t * job.y_stride + r] = job.dot_f(scratch.data(), job.x + t * job.x_stride, job.cols);
+  }
+}
+
+}  // namespace tessera::kernels::cpu

@@ -1,0 +1,85 @@
+// Private: matmul with the ggml block formats other than Q8_0 (Q4_0 ... IQ4_XS).
+//
+// Two kinds of path per weight type, chosen by quant_gemm_plan():
+// - integer: the activations are quantized once per matmul (Q8_K blocks of 256 for the
+//   K-quants, Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0), then each weight row is
+//   dotted with them in integers, block by block, as ggml's vec_dot_*_q8_* do. Scalar code
+//   (the oracle for the SIMD versions) and AVX2; AVX-512 uses the AVX2 code. All paths give
+//   bit-identical results (see finish_* below).
+// - generic: each weight row is dequantized (common/quants.h, bit-exact ggml) into a per-thread
+//   f32 scratch row, then dotted with every activation row of the token block using the ISA's
+//   f32 dot. No copy of the model is made: only one row at a time is in f32.
+// Thread-safety: quant_gemm() is called concurrently for disjoint (rows, tokens) tiles of one
+// job; the job and the quantized activations are read-only by then.
+#pragma once
+
+#include <cstddef>
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "tessera/common/dtype.h"
+#include "tessera/common/quants.h"
+#include "tessera/kernels/isa.h"
+
+namespace tessera::kernels {
+class ThreadPool;
+}
+
+namespace tessera::kernels::cpu {
+
+bool quant_gemm_supports(DType t);  // every blocked type except Q8_0 (which has its own kernels)
+
+enum class ActKind : uint8_t { kF32 = 0, kQ8_0 = 1, kQ8_K = 2 };
+
+// Integer dot of one weight row (nb blocks of its type) with one quantized activation row:
+// xk (Q8_K, nb super-blocks) or xq/xd (Q8_0-style, nb blocks of 32).
+using QuantDotFn = float (*)(const uint8_t* w_row, const BlockQ8_K* xk, const int8_t* xq, const float* xd,
+                             int64_t nb);
+
+struct QuantGemmJob {
+  DType w_type = DType::kQ4_0;
+  const uint8_t* w = nullptr;  // row r at w + r * w_row_bytes
+  size_t w_row_bytes = 0;
+  int64_t cols = 0;
+  ActKind act = ActKind::kF32;
+  const float* x = nullptr;     // f32 activations (generic path), row t at x + t * x_stride
+  int64_t x_stride = 0;
+  int64_t n = 0;                  // activation rows
+  const BlockQ8_K* xk = nullptr;  // [n, cols / 256] (ActKind::kQ8_K)
+  const int8_t* xq = nullptr;     // [n, cols] (ActKind::kQ8_0)
+  const float* xd = nullptr;      // [n, cols / 32] (ActKind::kQ8_0)
+  float* y = nullptr;             // row t at y + t * y_stride
+  int64_t y_stride = 0;
+  QuantDotFn dot_q = nullptr;                                  // integer path
+  float (*dot_f)(const float*, const float*, int64_t) = nullptr;  // generic path
+};
+
+// Fills the path fields of job (act, dot_q / dot_f) for the ISA.
+void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, const float*, int64_t));
+// Quantizes the activations of every job that needs it (once per distinct x among them, in
+// buffers owned by the calling thread that stay valid until its next call) and sets the jobs'
+// xk / xq / xd. Uses the pool for many rows.
+void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool);
+void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+// Per-block integer sums -> the running float dot `acc`, in one fixed order, shared by every
+// path (quant_dot.cpp, compiled without FMA): so all ISA paths are bit-identical. sums[i] is
+// block i's sum over sub-blocks of scale * (q . x) (Q6_K: with the raw 0..63 values).
+inline constexpr int64_t kFinishChunk = 64;  // blocks per call of a finish function
+float finish_q4_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+float finish_q5_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+float finish_q4_0(const uint8_t* w, const float* xd, const int32_t* sums, int64_t nb, float acc);
+
+// The integer dots (quant_dot.cpp: scalar; avx2/quant_dot_avx2.cpp: AVX2).
+float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q6_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+
+}  // namespace tessera::kernels::cpu
