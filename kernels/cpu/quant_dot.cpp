@@ -5,7 +5,12 @@
 // sub-blocks of scale * (q . x), exact in int32) is computed by the path (scalar here, SIMD
 // there), then the finish_* functions below turn the per-block integers into the row's float
 // dot in one fixed order. They live in this translation unit (compiled without FMA), so every
-// ISA path gives bit-identical results, and greedy decoding does not depend on the ISA.
+// ISA path gives bit-identical results, and greedy decoding does not depend on the ISA. The
+// 32-value formats use explicit fma in a fixed lane order instead (quant_gemm.h), which the
+// SIMD path reproduces 8 blocks at a time.
+#include <cmath>
+#include <cstring>
+
 #include "quant_gemm.h"
 #include "tessera/common/half.h"
 
@@ -66,12 +71,6 @@ float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, in
   return acc;
 }
 
-float finish_q4_0(const uint8_t* w, const float* xd, const int32_t* sums, int64_t nb, float acc) {
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(w);
-  for (int64_t i = 0; i < nb; ++i) acc += static_cast<float>(sums[i]) * (fp16_to_f32(b[i].d) * xd[i]);
-  return acc;
-}
-
 float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
   const auto* b = reinterpret_cast<const BlockQ4_K*>(w);
   float acc = 0.0f;
@@ -119,22 +118,74 @@ float dot_q6_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const 
   return acc;
 }
 
-float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(w);
-  float acc = 0.0f;
-  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
-    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
-    int32_t sums[kFinishChunk];
-    for (int64_t i = 0; i < n; ++i) {
-      const BlockQ4_0& q = b[i0 + i];
-      const int8_t* x = xq + 32 * (i0 + i);
-      int32_t s = 0;
-      for (int j = 0; j < 16; ++j) s += ((q.qs[j] & 0xF) - 8) * x[j] + ((q.qs[j] >> 4) - 8) * x[j + 16];
-      sums[i] = s;
-    }
-    acc = finish_q4_0(w + i0 * sizeof(BlockQ4_0), xd + i0, sums, n, acc);
+namespace {
+
+// The 32-value formats: one block's integers (q . x, and for Q4_1/Q5_1 the activation sum).
+struct Block32 {
+  int32_t s, xsum;
+};
+int32_t nib(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+uint32_t high_bits(const uint8_t* qh) {
+  uint32_t v;
+  std::memcpy(&v, qh, 4);
+  return v;
+}
+template <class Fn>  // value(j) -> the weight's integer value j of the block
+Block32 block32(Fn value, const int8_t* x) {
+  Block32 r{0, 0};
+  for (int j = 0; j < 32; ++j) {
+    r.s += value(j) * x[j];
+    r.xsum += x[j];
   }
-  return acc;
+  return r;
+}
+
+// lane i % 8: fma(s, d * xd) then, with a min, fma(xsum, m * xd); see quant_gemm.h.
+template <class Block, bool kMin, class Fn>
+float dot32(const uint8_t* w, const int8_t* xq, const float* xd, int64_t nb, Fn values) {
+  const auto* b = reinterpret_cast<const Block*>(w);
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < nb; ++i) {
+    const Block32 r = values(b[i], xq + 32 * i);
+    float& l = lanes[i % 8];
+    l = std::fma(static_cast<float>(r.s), fp16_to_f32(b[i].d) * xd[i], l);
+    if constexpr (kMin) l = std::fma(static_cast<float>(r.xsum), fp16_to_f32(b[i].m) * xd[i], l);
+  }
+  return reduce_lanes(lanes);
+}
+
+}  // namespace
+
+float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ4_0, false>(w, xq, xd, nb, [](const BlockQ4_0& q, const int8_t* x) {
+    return block32([&](int j) { return nib(q.qs, j) - 8; }, x);
+  });
+}
+
+float dot_q4_1_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ4_1, true>(w, xq, xd, nb, [](const BlockQ4_1& q, const int8_t* x) {
+    return block32([&](int j) { return nib(q.qs, j); }, x);
+  });
+}
+
+float dot_q5_0_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ5_0, false>(w, xq, xd, nb, [](const BlockQ5_0& q, const int8_t* x) {
+    const uint32_t qh = high_bits(q.qh);
+    return block32([&](int j) { return (nib(q.qs, j) | static_cast<int32_t>(((qh >> j) & 1) << 4)) - 16; }, x);
+  });
+}
+
+float dot_q5_1_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ5_1, true>(w, xq, xd, nb, [](const BlockQ5_1& q, const int8_t* x) {
+    const uint32_t qh = high_bits(q.qh);
+    return block32([&](int j) { return nib(q.qs, j) | static_cast<int32_t>(((qh >> j) & 1) << 4); }, x);
+  });
+}
+
+float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockIQ4_NL, false>(w, xq, xd, nb, [](const BlockIQ4_NL& q, const int8_t* x) {
+    return block32([&](int j) { return int32_t{kIQ4NLValues[nib(q.qs, j)]}; }, x);
+  });
 }
 
 }  // namespace tessera::kernels::cpu

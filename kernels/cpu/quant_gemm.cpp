@@ -21,9 +21,13 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, co
     case DType::kQ5_K: job->dot_q = simd ? dot_q5_k_q8_k_avx2 : dot_q5_k_q8_k; break;
     case DType::kQ6_K: job->dot_q = simd ? dot_q6_k_q8_k_avx2 : dot_q6_k_q8_k; break;
     case DType::kQ4_0: job->dot_q = simd ? dot_q4_0_q8_0_avx2 : dot_q4_0_q8_0; break;
+    case DType::kQ4_1: job->dot_q = simd ? dot_q4_1_q8_0_avx2 : dot_q4_1_q8_0; break;
+    case DType::kQ5_0: job->dot_q = simd ? dot_q5_0_q8_0_avx2 : dot_q5_0_q8_0; break;
+    case DType::kQ5_1: job->dot_q = simd ? dot_q5_1_q8_0_avx2 : dot_q5_1_q8_0; break;
+    case DType::kIQ4_NL: job->dot_q = simd ? dot_iq4_nl_q8_0_avx2 : dot_iq4_nl_q8_0; break;
     default: break;
   }
-  if (job->dot_q != nullptr) job->act = job->w_type == DType::kQ4_0 ? ActKind::kQ8_0 : ActKind::kQ8_K;
+  if (job->dot_q != nullptr) job->act = dtype_block_size(job->w_type) == 32 ? ActKind::kQ8_0 : ActKind::kQ8_K;
 }
 
 void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool) {

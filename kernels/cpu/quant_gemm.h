@@ -2,7 +2,8 @@
 //
 // Two kinds of path per weight type, chosen by quant_gemm_plan():
 // - integer: the activations are quantized once per matmul (Q8_K blocks of 256 for the
-//   K-quants, Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0), then each weight row is
+//   K-quants, Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL),
+//   then each weight row is
 //   dotted with them in integers, block by block, as ggml's vec_dot_*_q8_* do. Scalar code
 //   (the oracle for the SIMD versions) and AVX2; AVX-512 uses the AVX2 code. All paths give
 //   bit-identical results (see finish_* below).
@@ -70,16 +71,30 @@ inline constexpr int64_t kFinishChunk = 64;  // blocks per call of a finish func
 float finish_q4_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
 float finish_q5_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
 float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
-float finish_q4_0(const uint8_t* w, const float* xd, const int32_t* sums, int64_t nb, float acc);
+
+// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) with Q8_0-style activations: block i's
+// integers s_i (and, for Q4_1/Q5_1, x_i = the sum of its activations) enter float lane i % 8:
+//   lane = fma(s_i, d_i * xd_i, lane); lane = fma(x_i, m_i * xd_i, lane)   (explicit fma)
+// and the row's dot is ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). Every path follows
+// exactly that order, so they agree bit for bit; the SIMD path runs 8 blocks per step.
+inline float reduce_lanes(const float l[8]) { return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])); }
 
 // The integer dots (quant_dot.cpp: scalar; avx2/quant_dot_avx2.cpp: AVX2).
 float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q6_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q4_1_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_1_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 
 }  // namespace tessera::kernels::cpu

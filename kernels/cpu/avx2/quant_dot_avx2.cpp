@@ -7,6 +7,9 @@
 // isa_supported(Isa::kAvx2).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "quant_gemm.h"
 #include "tessera/common/half.h"
 
@@ -79,15 +82,79 @@ int32_t q6k_block_sum(const BlockQ6_K& q, const BlockQ8_K& x) {
   return hsum_epi32(sum);
 }
 
-int32_t q4_0_block_sum(const BlockQ4_0& q, const int8_t* x) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs));
+// ---- the 32-value formats: 8 blocks per step (lane order of quant_gemm.h) ----------------
+
+// Block k's 8 int32 partial sums (p[k]) -> one int32 per block, block k in lane k.
+inline __m256i reduce8(const __m256i p[8]) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// The 32 nibbles of a block as bytes: low nibbles (values 0..15) then high nibbles (16..31).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i low4 = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(raw, low4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), low4);
-  const __m256i qw = _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));  // signed -8 .. 7
-  const __m256i xv = load32(x);
-  // |w| * sign(x, w): u8 x s8 products with the sign moved onto the activations.
-  const __m256i prod = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(xv, qw));
-  return hsum_epi32(_mm256_madd_epi16(prod, _mm256_set1_epi16(1)));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+}
+
+// Byte j = 0x10 where bit j of the block's 32-bit qh is set (the fifth bit of value j).
+inline __m256i fifth_bits(const uint8_t* qh4) {
+  uint32_t qh;
+  std::memcpy(&qh, qh4, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(qh)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+// sum of w (signed bytes) * x as 8 int32 partials: |w| * sign(x, w) through maddubs.
+inline __m256i dot_signed(__m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+// sum of w (unsigned bytes <= 31) * x.
+inline __m256i dot_unsigned(__m256i w, __m256i x) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+struct Partials {
+  __m256i s, xsum;
+};
+
+template <class Block, bool kMin, class Fn>
+float dot32(const uint8_t* w, const int8_t* xq, const float* xd, int64_t nb, Fn partials) {
+  const auto* b = reinterpret_cast<const Block*>(w);
+  __m256 lanes = _mm256_setzero_ps();
+  for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - i0));
+    __m256i ps[8], px[8];
+    alignas(16) uint16_t d16[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m16[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    alignas(32) float xdv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < 8; ++k) {
+      if (k < n) {
+        const Block& q = b[i0 + k];
+        const Partials p = partials(q, load32(xq + 32 * (i0 + k)));
+        ps[k] = p.s;
+        px[k] = p.xsum;
+        d16[k] = q.d;
+        if constexpr (kMin) m16[k] = q.m;
+        xdv[k] = xd[i0 + k];
+      } else {
+        ps[k] = px[k] = _mm256_setzero_si256();
+      }
+    }
+    const __m256 x_scale = _mm256_load_ps(xdv);
+    const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16))), x_scale);
+    lanes = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(ps)), f, lanes);
+    if constexpr (kMin) {
+      const __m256 fm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16))), x_scale);
+      lanes = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(px)), fm, lanes);
+    }
+  }
+  alignas(32) float l[8];
+  _mm256_store_ps(l, lanes);
+  return reduce_lanes(l);
 }
 
 }  // namespace
@@ -129,15 +196,36 @@ float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, c
 }
 
 float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(w);
-  float acc = 0.0f;
-  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
-    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
-    int32_t sums[kFinishChunk];
-    for (int64_t i = 0; i < n; ++i) sums[i] = q4_0_block_sum(b[i0 + i], xq + 32 * (i0 + i));
-    acc = finish_q4_0(w + i0 * sizeof(BlockQ4_0), xd + i0, sums, n, acc);
-  }
-  return acc;
+  return dot32<BlockQ4_0, false>(w, xq, xd, nb, [](const BlockQ4_0& q, __m256i x) {
+    return Partials{dot_signed(_mm256_sub_epi8(nibbles(q.qs), _mm256_set1_epi8(8)), x), _mm256_setzero_si256()};
+  });
+}
+
+float dot_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ4_1, true>(w, xq, xd, nb, [](const BlockQ4_1& q, __m256i x) {
+    return Partials{dot_unsigned(nibbles(q.qs), x), dot_unsigned(_mm256_set1_epi8(1), x)};
+  });
+}
+
+float dot_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ5_0, false>(w, xq, xd, nb, [](const BlockQ5_0& q, __m256i x) {
+    const __m256i v = _mm256_sub_epi8(_mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)), _mm256_set1_epi8(16));
+    return Partials{dot_signed(v, x), _mm256_setzero_si256()};
+  });
+}
+
+float dot_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  return dot32<BlockQ5_1, true>(w, xq, xd, nb, [](const BlockQ5_1& q, __m256i x) {
+    return Partials{dot_unsigned(_mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)), x),
+                    dot_unsigned(_mm256_set1_epi8(1), x)};
+  });
+}
+
+float dot_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  return dot32<BlockIQ4_NL, false>(w, xq, xd, nb, [&table](const BlockIQ4_NL& q, __m256i x) {
+    return Partials{dot_signed(_mm256_shuffle_epi8(table, nibbles(q.qs)), x), _mm256_setzero_si256()};
+  });
 }
 
 }  // namespace tessera::kernels::cpu

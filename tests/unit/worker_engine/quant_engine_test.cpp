@@ -5,7 +5,7 @@
 //   2x the worst measured, over prefill and decode steps);
 // - the engine vs reference_forward (the dequantized oracle) on the same quantized model:
 //   1e-4 where the engine dequantizes rows (f32 dots), 3e-2 where it dots in integers with
-//   8-bit activations (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; as the Q8_0 bound of equivalence_test.cpp);
+//   8-bit activations (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K; as the Q8_0 bound of equivalence_test.cpp);
 // - greedy generation (32 tokens) on every kernel path equals the scalar path's tokens (the
 //   integer paths are bit-identical across ISAs by construction, cpu/quant_gemm.h; the
 //   dequantize paths differ only in f32 dot summation order).
@@ -39,7 +39,8 @@ SynthSpec spec_for(DType t) {
 }
 
 bool integer_path(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+         t == DType::kIQ4_NL || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
 // Bound on max|quantized - f32| / max|f32 logit| over the 13 checked positions of the 2-layer
