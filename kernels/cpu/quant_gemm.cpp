@@ -15,6 +15,7 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, co
   const bool simd = isa != Isa::kScalar;  // the AVX-512 path uses the AVX2 integer dots
   job->dot_f = dot_f;
   job->dot_q = nullptr;
+  job->dot_q4 = nullptr;
   job->act = ActKind::kF32;
   switch (job->w_type) {
     case DType::kQ4_K: job->dot_q = simd ? dot_q4_k_q8_k_avx2 : dot_q4_k_q8_k; break;
@@ -26,6 +27,19 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, co
     case DType::kQ5_1: job->dot_q = simd ? dot_q5_1_q8_0_avx2 : dot_q5_1_q8_0; break;
     case DType::kIQ4_NL: job->dot_q = simd ? dot_iq4_nl_q8_0_avx2 : dot_iq4_nl_q8_0; break;
     default: break;
+  }
+  if (simd) {
+    switch (job->w_type) {
+      case DType::kQ4_0: job->dot_q4 = dot4_q4_0_q8_0_avx2; break;
+      case DType::kQ4_1: job->dot_q4 = dot4_q4_1_q8_0_avx2; break;
+      case DType::kQ5_0: job->dot_q4 = dot4_q5_0_q8_0_avx2; break;
+      case DType::kQ5_1: job->dot_q4 = dot4_q5_1_q8_0_avx2; break;
+      case DType::kIQ4_NL: job->dot_q4 = dot4_iq4_nl_q8_0_avx2; break;
+      case DType::kQ4_K: job->dot_q4 = dot4_q4_k_q8_k_avx2; break;
+      case DType::kQ5_K: job->dot_q4 = dot4_q5_k_q8_k_avx2; break;
+      case DType::kQ6_K: job->dot_q4 = dot4_q6_k_q8_k_avx2; break;
+      default: break;
+    }
   }
   if (job->dot_q != nullptr) job->act = dtype_block_size(job->w_type) == 32 ? ActKind::kQ8_0 : ActKind::kQ8_K;
 }
@@ -110,7 +124,26 @@ void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int
     const int64_t kb = job.cols / kQK_K, qb = job.cols / 32;
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* w = job.w + r * job.w_row_bytes;
-      for (int64_t t = t0; t < t1; ++t) {
+      int64_t t = t0;
+      if (job.dot_q4 != nullptr) {
+        for (; t + 4 <= t1; t += 4) {
+          const BlockQ8_K* xk[4] = {nullptr, nullptr, nullptr, nullptr};
+          const int8_t* xq[4] = {nullptr, nullptr, nullptr, nullptr};
+          const float* xd[4] = {nullptr, nullptr, nullptr, nullptr};
+          float out[4];
+          for (int j = 0; j < 4; ++j) {
+            if (job.act == ActKind::kQ8_K) {
+              xk[j] = job.xk + (t + j) * kb;
+            } else {
+              xq[j] = job.xq + (t + j) * job.cols;
+              xd[j] = job.xd + (t + j) * qb;
+            }
+          }
+          job.dot_q4(w, xk, xq, xd, nb, out);
+          for (int j = 0; j < 4; ++j) job.y[(t + j) * job.y_stride + r] = out[j];
+        }
+      }
+      for (; t < t1; ++t) {
         const BlockQ8_K* xk = job.act == ActKind::kQ8_K ? job.xk + t * kb : nullptr;
         const int8_t* xq = job.act == ActKind::kQ8_0 ? job.xq + t * job.cols : nullptr;
         const float* xd = job.act == ActKind::kQ8_0 ? job.xd + t * qb : nullptr;

@@ -38,6 +38,11 @@ enum class ActKind : uint8_t { kF32 = 0, kQ8_0 = 1, kQ8_K = 2 };
 using QuantDotFn = float (*)(const uint8_t* w_row, const BlockQ8_K* xk, const int8_t* xq, const float* xd,
                              int64_t nb);
 
+// The same for 4 activation rows at once: out[j] = the dot with row j (xk[j], or xq[j] / xd[j]),
+// bit-identical to 4 calls of the single-row function.
+using QuantDot4Fn = void (*)(const uint8_t* w_row, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                             const float* const* xd, int64_t nb, float* out);
+
 struct QuantGemmJob {
   DType w_type = DType::kQ4_0;
   const uint8_t* w = nullptr;  // row r at w + r * w_row_bytes
@@ -53,6 +58,7 @@ struct QuantGemmJob {
   float* y = nullptr;             // row t at y + t * y_stride
   int64_t y_stride = 0;
   QuantDotFn dot_q = nullptr;                                  // integer path
+  QuantDot4Fn dot_q4 = nullptr;                                // integer path, 4 rows (or null)
   float (*dot_f)(const float*, const float*, int64_t) = nullptr;  // generic path
 };
 
@@ -91,10 +97,26 @@ float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, c
 float dot_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+void dot4_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
+                         int64_t nb, float* out);
+void dot4_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
+                         int64_t nb, float* out);
+void dot4_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
+                         int64_t nb, float* out);
 float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+void dot4_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                          const float* const* xd, int64_t nb, float* out);
+void dot4_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                          const float* const* xd, int64_t nb, float* out);
+void dot4_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                          const float* const* xd, int64_t nb, float* out);
+void dot4_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                          const float* const* xd, int64_t nb, float* out);
+void dot4_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
+                          const float* const* xd, int64_t nb, float* out);
 
 }  // namespace tessera::kernels::cpu

@@ -31,14 +31,16 @@ inline __m256i scaled_dot(__m256i q, __m256i x, __m256i scale16) {
 }
 
 
-// Integer sum of one Q4_K / Q5_K super-block with its Q8_K activations (without the mins).
-template <bool kHigh, class Block>
-int32_t q45k_block_sum(const Block& q, const BlockQ8_K& x) {
+// Integer sums of one Q4_K / Q5_K super-block with T rows of Q8_K activations (without the
+// mins): the weights are unpacked once; out[j] is exactly the single-row sum of row j.
+template <bool kHigh, int T, class Block>
+void q45k_block_sums(const Block& q, const BlockQ8_K* const* x, int32_t* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i one = _mm256_set1_epi8(1);
   __m256i qh = _mm256_setzero_si256();
   if constexpr (kHigh) qh = load32(q.qh);
-  __m256i sum = _mm256_setzero_si256();
+  __m256i sum[T];
+  for (int j = 0; j < T; ++j) sum[j] = _mm256_setzero_si256();
   for (int p = 0; p < 4; ++p) {
     uint8_t sc0, m0, sc1, m1;
     q4k_scale_min(2 * p, q.scales, &sc0, &m0);
@@ -52,16 +54,21 @@ int32_t q45k_block_sum(const Block& q, const BlockQ8_K& x) {
       lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s0), one), 4));
       hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, s1), one), 4));
     }
-    sum = _mm256_add_epi32(sum, scaled_dot(lo, load32(x.qs + 64 * p), _mm256_set1_epi16(sc0)));
-    sum = _mm256_add_epi32(sum, scaled_dot(hi, load32(x.qs + 64 * p + 32), _mm256_set1_epi16(sc1)));
+    const __m256i sc0v = _mm256_set1_epi16(sc0), sc1v = _mm256_set1_epi16(sc1);
+    for (int j = 0; j < T; ++j) {
+      sum[j] = _mm256_add_epi32(sum[j], scaled_dot(lo, load32(x[j]->qs + 64 * p), sc0v));
+      sum[j] = _mm256_add_epi32(sum[j], scaled_dot(hi, load32(x[j]->qs + 64 * p + 32), sc1v));
+    }
   }
-  return hsum_epi32(sum);
+  for (int j = 0; j < T; ++j) out[j] = hsum_epi32(sum[j]);
 }
 
-int32_t q6k_block_sum(const BlockQ6_K& q, const BlockQ8_K& x) {
+template <int T>
+void q6k_block_sums(const BlockQ6_K& q, const BlockQ8_K* const* x, int32_t* out) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i low2 = _mm256_set1_epi8(0x03);
-  __m256i sum = _mm256_setzero_si256();
+  __m256i sum[T];
+  for (int j = 0; j < T; ++j) sum[j] = _mm256_setzero_si256();
   for (int half = 0; half < 2; ++half) {
     const __m256i ql0 = load32(q.ql + 64 * half), ql1 = load32(q.ql + 64 * half + 32);
     const __m256i qh = load32(q.qh + 32 * half);
@@ -76,10 +83,34 @@ int32_t q6k_block_sum(const BlockQ6_K& q, const BlockQ8_K& x) {
     for (int k = 0; k < 4; ++k) {
       const int g = 8 * half + 2 * k;  // scale groups of the 32 values: g (first 16), g + 1
       const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(q.scales[g + 1]), _mm_set1_epi16(q.scales[g]));
-      sum = _mm256_add_epi32(sum, scaled_dot(v[k], load32(x.qs + 128 * half + 32 * k), scale));
+      for (int j = 0; j < T; ++j) {
+        sum[j] = _mm256_add_epi32(sum[j], scaled_dot(v[k], load32(x[j]->qs + 128 * half + 32 * k), scale));
+      }
     }
   }
-  return hsum_epi32(sum);
+  for (int j = 0; j < T; ++j) out[j] = hsum_epi32(sum[j]);
+}
+
+// T rows: per chunk of super-blocks, the integer sums of every row, then each row's finish.
+template <int T, class Block, class Sums>
+void kquant_dot(const uint8_t* w, const BlockQ8_K* const* xk, int64_t nb, float* out,
+                float (*finish)(const uint8_t*, const BlockQ8_K*, const int32_t*, int64_t, float), Sums sums_of) {
+  const auto* b = reinterpret_cast<const Block*>(w);
+  float acc[T];
+  for (int j = 0; j < T; ++j) acc[j] = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[T][kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) {
+      const BlockQ8_K* x[T];
+      int32_t s[T];
+      for (int j = 0; j < T; ++j) x[j] = xk[j] + i0 + i;
+      sums_of(b[i0 + i], x, s);
+      for (int j = 0; j < T; ++j) sums[j][i] = s[j];
+    }
+    for (int j = 0; j < T; ++j) acc[j] = finish(w + i0 * sizeof(Block), xk[j] + i0, sums[j], n, acc[j]);
+  }
+  for (int j = 0; j < T; ++j) out[j] = acc[j];
 }
 
 // ---- the 32-value formats: 8 blocks per step (lane order of quant_gemm.h) ----------------
@@ -118,114 +149,108 @@ inline __m256i dot_unsigned(__m256i w, __m256i x) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
 
-struct Partials {
-  __m256i s, xsum;
-};
-
-template <class Block, bool kMin, class Fn>
-float dot32(const uint8_t* w, const int8_t* xq, const float* xd, int64_t nb, Fn partials) {
+// T activation rows at once (the batched case): each block is unpacked once and dotted with
+// every row; each row's arithmetic is exactly the single-row path's, so results do not
+// depend on T. Unpack(block) -> the 32 weight values as bytes (signed if kSigned, else <= 31).
+template <class Block, bool kMin, bool kSigned, int T, class Unpack>
+void dot32(const uint8_t* w, const int8_t* const* xq, const float* const* xd, int64_t nb, float* out, Unpack unpack) {
   const auto* b = reinterpret_cast<const Block*>(w);
-  __m256 lanes = _mm256_setzero_ps();
+  __m256 lanes[T];
+  for (int j = 0; j < T; ++j) lanes[j] = _mm256_setzero_ps();
   for (int64_t i0 = 0; i0 < nb; i0 += 8) {
     const int n = static_cast<int>(std::min<int64_t>(8, nb - i0));
-    __m256i ps[8], px[8];
+    __m256i ps[T][8], px[T][8];
     alignas(16) uint16_t d16[8] = {0, 0, 0, 0, 0, 0, 0, 0}, m16[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    alignas(32) float xdv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int k = 0; k < 8; ++k) {
       if (k < n) {
         const Block& q = b[i0 + k];
-        const Partials p = partials(q, load32(xq + 32 * (i0 + k)));
-        ps[k] = p.s;
-        px[k] = p.xsum;
+        const __m256i wv = unpack(q);
         d16[k] = q.d;
         if constexpr (kMin) m16[k] = q.m;
-        xdv[k] = xd[i0 + k];
+        for (int j = 0; j < T; ++j) {
+          const __m256i x = load32(xq[j] + 32 * (i0 + k));
+          ps[j][k] = kSigned ? dot_signed(wv, x) : dot_unsigned(wv, x);
+          if constexpr (kMin) px[j][k] = dot_unsigned(_mm256_set1_epi8(1), x);
+        }
       } else {
-        ps[k] = px[k] = _mm256_setzero_si256();
+        for (int j = 0; j < T; ++j) ps[j][k] = px[j][k] = _mm256_setzero_si256();
       }
     }
-    const __m256 x_scale = _mm256_load_ps(xdv);
-    const __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16))), x_scale);
-    lanes = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(ps)), f, lanes);
-    if constexpr (kMin) {
-      const __m256 fm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16))), x_scale);
-      lanes = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(px)), fm, lanes);
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16)));
+    const __m256 mw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(m16)));
+    for (int j = 0; j < T; ++j) {
+      alignas(32) float xdv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < n; ++k) xdv[k] = xd[j][i0 + k];
+      const __m256 x_scale = _mm256_load_ps(xdv);
+      lanes[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(ps[j])), _mm256_mul_ps(dw, x_scale), lanes[j]);
+      if constexpr (kMin) {
+        lanes[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8(px[j])), _mm256_mul_ps(mw, x_scale), lanes[j]);
+      }
     }
   }
-  alignas(32) float l[8];
-  _mm256_store_ps(l, lanes);
-  return reduce_lanes(l);
+  for (int j = 0; j < T; ++j) {
+    alignas(32) float l[8];
+    _mm256_store_ps(l, lanes[j]);
+    out[j] = reduce_lanes(l);
+  }
+}
+
+inline __m256i unpack_q4_0(const BlockQ4_0& q) { return _mm256_sub_epi8(nibbles(q.qs), _mm256_set1_epi8(8)); }
+inline __m256i unpack_q4_1(const BlockQ4_1& q) { return nibbles(q.qs); }
+inline __m256i unpack_q5_0(const BlockQ5_0& q) {
+  return _mm256_sub_epi8(_mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)), _mm256_set1_epi8(16));
+}
+inline __m256i unpack_q5_1(const BlockQ5_1& q) { return _mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)); }
+inline __m256i unpack_iq4_nl(const BlockIQ4_NL& q) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+  return _mm256_shuffle_epi8(table, nibbles(q.qs));
 }
 
 }  // namespace
 
-float dot_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
-  const auto* b = reinterpret_cast<const BlockQ4_K*>(w);
-  float acc = 0.0f;
-  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
-    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
-    int32_t sums[kFinishChunk];
-    for (int64_t i = 0; i < n; ++i) sums[i] = q45k_block_sum<false>(b[i0 + i], xk[i0 + i]);
-    acc = finish_q4_k(w + i0 * sizeof(BlockQ4_K), xk + i0, sums, n, acc);
+#define TESSERA_KDOT_AVX2(name, Block, sums_fn)                                                                   \
+  float dot_##name##_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {    \
+    float out;                                                                                                    \
+    kquant_dot<1, Block>(w, &xk, nb, &out, finish_##name, [](const Block& q, const BlockQ8_K* const* x, int32_t* s) { \
+      sums_fn<1>(q, x, s);                                                                                        \
+    });                                                                                                           \
+    return out;                                                                                                   \
+  }                                                                                                               \
+  void dot4_##name##_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const*, const float* const*, \
+                               int64_t nb, float* out) {                                                          \
+    kquant_dot<4, Block>(w, xk, nb, out, finish_##name, [](const Block& q, const BlockQ8_K* const* x, int32_t* s) {  \
+      sums_fn<4>(q, x, s);                                                                                        \
+    });                                                                                                           \
   }
-  return acc;
-}
 
-float dot_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
-  const auto* b = reinterpret_cast<const BlockQ5_K*>(w);
-  float acc = 0.0f;
-  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
-    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
-    int32_t sums[kFinishChunk];
-    for (int64_t i = 0; i < n; ++i) sums[i] = q45k_block_sum<true>(b[i0 + i], xk[i0 + i]);
-    acc = finish_q5_k(w + i0 * sizeof(BlockQ5_K), xk + i0, sums, n, acc);
+template <int T>
+void q4k_sums(const BlockQ4_K& q, const BlockQ8_K* const* x, int32_t* s) { q45k_block_sums<false, T>(q, x, s); }
+template <int T>
+void q5k_sums(const BlockQ5_K& q, const BlockQ8_K* const* x, int32_t* s) { q45k_block_sums<true, T>(q, x, s); }
+template <int T>
+void q6k_sums(const BlockQ6_K& q, const BlockQ8_K* const* x, int32_t* s) { q6k_block_sums<T>(q, x, s); }
+
+TESSERA_KDOT_AVX2(q4_k, BlockQ4_K, q4k_sums)
+TESSERA_KDOT_AVX2(q5_k, BlockQ5_K, q5k_sums)
+TESSERA_KDOT_AVX2(q6_k, BlockQ6_K, q6k_sums)
+#undef TESSERA_KDOT_AVX2
+
+#define TESSERA_DOT32_AVX2(name, Block, kMin, kSigned)                                                          \
+  float dot_##name##_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) { \
+    float out;                                                                                                    \
+    dot32<Block, kMin, kSigned, 1>(w, &xq, &xd, nb, &out, unpack_##name);                                         \
+    return out;                                                                                                   \
+  }                                                                                                               \
+  void dot4_##name##_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const*, const int8_t* const* xq,                 \
+                               const float* const* xd, int64_t nb, float* out) {                                  \
+    dot32<Block, kMin, kSigned, 4>(w, xq, xd, nb, out, unpack_##name);                                            \
   }
-  return acc;
-}
 
-float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
-  const auto* b = reinterpret_cast<const BlockQ6_K*>(w);
-  float acc = 0.0f;
-  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
-    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
-    int32_t sums[kFinishChunk];
-    for (int64_t i = 0; i < n; ++i) sums[i] = q6k_block_sum(b[i0 + i], xk[i0 + i]);
-    acc = finish_q6_k(w + i0 * sizeof(BlockQ6_K), xk + i0, sums, n, acc);
-  }
-  return acc;
-}
-
-float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  return dot32<BlockQ4_0, false>(w, xq, xd, nb, [](const BlockQ4_0& q, __m256i x) {
-    return Partials{dot_signed(_mm256_sub_epi8(nibbles(q.qs), _mm256_set1_epi8(8)), x), _mm256_setzero_si256()};
-  });
-}
-
-float dot_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  return dot32<BlockQ4_1, true>(w, xq, xd, nb, [](const BlockQ4_1& q, __m256i x) {
-    return Partials{dot_unsigned(nibbles(q.qs), x), dot_unsigned(_mm256_set1_epi8(1), x)};
-  });
-}
-
-float dot_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  return dot32<BlockQ5_0, false>(w, xq, xd, nb, [](const BlockQ5_0& q, __m256i x) {
-    const __m256i v = _mm256_sub_epi8(_mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)), _mm256_set1_epi8(16));
-    return Partials{dot_signed(v, x), _mm256_setzero_si256()};
-  });
-}
-
-float dot_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  return dot32<BlockQ5_1, true>(w, xq, xd, nb, [](const BlockQ5_1& q, __m256i x) {
-    return Partials{dot_unsigned(_mm256_or_si256(nibbles(q.qs), fifth_bits(q.qh)), x),
-                    dot_unsigned(_mm256_set1_epi8(1), x)};
-  });
-}
-
-float dot_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K*, const int8_t* xq, const float* xd, int64_t nb) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-  return dot32<BlockIQ4_NL, false>(w, xq, xd, nb, [&table](const BlockIQ4_NL& q, __m256i x) {
-    return Partials{dot_signed(_mm256_shuffle_epi8(table, nibbles(q.qs)), x), _mm256_setzero_si256()};
-  });
-}
+TESSERA_DOT32_AVX2(q4_0, BlockQ4_0, false, true)
+TESSERA_DOT32_AVX2(q4_1, BlockQ4_1, true, false)
+TESSERA_DOT32_AVX2(q5_0, BlockQ5_0, false, true)
+TESSERA_DOT32_AVX2(q5_1, BlockQ5_1, true, false)
+TESSERA_DOT32_AVX2(iq4_nl, BlockIQ4_NL, false, true)
+#undef TESSERA_DOT32_AVX2
 
 }  // namespace tessera::kernels::cpu
