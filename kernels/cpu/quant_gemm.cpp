@@ -12,36 +12,32 @@ namespace tessera::kernels::cpu {
 bool quant_gemm_supports(DType t) { return dtype_is_quantized(t) && t != DType::kQ8_0; }
 
 void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, const float*, int64_t)) {
-  const bool simd = isa != Isa::kScalar;  // the AVX-512 path uses the AVX2 integer dots
   job->dot_f = dot_f;
   job->dot_q = nullptr;
   job->dot_q4 = nullptr;
   job->act = ActKind::kF32;
+#define TESSERA_QD_PICK(type, name, act_kind)                                             \
+  case DType::type:                                                                       \
+    job->dot_q = isa == Isa::kAvx512 ? dot_##name##_avx512                                \
+                 : isa == Isa::kAvx2 ? dot_##name##_avx2                                  \
+                                     : dot_##name;                                        \
+    job->dot_q4 = isa == Isa::kAvx512 ? dot4_##name##_avx512                              \
+                  : isa == Isa::kAvx2 ? dot4_##name##_avx2                                \
+                                      : nullptr;                                          \
+    job->act = act_kind;                                                                  \
+    break;
   switch (job->w_type) {
-    case DType::kQ4_K: job->dot_q = simd ? dot_q4_k_q8_k_avx2 : dot_q4_k_q8_k; break;
-    case DType::kQ5_K: job->dot_q = simd ? dot_q5_k_q8_k_avx2 : dot_q5_k_q8_k; break;
-    case DType::kQ6_K: job->dot_q = simd ? dot_q6_k_q8_k_avx2 : dot_q6_k_q8_k; break;
-    case DType::kQ4_0: job->dot_q = simd ? dot_q4_0_q8_0_avx2 : dot_q4_0_q8_0; break;
-    case DType::kQ4_1: job->dot_q = simd ? dot_q4_1_q8_0_avx2 : dot_q4_1_q8_0; break;
-    case DType::kQ5_0: job->dot_q = simd ? dot_q5_0_q8_0_avx2 : dot_q5_0_q8_0; break;
-    case DType::kQ5_1: job->dot_q = simd ? dot_q5_1_q8_0_avx2 : dot_q5_1_q8_0; break;
-    case DType::kIQ4_NL: job->dot_q = simd ? dot_iq4_nl_q8_0_avx2 : dot_iq4_nl_q8_0; break;
-    default: break;
+    TESSERA_QD_PICK(kQ4_K, q4_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kQ5_K, q5_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kQ6_K, q6_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kQ4_0, q4_0_q8_0, ActKind::kQ8_0)
+    TESSERA_QD_PICK(kQ4_1, q4_1_q8_0, ActKind::kQ8_0)
+    TESSERA_QD_PICK(kQ5_0, q5_0_q8_0, ActKind::kQ8_0)
+    TESSERA_QD_PICK(kQ5_1, q5_1_q8_0, ActKind::kQ8_0)
+    TESSERA_QD_PICK(kIQ4_NL, iq4_nl_q8_0, ActKind::kQ8_0)
+    default: break;  // Q2_K, Q3_K, IQ4_XS: dequantize a row, f32 dot
   }
-  if (simd) {
-    switch (job->w_type) {
-      case DType::kQ4_0: job->dot_q4 = dot4_q4_0_q8_0_avx2; break;
-      case DType::kQ4_1: job->dot_q4 = dot4_q4_1_q8_0_avx2; break;
-      case DType::kQ5_0: job->dot_q4 = dot4_q5_0_q8_0_avx2; break;
-      case DType::kQ5_1: job->dot_q4 = dot4_q5_1_q8_0_avx2; break;
-      case DType::kIQ4_NL: job->dot_q4 = dot4_iq4_nl_q8_0_avx2; break;
-      case DType::kQ4_K: job->dot_q4 = dot4_q4_k_q8_k_avx2; break;
-      case DType::kQ5_K: job->dot_q4 = dot4_q5_k_q8_k_avx2; break;
-      case DType::kQ6_K: job->dot_q4 = dot4_q6_k_q8_k_avx2; break;
-      default: break;
-    }
-  }
-  if (job->dot_q != nullptr) job->act = dtype_block_size(job->w_type) == 32 ? ActKind::kQ8_0 : ActKind::kQ8_K;
+#undef TESSERA_QD_PICK
 }
 
 void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool) {

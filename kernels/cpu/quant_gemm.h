@@ -5,8 +5,8 @@
 //   K-quants, Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL),
 //   then each weight row is
 //   dotted with them in integers, block by block, as ggml's vec_dot_*_q8_* do. Scalar code
-//   (the oracle for the SIMD versions) and AVX2; AVX-512 uses the AVX2 code. All paths give
-//   bit-identical results (see finish_* below).
+//   (the oracle for the SIMD versions), AVX2, and AVX-512 VNNI (vpdpbusd on 256-bit vectors).
+//   All paths give bit-identical results (see finish_* below).
 // - generic: each weight row is dequantized (common/quants.h, bit-exact ggml) into a per-thread
 //   f32 scratch row, then dotted with every activation row of the token block using the ISA's
 //   f32 dot. No copy of the model is made: only one row at a time is in f32.
@@ -94,29 +94,35 @@ float dot_q4_1_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, con
 float dot_q5_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_1_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-void dot4_q4_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
-                         int64_t nb, float* out);
-void dot4_q5_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
-                         int64_t nb, float* out);
-void dot4_q6_k_q8_k_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq, const float* const* xd,
-                         int64_t nb, float* out);
-float dot_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-float dot_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
-void dot4_q4_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
-                          const float* const* xd, int64_t nb, float* out);
-void dot4_q4_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
-                          const float* const* xd, int64_t nb, float* out);
-void dot4_q5_0_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
-                          const float* const* xd, int64_t nb, float* out);
-void dot4_q5_1_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
-                          const float* const* xd, int64_t nb, float* out);
-void dot4_iq4_nl_q8_0_avx2(const uint8_t* w, const BlockQ8_K* const* xk, const int8_t* const* xq,
-                          const float* const* xd, int64_t nb, float* out);
+// The SIMD versions (quant_dot_simd.inc compiled as avx2/quant_dot_avx2.cpp and
+// avx512/quant_dot_avx512.cpp): <name>_avx2 and <name>_avx512 for every name below.
+#define TESSERA_QD_DECLARE(isa)                                                                                    \
+  float dot_q4_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q5_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q6_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q4_0_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q4_1_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q5_0_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q5_1_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_iq4_nl_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);           \
+  void dot4_q4_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q5_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q6_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q4_0_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q4_1_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q5_0_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q5_1_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_iq4_nl_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*, \
+                              int64_t, float*);
+TESSERA_QD_DECLARE(avx2)
+TESSERA_QD_DECLARE(avx512)
+#undef TESSERA_QD_DECLARE
 
 }  // namespace tessera::kernels::cpu
