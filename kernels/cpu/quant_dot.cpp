@@ -71,6 +71,100 @@ float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, in
   return acc;
 }
 
+float finish_q2_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  const auto* b = reinterpret_cast<const BlockQ2_K*>(w);
+  for (int64_t i = 0; i < nb; ++i) {
+    int32_t msum = 0;  // the mins (high nibbles of the scales), through the activation block sums
+    for (int g = 0; g < 16; ++g) msum += (b[i].scales[g] >> 4) * xk[i].bsums[g];
+    const float dx = xk[i].d;
+    acc += fp16_to_f32(b[i].d) * dx * static_cast<float>(sums[i]);
+    acc -= fp16_to_f32(b[i].dmin) * dx * static_cast<float>(msum);
+  }
+  return acc;
+}
+
+float finish_q3_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  const auto* b = reinterpret_cast<const BlockQ3_K*>(w);
+  for (int64_t i = 0; i < nb; ++i) {
+    int8_t sc[16];
+    q3k_unpack_scales(b[i].scales, sc);
+    int32_t offset = 0;  // the values were summed as v + 4 (0..7): remove 4 * sum of x per group
+    for (int g = 0; g < 16; ++g) offset += sc[g] * xk[i].bsums[g];
+    acc += fp16_to_f32(b[i].d) * xk[i].d * static_cast<float>(sums[i] - 4 * offset);
+  }
+  return acc;
+}
+
+float finish_iq4_xs(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc) {
+  const auto* b = reinterpret_cast<const BlockIQ4_XS*>(w);
+  for (int64_t i = 0; i < nb; ++i) acc += fp16_to_f32(b[i].d) * xk[i].d * static_cast<float>(sums[i]);
+  return acc;
+}
+
+namespace {
+
+// Scalar integer sums of one super-block (the layouts of quants_dequant.cpp).
+int32_t q2k_block_sum(const BlockQ2_K& q, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+    sum += (q.scales[e / 16] & 0xF) * ((q.qs[32 * half + l] >> (2 * k)) & 3) * x.qs[e];
+  }
+  return sum;
+}
+
+int32_t q3k_block_sum(const BlockQ3_K& q, const BlockQ8_K& x) {
+  int8_t sc[16];
+  q3k_unpack_scales(q.scales, sc);
+  int32_t sum = 0;
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int u = ((q.qs[32 * half + l] >> (2 * k)) & 3) | (((q.hmask[l] >> (4 * half + k)) & 1) << 2);  // v + 4
+    sum += sc[e / 16] * u * x.qs[e];
+  }
+  return sum;
+}
+
+int32_t iq4xs_block_sum(const BlockIQ4_XS& q, const BlockQ8_K& x) {
+  int32_t sum = 0;
+  for (int ib = 0; ib < 8; ++ib) {
+    const int ls = ((q.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((q.scales_h >> (2 * ib)) & 3) << 4);
+    int32_t s = 0;
+    for (int j = 0; j < 16; ++j) {
+      s += kIQ4NLValues[q.qs[16 * ib + j] & 0xF] * x.qs[32 * ib + j];
+      s += kIQ4NLValues[q.qs[16 * ib + j] >> 4] * x.qs[32 * ib + 16 + j];
+    }
+    sum += (ls - 32) * s;
+  }
+  return sum;
+}
+
+template <class Block, int32_t (*BlockSum)(const Block&, const BlockQ8_K&),
+          float (*Finish)(const uint8_t*, const BlockQ8_K*, const int32_t*, int64_t, float)>
+float kdot(const uint8_t* w, const BlockQ8_K* xk, int64_t nb) {
+  const auto* b = reinterpret_cast<const Block*>(w);
+  float acc = 0.0f;
+  for (int64_t i0 = 0; i0 < nb; i0 += kFinishChunk) {
+    const int64_t n = std::min<int64_t>(kFinishChunk, nb - i0);
+    int32_t sums[kFinishChunk];
+    for (int64_t i = 0; i < n; ++i) sums[i] = BlockSum(b[i0 + i], xk[i0 + i]);
+    acc = Finish(w + i0 * sizeof(Block), xk + i0, sums, n, acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+float dot_q2_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  return kdot<BlockQ2_K, q2k_block_sum, finish_q2_k>(w, xk, nb);
+}
+float dot_q3_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  return kdot<BlockQ3_K, q3k_block_sum, finish_q3_k>(w, xk, nb);
+}
+float dot_iq4_xs_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
+  return kdot<BlockIQ4_XS, iq4xs_block_sum, finish_iq4_xs>(w, xk, nb);
+}
+
 float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t*, const float*, int64_t nb) {
   const auto* b = reinterpret_cast<const BlockQ4_K*>(w);
   float acc = 0.0f;

@@ -30,12 +30,15 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, co
     TESSERA_QD_PICK(kQ4_K, q4_k_q8_k, ActKind::kQ8_K)
     TESSERA_QD_PICK(kQ5_K, q5_k_q8_k, ActKind::kQ8_K)
     TESSERA_QD_PICK(kQ6_K, q6_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kQ2_K, q2_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kQ3_K, q3_k_q8_k, ActKind::kQ8_K)
+    TESSERA_QD_PICK(kIQ4_XS, iq4_xs_q8_k, ActKind::kQ8_K)
     TESSERA_QD_PICK(kQ4_0, q4_0_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kQ4_1, q4_1_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kQ5_0, q5_0_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kQ5_1, q5_1_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kIQ4_NL, iq4_nl_q8_0, ActKind::kQ8_0)
-    default: break;  // Q2_K, Q3_K, IQ4_XS: dequantize a row, f32 dot
+    default: break;  // no integer path: dequantize a row, f32 dot
   }
 #undef TESSERA_QD_PICK
 }

@@ -77,6 +77,11 @@ inline constexpr int64_t kFinishChunk = 64;  // blocks per call of a finish func
 float finish_q4_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
 float finish_q5_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
 float finish_q6_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+// Q2_K: sums of (scale & 0xF) * q2 . x; Q3_K: sums of scale * (v + 4) . x (v in -4..3);
+// IQ4_XS: sums of (ls - 32) * (table value . x).
+float finish_q2_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+float finish_q3_k(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
+float finish_iq4_xs(const uint8_t* w, const BlockQ8_K* xk, const int32_t* sums, int64_t nb, float acc);
 
 // The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) with Q8_0-style activations: block i's
 // integers s_i (and, for Q4_1/Q5_1, x_i = the sum of its activations) enter float lane i % 8:
@@ -89,6 +94,9 @@ inline float reduce_lanes(const float l[8]) { return ((l[0] + l[4]) + (l[2] + l[
 float dot_q4_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q6_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q2_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_q3_k_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
+float dot_iq4_xs_q8_k(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q4_1_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
 float dot_q5_0_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, const float* xd, int64_t nb);
@@ -100,6 +108,9 @@ float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, c
   float dot_q4_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
   float dot_q5_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
   float dot_q6_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_iq4_xs_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q3_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
+  float dot_q2_k_q8_k_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
   float dot_q4_0_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
   float dot_q4_1_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
   float dot_q5_0_q8_0_##isa(const uint8_t*, const BlockQ8_K*, const int8_t*, const float*, int64_t);             \
@@ -110,6 +121,12 @@ float dot_iq4_nl_q8_0(const uint8_t* w, const BlockQ8_K* xk, const int8_t* xq, c
   void dot4_q5_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
                             int64_t, float*);                                                                    \
   void dot4_q6_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_iq4_xs_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q3_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
+                            int64_t, float*);                                                                    \
+  void dot4_q2_k_q8_k_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
                             int64_t, float*);                                                                    \
   void dot4_q4_0_q8_0_##isa(const uint8_t*, const BlockQ8_K* const*, const int8_t* const*, const float* const*,  \
                             int64_t, float*);                                                                    \

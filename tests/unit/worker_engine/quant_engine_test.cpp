@@ -2,13 +2,12 @@
 // f32 values whatever the dtype, so the f32 model is the unquantized original):
 // - logits of the quantized model vs the f32 model, per type: max |diff| / max |logit| below
 //   a bound that grows as the format gets coarser (measured values are printed; bounds about
-//   2x the worst measured, over prefill and decode steps);
+//   1.5x the worst measured, over prefill and decode steps), and a cosine similarity bound;
 // - the engine vs reference_forward (the dequantized oracle) on the same quantized model:
-//   1e-4 where the engine dequantizes rows (f32 dots), 3e-2 where it dots in integers with
-//   8-bit activations (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K; as the Q8_0 bound of equivalence_test.cpp);
+//   3e-2: the engine dots in integers with 8-bit activations (every block format; as the
+//   Q8_0 bound of equivalence_test.cpp);
 // - greedy generation (32 tokens) on every kernel path equals the scalar path's tokens (the
-//   integer paths are bit-identical across ISAs by construction, cpu/quant_gemm.h; the
-//   dequantize paths differ only in f32 dot summation order).
+//   integer paths are bit-identical across ISAs by construction, cpu/quant_gemm.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,10 +37,7 @@ SynthSpec spec_for(DType t) {
   return s;
 }
 
-bool integer_path(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kIQ4_NL || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-}
+bool integer_path(DType t) { return dtype_is_quantized(t); }  // every block format has one
 
 // Bound on max|quantized - f32| / max|f32 logit| over the 13 checked positions of the 2-layer
 // model above (uniform random weights, Q/K scaled up for peaky attention, so errors grow
@@ -127,7 +123,7 @@ TEST_P(QuantEngine, LogitsCloseToF32AndToTheDequantizedReference) {
       worst_ref = std::max(worst_ref, rel_diff(qs, rs));
       worst_cos = std::min(worst_cos, cosine(qs, fs));
       EXPECT_LT(rel_diff(qs, fs), f32_bound(t)) << dtype_name(t) << " vs f32, isa " << kernels::isa_name(isa) << " pos " << p;
-      EXPECT_GT(cosine(qs, fs), t == DType::kQ2_K ? 0.8 : 0.9) << dtype_name(t) << " vs f32, pos " << p;
+      EXPECT_GT(cosine(qs, fs), t == DType::kQ2_K ? 0.7 : 0.9) << dtype_name(t) << " vs f32, pos " << p;
       EXPECT_LT(rel_diff(qs, rs), integer_path(t) ? 3e-2 : 1e-4)
           << dtype_name(t) << " vs reference_forward, isa " << kernels::isa_name(isa) << " pos " << p;
     }

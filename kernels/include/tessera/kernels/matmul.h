@@ -6,10 +6,9 @@
 // are first quantized per row to Q8_0-style blocks {f32 scale, int8[32]}, then int8 dot
 // products: AVX-512 VNNI vpdpbusd, AVX2 maddubs). The other ggml block formats (Q4_0, Q4_1,
 // Q5_0, Q5_1, Q2_K .. Q6_K, IQ4_NL, IQ4_XS; cols a multiple of their block) are computed from
-// the blocks as stored (cpu/quant_gemm.h): Q4_K, Q5_K, Q6_K with activations quantized to
-// ggml Q8_K, and Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0-style activations, by integer dots
-// (scalar, AVX2, AVX-512 VNNI; every path bit-identical to the scalar one); Q2_K, Q3_K and
-// IQ4_XS by dequantizing one weight row at a time into a small f32 scratch and f32 dots.
+// the blocks as stored (cpu/quant_gemm.h): Q2_K .. Q6_K and IQ4_XS with activations quantized
+// to ggml Q8_K, and Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0-style activations, by integer
+// dots (scalar, AVX2, AVX-512 VNNI; every path bit-identical to the scalar one).
 //
 // Contract (checked with TS_CHECK; the caller validates shapes and dtypes first):
 // - W is row-major [rows, cols], blocked along cols for Q8_0 (cols % 32 == 0);
