@@ -92,7 +92,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     if (cpu::quant_gemm_supports(a.w_type)) {
       p.gjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};
-      cpu::quant_gemm_plan(&p.gjob, isa, k.dot);
+      cpu::quant_gemm_plan(&p.gjob, isa);
       p.quant_gemm = true;
     } else if (a.w_type != DType::kQ8_0) {
       p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,

@@ -11,11 +11,9 @@ namespace tessera::kernels::cpu {
 
 bool quant_gemm_supports(DType t) { return dtype_is_quantized(t) && t != DType::kQ8_0; }
 
-void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, const float*, int64_t)) {
-  job->dot_f = dot_f;
+void quant_gemm_plan(QuantGemmJob* job, Isa isa) {
   job->dot_q = nullptr;
   job->dot_q4 = nullptr;
-  job->act = ActKind::kF32;
 #define TESSERA_QD_PICK(type, name, act_kind)                                             \
   case DType::type:                                                                       \
     job->dot_q = isa == Isa::kAvx512 ? dot_##name##_avx512                                \
@@ -38,9 +36,10 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, co
     TESSERA_QD_PICK(kQ5_0, q5_0_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kQ5_1, q5_1_q8_0, ActKind::kQ8_0)
     TESSERA_QD_PICK(kIQ4_NL, iq4_nl_q8_0, ActKind::kQ8_0)
-    default: break;  // no integer path: dequantize a row, f32 dot
+    default: break;
   }
 #undef TESSERA_QD_PICK
+  TS_CHECK(job->dot_q != nullptr) << "quant_gemm: no integer dot for " << dtype_name(job->w_type);
 }
 
 void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool) {
@@ -59,7 +58,7 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
   size_t k_total = 0, q_total = 0;
   for (size_t j = 0; j < n_jobs; ++j) {
     const QuantGemmJob& job = *jobs[j];
-    if (job.act == ActKind::kF32 || job.n <= 0) continue;
+    if (job.n <= 0) continue;
     for (size_t i = 0; i < inputs.size() && input_of[j] < 0; ++i) {
       const Input& in = inputs[i];
       if (in.x == job.x && in.x_stride == job.x_stride && in.cols == job.cols && in.n == job.n && in.act == job.act) {
@@ -118,44 +117,35 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
 }
 
 void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  if (job.dot_q != nullptr) {
-    const int64_t nb = job.cols / dtype_block_size(job.w_type);
-    const int64_t kb = job.cols / kQK_K, qb = job.cols / 32;
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* w = job.w + r * job.w_row_bytes;
-      int64_t t = t0;
-      if (job.dot_q4 != nullptr) {
-        for (; t + 4 <= t1; t += 4) {
-          const BlockQ8_K* xk[4] = {nullptr, nullptr, nullptr, nullptr};
-          const int8_t* xq[4] = {nullptr, nullptr, nullptr, nullptr};
-          const float* xd[4] = {nullptr, nullptr, nullptr, nullptr};
-          float out[4];
-          for (int j = 0; j < 4; ++j) {
-            if (job.act == ActKind::kQ8_K) {
-              xk[j] = job.xk + (t + j) * kb;
-            } else {
-              xq[j] = job.xq + (t + j) * job.cols;
-              xd[j] = job.xd + (t + j) * qb;
-            }
+  const int64_t nb = job.cols / dtype_block_size(job.w_type);
+  const int64_t kb = job.cols / kQK_K, qb = job.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = job.w + r * job.w_row_bytes;
+    int64_t t = t0;
+    if (job.dot_q4 != nullptr) {
+      for (; t + 4 <= t1; t += 4) {
+        const BlockQ8_K* xk[4] = {nullptr, nullptr, nullptr, nullptr};
+        const int8_t* xq[4] = {nullptr, nullptr, nullptr, nullptr};
+        const float* xd[4] = {nullptr, nullptr, nullptr, nullptr};
+        float out[4];
+        for (int j = 0; j < 4; ++j) {
+          if (job.act == ActKind::kQ8_K) {
+            xk[j] = job.xk + (t + j) * kb;
+          } else {
+            xq[j] = job.xq + (t + j) * job.cols;
+            xd[j] = job.xd + (t + j) * qb;
           }
-          job.dot_q4(w, xk, xq, xd, nb, out);
-          for (int j = 0; j < 4; ++j) job.y[(t + j) * job.y_stride + r] = out[j];
         }
-      }
-      for (; t < t1; ++t) {
-        const BlockQ8_K* xk = job.act == ActKind::kQ8_K ? job.xk + t * kb : nullptr;
-        const int8_t* xq = job.act == ActKind::kQ8_0 ? job.xq + t * job.cols : nullptr;
-        const float* xd = job.act == ActKind::kQ8_0 ? job.xd + t * qb : nullptr;
-        job.y[t * job.y_stride + r] = job.dot_q(w, xk, xq, xd, nb);
+        job.dot_q4(w, xk, xq, xd, nb, out);
+        for (int j = 0; j < 4; ++j) job.y[(t + j) * job.y_stride + r] = out[j];
       }
     }
-    return;
-  }
-  thread_local std::vector<float> scratch;
-  scratch.resize(static_cast<size_t>(job.cols));
-  for (int64_t r = r0; r < r1; ++r) {
-    dequantize(job.w_type, job.w + r * job.w_row_bytes, scratch.data(), job.cols);
-    for (int64_t t = t0; t < t1; ++t) job.y[t * job.y_stride + r] = job.dot_f(scratch.data(), job.x + t * job.x_stride, job.cols);
+    for (; t < t1; ++t) {
+      const BlockQ8_K* xk = job.act == ActKind::kQ8_K ? job.xk + t * kb : nullptr;
+      const int8_t* xq = job.act == ActKind::kQ8_0 ? job.xq + t * job.cols : nullptr;
+      const float* xd = job.act == ActKind::kQ8_0 ? job.xd + t * qb : nullptr;
+      job.y[t * job.y_stride + r] = job.dot_q(w, xk, xq, xd, nb);
+    }
   }
 }
 

@@ -1,21 +1,17 @@
 // Private: matmul with the ggml block formats other than Q8_0 (Q4_0 ... IQ4_XS).
 //
-// Two kinds of path per weight type, chosen by quant_gemm_plan():
-// - integer: the activations are quantized once per matmul (Q8_K blocks of 256 for the
-//   K-quants, Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL),
-//   then each weight row is
-//   dotted with them in integers, block by block, as ggml's vec_dot_*_q8_* do. Scalar code
-//   (the oracle for the SIMD versions), AVX2, and AVX-512 VNNI (vpdpbusd on 256-bit vectors).
-//   All paths give bit-identical results (see finish_* below).
-// - generic: each weight row is dequantized (common/quants.h, bit-exact ggml) into a per-thread
-//   f32 scratch row, then dotted with every activation row of the token block using the ISA's
-//   f32 dot. No copy of the model is made: only one row at a time is in f32.
+// The activations are quantized once per matmul (Q8_K blocks of 256 for Q2_K .. Q6_K and
+// IQ4_XS; Q8_0-style blocks of 32 {f32 d, int8[32]} for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL), then
+// each weight row is dotted with them in integers, block by block, straight from the stored
+// blocks (no f32 copy of the weights), as ggml's vec_dot_*_q8_* do. Paths: scalar (the
+// oracle), AVX2, AVX-512 VNNI (vpdpbusd on 256-bit vectors), chosen by quant_gemm_plan(); all
+// give bit-identical results (see finish_* below).
 // Thread-safety: quant_gemm() is called concurrently for disjoint (rows, tokens) tiles of one
 // job; the job and the quantized activations are read-only by then.
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -31,7 +27,7 @@ namespace tessera::kernels::cpu {
 
 bool quant_gemm_supports(DType t);  // every blocked type except Q8_0 (which has its own kernels)
 
-enum class ActKind : uint8_t { kF32 = 0, kQ8_0 = 1, kQ8_K = 2 };
+enum class ActKind : uint8_t { kQ8_0 = 1, kQ8_K = 2 };
 
 // Integer dot of one weight row (nb blocks of its type) with one quantized activation row:
 // xk (Q8_K, nb super-blocks) or xq/xd (Q8_0-style, nb blocks of 32).
@@ -48,8 +44,8 @@ struct QuantGemmJob {
   const uint8_t* w = nullptr;  // row r at w + r * w_row_bytes
   size_t w_row_bytes = 0;
   int64_t cols = 0;
-  ActKind act = ActKind::kF32;
-  const float* x = nullptr;     // f32 activations (generic path), row t at x + t * x_stride
+  ActKind act = ActKind::kQ8_K;
+  const float* x = nullptr;     // f32 activations, row t at x + t * x_stride
   int64_t x_stride = 0;
   int64_t n = 0;                  // activation rows
   const BlockQ8_K* xk = nullptr;  // [n, cols / 256] (ActKind::kQ8_K)
@@ -59,11 +55,10 @@ struct QuantGemmJob {
   int64_t y_stride = 0;
   QuantDotFn dot_q = nullptr;                                  // integer path
   QuantDot4Fn dot_q4 = nullptr;                                // integer path, 4 rows (or null)
-  float (*dot_f)(const float*, const float*, int64_t) = nullptr;  // generic path
 };
 
-// Fills the path fields of job (act, dot_q / dot_f) for the ISA.
-void quant_gemm_plan(QuantGemmJob* job, Isa isa, float (*dot_f)(const float*, const float*, int64_t));
+// Fills the path fields of job (act, dot_q, dot_q4) for the ISA.
+void quant_gemm_plan(QuantGemmJob* job, Isa isa);
 // Quantizes the activations of every job that needs it (once per distinct x among them, in
 // buffers owned by the calling thread that stay valid until its next call) and sets the jobs'
 // xk / xq / xd. Uses the pool for many rows.
