@@ -11,12 +11,21 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster_harness.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/cluster.h"
 
 namespace tessera::cluster_test {
 namespace {
+
+using testing::Cluster;
+using testing::ClusterOptions;
+using testing::greedy_cases;
+using testing::GreedyCase;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
+using std::chrono::milliseconds;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;

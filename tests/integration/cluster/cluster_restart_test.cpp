@@ -11,10 +11,19 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_harness.h"
+#include "tessera/testing/cluster.h"
 
 namespace tessera::cluster_test {
 namespace {
+
+using testing::Cluster;
+using testing::ClusterOptions;
+using testing::greedy_cases;
+using testing::GreedyCase;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
+using std::chrono::milliseconds;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;

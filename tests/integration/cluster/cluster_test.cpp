@@ -10,13 +10,23 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster_harness.h"
+#include "tessera/common/child_process.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::cluster_test {
 namespace {
+
+using testing::Cluster;
+using testing::ClusterOptions;
+using testing::greedy_cases;
+using testing::GreedyCase;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
+using std::chrono::milliseconds;
 
 using nlohmann::json;
 
@@ -162,15 +172,11 @@ TEST_F(ClusterTest, PythonClientFromProtocolDoc) {
   const std::string script = testing::source_path("tests/integration/frontend/py_client.py");
   ASSERT_TRUE(std::ifstream(script).good()) << "missing " << script;
   const auto c = greedy_cases().at(0);
-  const std::string cmd = "/usr/bin/python3 " + script + " '" + cluster_->zmq_endpoint() + "' '" + c.prompt + "' 40 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  EXPECT_EQ(status, 0) << out;
+  auto run = run_to_exit({.binary = "/usr/bin/python3", .args = {script, cluster_->zmq_endpoint(), c.prompt, "40"},
+                          .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const std::string& out = run->second;
+  EXPECT_EQ(run->first.raw(), 0) << out;
   // Without ignore_eos the text may end early at EOS; it must be a prefix of the reference.
   const std::string marker = "TEXT: ";
   ASSERT_NE(out.find(marker), std::string::npos) << out;

@@ -12,12 +12,21 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_harness.h"
 #include "tessera/common/metrics.h"
+#include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::cluster_test {
 namespace {
+
+using testing::Cluster;
+using testing::ClusterOptions;
+using testing::greedy_cases;
+using testing::GreedyCase;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
+using std::chrono::milliseconds;
 
 bool port_free(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -48,7 +57,7 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   const int base = free_port_block();
   ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Child up(testing::bin_path("tessera"),
+  Process up(testing::bin_path("tessera"),
            {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
             std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
             "--num-pages", "256", "--restart", "never"},
@@ -78,7 +87,7 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   const int base = free_port_block();
   ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Child up(testing::bin_path("tessera"),
+  Process up(testing::bin_path("tessera"),
            {"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
             "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
             "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},

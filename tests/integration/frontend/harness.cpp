@@ -1,10 +1,7 @@
 #include "harness.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
@@ -13,75 +10,9 @@
 #include <zmq.hpp>
 
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::testing {
-
-
-// ---- Process -------------------------------------------------------------------------------
-
-Process::Process(const std::string& binary, const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return;
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  out_fd_ = fds[0];
-}
-
-Process::~Process() {
-  terminate();
-  if (out_fd_ >= 0) close(out_fd_);
-}
-
-std::string Process::wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    size_t nl;
-    while ((nl = buffered_.find('\n')) != std::string::npos) {
-      std::string line = buffered_.substr(0, nl);
-      buffered_.erase(0, nl + 1);
-      if (line.rfind(prefix, 0) == 0) return line;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || out_fd_ < 0) return "";
-    pollfd p{out_fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
-    char buf[4096];
-    ssize_t n = read(out_fd_, buf, sizeof buf);
-    if (n <= 0) return "";
-    buffered_.append(buf, static_cast<size_t>(n));
-  }
-}
-
-bool Process::alive() { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-
-int Process::terminate() {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 100; ++i) {  // up to 5 s for a clean exit, then SIGKILL
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return status;
-    }
-    pollfd none{-1, 0, 0};
-    poll(&none, 0, 50);
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return -1;
-}
 
 // ---- HTTP ----------------------------------------------------------------------------------
 // Plain POSIX sockets with poll() deadlines (Asio's blocking calls ignore SO_RCVTIMEO), so a
@@ -222,13 +153,8 @@ std::string raw_exchange(int port, const std::string& bytes, int timeout_ms) {
 }
 
 bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (http_request(port, "GET", path, "", 2000).status == status) return true;
-    pollfd none{-1, 0, 0};
-    poll(&none, 0, 20);
-  }
-  return false;
+  return wait_until([&] { return http_request(port, "GET", path, "", 2000).status == status; }, timeout,
+                    std::chrono::milliseconds(20));
 }
 
 std::vector<std::string> sse_data(const std::string& body) {

@@ -20,17 +20,17 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../cluster/cluster_harness.h"
-#include "kv_process.h"
+#include "tessera/testing/cluster.h"
+#include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
 
 namespace tessera::preference_test {
 namespace {
 
-using cluster_test::Child;
-using cluster_test::line_field;
-using cluster_test::wait_until;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
 using json = nlohmann::json;
 using std::chrono::milliseconds;
 
@@ -103,7 +103,7 @@ double metric(int port, const std::string& path, const std::string& name, const 
 // One scheduler + worker + frontend.
 struct MiniCluster {
   std::string dir;
-  std::unique_ptr<Child> scheduler, worker, frontend;
+  std::unique_ptr<Process> scheduler, worker, frontend;
   int http_port = 0, sched_metrics = 0;
 
   bool start(const std::string& name, const std::string& kvstore, const std::string& admin_token) {
@@ -112,14 +112,14 @@ struct MiniCluster {
     dir = testing::make_temp_dir("tessera-pref-" + name);
     const std::string model = shared_path("models/stories260K/stories260K.bin");
     const std::string tok = shared_path("models/stories260K/tok512.bin");
-    scheduler = std::make_unique<Child>(bin_path("tessera-scheduler"),
+    scheduler = std::make_unique<Process>(bin_path("tessera-scheduler"),
                                         std::vector<std::string>{"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
                                                                  "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"},
                                         dir + "/scheduler.log");
     const std::string sline = scheduler->wait_line("LISTENING", milliseconds(10000));
     if (sline.empty()) return false;
     sched_metrics = std::atoi(line_field(sline, "metrics").c_str());
-    worker = std::make_unique<Child>(bin_path("tessera-worker"),
+    worker = std::make_unique<Process>(bin_path("tessera-worker"),
                                      std::vector<std::string>{"--model", model, "--scheduler", line_field(sline, "workers"),
                                                               "--threads", "1", "--num-pages", "256", "--name", name + "-w",
                                                               "--kvstore", kvstore, "--kv-codec", "zstd"},
@@ -127,7 +127,7 @@ struct MiniCluster {
     std::vector<std::string> fargs = {"--http-port", "0", "--zmq-endpoint", "", "--schedulers", line_field(sline, "frontends"),
                                       "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--kvstore", kvstore};
     if (!admin_token.empty()) fargs.insert(fargs.end(), {"--admin-token", admin_token});
-    frontend = std::make_unique<Child>(bin_path("tessera-frontend"), fargs, dir + "/frontend.log");
+    frontend = std::make_unique<Process>(bin_path("tessera-frontend"), fargs, dir + "/frontend.log");
     const std::string fline = frontend->wait_line("LISTENING", milliseconds(15000));
     if (fline.empty()) return false;
     http_port = std::atoi(line_field(fline, "http").c_str());
@@ -140,9 +140,9 @@ struct MiniCluster {
     return metric(http_port, "/metrics", name, filter);
   }
   ~MiniCluster() {
-    for (Child* c : {frontend.get(), worker.get(), scheduler.get()})
+    for (Process* c : {frontend.get(), worker.get(), scheduler.get()})
       if (c) c->signal(SIGTERM);
-    for (Child* c : {frontend.get(), worker.get(), scheduler.get()})
+    for (Process* c : {frontend.get(), worker.get(), scheduler.get()})
       if (c) (void)c->wait_exit(milliseconds(5000));
   }
 };
