@@ -39,13 +39,13 @@
 #include <thread>
 #include <vector>
 
-#include "bench/http_client.h"
 #include "scheduler_options.h"
 #include "tessera/common/child_process.h"
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
 #include "tessera/frontend/frontend.h"
+#include "tessera/http/client.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
 #include "worker_options.h"
@@ -221,7 +221,9 @@ void stop_all(std::vector<ChildSpec>& children) {
       if (c.name != name || !c.process.running()) continue;
       bool killed = false;
       const ExitStatus st = c.process.terminate(milliseconds(10000), &killed);
-      if (killed) TS_LOG(kWarn) << c.name << " (pid " << c.process.pid() << ") ignored SIGTERM for 10 s: SIGKILL";
+      if (killed) {
+        TS_LOG(kWarn) << c.name << " (pid " << c.process.pid() << ") ignored SIGTERM for 10 s: SIGKILL";
+      }
       TS_LOG(kInfo) << c.name << " (pid " << c.process.pid() << ") stopped: " << st.describe();
     }
   }
@@ -229,7 +231,7 @@ void stop_all(std::vector<ChildSpec>& children) {
 
 // tessera_scheduler_live_workers from the scheduler's /metrics; -1 when unreadable.
 int live_workers(int metrics_port) {
-  auto r = bench::http_request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
+  auto r = http::request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
   if (!r.ok() || r->status != 200) return -1;
   auto samples = metrics::parse_text(r->body);
   if (!samples.ok()) return -1;
@@ -390,7 +392,7 @@ int run_up(const std::vector<std::string>& args) {
       break;
     }
     if (!ready) {
-      auto r = bench::http_request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
+      auto r = http::request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
       if (r.ok() && r->status == 200 && live_workers(sp + 2) >= num_workers) {
         ready = true;
         std::printf("tessera up: cluster ready — http://%s:%d (OpenAI API), zmq %s%lld (msgpack API), scheduler metrics "

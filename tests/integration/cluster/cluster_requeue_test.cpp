@@ -47,8 +47,8 @@ struct Stream {
 };
 
 void run_stream(int port, Stream& s) {
-  bench::SseParser sse;
-  auto r = bench::http_request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
+  http::SseParser sse;
+  auto r = http::request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
                                 .timeout_ms = 60000, .on_body = [&](std::string_view b) {
                                   sse.feed(b, [&](const std::string& d) {
                                     if (d == "[DONE]") {

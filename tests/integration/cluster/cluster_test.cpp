@@ -37,7 +37,7 @@ std::string completion_body(const std::string& prompt, int max_tokens, bool stre
 }
 
 // Text of a non-streamed completion response ("" + test failure when it is not a 200).
-std::string completion_text(const Result<bench::HttpResponse>& r) {
+std::string completion_text(const Result<http::Response>& r) {
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
   if (!r.ok()) return "";
   EXPECT_EQ(r->status, 200) << r->body;
@@ -55,7 +55,7 @@ struct Streamed {
 
 Streamed stream_completion(int port, const std::string& body, const std::string& path = "/v1/completions") {
   Streamed s;
-  bench::SseParser sse;
+  http::SseParser sse;
   auto on_data = [&](const std::string& data) {
     if (data == "[DONE]") {
       s.done = true;
@@ -73,7 +73,7 @@ Streamed stream_completion(int port, const std::string& body, const std::string&
     if (!c["finish_reason"].is_null()) s.finish_reason = c["finish_reason"].get<std::string>();
     if (j.contains("usage")) s.usage = j["usage"];
   };
-  auto r = bench::http_request({.port = port, .method = "POST", .path = path, .body = body, .timeout_ms = 60000,
+  auto r = http::request({.port = port, .method = "POST", .path = path, .body = body, .timeout_ms = 60000,
                                 .on_body = [&](std::string_view b) {
                                   sse.feed(b, on_data);
                                   return true;

@@ -45,9 +45,6 @@ struct Frontend {
     port = std::stoi(line.substr(line.find("http=") + 5));
     zmq = line.substr(line.find("zmq=") + 4);
   }
-  ~Frontend() {
-    if (proc) (void)proc->terminate();  // an orderly stop (SIGTERM), SIGKILL after 5 s
-  }
   void expect_healthy() const {
     HttpResult h = http_request(port, "GET", "/health");
     EXPECT_EQ(h.status, 200) << h.error;

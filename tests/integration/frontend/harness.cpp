@@ -6,17 +6,17 @@
 
 #include <netinet/in.h>
 
-#include <cctype>
 #include <zmq.hpp>
 
 #include "tessera/common/zmq_util.h"
+#include "tessera/http/client.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::testing {
 
 // ---- HTTP ----------------------------------------------------------------------------------
-// Plain POSIX sockets with poll() deadlines (Asio's blocking calls ignore SO_RCVTIMEO), so a
-// server that hangs fails the test instead of hanging it.
+// Requests go through the one HTTP client (tessera/http/client.h, deadlines on every read).
+// raw_exchange sends bytes that are not HTTP at all: a plain POSIX socket with poll() deadlines.
 
 namespace {
 
@@ -70,77 +70,18 @@ class Conn {
   std::chrono::steady_clock::time_point deadline_;
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body, int timeout_ms) {
   HttpResult out;
-  Conn c(port, timeout_ms);
-  if (!c.ok()) {
-    out.error = "connect failed";
+  auto r = http::request({.port = port, .method = method, .path = target, .body = body, .timeout_ms = timeout_ms});
+  if (!r.ok()) {
+    out.error = r.error().to_string();
     return out;
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-  if (!body.empty()) req += "Content-Type: application/json\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  bool sent = c.send_all(req);  // may fail for an over-limit body the server refused early
-  size_t hdr_end;
-  while ((hdr_end = c.buf().find("\r\n\r\n")) == std::string::npos)
-    if (!c.fill()) {
-      out.error = sent ? "no response headers" : "send failed";
-      return out;
-    }
-  std::string head = c.buf().substr(0, hdr_end);
-  std::string rest = c.buf().substr(hdr_end + 4);
-  if (head.rfind("HTTP/1.1 ", 0) != 0) {
-    out.error = "bad status line";
-    return out;
-  }
-  out.status = std::stoi(head.substr(9, 3));
-  std::string lh = lower(head);
-  auto header = [&](const std::string& name) -> std::string {
-    size_t at = lh.find("\r\n" + name + ":");
-    if (at == std::string::npos) return "";
-    size_t start = at + 3 + name.size();
-    size_t end = head.find("\r\n", start);
-    std::string v = head.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    return v.substr(v.find_first_not_of(' '));
-  };
-  out.content_type = header("content-type");
-  c.buf() = rest;
-  if (lower(header("transfer-encoding")) == "chunked") {
-    size_t pos = 0;
-    for (;;) {
-      size_t nl;
-      while ((nl = c.buf().find("\r\n", pos)) == std::string::npos)
-        if (!c.fill()) {
-          out.error = "truncated chunked body";
-          return out;
-        }
-      size_t len = std::stoul(c.buf().substr(pos, nl - pos), nullptr, 16);
-      while (c.buf().size() < nl + 2 + len + 2)
-        if (!c.fill()) {
-          out.error = "truncated chunk";
-          return out;
-        }
-      out.body += c.buf().substr(nl + 2, len);
-      pos = nl + 2 + len + 2;
-      if (len == 0) break;
-    }
-  } else {
-    std::string cl = header("content-length");
-    size_t want = cl.empty() ? 0 : std::stoul(cl);
-    while (c.buf().size() < want)
-      if (!c.fill()) {
-        out.error = "truncated body";
-        return out;
-      }
-    out.body = c.buf().substr(0, want);
-  }
+  out.status = r->status;
+  out.body = std::move(r->body);
+  out.content_type = std::move(r->content_type);
   return out;
 }
 

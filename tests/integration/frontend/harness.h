@@ -1,7 +1,6 @@
 // Test harness for the frontend integration tests (the binary is started with tests/support's
-// Process): a small blocking HTTP
-// client (Boost.Beast, with socket timeouts so a hung server fails the test instead of hanging
-// it), and a FAKE SCHEDULER — a ZeroMQ ROUTER in the test process that speaks protocol v1 and
+// Process): blocking HTTP requests on the one HTTP client (tessera/http/client.h; deadlines,
+// so a hung server fails the test instead of hanging it), and a FAKE SCHEDULER — a ZeroMQ ROUTER in the test process that speaks protocol v1 and
 // answers scripted tokens. Tests using the fake scheduler are protocol-level tests of the
 // frontend; end-to-end tests with the real scheduler and worker live elsewhere.
 #pragma once

@@ -10,16 +10,12 @@
 //   bob, without a preference, never gets alice's; with the same text he computes his own;
 //   POST /admin/v1/users/alice/invalidate makes alice's next request compute again;
 //   admin endpoints: 403 without a configured token, 401 with a wrong one.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <iostream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/http/client.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
@@ -43,41 +39,14 @@ struct Reply {
   std::string body;
 };
 
-// One HTTP/1.1 request with an optional bearer token (Connection: close; the frontend answers
-// non-streamed requests with Content-Length). status 0 when the connection failed.
+// One HTTP/1.1 request with an optional bearer token. status 0 when the connection failed.
 Reply http(int port, const std::string& method, const std::string& path, const std::string& body = "",
            const std::string& token = "") {
-  Reply out;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return out;
-  timeval tv{.tv_sec = 60, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return out;
-  }
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
-  if (!body.empty()) req += "Content-Type: application/json\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  for (size_t sent = 0; sent < req.size();) {
-    ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string raw;
-  char buf[8192];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.1 ", 0) != 0 || head_end == std::string::npos) return out;
-  out.status = std::atoi(raw.c_str() + 9);
-  out.body = raw.substr(head_end + 4);
-  return out;
+  http::Request req{.port = port, .method = method, .path = path, .body = body, .timeout_ms = 60000};
+  if (!token.empty()) req.headers.push_back({"Authorization", "Bearer " + token});
+  auto r = http::request(req);
+  if (!r.ok()) return {};
+  return {.status = r->status, .body = std::move(r->body)};
 }
 
 // Sum of the samples of `name` whose label text contains `filter` (0 when none).

@@ -128,12 +128,12 @@ std::string Cluster::logs() const {
   return out;
 }
 
-Result<bench::HttpResponse> Cluster::post(const std::string& path, const std::string& json, int timeout_ms) const {
-  return bench::http_request({.port = http_port_, .method = "POST", .path = path, .body = json, .timeout_ms = timeout_ms});
+Result<http::Response> Cluster::post(const std::string& path, const std::string& json, int timeout_ms) const {
+  return http::request({.port = http_port_, .method = "POST", .path = path, .body = json, .timeout_ms = timeout_ms});
 }
 
-Result<bench::HttpResponse> Cluster::get(const std::string& path, int port, int timeout_ms) const {
-  return bench::http_request({.port = port ? port : http_port_, .method = "GET", .path = path, .timeout_ms = timeout_ms});
+Result<http::Response> Cluster::get(const std::string& path, int port, int timeout_ms) const {
+  return http::request({.port = port ? port : http_port_, .method = "GET", .path = path, .timeout_ms = timeout_ms});
 }
 
 double Cluster::metric(int port, const std::string& name, const std::string& label_filter) const {

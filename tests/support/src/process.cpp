@@ -17,6 +17,10 @@ Process::Process(const std::string& binary, const std::vector<std::string>& args
   child_ = std::move(child).value();
 }
 
+Process::~Process() {
+  if (child_.running()) (void)terminate();
+}
+
 std::string Process::wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
   return child_.read_line(prefix, timeout);
 }

@@ -1,6 +1,6 @@
 // Harness for the end-to-end cluster tests: real tessera-scheduler, tessera-worker and
 // tessera-frontend processes (testing::Process) on loopback ports chosen by the OS (each prints
-// one LISTENING/READY line with what it bound), HTTP through tools/src/bench/http_client.h,
+// one LISTENING/READY line with what it bound), HTTP through the one client (tessera/http/client.h),
 // Prometheus samples, and deadline-bounded waits (wait.h; never a blind sleep).
 //
 // Ownership: a Cluster owns its processes and their log directory; the destructor stops them
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/http_client.h"
+#include "tessera/http/client.h"
 #include "tessera/testing/process.h"
 #include "tessera/testing/wait.h"
 
@@ -64,8 +64,8 @@ class Cluster {
   Process& frontend() { return *frontend_; }
   std::string logs() const;  // tails of every process's log, for failure messages
 
-  Result<bench::HttpResponse> post(const std::string& path, const std::string& json, int timeout_ms = 30000) const;
-  Result<bench::HttpResponse> get(const std::string& path, int port = 0, int timeout_ms = 10000) const;
+  Result<http::Response> post(const std::string& path, const std::string& json, int timeout_ms = 30000) const;
+  Result<http::Response> get(const std::string& path, int port = 0, int timeout_ms = 10000) const;
   // Sum of every sample named `name` whose labels contain `label_filter`; NaN when unreadable.
   double metric(int port, const std::string& name, const std::string& label_filter = "") const;
 

@@ -5,8 +5,8 @@
 //   std::string line = scheduler.wait_line("LISTENING", 10s);
 //   int port = std::atoi(line_field(line, "metrics").c_str());
 //
-// Ownership: owns the process; the destructor SIGKILLs and reaps it if it still runs (call
-// terminate() first for an orderly stop). Not thread-safe: use from the test's thread.
+// Ownership: owns the process; the destructor stops it if it still runs (terminate(): SIGTERM,
+// 5 s, then SIGKILL) and reaps it. Not thread-safe: use from the test's thread.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +24,7 @@ class Process {
   // `log_path` "" leaves stderr on the test's stderr. A binary that cannot be started leaves a
   // Process that is not alive() (the reason is printed).
   Process(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path = "");
+  ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;
 
