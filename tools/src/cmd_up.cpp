@@ -22,15 +22,12 @@
 // times per child; after that, or with --restart never, everything is shut down and `tessera up`
 // exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order, 10 s
 // grace each, then SIGKILL; exit 0.
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
-#include <csignal>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -44,6 +41,7 @@
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
+#include "tessera/common/signals.h"
 #include "tessera/frontend/frontend.h"
 #include "tessera/http/client.h"
 #include "tessera/kvstore/options.h"
@@ -57,8 +55,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-std::atomic<int> g_signal{0};
-extern "C" void up_on_signal(int sig) { g_signal.store(sig); }
 
 // `tessera up`'s own settings. The options it shares with its children (model, tokenizer, host,
 // http-port, num-pages, prefix-cache, and the common log-level) are not declared here: they are
@@ -356,9 +352,7 @@ int run_up(const std::vector<std::string>& args) {
   const int sp = c.scheduler_port;
   const int num_workers = c.workers;
 
-  std::signal(SIGINT, up_on_signal);
-  std::signal(SIGTERM, up_on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
+  signals::install();  // no thread of ours runs yet; the children get SIGINT/SIGTERM back (ChildProcess)
   for (auto& child : children) start_child(child);
 
   const int http_port = c.frontend.http_port;
@@ -367,7 +361,7 @@ int run_up(const std::vector<std::string>& args) {
   const std::string& restart = c.restart;
   const int max_restarts = c.max_restarts;
   int exit_code = 0;
-  while (g_signal.load() == 0) {
+  while (!signals::stop_flag()) {
     // Children that exited on their own (running() reaps them).
     bool give_up = false;
     for (auto& child : children) {
@@ -411,10 +405,10 @@ int run_up(const std::vector<std::string>& args) {
         TS_LOG(kInfo) << "waiting for http://127.0.0.1:" << http_port << "/ready";
       }
     }
-    std::this_thread::sleep_for(milliseconds(200));  // supervision tick
+    (void)signals::wait_for_stop(milliseconds(200));  // supervision tick, cut short by SIGINT/SIGTERM
   }
-  if (g_signal.load() != 0) {
-    TS_LOG(kInfo) << "signal " << g_signal.load() << ": stopping the cluster";
+  if (signals::stop_flag()) {
+    TS_LOG(kInfo) << "signal " << signals::received_signal() << ": stopping the cluster";
   }
   stop_all(children);
   return exit_code;
