@@ -214,6 +214,12 @@ Status read_vec(const msgpack::object& o, const std::string& name, std::vector<T
 Status read(const msgpack::object& o, const std::string& name, uint64_t* out) { return read_int(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, int64_t* out) { return read_int(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, int32_t* out) { return read_int(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, ErrorCode* out) {
+  int32_t v = 0;
+  TS_TRY(read_int(o, name, &v));
+  *out = static_cast<ErrorCode>(v);  // the wire carries the integer; unknown values pass through
+  return ok_status();
+}
 Status read(const msgpack::object& o, const std::string& name, float* out) { return read_float(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, double* out) { return read_float(o, name, out); }
 

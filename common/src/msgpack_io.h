@@ -65,6 +65,7 @@ std::string type_name(const msgpack::object& o);
 Status read(const msgpack::object& o, const std::string& name, uint64_t* out);
 Status read(const msgpack::object& o, const std::string& name, int64_t* out);
 Status read(const msgpack::object& o, const std::string& name, int32_t* out);
+Status read(const msgpack::object& o, const std::string& name, ErrorCode* out);  // an int32 on the wire
 Status read(const msgpack::object& o, const std::string& name, float* out);
 Status read(const msgpack::object& o, const std::string& name, double* out);
 Status read(const msgpack::object& o, const std::string& name, bool* out);

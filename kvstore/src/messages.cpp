@@ -218,9 +218,9 @@ std::string encode_reply(const Reply& r) {
   p.pack(r.id);
   if (t == "error") {
     pack_str(p, "code");
-    p.pack(r.code);
+    p.pack(static_cast<int32_t>(r.code));
     pack_str(p, "error");
-    pack_str(p, error_code_name(static_cast<ErrorCode>(r.code)));
+    pack_str(p, error_code_name(r.code));
     pack_str(p, "message");
     pack_str(p, r.message);
   } else if (t == "get_reply" || t == "exists_reply") {
@@ -266,7 +266,7 @@ std::string encode_error(uint64_t id, ErrorCode code, std::string_view message) 
   Reply r;
   r.id = id;
   r.type = "error";
-  r.code = static_cast<int32_t>(code);
+  r.code = code;
   r.message = std::string(message);
   return encode_reply(r);
 }
@@ -279,8 +279,8 @@ Result<Reply> decode_reply(std::string_view body) {
   TS_ASSIGN_OR_RETURN(std::string_view type, get_bytes(f, "type", true, false));
   r.type = std::string(type);
   if (const msgpack::object* c = find(f, "code"); c != nullptr) {
-    if (c->type == msgpack::type::POSITIVE_INTEGER) r.code = static_cast<int32_t>(c->via.u64);
-    if (c->type == msgpack::type::NEGATIVE_INTEGER) r.code = static_cast<int32_t>(c->via.i64);
+    if (c->type == msgpack::type::POSITIVE_INTEGER) r.code = static_cast<ErrorCode>(static_cast<int32_t>(c->via.u64));
+    if (c->type == msgpack::type::NEGATIVE_INTEGER) r.code = static_cast<ErrorCode>(static_cast<int32_t>(c->via.i64));
   }
   TS_ASSIGN_OR_RETURN(std::string_view message, get_bytes(f, "message", false, false));
   r.message = std::string(message);
