@@ -15,17 +15,8 @@
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -287,4 +278,4 @@ TEST(ClusterTwoWorkers, RequestsSpreadAndSurviveOneWorkerDeath) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

@@ -18,17 +18,8 @@
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -224,4 +215,4 @@ TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

@@ -13,17 +13,8 @@
 
 #include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -87,4 +78,4 @@ TEST(ClusterSchedulerRestart, InFlightRequestEndsWithErrorAtOnceAndNewOnesSuccee
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

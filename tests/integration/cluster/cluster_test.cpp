@@ -16,17 +16,8 @@
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 using nlohmann::json;
 
@@ -243,4 +234,4 @@ TEST_F(ClusterTest, SharedSystemPromptHitsThePrefixCache) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

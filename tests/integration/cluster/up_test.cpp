@@ -16,17 +16,8 @@
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 bool port_free(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -130,4 +121,4 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

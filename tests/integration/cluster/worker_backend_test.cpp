@@ -10,17 +10,8 @@
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
-
-using testing::Cluster;
-using testing::ClusterOptions;
-using testing::greedy_cases;
-using testing::GreedyCase;
-using testing::line_field;
-using testing::Process;
-using testing::wait_until;
-using std::chrono::milliseconds;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -97,4 +88,4 @@ TEST_F(WorkerBackendTest, UnknownBackendIsAnOptionError) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test
