@@ -131,7 +131,9 @@ struct Client::Impl {
     while (!parser.is_done()) {
       parser.get().body().data = buf;
       parser.get().body().size = sizeof buf;
-      ec = run([&](auto handler) { bhttp::async_read(*stream, buffer, parser, handler); });
+      // read_some: returns as soon as some of the body arrived (streamed events are delivered
+      // when they come, not when the buffer is full).
+      ec = run([&](auto handler) { bhttp::async_read_some(*stream, buffer, parser, handler); });
       if (ec == bhttp::error::need_buffer) ec = {};
       const size_t got = sizeof buf - parser.get().body().size;
       if (ec) {

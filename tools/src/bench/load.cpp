@@ -43,6 +43,22 @@ std::string words(std::mt19937_64& rng, int n) {
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double, std::milli>(t1 - t0).count(); }
 
+// The timings of a request that succeeded (total_ms and completion_tokens already set): TTFT,
+// inter-token latencies and TPOT from the arrival times of its chunks.
+RequestRecord finish_record(RequestRecord rec, Clock::time_point t0, const std::vector<Clock::time_point>& chunks,
+                            const std::string& text, std::string* text_out) {
+  if (!chunks.empty()) {
+    rec.ttft_ms = ms_since(t0, chunks.front());
+    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
+    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
+  } else {
+    rec.ttft_ms = rec.total_ms;
+  }
+  rec.ok = true;
+  if (text_out) *text_out = text;
+  return rec;
+}
+
 // One streamed request on `client` (kept alive between the requests of one thread);
 // `text_out` receives the generated text (multi-turn history).
 RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::string& path, const json& body,
@@ -95,16 +111,7 @@ RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::
     if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
       rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", 0);
   }
-  if (!chunks.empty()) {
-    rec.ttft_ms = ms_since(t0, chunks.front());
-    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
-    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
-  } else {
-    rec.ttft_ms = rec.total_ms;
-  }
-  rec.ok = true;
-  if (text_out) *text_out = text;
-  return rec;
+  return finish_record(std::move(rec), t0, chunks, text, text_out);
 }
 
 // One streamed request over the frontend's ZeroMQ client API (docs/protocol.md): a DEALER per
@@ -164,16 +171,7 @@ RequestRecord one_request_zmq(const LoadConfig& c, zmq::context_t& ctx, protocol
     return rec;
   }
   rec.total_ms = ms_since(t0, Clock::now());
-  if (!chunks.empty()) {
-    rec.ttft_ms = ms_since(t0, chunks.front());
-    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
-    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
-  } else {
-    rec.ttft_ms = rec.total_ms;
-  }
-  rec.ok = true;
-  if (text_out) *text_out = text;
-  return rec;
+  return finish_record(std::move(rec), t0, chunks, text, text_out);
 }
 
 // Reads (prompt, cached) token counters from the frontend's /metrics; false when unreadable.
