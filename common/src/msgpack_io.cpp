@@ -4,7 +4,7 @@
 #include <cstring>
 #include <limits>
 
-namespace tessera::protocol::detail {
+namespace tessera::msgpack_io {
 
 // ---- Writer --------------------------------------------------------------------------------
 
@@ -139,6 +139,21 @@ void Writer::strs(const std::vector<std::string>& v) {
   for (const auto& x : v) str(x);
 }
 
+void Writer::bin(std::string_view b) {
+  const size_t n = b.size();
+  if (n <= 0xff) {
+    out_.push_back(static_cast<char>(0xc4));
+    be(n, 1);
+  } else if (n <= 0xffff) {
+    out_.push_back(static_cast<char>(0xc5));
+    be(n, 2);
+  } else {
+    out_.push_back(static_cast<char>(0xc6));
+    be(n, 4);
+  }
+  out_.append(b);
+}
+
 // ---- Readers -------------------------------------------------------------------------------
 
 std::string type_name(const msgpack::object& o) {
@@ -214,6 +229,12 @@ Status read_vec(const msgpack::object& o, const std::string& name, std::vector<T
 Status read(const msgpack::object& o, const std::string& name, uint64_t* out) { return read_int(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, int64_t* out) { return read_int(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, int32_t* out) { return read_int(o, name, out); }
+Status read(const msgpack::object& o, const std::string& name, ErrorCode* out) {
+  int32_t v = 0;
+  TS_TRY(read_int(o, name, &v));
+  *out = static_cast<ErrorCode>(v);  // the wire carries the integer; unknown values pass through
+  return ok_status();
+}
 Status read(const msgpack::object& o, const std::string& name, float* out) { return read_float(o, name, out); }
 Status read(const msgpack::object& o, const std::string& name, double* out) { return read_float(o, name, out); }
 
@@ -259,6 +280,37 @@ std::string MapView::field(std::string_view key) const {
 }
 
 // ---- SamplingParams ------------------------------------------------------------------------
+
+Status read_bytes(const msgpack::object& o, const std::string& name, bool allow_bin, std::string_view* out) {
+  if (o.type == msgpack::type::STR) {
+    *out = std::string_view(o.via.str.ptr, o.via.str.size);
+    return ok_status();
+  }
+  if (allow_bin && o.type == msgpack::type::BIN) {
+    *out = std::string_view(o.via.bin.ptr, o.via.bin.size);
+    return ok_status();
+  }
+  return type_error(name, allow_bin ? "bin or str" : "a string", o);
+}
+
+Result<msgpack::object_handle> unpack(std::string_view bytes, const msgpack::unpack_limit& limit, bool zero_copy) {
+  try {
+    auto no_copy = [](msgpack::type::object_type, size_t, void*) { return true; };
+    std::size_t off = 0;
+    msgpack::object_handle oh = zero_copy ? msgpack::unpack(bytes.data(), bytes.size(), off, no_copy, nullptr, limit)
+                                          : msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, limit);
+    if (off != bytes.size())
+      return make_error(ErrorCode::kMalformedMessage,
+                        std::to_string(bytes.size() - off) + " trailing bytes after the msgpack value");
+    return oh;
+  } catch (const std::exception& e) {
+    return make_error(ErrorCode::kMalformedMessage, std::string("not a valid msgpack message: ") + e.what());
+  }
+}
+
+}  // namespace tessera::msgpack_io
+
+namespace tessera::protocol::detail {
 
 void write_sampling(Writer& w, const SamplingParams& s) {
   w.key("temperature"); w.f32(s.temperature);

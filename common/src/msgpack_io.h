@@ -1,109 +1,20 @@
-// Private to common/: a small msgpack writer that patches map sizes after the fact, and typed
-// readers over msgpack::object that return Result errors naming the field. Used by the
-// protocol codec only.
+// Private to common/: the protocol codec's use of the shared msgpack helpers
+// (tessera/common/msgpack_io.h), plus the protocol-only SamplingParams layout.
 #pragma once
 
-#define MSGPACK_NO_BOOST 1
-#include <msgpack.hpp>
-
-#include <cstdint>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "tessera/common/result.h"
+#include "tessera/common/msgpack_io.h"
 #include "tessera/common/step_plan.h"
 
 namespace tessera::protocol::detail {
 
-// Writes msgpack into a string. Maps are opened with begin_map() and closed with end_map();
-// their size is the number of key() calls in between (written as map32, patched at the end).
-class Writer {
- public:
-  void begin_map();
-  void end_map();
-  void begin_array(uint32_t n);
-  void key(std::string_view k);
-  void str(std::string_view s);
-  void u64(uint64_t v);
-  void i64(int64_t v);
-  void f32(float v);
-  void f64(double v);
-  void boolean(bool v);
-  void nil();
-  void i32s(const std::vector<int32_t>& v);
-  void i64s(const std::vector<int64_t>& v);
-  void u64s(const std::vector<uint64_t>& v);
-  void f32s(const std::vector<float>& v);
-  void strs(const std::vector<std::string>& v);
-  std::string take() { return std::move(out_); }
-
- private:
-  void raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
-  void be32(uint32_t v);
-  void be(uint64_t v, int bytes);
-  std::string out_;
-  std::vector<std::pair<size_t, uint32_t>> maps_;  // (offset of the size field, key count)
-};
-
-// A view of a msgpack map with a path prefix for error messages ("plan.seqs[2]").
-class MapView {
- public:
-  MapView(const msgpack::object& o, std::string path) : o_(o), path_(std::move(path)) {}
-  // nullptr when absent or nil (nil is treated as absent).
-  const msgpack::object* find(std::string_view key) const;
-  std::string field(std::string_view key) const;
-
- private:
-  const msgpack::object& o_;
-  std::string path_;
-};
-
-Result<MapView> as_map(const msgpack::object& o, const std::string& path);
-std::string type_name(const msgpack::object& o);
-
-Status read(const msgpack::object& o, const std::string& name, uint64_t* out);
-Status read(const msgpack::object& o, const std::string& name, int64_t* out);
-Status read(const msgpack::object& o, const std::string& name, int32_t* out);
-Status read(const msgpack::object& o, const std::string& name, float* out);
-Status read(const msgpack::object& o, const std::string& name, double* out);
-Status read(const msgpack::object& o, const std::string& name, bool* out);
-Status read(const msgpack::object& o, const std::string& name, std::string* out);
-Status read(const msgpack::object& o, const std::string& name, std::vector<int32_t>* out);
-Status read(const msgpack::object& o, const std::string& name, std::vector<int64_t>* out);
-Status read(const msgpack::object& o, const std::string& name, std::vector<uint64_t>* out);
-Status read(const msgpack::object& o, const std::string& name, std::vector<float>* out);
-Status read(const msgpack::object& o, const std::string& name, std::vector<std::string>* out);
-
-// Optional field: absent/nil leaves *out unchanged.
-template <class T>
-Status opt(const MapView& m, std::string_view key, T* out) {
-  const msgpack::object* o = m.find(key);
-  if (o == nullptr) return ok_status();
-  return read(*o, m.field(key), out);
-}
-
-// Required field: absent/nil is kInvalidArgument "missing required field 'x'".
-template <class T>
-Status req(const MapView& m, std::string_view key, T* out) {
-  const msgpack::object* o = m.find(key);
-  if (o == nullptr) return make_error(ErrorCode::kInvalidArgument, "missing required field '" + m.field(key) + "'");
-  return read(*o, m.field(key), out);
-}
-
-// Array of elements each decoded by fn(const msgpack::object&, path) -> Status.
-template <class Fn>
-Status opt_array(const MapView& m, std::string_view key, Fn fn) {
-  const msgpack::object* o = m.find(key);
-  if (o == nullptr) return ok_status();
-  const std::string name = m.field(key);
-  if (o->type != msgpack::type::ARRAY)
-    return make_error(ErrorCode::kInvalidArgument, "field '" + name + "' must be an array (got " + type_name(*o) + ")");
-  for (uint32_t i = 0; i < o->via.array.size; ++i) {
-    TS_TRY(fn(o->via.array.ptr[i], name + "[" + std::to_string(i) + "]"));
-  }
-  return ok_status();
-}
+using msgpack_io::as_map;
+using msgpack_io::MapView;
+using msgpack_io::opt;
+using msgpack_io::opt_array;
+using msgpack_io::read;
+using msgpack_io::req;
+using msgpack_io::type_name;
+using msgpack_io::Writer;
 
 // SamplingParams as flat keys of a map (temperature, top_p, ...).
 void write_sampling(Writer& w, const SamplingParams& s);

@@ -314,16 +314,8 @@ Result<Message> decode(std::string_view bytes) {
   if (bytes.size() > kMaxMessageBytes)
     return make_error(ErrorCode::kTooLarge, "message of " + std::to_string(bytes.size()) + " bytes exceeds " +
                                                 std::to_string(kMaxMessageBytes));
-  try {
-    size_t off = 0;
-    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), off, nullptr, nullptr, kLimits);
-    if (off != bytes.size())
-      return make_error(ErrorCode::kMalformedMessage,
-                        std::to_string(bytes.size() - off) + " trailing bytes after the msgpack map");
-    return decode_object(oh.get());
-  } catch (const std::exception& e) {
-    return make_error(ErrorCode::kMalformedMessage, std::string("not a valid msgpack message: ") + e.what());
-  }
+  TS_ASSIGN_OR_RETURN(msgpack::object_handle oh, msgpack_io::unpack(bytes, kLimits));
+  return decode_object(oh.get());
 }
 
 uint64_t peek_id(std::string_view bytes) {

@@ -255,7 +255,7 @@ struct Encoder {
       w.end_map();
     }
     w.key("error_code");
-    w.i64(r.error_code);
+    w.i64(static_cast<int32_t>(r.error_code));
     w.key("error_message");
     w.str(r.error_message);
     w.key("compute_ms");

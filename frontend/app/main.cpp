@@ -1,11 +1,10 @@
 // tessera-frontend: see frontend/include/tessera/frontend/frontend.h and docs/api.md.
-#include <csignal>
 #include <cstdio>
 #include <string>
-#include <thread>
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/signals.h"
 #include "tessera/frontend/frontend.h"
 
 int main(int argc, char** argv) {
@@ -18,13 +17,7 @@ int main(int argc, char** argv) {
   if (auto exit_code = config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
 
-  // Block SIGINT/SIGTERM in every thread; one thread waits for them and stops the server.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  signals::install();  // before any thread starts (signals.h)
 
   auto fe = frontend::Frontend::create(config);
   if (!fe.ok()) {
@@ -37,13 +30,10 @@ int main(int argc, char** argv) {
   TS_LOG(kInfo) << "serving http on port " << (*fe)->http_port() << ", zmq client api on " << (*fe)->zmq_endpoint();
 
   frontend::Frontend* raw = fe->get();
-  std::thread waiter([raw, signals] {
-    int sig = 0;
-    sigwait(&signals, &sig);
+  signals::OnStop on_stop([raw](int sig) {
     TS_LOG(kInfo) << "signal " << sig << ": shutting down";
     raw->stop();
   });
-  waiter.detach();
   (*fe)->run();
   return 0;
 }

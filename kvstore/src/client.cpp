@@ -82,7 +82,7 @@ Result<wire::Reply> Client::Impl::call(wire::Request req, std::string_view expec
   TS_ASSIGN_OR_RETURN(std::string body, roundtrip(wire::encode_request(req), req.id));
   TS_ASSIGN_OR_RETURN(wire::Reply reply, wire::decode_reply(body));
   if (reply.type == "error") {
-    const auto code = static_cast<ErrorCode>(reply.code == 0 ? static_cast<int32_t>(ErrorCode::kInternal) : reply.code);
+    const ErrorCode code = reply.code == ErrorCode::kOk ? ErrorCode::kInternal : reply.code;
     return make_error(code, "kvstore: " + reply.message);
   }
   if (reply.type != expect_type) {

@@ -1,24 +1,19 @@
 // tessera-kvstore: serves compressed K/V blobs (docs/kvstore.md). Options are declared once in
 // tessera/kvstore/options.h; --help, flags, the config file ([kvstore] section) and the
 // environment come from it.
-#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/signals.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/kvstore/server.h"
 #include "tessera/kvstore/store.h"
 
 namespace {
 
-std::atomic<tessera::kvstore::Server*> g_server{nullptr};
-
-extern "C" void on_signal(int) {
-  if (auto* s = g_server.load()) s->stop();
-}
 
 }  // namespace
 
@@ -31,6 +26,7 @@ int main(int argc, char** argv) {
   opts.describe("Serves compressed K/V blobs (preference K/V) from an in-memory L1 and an optional Redis L2");
   if (auto exit_code = config::parse_command_line(opts, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
+  signals::install();  // before any thread starts (signals.h)
 
   kvstore::StoreConfig& sc = config.store;
   if (const std::string& redis = config.redis; !redis.empty()) {
@@ -53,15 +49,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-kvstore: %s\n", server.error().to_string().c_str());
     return 1;
   }
-  g_server.store(server->get());
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  kvstore::Server* raw = server->get();
+  signals::OnStop on_stop([raw](int) { raw->stop(); });
   // Tests and `tessera up` read this line to learn the bound endpoint.
   std::printf("tessera-kvstore listening on %s redis=%s\n", (*server)->endpoint().c_str(),
               sc.redis ? (sc.redis->host + ":" + std::to_string(sc.redis->port)).c_str() : "off");
   std::fflush(stdout);
   const Status st = (*server)->run();
-  g_server.store(nullptr);
   if (!st.ok()) {
     std::fprintf(stderr, "tessera-kvstore: %s\n", st.error().to_string().c_str());
     return 1;

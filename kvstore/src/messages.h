@@ -40,7 +40,7 @@ struct Reply {
   uint64_t id = 0;
   std::string type;  // "<op>_reply" or "error"
   // error
-  int32_t code = 0;
+  ErrorCode code = ErrorCode::kOk;  // an integer on the wire (`code`), its name in `error`
   std::string message;
   // get/exists
   bool found = false;

@@ -11,6 +11,7 @@
 
 #include "messages.h"
 #include "tessera/common/log.h"
+#include "tessera/common/metrics.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -65,21 +66,21 @@ void Server::Impl::send(zmq::socket_t& sock, Outgoing out) {
   sock.send(msg, zmq::send_flags::none);
 }
 
+// The store's metrics and the service's own, rendered by common's metrics registry.
 std::string Server::Impl::metrics() const {
-  std::string text = store->metrics_text();
-  text += "# HELP tessera_kvstore_requests_total Requests decoded, by type.\n"
-          "# TYPE tessera_kvstore_requests_total counter\n";
+  metrics::Registry reg;
+  store->export_metrics(reg);
   for (int i = 0; i < 7; ++i) {
-    text += "tessera_kvstore_requests_total{type=\"" + std::string(wire::op_name(static_cast<wire::Op>(i))) + "\"} " +
-            std::to_string(requests[i].load()) + "\n";
+    reg.counter("tessera_kvstore_requests_total", "Requests decoded, by type.",
+                {{"type", wire::op_name(static_cast<wire::Op>(i))}})
+        .inc(static_cast<double>(requests[i].load()));
   }
-  text += "# HELP tessera_kvstore_bad_requests_total Requests answered with an error before reaching the store "
-          "(undecodable, wrong version, bad fields).\n# TYPE tessera_kvstore_bad_requests_total counter\n"
-          "tessera_kvstore_bad_requests_total " + std::to_string(bad_requests.load()) + "\n";
-  text += "# HELP tessera_kvstore_overloaded_total Requests refused because the worker queue was full.\n"
-          "# TYPE tessera_kvstore_overloaded_total counter\ntessera_kvstore_overloaded_total " +
-          std::to_string(overloaded.load()) + "\n";
-  return text;
+  reg.counter("tessera_kvstore_bad_requests_total",
+              "Requests answered with an error before reaching the store (undecodable, wrong version, bad fields).")
+      .inc(static_cast<double>(bad_requests.load()));
+  reg.counter("tessera_kvstore_overloaded_total", "Requests refused because the worker queue was full.")
+      .inc(static_cast<double>(overloaded.load()));
+  return reg.render();
 }
 
 Outgoing Server::Impl::handle(const wire::Request& req) {

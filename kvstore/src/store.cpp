@@ -1,9 +1,9 @@
 #include "tessera/kvstore/store.h"
 
 #include <random>
-#include <sstream>
 
 #include "tessera/common/log.h"
+#include "tessera/common/metrics.h"
 #include "tessera/kvstore/blob.h"
 
 namespace tessera::kvstore {
@@ -177,65 +177,57 @@ void Store::on_event(std::string_view message) {
   }
 }
 
-namespace {
-
-void metric(std::ostringstream& os, const char* name, const char* type, const char* help) {
-  os << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
-}
-
-}  // namespace
-
-std::string Store::metrics_text() const {
-  std::ostringstream os;
+void Store::export_metrics(metrics::Registry& reg) const {
   const L1Stats l1 = l1_.stats();
   const L2Counters l2 = l2_ != nullptr ? l2_->counters() : L2Counters{};
-  metric(os, "tessera_kvstore_hits_total", "counter", "Gets answered from a tier (l1: memory, l2: Redis).");
-  os << "tessera_kvstore_hits_total{tier=\"l1\"} " << l1_hits_.load() << '\n';
-  os << "tessera_kvstore_hits_total{tier=\"l2\"} " << l2_hits_.load() << '\n';
-  metric(os, "tessera_kvstore_misses_total", "counter",
-         "Gets a tier could not answer (l1: not in memory; l2: not in Redis; all: answered as a miss).");
-  os << "tessera_kvstore_misses_total{tier=\"l1\"} " << l1_misses_.load() << '\n';
-  os << "tessera_kvstore_misses_total{tier=\"l2\"} " << l2_misses_.load() << '\n';
-  os << "tessera_kvstore_misses_total{tier=\"all\"} " << misses_.load() << '\n';
-  metric(os, "tessera_kvstore_puts_total", "counter", "Blobs accepted by put (stored in at least one tier).");
-  os << "tessera_kvstore_puts_total " << puts_.load() << '\n';
-  metric(os, "tessera_kvstore_rejected_puts_total", "counter", "Puts refused (bad blob, too large, stored nowhere).");
-  os << "tessera_kvstore_rejected_puts_total " << rejected_puts_.load() << '\n';
-  metric(os, "tessera_kvstore_put_bytes_total", "counter", "Blob bytes accepted by put.");
-  os << "tessera_kvstore_put_bytes_total " << put_bytes_.load() << '\n';
-  metric(os, "tessera_kvstore_get_bytes_total", "counter", "Blob bytes served by get hits.");
-  os << "tessera_kvstore_get_bytes_total " << get_bytes_.load() << '\n';
-  metric(os, "tessera_kvstore_l1_entries", "gauge", "Blobs held in L1.");
-  os << "tessera_kvstore_l1_entries " << l1.entries << '\n';
-  metric(os, "tessera_kvstore_l1_bytes", "gauge", "Blob bytes held in L1 (keys not counted).");
-  os << "tessera_kvstore_l1_bytes " << l1.bytes << '\n';
-  metric(os, "tessera_kvstore_l1_users", "gauge", "Users with at least one L1 entry.");
-  os << "tessera_kvstore_l1_users " << l1.users << '\n';
-  metric(os, "tessera_kvstore_l1_evictions_total", "counter",
-         "L1 entries dropped: entries/bytes = global bounds, user_quota = per-user byte quota, expired = TTL.");
-  os << "tessera_kvstore_l1_evictions_total{reason=\"entries\"} " << l1.evictions_entries << '\n';
-  os << "tessera_kvstore_l1_evictions_total{reason=\"bytes\"} " << l1.evictions_bytes << '\n';
-  os << "tessera_kvstore_l1_evictions_total{reason=\"user_quota\"} " << l1.evictions_user_quota << '\n';
-  os << "tessera_kvstore_l1_evictions_total{reason=\"expired\"} " << l1.expired << '\n';
-  metric(os, "tessera_kvstore_redis_up", "gauge", "1 when Redis (L2) answers, 0 when down or not configured.");
-  os << "tessera_kvstore_redis_up " << (l2_up() ? 1 : 0) << '\n';
-  metric(os, "tessera_kvstore_redis_reconnects_total", "counter", "Times Redis came back after being down.");
-  os << "tessera_kvstore_redis_reconnects_total " << l2.reconnects << '\n';
-  metric(os, "tessera_kvstore_l2_errors_total", "counter", "Failed Redis operations (I/O or server errors).");
-  os << "tessera_kvstore_l2_errors_total " << l2.errors << '\n';
-  metric(os, "tessera_kvstore_l2_puts_total", "counter", "Values written to Redis.");
-  os << "tessera_kvstore_l2_puts_total " << l2.puts << '\n';
-  metric(os, "tessera_kvstore_l2_bytes_written_total", "counter", "Bytes of sealed values written to Redis.");
-  os << "tessera_kvstore_l2_bytes_written_total " << l2.bytes_written << '\n';
-  metric(os, "tessera_kvstore_l2_bytes_read_total", "counter", "Bytes of values read from Redis.");
-  os << "tessera_kvstore_l2_bytes_read_total " << l2.bytes_read << '\n';
-  metric(os, "tessera_kvstore_l1_remote_invalidations_total", "counter",
-         "L1 entries dropped because a node (this one included) invalidated their user or cleared the cache.");
-  os << "tessera_kvstore_l1_remote_invalidations_total " << remote_invalidations_.load() << '\n';
-  metric(os, "tessera_kvstore_mac_failures_total", "counter",
-         "Redis values rejected because their MAC did not match their key (tampered or moved).");
-  os << "tessera_kvstore_mac_failures_total " << l2.mac_failures << '\n';
-  return os.str();
+  auto counter = [&](const char* name, const char* help, double value, const metrics::Labels& labels = {}) {
+    reg.counter(name, help, labels).inc(value);
+  };
+  auto gauge = [&](const char* name, const char* help, double value) { reg.gauge(name, help).set(value); };
+  constexpr const char* kHits = "Gets answered from a tier (l1: memory, l2: Redis).";
+  counter("tessera_kvstore_hits_total", kHits, static_cast<double>(l1_hits_.load()), {{"tier", "l1"}});
+  counter("tessera_kvstore_hits_total", kHits, static_cast<double>(l2_hits_.load()), {{"tier", "l2"}});
+  constexpr const char* kMisses =
+      "Gets a tier could not answer (l1: not in memory; l2: not in Redis; all: answered as a miss).";
+  counter("tessera_kvstore_misses_total", kMisses, static_cast<double>(l1_misses_.load()), {{"tier", "l1"}});
+  counter("tessera_kvstore_misses_total", kMisses, static_cast<double>(l2_misses_.load()), {{"tier", "l2"}});
+  counter("tessera_kvstore_misses_total", kMisses, static_cast<double>(misses_.load()), {{"tier", "all"}});
+  counter("tessera_kvstore_puts_total", "Blobs accepted by put (stored in at least one tier).",
+          static_cast<double>(puts_.load()));
+  counter("tessera_kvstore_rejected_puts_total", "Puts refused (bad blob, too large, stored nowhere).",
+          static_cast<double>(rejected_puts_.load()));
+  counter("tessera_kvstore_put_bytes_total", "Blob bytes accepted by put.", static_cast<double>(put_bytes_.load()));
+  counter("tessera_kvstore_get_bytes_total", "Blob bytes served by get hits.", static_cast<double>(get_bytes_.load()));
+  gauge("tessera_kvstore_l1_entries", "Blobs held in L1.", static_cast<double>(l1.entries));
+  gauge("tessera_kvstore_l1_bytes", "Blob bytes held in L1 (keys not counted).", static_cast<double>(l1.bytes));
+  gauge("tessera_kvstore_l1_users", "Users with at least one L1 entry.", static_cast<double>(l1.users));
+  constexpr const char* kEvictions =
+      "L1 entries dropped: entries/bytes = global bounds, user_quota = per-user byte quota, expired = TTL.";
+  counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.evictions_entries), {{"reason", "entries"}});
+  counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.evictions_bytes), {{"reason", "bytes"}});
+  counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.evictions_user_quota),
+          {{"reason", "user_quota"}});
+  counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.expired), {{"reason", "expired"}});
+  gauge("tessera_kvstore_redis_up", "1 when Redis (L2) answers, 0 when down or not configured.", l2_up() ? 1.0 : 0.0);
+  counter("tessera_kvstore_redis_reconnects_total", "Times Redis came back after being down.",
+          static_cast<double>(l2.reconnects));
+  counter("tessera_kvstore_l2_errors_total", "Failed Redis operations (I/O or server errors).", static_cast<double>(l2.errors));
+  counter("tessera_kvstore_l2_puts_total", "Values written to Redis.", static_cast<double>(l2.puts));
+  counter("tessera_kvstore_l2_bytes_written_total", "Bytes of sealed values written to Redis.",
+          static_cast<double>(l2.bytes_written));
+  counter("tessera_kvstore_l2_bytes_read_total", "Bytes of values read from Redis.", static_cast<double>(l2.bytes_read));
+  counter("tessera_kvstore_l1_remote_invalidations_total",
+          "L1 entries dropped because a node (this one included) invalidated their user or cleared the cache.",
+          static_cast<double>(remote_invalidations_.load()));
+  counter("tessera_kvstore_mac_failures_total",
+          "Redis values rejected because their MAC did not match their key (tampered or moved).",
+          static_cast<double>(l2.mac_failures));
+}
+
+std::string Store::metrics_text() const {
+  metrics::Registry reg;
+  export_metrics(reg);
+  return reg.render();
 }
 
 }  // namespace tessera::kvstore

@@ -2,7 +2,6 @@
 // is declared once in scheduler_options.cpp (flag, [scheduler] config key, environment variable, bounds),
 // bound to a config member whose initializer is its default.
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,11 +11,10 @@
 #include "service.h"
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/signals.h"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop.store(true); }
 
 }  // namespace
 
@@ -29,9 +27,7 @@ int main(int argc, char** argv) {
   options.describe("The scheduler core between frontends and workers: one continuous batcher per worker");
   if (auto exit_code = config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
+  signals::install();  // before any thread starts (signals.h); run() stops on stop_flag()
 
   const scheduler_app::ServiceConfig& c = config.service;
 
@@ -56,7 +52,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   TS_LOG(kInfo) << "frontends on " << (*service)->frontend_endpoint() << ", workers on " << (*service)->worker_endpoint()
                 << ", prefix cache " << (c.prefix_cache ? "on" : "off");
-  (*service)->run(g_stop);
+  (*service)->run(signals::stop_flag());
   TS_LOG(kInfo) << "exiting";
   return 0;
 }

@@ -22,16 +22,12 @@
 // times per child; after that, or with --restart never, everything is shut down and `tessera up`
 // exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order, 10 s
 // grace each, then SIGKILL; exit 0.
-#include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <chrono>
-#include <csignal>
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
@@ -40,12 +36,14 @@
 #include <thread>
 #include <vector>
 
-#include "bench/http_client.h"
 #include "scheduler_options.h"
+#include "tessera/common/child_process.h"
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
+#include "tessera/common/signals.h"
 #include "tessera/frontend/frontend.h"
+#include "tessera/http/client.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
 #include "worker_options.h"
@@ -57,8 +55,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-std::atomic<int> g_signal{0};
-extern "C" void up_on_signal(int sig) { g_signal.store(sig); }
 
 // `tessera up`'s own settings. The options it shares with its children (model, tokenizer, host,
 // http-port, num-pages, prefix-cache, and the common log-level) are not declared here: they are
@@ -188,65 +184,50 @@ struct ChildSpec {
   std::string name;  // "scheduler", "worker", ...
   std::string binary;
   std::vector<std::string> args;
-  pid_t pid = -1;
+  ChildProcess process;
+  bool started = false;  // spawned at least once (a failed spawn counts as an exit)
   int restarts = 0;
 };
 
-pid_t spawn(const ChildSpec& c) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);  // a terminal's Ctrl-C reaches `tessera up` only; it stops the children in order
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(c.binary.c_str()));
-    for (const auto& a : c.args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(c.binary.c_str(), argv.data());
-    std::fprintf(stderr, "tessera up: cannot run %s: %s\n", c.binary.c_str(), std::strerror(errno));
-    _exit(127);
+// Starts (or restarts) `c` in a process group of its own: a terminal's Ctrl-C reaches
+// `tessera up` only, which stops the children in order.
+void start_child(ChildSpec& c) {
+  c.started = true;
+  auto p = ChildProcess::spawn({.binary = c.binary, .args = c.args, .new_process_group = true});
+  if (!p.ok()) {
+    TS_LOG(kError) << "tessera up: " << p.error().message;
+    c.process = ChildProcess();
+    return;
   }
-  return pid;
-}
-
-std::string describe_status(int st) {
-  if (WIFEXITED(st)) return "exit status " + std::to_string(WEXITSTATUS(st));
-  if (WIFSIGNALED(st)) return std::string("signal ") + strsignal(WTERMSIG(st));
-  return "status " + std::to_string(st);
+  c.process = std::move(p).value();
+  TS_LOG(kInfo) << "started " << c.name << " (pid " << c.process.pid() << ")";
 }
 
 // Runs a command to completion (used for `tessera model synth`).
 int run_sync(const std::string& binary, const std::vector<std::string>& args) {
-  ChildSpec c{.name = "synth", .binary = binary, .args = args};
-  pid_t pid = spawn(c);
-  int st = 0;
-  if (pid < 0 || ::waitpid(pid, &st, 0) != pid) return -1;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto p = ChildProcess::spawn({.binary = binary, .args = args});
+  if (!p.ok()) return -1;
+  return p->wait().code();
 }
 
 void stop_all(std::vector<ChildSpec>& children) {
   // Reverse dependency order: frontend (stops taking requests), worker, kvstore, scheduler.
   for (const char* name : {"frontend", "worker", "kvstore", "scheduler"}) {
     for (auto& c : children) {
-      if (c.name != name || c.pid <= 0) continue;
-      ::kill(c.pid, SIGTERM);
-      const auto deadline = Clock::now() + milliseconds(10000);
-      int st = 0;
-      pid_t r = 0;
-      while ((r = ::waitpid(c.pid, &st, WNOHANG)) == 0 && Clock::now() < deadline)
-        std::this_thread::sleep_for(milliseconds(20));  // polling the child's exit, bounded
-      if (r == 0) {
-        TS_LOG(kWarn) << c.name << " (pid " << c.pid << ") ignored SIGTERM for 10 s: SIGKILL";
-        ::kill(c.pid, SIGKILL);
-        ::waitpid(c.pid, &st, 0);
+      if (c.name != name || !c.process.running()) continue;
+      bool killed = false;
+      const ExitStatus st = c.process.terminate(milliseconds(10000), &killed);
+      if (killed) {
+        TS_LOG(kWarn) << c.name << " (pid " << c.process.pid() << ") ignored SIGTERM for 10 s: SIGKILL";
       }
-      TS_LOG(kInfo) << c.name << " (pid " << c.pid << ") stopped: " << describe_status(st);
-      c.pid = -1;
+      TS_LOG(kInfo) << c.name << " (pid " << c.process.pid() << ") stopped: " << st.describe();
     }
   }
 }
 
 // tessera_scheduler_live_workers from the scheduler's /metrics; -1 when unreadable.
 int live_workers(int metrics_port) {
-  auto r = bench::http_request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
+  auto r = http::request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
   if (!r.ok() || r->status != 200) return -1;
   auto samples = metrics::parse_text(r->body);
   if (!samples.ok()) return -1;
@@ -371,13 +352,8 @@ int run_up(const std::vector<std::string>& args) {
   const int sp = c.scheduler_port;
   const int num_workers = c.workers;
 
-  std::signal(SIGINT, up_on_signal);
-  std::signal(SIGTERM, up_on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
-  for (auto& child : children) {
-    child.pid = spawn(child);
-    TS_LOG(kInfo) << "started " << child.name << " (pid " << child.pid << ")";
-  }
+  signals::install();  // no thread of ours runs yet; the children get SIGINT/SIGTERM back (ChildProcess)
+  for (auto& child : children) start_child(child);
 
   const int http_port = c.frontend.http_port;
   const auto ready_deadline = Clock::now() + milliseconds(c.ready_timeout_ms);
@@ -385,25 +361,23 @@ int run_up(const std::vector<std::string>& args) {
   const std::string& restart = c.restart;
   const int max_restarts = c.max_restarts;
   int exit_code = 0;
-  while (g_signal.load() == 0) {
-    // Reap children that exited on their own.
-    int st = 0;
-    pid_t pid;
+  while (!signals::stop_flag()) {
+    // Children that exited on their own (running() reaps them).
     bool give_up = false;
-    while ((pid = ::waitpid(-1, &st, WNOHANG)) > 0) {
-      for (auto& child : children) {
-        if (child.pid != pid) continue;
-        child.pid = -1;
-        TS_LOG(kError) << child.name << " (pid " << pid << ") exited unexpectedly: " << describe_status(st);
-        if (restart == "on-failure" && child.restarts < max_restarts) {
-          ++child.restarts;
-          std::this_thread::sleep_for(milliseconds(1000));  // restart back-off
-          child.pid = spawn(child);
-          TS_LOG(kWarn) << "restarted " << child.name << " (pid " << child.pid << "), restart " << child.restarts << " of "
-                        << max_restarts;
-        } else {
-          give_up = true;
-        }
+    for (auto& child : children) {
+      if (!child.started || child.process.running()) continue;
+      const auto& st = child.process.status();
+      TS_LOG(kError) << child.name << " (pid " << child.process.pid() << ") exited unexpectedly: "
+                     << (st ? st->describe() : std::string("it could not be started"));
+      if (restart == "on-failure" && child.restarts < max_restarts) {
+        ++child.restarts;
+        std::this_thread::sleep_for(milliseconds(1000));  // restart back-off
+        start_child(child);
+        TS_LOG(kWarn) << "restarted " << child.name << " (pid " << child.process.pid() << "), restart " << child.restarts
+                      << " of " << max_restarts;
+      } else {
+        child.started = false;  // reported once
+        give_up = true;
       }
     }
     if (give_up) {
@@ -412,7 +386,7 @@ int run_up(const std::vector<std::string>& args) {
       break;
     }
     if (!ready) {
-      auto r = bench::http_request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
+      auto r = http::request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
       if (r.ok() && r->status == 200 && live_workers(sp + 2) >= num_workers) {
         ready = true;
         std::printf("tessera up: cluster ready — http://%s:%d (OpenAI API), zmq %s%lld (msgpack API), scheduler metrics "
@@ -431,10 +405,10 @@ int run_up(const std::vector<std::string>& args) {
         TS_LOG(kInfo) << "waiting for http://127.0.0.1:" << http_port << "/ready";
       }
     }
-    std::this_thread::sleep_for(milliseconds(200));  // supervision tick
+    (void)signals::wait_for_stop(milliseconds(200));  // supervision tick, cut short by SIGINT/SIGTERM
   }
-  if (g_signal.load() != 0) {
-    TS_LOG(kInfo) << "signal " << g_signal.load() << ": stopping the cluster";
+  if (signals::stop_flag()) {
+    TS_LOG(kInfo) << "signal " << signals::received_signal() << ": stopping the cluster";
   }
   stop_all(children);
   return exit_code;

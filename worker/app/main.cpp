@@ -5,13 +5,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/signals.h"
 #include "backend_select.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
@@ -20,8 +20,6 @@
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-extern "C" void on_signal(int) { g_stop.store(true); }
 
 }  // namespace
 
@@ -38,9 +36,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: --model is required (a GGUF file, safetensors directory or llama2.c .bin)\n");
     return 2;
   }
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
+  signals::install();  // before any thread starts (signals.h); run_service stops on stop_flag()
 
   // The backend is chosen (and its absence reported) before the model is loaded.
   std::string why;
@@ -102,7 +98,7 @@ int main(int argc, char** argv) {
     TS_LOG(kWarn) << "worker=" << sc.name << " | the " << executor.backend().name()
                   << " backend lacks kv_fill: step plans with preference K/V fills are refused (error names the capability)";
   }
-  Status st = worker_app::run_service(sc, **model, executor, g_stop);
+  Status st = worker_app::run_service(sc, **model, executor, signals::stop_flag());
   if (!st.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", st.error().to_string().c_str());
     return 1;

@@ -85,7 +85,7 @@ class Compute {
         result = std::move(*r);
       } else {
         result.step_id = plan.step_id;
-        result.error_code = static_cast<int32_t>(r.error().code);
+        result.error_code = r.error().code;
         result.error_message = r.error().message;
         TS_LOG(kWarn) << "step=" << plan.step_id << " | plan rejected: " << r.error().to_string();
       }
@@ -109,7 +109,7 @@ class Compute {
 StepResult error_result(uint64_t step_id, const Error& e) {
   StepResult r;
   r.step_id = step_id;
-  r.error_code = static_cast<int32_t>(e.code);
+  r.error_code = e.code;
   r.error_message = e.message;
   return r;
 }

@@ -126,61 +126,10 @@ void tile_q8(const GemmQ8Job& g, int64_t r, int64_t t) {
   }
 }
 
-template <class Job, class Fn, int RM, int RN, template <int, int> class Tile>
-struct TileTable {
-  Fn fns[RM + 1][RN + 1] = {};
-  constexpr TileTable() { fill(std::make_integer_sequence<int, RM * RN>{}); }
-  template <int... I>
-  constexpr void fill(std::integer_sequence<int, I...>) {
-    ((fns[I / RN + 1][I % RN + 1] = &Tile<I / RN + 1, I % RN + 1>::run), ...);
-  }
-};
-
-template <class L>
-struct FloatTile {
-  template <int RM, int RN>
-  struct T {
-    static void run(const GemmJob& g, int64_t r, int64_t t) { tile_float<L, RM, RN>(g, r, t); }
-  };
-};
-template <int RM, int RN>
-struct Q8Tile {
-  static void run(const GemmQ8Job& g, int64_t r, int64_t t) { tile_q8<RM, RN>(g, r, t); }
-};
-
-using FloatTileFn = void (*)(const GemmJob&, int64_t, int64_t);
-using Q8TileFn = void (*)(const GemmQ8Job&, int64_t, int64_t);
+// Largest register tiles (weight rows x tokens); the tiling itself is shared.
 constexpr int kFloatRM = 2, kFloatRN = 4;
 constexpr int kQ8RM = 2, kQ8RN = 3;
-// Up to this many tokens the weights are streamed once, one row at a time: several rows read
-// in parallel (34-byte Q8_0 blocks, unaligned) defeat the hardware prefetcher and make the
-// memory-bound GEMV ~2x slower (measured on Zen 4: 50 vs 113 decode tok per CPU-s).
-constexpr int kSmallN = 3;
-
-template <class L>
-void gemm_float(const GemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  static constexpr TileTable<GemmJob, FloatTileFn, kFloatRM, kFloatRN, FloatTile<L>::template T> table;
-  if (t1 - t0 <= kSmallN) {  // GEMV-like: one weight row at a time keeps the weight stream sequential
-    for (int64_t r = r0; r < r1; ++r) table.fns[1][t1 - t0](g, r, t0);
-    return;
-  }
-  for (int64_t t = t0; t < t1; t += kFloatRN) {
-    const int64_t rn = std::min<int64_t>(kFloatRN, t1 - t);
-    for (int64_t r = r0; r < r1; r += kFloatRM) table.fns[std::min<int64_t>(kFloatRM, r1 - r)][rn](g, r, t);
-  }
-}
-
-void gemm_q8_0(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  static constexpr TileTable<GemmQ8Job, Q8TileFn, kQ8RM, kQ8RN, Q8Tile> table;
-  if (t1 - t0 <= kSmallN) {  // GEMV-like: one weight row at a time keeps the weight stream sequential
-    for (int64_t r = r0; r < r1; ++r) table.fns[1][t1 - t0](g, r, t0);
-    return;
-  }
-  for (int64_t t = t0; t < t1; t += kQ8RN) {
-    const int64_t rn = std::min<int64_t>(kQ8RN, t1 - t);
-    for (int64_t r = r0; r < r1; r += kQ8RM) table.fns[std::min<int64_t>(kQ8RM, r1 - r)][rn](g, r, t);
-  }
-}
+#include "gemm_tiling.inc"
 
 // Activations to signed int8 and per-block scales repeated 8 times; rounds exactly as the
 // scalar quantizer (multiply by 1/d, convert with round-to-nearest-even).

@@ -2,13 +2,11 @@
 // options table (common/config.h), rejects an unknown flag with exit status 2, and `tessera up`
 // checks the options it shares with its children against the children's own declarations.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "tessera/common/child_process.h"
 #include "tessera/common/version.h"
 #include "tessera/testing/paths.h"
 
@@ -22,18 +20,10 @@ struct Outcome {
 
 // Runs `binary args...` (arguments are plain words here: no quoting needed) to completion.
 Outcome run(const std::string& binary, const std::vector<std::string>& args) {
-  std::string cmd = testing::bin_path(binary);
-  for (const auto& a : args) cmd += " " + a;
-  cmd += " 2>&1";
-  Outcome r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  auto r = run_to_exit({.binary = testing::bin_path(binary), .args = args, .stdout_to = ChildOutput::pipe(),
+                        .stderr_to = ChildOutput::same_as_stdout()});
+  if (!r.ok()) return {.status = -1, .out = r.error().to_string()};
+  return {.status = r->first.code(), .out = std::move(r->second)};
 }
 
 struct Program {

@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster_harness.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 using nlohmann::json;
@@ -63,7 +63,7 @@ TEST_F(ClusterFailureTest, ClientDisconnectFreesItsPages) {
   const double cancelled_before =
       cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_requests_total", "reason=\"cancelled\"");
   std::atomic<int> events{0};
-  auto r = bench::http_request({.port = cluster_->http_port(), .method = "POST", .path = "/v1/completions",
+  auto r = http::request({.port = cluster_->http_port(), .method = "POST", .path = "/v1/completions",
                                 .body = long_request("Once upon a time", 480), .timeout_ms = 20000,
                                 .on_body = [&](std::string_view) { return ++events < 2; }});  // leave after 2 chunks
   ASSERT_TRUE(r.ok()) << r.error().to_string();
@@ -194,8 +194,8 @@ TEST(ClusterWorkerDeath, KillNineFailsInFlightRequestsAndReadyTurnsFalse) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kStreams; ++i) {
     threads.emplace_back([&, i] {
-      bench::SseParser sse;
-      auto r = bench::http_request({.port = cluster.http_port(), .method = "POST", .path = "/v1/completions",
+      http::SseParser sse;
+      auto r = http::request({.port = cluster.http_port(), .method = "POST", .path = "/v1/completions",
                                     .body = long_request("Once upon a time, story " + std::to_string(i), 480),
                                     .timeout_ms = 30000, .on_body = [&](std::string_view b) {
                                       sse.feed(b, [&](const std::string& d) {
@@ -278,4 +278,4 @@ TEST(ClusterTwoWorkers, RequestsSpreadAndSurviveOneWorkerDeath) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

@@ -14,11 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster_harness.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 using nlohmann::json;
@@ -38,8 +38,8 @@ struct Stream {
 };
 
 void run_stream(int port, Stream& s) {
-  bench::SseParser sse;
-  auto r = bench::http_request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
+  http::SseParser sse;
+  auto r = http::request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
                                 .timeout_ms = 60000, .on_body = [&](std::string_view b) {
                                   sse.feed(b, [&](const std::string& d) {
                                     if (d == "[DONE]") {
@@ -215,4 +215,4 @@ TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

@@ -11,9 +11,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_harness.h"
+#include "tessera/testing/cluster.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 using nlohmann::json;
@@ -32,10 +32,10 @@ TEST(ClusterSchedulerRestart, InFlightRequestEndsWithErrorAtOnceAndNewOnesSuccee
   std::string error_text;
   Clock::time_point end{};
   std::thread client([&] {
-    bench::SseParser sse;
+    http::SseParser sse;
     const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"temperature", 0},
                                   {"stream", true}, {"ignore_eos", true}}.dump();
-    auto r = bench::http_request({.port = cluster.http_port(), .method = "POST", .path = "/v1/completions",
+    auto r = http::request({.port = cluster.http_port(), .method = "POST", .path = "/v1/completions",
                                   .body = body, .timeout_ms = 15000, .on_body = [&](std::string_view b) {
                                     sse.feed(b, [&](const std::string& d) {
                                       if (d == "[DONE]") done = true;
@@ -78,4 +78,4 @@ TEST(ClusterSchedulerRestart, InFlightRequestEndsWithErrorAtOnceAndNewOnesSuccee
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

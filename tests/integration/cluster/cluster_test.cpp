@@ -10,12 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
-#include "cluster_harness.h"
+#include "tessera/common/child_process.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 using nlohmann::json;
@@ -27,7 +28,7 @@ std::string completion_body(const std::string& prompt, int max_tokens, bool stre
 }
 
 // Text of a non-streamed completion response ("" + test failure when it is not a 200).
-std::string completion_text(const Result<bench::HttpResponse>& r) {
+std::string completion_text(const Result<http::Response>& r) {
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
   if (!r.ok()) return "";
   EXPECT_EQ(r->status, 200) << r->body;
@@ -45,7 +46,7 @@ struct Streamed {
 
 Streamed stream_completion(int port, const std::string& body, const std::string& path = "/v1/completions") {
   Streamed s;
-  bench::SseParser sse;
+  http::SseParser sse;
   auto on_data = [&](const std::string& data) {
     if (data == "[DONE]") {
       s.done = true;
@@ -63,7 +64,7 @@ Streamed stream_completion(int port, const std::string& body, const std::string&
     if (!c["finish_reason"].is_null()) s.finish_reason = c["finish_reason"].get<std::string>();
     if (j.contains("usage")) s.usage = j["usage"];
   };
-  auto r = bench::http_request({.port = port, .method = "POST", .path = path, .body = body, .timeout_ms = 60000,
+  auto r = http::request({.port = port, .method = "POST", .path = path, .body = body, .timeout_ms = 60000,
                                 .on_body = [&](std::string_view b) {
                                   sse.feed(b, on_data);
                                   return true;
@@ -162,15 +163,11 @@ TEST_F(ClusterTest, PythonClientFromProtocolDoc) {
   const std::string script = testing::source_path("tests/integration/frontend/py_client.py");
   ASSERT_TRUE(std::ifstream(script).good()) << "missing " << script;
   const auto c = greedy_cases().at(0);
-  const std::string cmd = "/usr/bin/python3 " + script + " '" + cluster_->zmq_endpoint() + "' '" + c.prompt + "' 40 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  EXPECT_EQ(status, 0) << out;
+  auto run = run_to_exit({.binary = "/usr/bin/python3", .args = {script, cluster_->zmq_endpoint(), c.prompt, "40"},
+                          .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const std::string& out = run->second;
+  EXPECT_EQ(run->first.raw(), 0) << out;
   // Without ignore_eos the text may end early at EOS; it must be a prefix of the reference.
   const std::string marker = "TEXT: ";
   ASSERT_NE(out.find(marker), std::string::npos) << out;
@@ -237,4 +234,4 @@ TEST_F(ClusterTest, SharedSystemPromptHitsThePrefixCache) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

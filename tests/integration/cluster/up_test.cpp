@@ -12,11 +12,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_harness.h"
 #include "tessera/common/metrics.h"
+#include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 bool port_free(int port) {
@@ -48,7 +48,7 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   const int base = free_port_block();
   ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Child up(testing::bin_path("tessera"),
+  Process up(testing::bin_path("tessera"),
            {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
             std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
             "--num-pages", "256", "--restart", "never"},
@@ -56,10 +56,10 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
   ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
 
-  auto models = bench::http_request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
+  auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
   ASSERT_TRUE(models.ok()) << models.error().to_string();
   EXPECT_NE(models->body.find("random-weights"), std::string::npos) << models->body;
-  auto r = bench::http_request({.port = base, .method = "POST", .path = "/v1/completions",
+  auto r = http::request({.port = base, .method = "POST", .path = "/v1/completions",
                                 .body = R"({"prompt": "Once upon a time", "max_tokens": 8})", .timeout_ms = 20000});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->status, 200) << r->body;
@@ -78,7 +78,7 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   const int base = free_port_block();
   ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Child up(testing::bin_path("tessera"),
+  Process up(testing::bin_path("tessera"),
            {"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
             "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
             "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
@@ -87,7 +87,7 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
   const int metrics_port = base + 4;  // scheduler-port + 2
   auto scheduler_metric = [&](const std::string& name, const std::string& filter) {
-    auto r = bench::http_request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+    auto r = http::request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
     if (!r.ok() || r->status != 200) return -1.0;
     auto samples = metrics::parse_text(r->body);
     if (!samples.ok()) return -1.0;
@@ -103,7 +103,7 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   std::vector<std::thread> threads;
   for (int i = 0; i < kRequests; ++i)
     threads.emplace_back([&, i] {
-      auto r = bench::http_request(
+      auto r = http::request(
           {.port = base, .method = "POST", .path = "/v1/completions",
            .body = nlohmann::json{{"prompt", "Request " + std::to_string(i) + " of many"}, {"max_tokens", 32},
                                   {"ignore_eos", true}}.dump(),
@@ -121,4 +121,4 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

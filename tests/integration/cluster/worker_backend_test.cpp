@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "cluster_harness.h"
+#include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing::cluster_test {
 namespace {
 
 std::string read_file(const std::string& path) {
@@ -24,12 +24,12 @@ class WorkerBackendTest : public ::testing::Test {
  protected:
   WorkerBackendTest() : dir_(testing::make_temp_dir("tessera-worker-backend")) {}
 
-  std::unique_ptr<Child> start(std::vector<std::string> extra, const std::string& log_name) {
+  std::unique_ptr<Process> start(std::vector<std::string> extra, const std::string& log_name) {
     // Nothing listens on port 1: a worker that gets past start-up keeps trying to register.
     std::vector<std::string> args = {"--model", testing::shared_path("models/stories260K/stories260K.bin"),
                                      "--scheduler", "tcp://127.0.0.1:1", "--threads", "1", "--num-pages", "64"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<Child>(testing::bin_path("tessera-worker"), args, dir_ + "/" + log_name);
+    return std::make_unique<Process>(testing::bin_path("tessera-worker"), args, dir_ + "/" + log_name);
   }
 
   std::string dir_;
@@ -88,4 +88,4 @@ TEST_F(WorkerBackendTest, UnknownBackendIsAnOptionError) {
 }
 
 }  // namespace
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing::cluster_test

@@ -8,9 +8,11 @@
 #include <zmq.hpp>
 
 #include "harness.h"
+#include "tessera/common/child_process.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/paths.h"
+#include "tessera/testing/wait.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::testing {
@@ -335,14 +337,11 @@ TEST_F(FrontendWithFakeScheduler, ZmqClientApiCompletes) {
 
 TEST_F(FrontendWithFakeScheduler, PythonClientFromProtocolDoc) {
   const std::string script = source_path("tests/integration/frontend/py_client.py");
-  const std::string cmd = "/usr/bin/python3 " + script + " " + fe->zmq + " 'Once upon a time' 9 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  int rc = pclose(p);
-  EXPECT_EQ(rc, 0) << out;
+  auto run = run_to_exit({.binary = "/usr/bin/python3", .args = {script, fe->zmq, "Once upon a time", "9"},
+                          .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const std::string& out = run->second;
+  EXPECT_EQ(run->first.raw(), 0) << out;
   EXPECT_NE(out.find("TEXT: , there was a little girl named\n"), std::string::npos) << out;
   EXPECT_NE(out.find("FINISH: length"), std::string::npos) << out;
 }
@@ -391,10 +390,7 @@ TEST(FrontendTwoFakeSchedulers, RoutingKeyPicksOneSchedulerAndFailsOver) {
     json r = json::parse(http_request(fe.port, "GET", "/ready").body, nullptr, false);
     return r.is_object() && r["schedulers"].size() == 2 && r["schedulers"][0]["alive"] == true && r["schedulers"][1]["alive"] == true;
   };
-  bool alive = false;
-  for (auto deadline = std::chrono::steady_clock::now() + 10s; !(alive = both_alive()) && std::chrono::steady_clock::now() < deadline;)
-    a.wait_for([] { return false; }, 20ms);  // pace the polling of /ready
-  ASSERT_TRUE(alive);
+  ASSERT_TRUE(wait_until(both_alive, 10s, 20ms));
   auto ask = [&](const std::string& user) {
     return http_request(fe.port, "POST", "/v1/completions",
                         R"({"prompt":"Once upon a time","max_tokens":2,"user":")" + user + R"("})").status;

@@ -1,91 +1,22 @@
 #include "harness.h"
 
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <netinet/in.h>
 
-#include <cctype>
 #include <zmq.hpp>
 
 #include "tessera/common/zmq_util.h"
+#include "tessera/http/client.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::testing {
 
-
-// ---- Process -------------------------------------------------------------------------------
-
-Process::Process(const std::string& binary, const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return;
-  pid_ = fork();
-  if (pid_ == 0) {
-    dup2(fds[1], STDOUT_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  out_fd_ = fds[0];
-}
-
-Process::~Process() {
-  terminate();
-  if (out_fd_ >= 0) close(out_fd_);
-}
-
-std::string Process::wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    size_t nl;
-    while ((nl = buffered_.find('\n')) != std::string::npos) {
-      std::string line = buffered_.substr(0, nl);
-      buffered_.erase(0, nl + 1);
-      if (line.rfind(prefix, 0) == 0) return line;
-    }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || out_fd_ < 0) return "";
-    pollfd p{out_fd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
-    char buf[4096];
-    ssize_t n = read(out_fd_, buf, sizeof buf);
-    if (n <= 0) return "";
-    buffered_.append(buf, static_cast<size_t>(n));
-  }
-}
-
-bool Process::alive() { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-
-int Process::terminate() {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
-  int status = 0;
-  for (int i = 0; i < 100; ++i) {  // up to 5 s for a clean exit, then SIGKILL
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return status;
-    }
-    pollfd none{-1, 0, 0};
-    poll(&none, 0, 50);
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return -1;
-}
-
 // ---- HTTP ----------------------------------------------------------------------------------
-// Plain POSIX sockets with poll() deadlines (Asio's blocking calls ignore SO_RCVTIMEO), so a
-// server that hangs fails the test instead of hanging it.
+// Requests go through the one HTTP client (tessera/http/client.h, deadlines on every read).
+// raw_exchange sends bytes that are not HTTP at all: a plain POSIX socket with poll() deadlines.
 
 namespace {
 
@@ -139,77 +70,18 @@ class Conn {
   std::chrono::steady_clock::time_point deadline_;
 };
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
 }  // namespace
 
 HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body, int timeout_ms) {
   HttpResult out;
-  Conn c(port, timeout_ms);
-  if (!c.ok()) {
-    out.error = "connect failed";
+  auto r = http::request({.port = port, .method = method, .path = target, .body = body, .timeout_ms = timeout_ms});
+  if (!r.ok()) {
+    out.error = r.error().to_string();
     return out;
   }
-  std::string req = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
-  if (!body.empty()) req += "Content-Type: application/json\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  bool sent = c.send_all(req);  // may fail for an over-limit body the server refused early
-  size_t hdr_end;
-  while ((hdr_end = c.buf().find("\r\n\r\n")) == std::string::npos)
-    if (!c.fill()) {
-      out.error = sent ? "no response headers" : "send failed";
-      return out;
-    }
-  std::string head = c.buf().substr(0, hdr_end);
-  std::string rest = c.buf().substr(hdr_end + 4);
-  if (head.rfind("HTTP/1.1 ", 0) != 0) {
-    out.error = "bad status line";
-    return out;
-  }
-  out.status = std::stoi(head.substr(9, 3));
-  std::string lh = lower(head);
-  auto header = [&](const std::string& name) -> std::string {
-    size_t at = lh.find("\r\n" + name + ":");
-    if (at == std::string::npos) return "";
-    size_t start = at + 3 + name.size();
-    size_t end = head.find("\r\n", start);
-    std::string v = head.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    return v.substr(v.find_first_not_of(' '));
-  };
-  out.content_type = header("content-type");
-  c.buf() = rest;
-  if (lower(header("transfer-encoding")) == "chunked") {
-    size_t pos = 0;
-    for (;;) {
-      size_t nl;
-      while ((nl = c.buf().find("\r\n", pos)) == std::string::npos)
-        if (!c.fill()) {
-          out.error = "truncated chunked body";
-          return out;
-        }
-      size_t len = std::stoul(c.buf().substr(pos, nl - pos), nullptr, 16);
-      while (c.buf().size() < nl + 2 + len + 2)
-        if (!c.fill()) {
-          out.error = "truncated chunk";
-          return out;
-        }
-      out.body += c.buf().substr(nl + 2, len);
-      pos = nl + 2 + len + 2;
-      if (len == 0) break;
-    }
-  } else {
-    std::string cl = header("content-length");
-    size_t want = cl.empty() ? 0 : std::stoul(cl);
-    while (c.buf().size() < want)
-      if (!c.fill()) {
-        out.error = "truncated body";
-        return out;
-      }
-    out.body = c.buf().substr(0, want);
-  }
+  out.status = r->status;
+  out.body = std::move(r->body);
+  out.content_type = std::move(r->content_type);
   return out;
 }
 
@@ -222,13 +94,8 @@ std::string raw_exchange(int port, const std::string& bytes, int timeout_ms) {
 }
 
 bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (http_request(port, "GET", path, "", 2000).status == status) return true;
-    pollfd none{-1, 0, 0};
-    poll(&none, 0, 20);
-  }
-  return false;
+  return wait_until([&] { return http_request(port, "GET", path, "", 2000).status == status; }, timeout,
+                    std::chrono::milliseconds(20));
 }
 
 std::vector<std::string> sse_data(const std::string& body) {

@@ -1,11 +1,9 @@
-// Test harness for the frontend integration tests: spawn a real binary, a small blocking HTTP
-// client (Boost.Beast, with socket timeouts so a hung server fails the test instead of hanging
-// it), and a FAKE SCHEDULER — a ZeroMQ ROUTER in the test process that speaks protocol v1 and
+// Test harness for the frontend integration tests (the binary is started with tests/support's
+// Process): blocking HTTP requests on the one HTTP client (tessera/http/client.h; deadlines,
+// so a hung server fails the test instead of hanging it), and a FAKE SCHEDULER — a ZeroMQ ROUTER in the test process that speaks protocol v1 and
 // answers scripted tokens. Tests using the fake scheduler are protocol-level tests of the
 // frontend; end-to-end tests with the real scheduler and worker live elsewhere.
 #pragma once
-
-#include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,25 +18,9 @@
 #include <vector>
 
 #include "tessera/common/protocol.h"
+#include "tessera/testing/process.h"
 
 namespace tessera::testing {
-
-// A child process with its stdout on a pipe. Killed (SIGTERM, then SIGKILL) on destruction.
-class Process {
- public:
-  Process(const std::string& binary, const std::vector<std::string>& args);
-  ~Process();
-  // Reads stdout until a line starting with `prefix` (or the deadline); returns it or "".
-  std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout);
-  bool alive();
-  int terminate();  // SIGTERM, wait; returns the exit status (or -1)
-  pid_t pid() const { return pid_; }  // to signal it (SIGSTOP/SIGCONT); -1 once reaped
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  std::string buffered_;
-};
 
 struct HttpResult {
   int status = 0;  // 0 = transport failure

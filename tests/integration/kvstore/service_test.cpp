@@ -11,19 +11,20 @@
 #include <zmq.hpp>
 
 #include "../../unit/kvstore/synthetic_kv.h"
-#include "kv_process.h"
+#include "tessera/common/child_process.h"
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
+#include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
-#include "wait.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::kvstore {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::KvProcess;
-using testing::wait_for;
+using tessera::testing::wait_until;
 
 constexpr uint64_t kFp = 0xabcdef0123ULL;
 
@@ -247,16 +248,14 @@ TEST(KvService, ForeignPythonClient) {
     ASSERT_EQ(std::fwrite(blob.data(), 1, blob.size(), f), blob.size());
     std::fclose(f);
   }
-  const std::string cmd = "/usr/bin/python3 " + tessera::testing::source_path("tests/integration/kvstore/py/foreign_client.py") +
-                          " " + kv->endpoint() + " " + blob_path + " " + std::to_string(kFp) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  const int rc = ::pclose(p);
+  auto run = run_to_exit({.binary = "/usr/bin/python3",
+                          .args = {tessera::testing::source_path("tests/integration/kvstore/py/foreign_client.py"),
+                                   kv->endpoint(), blob_path, std::to_string(kFp)},
+                          .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(rc, 0) << out;
+  ASSERT_TRUE(run.ok()) << run.error().to_string();
+  const std::string& out = run->second;
+  EXPECT_EQ(run->first.raw(), 0) << out;
   EXPECT_EQ(out, "ok\n");
   // The blob the Python client stored is readable by the C++ client.
   auto got = client_for(*kv)->get({kFp, "py-user", "pref-1"});
@@ -331,7 +330,7 @@ TEST_F(KvServiceRedis, RedisKilledMidTestServiceContinuesFromL1ThenReconnects) {
   const BlobKey k1{kFp, "alice", "one"}, k2{kFp, "alice", "two"};
   ASSERT_TRUE(c->put(k1, blob_of(4, 3))->l2);
   redis_->kill();
-  ASSERT_TRUE(wait_for([&] { return !c->stats()->redis_up; }, 10s)) << "redis_up never went to 0";
+  ASSERT_TRUE(wait_until([&] { return !c->stats()->redis_up; }, 10s)) << "redis_up never went to 0";
   EXPECT_NE(c->stats()->metrics.find("tessera_kvstore_redis_up 0\n"), std::string::npos);
   auto hit = c->get(k1);
   ASSERT_TRUE(hit.ok()) << hit.error().to_string();
@@ -343,7 +342,7 @@ TEST_F(KvServiceRedis, RedisKilledMidTestServiceContinuesFromL1ThenReconnects) {
   EXPECT_FALSE(put->l2);
   EXPECT_FALSE(c->get({kFp, "alice", "three"})->found);  // a miss is a miss, not an error
   ASSERT_TRUE(redis_->restart());
-  ASSERT_TRUE(wait_for([&] { return c->stats()->redis_up; }, 10s)) << "did not reconnect";
+  ASSERT_TRUE(wait_until([&] { return c->stats()->redis_up; }, 10s)) << "did not reconnect";
   EXPECT_NE(c->stats()->metrics.find("tessera_kvstore_redis_reconnects_total 1\n"), std::string::npos);
   EXPECT_TRUE(c->put(k2, blob_of(4, 4))->l2);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "2");  // the value and alice's index
@@ -364,7 +363,7 @@ TEST_F(KvServiceRedis, InvalidateUserClearsEveryTier) {
   EXPECT_EQ(r->l1, 2u);
   EXPECT_EQ(r->l2, 2u);
   // Node 2 drops its L1 copy on the invalidation event published through Redis.
-  EXPECT_TRUE(wait_for([&] { return c2->exists({kFp, "alice", "x"}).value() == Tier::kNone; }, 5s));
+  EXPECT_TRUE(wait_until([&] { return c2->exists({kFp, "alice", "x"}).value() == Tier::kNone; }, 5s));
   for (const char* h : {"x", "y"}) {
     EXPECT_FALSE(c1->get({kFp, "alice", h})->found);
     EXPECT_FALSE(c2->get({kFp, "alice", h})->found);

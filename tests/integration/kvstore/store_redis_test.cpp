@@ -6,13 +6,13 @@
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/store.h"
 #include "tessera/testing/redis_server.h"
-#include "wait.h"
+#include "tessera/testing/wait.h"
 
 namespace tessera::kvstore {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::wait_for;
+using tessera::testing::wait_until;
 
 constexpr uint64_t kFp = 0xfeedULL;
 constexpr const char* kSecret = "test-secret";
@@ -77,9 +77,9 @@ TEST_F(StoreRedis, TtlExpiresInRedis) {
   ASSERT_TRUE(l2->exists(k).value());
   const std::string ttl = redis_->command({"TTL", l2->signer().redis_key(k)});
   EXPECT_TRUE(ttl == "1" || ttl == "0") << ttl;
-  EXPECT_TRUE(wait_for([&] { return !l2->exists(k).value(); }, 5s)) << "key did not expire";
+  EXPECT_TRUE(wait_until([&] { return !l2->exists(k).value(); }, 5s)) << "key did not expire";
   // L1 carries the same expiry.
-  EXPECT_TRUE(wait_for([&] { return store_->get(k)->blob == nullptr; }, 5s));
+  EXPECT_TRUE(wait_until([&] { return store_->get(k)->blob == nullptr; }, 5s));
 }
 
 TEST_F(StoreRedis, UserBCannotReadUserA) {
@@ -130,7 +130,7 @@ TEST_F(StoreRedis, RedisKilledMidTestServiceContinuesFromL1AndReconnects) {
   const std::string b1 = make_blob(3, 5), b2 = make_blob(3, 6);
   ASSERT_TRUE(store_->put(k1, b1).ok());
   redis_->kill();
-  EXPECT_TRUE(wait_for([&] { return !store_->l2_up(); }, 5s)) << "health check did not notice Redis died";
+  EXPECT_TRUE(wait_until([&] { return !store_->l2_up(); }, 5s)) << "health check did not notice Redis died";
   EXPECT_NE(store_->metrics_text().find("tessera_kvstore_redis_up 0\n"), std::string::npos);
   auto hit = store_->get(k1);
   ASSERT_TRUE(hit.ok());
@@ -145,7 +145,7 @@ TEST_F(StoreRedis, RedisKilledMidTestServiceContinuesFromL1AndReconnects) {
   EXPECT_EQ(miss->blob, nullptr);
 
   ASSERT_TRUE(redis_->restart());
-  EXPECT_TRUE(wait_for([&] { return store_->l2_up(); }, 5s)) << "did not reconnect";
+  EXPECT_TRUE(wait_until([&] { return store_->l2_up(); }, 5s)) << "did not reconnect";
   EXPECT_EQ(store_->l2()->counters().reconnects, 1u);
   ASSERT_TRUE(store_->put(k2, b2)->l2);  // writes reach Redis again
   EXPECT_EQ(redis_->command({"EXISTS", store_->l2()->signer().redis_key(k2)}), "1");
@@ -167,7 +167,7 @@ TEST_F(StoreRedis, InvalidateUserClearsEveryTier) {
   EXPECT_NE(store_->get({kFp, "bob", "a"})->blob, nullptr);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "2");  // bob's value and bob's index
   // The other node dropped its promoted L1 copy on the invalidation event.
-  EXPECT_TRUE(wait_for([&] { return other->l1_stats().entries == 0; }, 5s));
+  EXPECT_TRUE(wait_until([&] { return other->l1_stats().entries == 0; }, 5s));
   EXPECT_EQ(other->get({kFp, "alice", "a"})->blob, nullptr);
   EXPECT_NE(other->metrics_text().find("tessera_kvstore_l1_remote_invalidations_total 1\n"), std::string::npos);
   // clear() empties both tiers, and the other node's L1 too.
@@ -176,13 +176,13 @@ TEST_F(StoreRedis, InvalidateUserClearsEveryTier) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->l2, 1u);
   EXPECT_EQ(redis_->command({"DBSIZE"}), "0");
-  EXPECT_TRUE(wait_for([&] { return other->l1_stats().entries == 0; }, 5s));
+  EXPECT_TRUE(wait_until([&] { return other->l1_stats().entries == 0; }, 5s));
 }
 
 TEST_F(StoreRedis, InvalidateWhileRedisDownSaysL2WasNotCleared) {
   ASSERT_TRUE(store_->put({kFp, "alice", "a"}, make_blob(2, 9)).ok());
   redis_->kill();
-  ASSERT_TRUE(wait_for([&] { return !store_->l2_up(); }, 5s));
+  ASSERT_TRUE(wait_until([&] { return !store_->l2_up(); }, 5s));
   auto r = store_->invalidate_user("alice");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);

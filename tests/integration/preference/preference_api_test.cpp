@@ -10,27 +10,23 @@
 //   bob, without a preference, never gets alice's; with the same text he computes his own;
 //   POST /admin/v1/users/alice/invalidate makes alice's next request compute again;
 //   admin endpoints: 403 without a configured token, 401 with a wrong one.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <iostream>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../cluster/cluster_harness.h"
-#include "kv_process.h"
+#include "tessera/http/client.h"
+#include "tessera/testing/cluster.h"
+#include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
 
 namespace tessera::preference_test {
 namespace {
 
-using cluster_test::Child;
-using cluster_test::line_field;
-using cluster_test::wait_until;
+using testing::line_field;
+using testing::Process;
+using testing::wait_until;
 using json = nlohmann::json;
 using std::chrono::milliseconds;
 
@@ -43,41 +39,14 @@ struct Reply {
   std::string body;
 };
 
-// One HTTP/1.1 request with an optional bearer token (Connection: close; the frontend answers
-// non-streamed requests with Content-Length). status 0 when the connection failed.
+// One HTTP/1.1 request with an optional bearer token. status 0 when the connection failed.
 Reply http(int port, const std::string& method, const std::string& path, const std::string& body = "",
            const std::string& token = "") {
-  Reply out;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return out;
-  timeval tv{.tv_sec = 60, .tv_usec = 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return out;
-  }
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
-  if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
-  if (!body.empty()) req += "Content-Type: application/json\r\n";
-  req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  for (size_t sent = 0; sent < req.size();) {
-    ssize_t n = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string raw;
-  char buf[8192];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t head_end = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.1 ", 0) != 0 || head_end == std::string::npos) return out;
-  out.status = std::atoi(raw.c_str() + 9);
-  out.body = raw.substr(head_end + 4);
-  return out;
+  http::Request req{.port = port, .method = method, .path = path, .body = body, .timeout_ms = 60000};
+  if (!token.empty()) req.headers.push_back({"Authorization", "Bearer " + token});
+  auto r = http::request(req);
+  if (!r.ok()) return {};
+  return {.status = r->status, .body = std::move(r->body)};
 }
 
 // Sum of the samples of `name` whose label text contains `filter` (0 when none).
@@ -103,7 +72,7 @@ double metric(int port, const std::string& path, const std::string& name, const 
 // One scheduler + worker + frontend.
 struct MiniCluster {
   std::string dir;
-  std::unique_ptr<Child> scheduler, worker, frontend;
+  std::unique_ptr<Process> scheduler, worker, frontend;
   int http_port = 0, sched_metrics = 0;
 
   bool start(const std::string& name, const std::string& kvstore, const std::string& admin_token) {
@@ -112,14 +81,14 @@ struct MiniCluster {
     dir = testing::make_temp_dir("tessera-pref-" + name);
     const std::string model = shared_path("models/stories260K/stories260K.bin");
     const std::string tok = shared_path("models/stories260K/tok512.bin");
-    scheduler = std::make_unique<Child>(bin_path("tessera-scheduler"),
+    scheduler = std::make_unique<Process>(bin_path("tessera-scheduler"),
                                         std::vector<std::string>{"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
                                                                  "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"},
                                         dir + "/scheduler.log");
     const std::string sline = scheduler->wait_line("LISTENING", milliseconds(10000));
     if (sline.empty()) return false;
     sched_metrics = std::atoi(line_field(sline, "metrics").c_str());
-    worker = std::make_unique<Child>(bin_path("tessera-worker"),
+    worker = std::make_unique<Process>(bin_path("tessera-worker"),
                                      std::vector<std::string>{"--model", model, "--scheduler", line_field(sline, "workers"),
                                                               "--threads", "1", "--num-pages", "256", "--name", name + "-w",
                                                               "--kvstore", kvstore, "--kv-codec", "zstd"},
@@ -127,7 +96,7 @@ struct MiniCluster {
     std::vector<std::string> fargs = {"--http-port", "0", "--zmq-endpoint", "", "--schedulers", line_field(sline, "frontends"),
                                       "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--kvstore", kvstore};
     if (!admin_token.empty()) fargs.insert(fargs.end(), {"--admin-token", admin_token});
-    frontend = std::make_unique<Child>(bin_path("tessera-frontend"), fargs, dir + "/frontend.log");
+    frontend = std::make_unique<Process>(bin_path("tessera-frontend"), fargs, dir + "/frontend.log");
     const std::string fline = frontend->wait_line("LISTENING", milliseconds(15000));
     if (fline.empty()) return false;
     http_port = std::atoi(line_field(fline, "http").c_str());
@@ -140,9 +109,9 @@ struct MiniCluster {
     return metric(http_port, "/metrics", name, filter);
   }
   ~MiniCluster() {
-    for (Child* c : {frontend.get(), worker.get(), scheduler.get()})
+    for (Process* c : {frontend.get(), worker.get(), scheduler.get()})
       if (c) c->signal(SIGTERM);
-    for (Child* c : {frontend.get(), worker.get(), scheduler.get()})
+    for (Process* c : {frontend.get(), worker.get(), scheduler.get()})
       if (c) (void)c->wait_exit(milliseconds(5000));
   }
 };

@@ -1,20 +1,16 @@
 #include "tessera/testing/redis_server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
-extern char** environ;
+#include "tessera/testing/wait.h"
 
 namespace tessera::testing {
 namespace {
@@ -83,34 +79,19 @@ std::unique_ptr<RedisServer> RedisServer::start(std::chrono::milliseconds deadli
 bool RedisServer::spawn_and_wait(std::chrono::milliseconds deadline) {
   const char* bin_env = std::getenv("TESSERA_REDIS_SERVER");
   const std::string bin = (bin_env != nullptr && *bin_env != '\0') ? bin_env : "redis-server";
-  const std::string port = std::to_string(port_);
-  std::vector<std::string> args = {bin, "--port", port, "--bind", host_, "--save", "", "--appendonly", "no",
-                                   "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
-                                   "--dir", "/tmp"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) {
-    std::fprintf(stderr, "RedisServer: cannot run %s (errno %d)\n", bin.c_str(), rc);
+  auto child = ChildProcess::spawn({.binary = bin,
+                                    .args = {"--port", std::to_string(port_), "--bind", host_, "--save", "", "--appendonly",
+                                             "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+                                             "--dir", "/tmp"},
+                                    .stdout_to = ChildOutput::null(),
+                                    .search_path = true});
+  if (!child.ok()) {
+    std::fprintf(stderr, "RedisServer: %s\n", child.error().to_string().c_str());
     return false;
   }
-  pid_ = pid;
-  const auto until = std::chrono::steady_clock::now() + deadline;
-  while (std::chrono::steady_clock::now() < until) {
-    if (ping(host_, port_)) return true;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited (port taken?)
-      pid_ = -1;
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // poll interval, not a wait-for-condition
-  }
+  child_ = std::move(child).value();
+  // Ready when it answers PING; false when it exits first (port taken?).
+  if (wait_until([&] { return ping(host_, port_) || !child_.running(); }, deadline) && child_.running()) return true;
   kill();
   return false;
 }
@@ -118,23 +99,21 @@ bool RedisServer::spawn_and_wait(std::chrono::milliseconds deadline) {
 RedisServer::~RedisServer() { kill(); }
 
 void RedisServer::kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (!child_.running()) return;
+  (void)child_.signal(SIGKILL);
+  (void)child_.wait();
 }
 
 bool RedisServer::restart(std::chrono::milliseconds deadline) {
   kill();
   const auto until = std::chrono::steady_clock::now() + deadline;
-  while (std::chrono::steady_clock::now() < until) {  // the port may linger briefly
-    if (spawn_and_wait(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()))) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  // The port may linger briefly after the kill: try again until the deadline.
+  return wait_until(
+      [&] {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        return left.count() > 0 && spawn_and_wait(left);
+      },
+      deadline, std::chrono::milliseconds(50));
 }
 
 std::string RedisServer::command(const std::vector<std::string>& argv) const {

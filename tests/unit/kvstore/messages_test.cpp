@@ -60,7 +60,8 @@ TEST(KvMessages, ReplyRoundTrip) {
   auto err = decode_reply(encode_error(9, ErrorCode::kCorruptFile, "bad"));
   ASSERT_TRUE(err.ok());
   EXPECT_EQ(err->type, "error");
-  EXPECT_EQ(err->code, 301);
+  EXPECT_EQ(static_cast<int32_t>(err->code), 301);  // the same integer on the wire
+  EXPECT_EQ(err->code, ErrorCode::kCorruptFile);
   EXPECT_EQ(err->message, "bad");
 }
 

@@ -5,7 +5,7 @@
 // "kvstore" once promoted to node 2's memory), and its greedy output equals A's token for token.
 // Another user with the same preference text never gets U's blob.
 #include "fixture.h"
-#include "kv_process.h"
+#include "tessera/testing/kv_process.h"
 #include "tessera/testing/redis_server.h"
 
 namespace tessera::worker::testing {

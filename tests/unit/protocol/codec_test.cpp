@@ -200,7 +200,7 @@ TEST(ProtocolCodec, StepPlanFull) {
 TEST(ProtocolCodec, StepResult) {
   StepResult r{.step_id = 5, .results = {SeqResult{.request_id = 1, .token = 42, .logprob = -0.125f, .top = {{42, -0.125f}, {7, -3.0f}}},
                                          SeqResult{.request_id = 2, .token = 0}},
-               .error_code = 0, .error_message = "", .compute_ms = 1.5};
+               .error_code = ErrorCode::kOk, .error_message = "", .compute_ms = 1.5};
   StepResultMsg out = round_trip(StepResultMsg{.id = 5, .result = r});
   ASSERT_EQ(out.result.results.size(), 2u);
   EXPECT_EQ(out.result.results[0].token, 42);
@@ -209,8 +209,9 @@ TEST(ProtocolCodec, StepResult) {
   EXPECT_EQ(out.result.results[0].top[1].token, 7);
   EXPECT_EQ(out.result.results[1].request_id, 2u);
   EXPECT_EQ(out.result.compute_ms, 1.5);
-  StepResultMsg failed = round_trip(StepResultMsg{.id = 6, .result = {.step_id = 6, .error_code = 301, .error_message = "bad page"}});
-  EXPECT_EQ(failed.result.error_code, 301);
+  StepResultMsg failed = round_trip(StepResultMsg{.id = 6, .result = {.step_id = 6, .error_code = ErrorCode::kCorruptFile, .error_message = "bad page"}});
+  EXPECT_EQ(static_cast<int32_t>(failed.result.error_code), 301);  // the same integer on the wire
+  EXPECT_EQ(failed.result.error_code, ErrorCode::kCorruptFile);
   EXPECT_EQ(failed.result.error_message, "bad page");
 }
 

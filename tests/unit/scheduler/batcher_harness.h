@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fake_worker.h"
-#include "scenario.h"
+#include "tessera/testing/scenario.h"
 #include "tessera/scheduler/batcher.h"
 
 namespace tessera::testing {

@@ -528,7 +528,7 @@ TEST_F(BatcherScenario, AFailedStepFinishesItsSequencesWithAnError) {
   StepPlan p = h.plan();
   StepResult failed;
   failed.step_id = p.step_id;
-  failed.error_code = 500;
+  failed.error_code = ErrorCode::kInternal;
   failed.error_message = "device lost";
   h.apply_result(failed);
   ASSERT_EQ(h.finished.size(), 2u);

@@ -91,7 +91,7 @@ TEST_P(BatcherSimulation, EveryRequestFinishesOrIsCancelledAndNothingLeaks) {
     if (uniform(0, 999) == 0) {  // the worker fails a step now and then
       StepResult failed;
       failed.step_id = plan.step_id;
-      failed.error_code = static_cast<int32_t>(ErrorCode::kInternal);
+      failed.error_code = ErrorCode::kInternal;
       failed.error_message = "injected failure";
       ++failed_steps;
       h.apply_result(failed);

@@ -11,8 +11,8 @@
 #include <optional>
 #include <string>
 
-#include "scenario.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/scenario.h"
 
 namespace tessera::scheduler_app {
 namespace {

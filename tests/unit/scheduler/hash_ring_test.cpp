@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "scenario.h"
+#include "tessera/testing/scenario.h"
 #include "tessera/common/hash.h"
 #include "tessera/common/hash_ring.h"
 

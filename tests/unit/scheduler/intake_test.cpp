@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "scenario.h"
 #include "tessera/common/dki.h"
 #include "tessera/scheduler/router.h"
+#include "tessera/testing/scenario.h"
 
 namespace tessera::scheduler {
 namespace {

@@ -5,40 +5,26 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <utility>  // boost/asio/awaitable.hpp uses std::exchange without including it
 
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
+#include "tessera/http/client.h"
 
 namespace tessera::scheduler_app {
 namespace {
 
-namespace net = boost::asio;
-namespace http = boost::beast::http;
-using tcp = net::ip::tcp;
-
 struct Reply {
-  int status = 0;
+  int status = 0;  // 0: no answer
   std::string content_type;
   std::string body;
 };
 
-Reply fetch(const std::string& address, int port, http::verb method, const std::string& target) {
-  net::io_context ioc;
-  tcp::socket socket(ioc);
-  socket.connect(tcp::endpoint(net::ip::make_address(address), static_cast<unsigned short>(port)));
-  http::request<http::string_body> req(method, target, 11);
-  req.set(http::field::host, "localhost");
-  http::write(socket, req);
-  boost::beast::flat_buffer buffer;
-  http::response<http::string_body> res;
-  http::read(socket, buffer, res);
-  return Reply{.status = static_cast<int>(res.result_int()),
-               .content_type = std::string(res[http::field::content_type]),
-               .body = res.body()};
+// Through the one HTTP client (tessera/http/client.h).
+Reply fetch(const std::string& address, int port, const std::string& method, const std::string& target) {
+  auto r = http::request({.host = address, .port = port, .method = method, .path = target, .timeout_ms = 10000});
+  if (!r.ok()) {
+    ADD_FAILURE() << r.error().to_string();
+    return {};
+  }
+  return Reply{.status = r->status, .content_type = r->content_type, .body = r->body};
 }
 
 class MetricsHttp : public ::testing::Test {
@@ -53,31 +39,31 @@ TEST_F(MetricsHttp, ServesMetricsHealthAndNotFound) {
   const int port = (*server)->port();
   ASSERT_GT(port, 0);
 
-  const Reply m = fetch("127.0.0.1", port, http::verb::get, "/metrics");
+  const Reply m = fetch("127.0.0.1", port, "GET", "/metrics");
   EXPECT_EQ(m.status, 200);
   EXPECT_EQ(m.content_type, "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(m.body.find("tessera_test_things_total 3"), std::string::npos) << m.body;
-  EXPECT_EQ(fetch("127.0.0.1", port, http::verb::get, "/metrics?x=1").status, 200);  // a query is ignored
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics?x=1").status, 200);  // a query is ignored
 
-  const Reply h = fetch("127.0.0.1", port, http::verb::get, "/health");
+  const Reply h = fetch("127.0.0.1", port, "GET", "/health");
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.body, "{\"status\":\"ok\"}");
 
-  const Reply nf = fetch("127.0.0.1", port, http::verb::get, "/nope");
+  const Reply nf = fetch("127.0.0.1", port, "GET", "/nope");
   EXPECT_EQ(nf.status, 404);
   EXPECT_NE(nf.body.find("GET /metrics or /health"), std::string::npos);
-  EXPECT_EQ(fetch("127.0.0.1", port, http::verb::post, "/metrics").status, 404);
+  EXPECT_EQ(fetch("127.0.0.1", port, "POST", "/metrics").status, 404);
 }
 
 TEST_F(MetricsHttp, ListensOnIpv6AndDualStack) {
   auto v6 = MetricsServer::start("::1", 0, registry);
   ASSERT_TRUE(v6.ok()) << v6.error().to_string();
-  EXPECT_EQ(fetch("::1", (*v6)->port(), http::verb::get, "/health").status, 200);
+  EXPECT_EQ(fetch("::1", (*v6)->port(), "GET", "/health").status, 200);
 
   auto any = MetricsServer::start("::", 0, registry);
   ASSERT_TRUE(any.ok()) << any.error().to_string();
-  EXPECT_EQ(fetch("::1", (*any)->port(), http::verb::get, "/metrics").status, 200);
-  EXPECT_EQ(fetch("127.0.0.1", (*any)->port(), http::verb::get, "/metrics").status, 200);  // IPv4 too
+  EXPECT_EQ(fetch("::1", (*any)->port(), "GET", "/metrics").status, 200);
+  EXPECT_EQ(fetch("127.0.0.1", (*any)->port(), "GET", "/metrics").status, 200);  // IPv4 too
 }
 
 TEST_F(MetricsHttp, ABusyPortIsUnavailable) {

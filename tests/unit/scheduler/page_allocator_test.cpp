@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "scenario.h"
+#include "tessera/testing/scenario.h"
 
 namespace tessera::scheduler {
 namespace {

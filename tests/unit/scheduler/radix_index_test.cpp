@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "scenario.h"
+#include "tessera/testing/scenario.h"
 
 namespace tessera::scheduler {
 namespace {

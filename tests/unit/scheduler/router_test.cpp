@@ -10,9 +10,9 @@
 #include <memory>
 #include <random>
 
-#include "scenario.h"
 #include "tessera/common/hash.h"
 #include "tessera/common/routing.h"
+#include "tessera/testing/scenario.h"
 #include "tessera/scheduler/radix_index.h"
 
 namespace tessera::scheduler {

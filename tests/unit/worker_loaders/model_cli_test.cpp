@@ -1,11 +1,13 @@
 // `tessera model inspect` and `tessera model synth` run as a user runs them (the real binary).
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "tessera/common/child_process.h"
 #include "tessera/testing/paths.h"
 
 namespace {
@@ -15,16 +17,20 @@ struct CliRun {
   std::string out;
 };
 
+// `args`: words separated by single spaces (paths here have none).
 CliRun run(const std::string& args) {
-  const std::string cmd = tessera::testing::bin_path("tessera") + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  EXPECT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  std::vector<std::string> words;
+  for (size_t pos = 0; pos < args.size();) {
+    const size_t end = std::min(args.find(' ', pos), args.size());
+    if (end > pos) words.push_back(args.substr(pos, end - pos));
+    pos = end + 1;
+  }
+  auto r = tessera::run_to_exit({.binary = tessera::testing::bin_path("tessera"), .args = words,
+                                 .stdout_to = tessera::ChildOutput::pipe(),
+                                 .stderr_to = tessera::ChildOutput::same_as_stdout()});
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  if (!r.ok()) return {-1, ""};
+  return {r->first.code(), r->second};
 }
 
 TEST(ModelCli, InspectJsonDescribesStories260K) {

@@ -13,10 +13,10 @@
 
 #include <zmq.hpp>
 
-#include "http_client.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/http/client.h"
 
 namespace tessera::bench {
 namespace {
@@ -43,13 +43,31 @@ std::string words(std::mt19937_64& rng, int n) {
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double, std::milli>(t1 - t0).count(); }
 
-// One streamed request; `text_out` receives the generated text (multi-turn history).
-RequestRecord one_request(const LoadConfig& c, const std::string& path, const json& body, std::string* text_out) {
+// The timings of a request that succeeded (total_ms and completion_tokens already set): TTFT,
+// inter-token latencies and TPOT from the arrival times of its chunks.
+RequestRecord finish_record(RequestRecord rec, Clock::time_point t0, const std::vector<Clock::time_point>& chunks,
+                            const std::string& text, std::string* text_out) {
+  if (!chunks.empty()) {
+    rec.ttft_ms = ms_since(t0, chunks.front());
+    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
+    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
+  } else {
+    rec.ttft_ms = rec.total_ms;
+  }
+  rec.ok = true;
+  if (text_out) *text_out = text;
+  return rec;
+}
+
+// One streamed request on `client` (kept alive between the requests of one thread);
+// `text_out` receives the generated text (multi-turn history).
+RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::string& path, const json& body,
+                          std::string* text_out) {
   RequestRecord rec;
   std::vector<Clock::time_point> chunks;
   std::string text;
   json usage;
-  SseParser sse;
+  http::SseParser sse;
   const auto t0 = Clock::now();
   auto on_data = [&](const std::string& d) {
     if (d == "[DONE]") return;
@@ -71,7 +89,7 @@ RequestRecord one_request(const LoadConfig& c, const std::string& path, const js
       text += piece;
     }
   };
-  auto r = http_request({.host = c.host, .port = c.port, .method = "POST", .path = path, .body = body.dump(),
+  auto r = client.request({.host = c.host, .port = c.port, .method = "POST", .path = path, .body = body.dump(),
                          .timeout_ms = c.timeout_ms, .on_body = [&](std::string_view b) {
                            sse.feed(b, on_data);
                            return true;
@@ -93,16 +111,7 @@ RequestRecord one_request(const LoadConfig& c, const std::string& path, const js
     if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
       rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", 0);
   }
-  if (!chunks.empty()) {
-    rec.ttft_ms = ms_since(t0, chunks.front());
-    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
-    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
-  } else {
-    rec.ttft_ms = rec.total_ms;
-  }
-  rec.ok = true;
-  if (text_out) *text_out = text;
-  return rec;
+  return finish_record(std::move(rec), t0, chunks, text, text_out);
 }
 
 // One streamed request over the frontend's ZeroMQ client API (docs/protocol.md): a DEALER per
@@ -162,21 +171,12 @@ RequestRecord one_request_zmq(const LoadConfig& c, zmq::context_t& ctx, protocol
     return rec;
   }
   rec.total_ms = ms_since(t0, Clock::now());
-  if (!chunks.empty()) {
-    rec.ttft_ms = ms_since(t0, chunks.front());
-    for (size_t i = 1; i < chunks.size(); ++i) rec.itl_ms.push_back(ms_since(chunks[i - 1], chunks[i]));
-    if (rec.completion_tokens >= 2) rec.tpot_ms = ms_since(chunks.front(), chunks.back()) / (rec.completion_tokens - 1);
-  } else {
-    rec.ttft_ms = rec.total_ms;
-  }
-  rec.ok = true;
-  if (text_out) *text_out = text;
-  return rec;
+  return finish_record(std::move(rec), t0, chunks, text, text_out);
 }
 
 // Reads (prompt, cached) token counters from the frontend's /metrics; false when unreadable.
 bool read_counters(const LoadConfig& c, double* prompt, double* cached) {
-  auto r = http_request({.host = c.host, .port = c.port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+  auto r = http::request({.host = c.host, .port = c.port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
   if (!r.ok() || r->status != 200) return false;
   auto samples = metrics::parse_text(r->body);
   if (!samples.ok()) return false;
@@ -247,7 +247,7 @@ Result<LoadReport> run_load(const LoadConfig& c) {
   std::mutex mu;
   zmq::context_t zctx(1);
   const bool use_zmq = c.api == "zmq";
-  auto run_unit = [&](const Unit& u) {
+  auto run_unit = [&](const Unit& u, http::Client& client) {
     std::vector<RequestRecord> recs;
     if (c.workload == "multi-turn") {
       json messages = json::array();
@@ -261,7 +261,7 @@ Result<LoadReport> run_load(const LoadConfig& c) {
           for (const auto& m : messages) req.messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
           recs.push_back(one_request_zmq(c, zctx, std::move(req), &answer));
         } else {
-          recs.push_back(one_request(c, "/v1/chat/completions", body, &answer));
+          recs.push_back(one_request(client, c, "/v1/chat/completions", body, &answer));
         }
         if (!recs.back().ok) break;
         messages.push_back({{"role", "assistant"}, {"content", answer}});
@@ -274,7 +274,7 @@ Result<LoadReport> run_load(const LoadConfig& c) {
         req.prompt = prompt;
         recs.push_back(one_request_zmq(c, zctx, std::move(req), nullptr));
       } else {
-        recs.push_back(one_request(c, "/v1/completions", body, nullptr));
+        recs.push_back(one_request(client, c, "/v1/completions", body, nullptr));
       }
     }
     std::lock_guard<std::mutex> lock(mu);
@@ -290,14 +290,18 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     auto next = Clock::now();
     for (const auto& u : units) {
       std::this_thread::sleep_until(next);  // open-loop arrival schedule
-      threads.emplace_back([&, &unit = u] { run_unit(unit); });
+      threads.emplace_back([&, &unit = u] {
+        http::Client client;
+        run_unit(unit, client);
+      });
       next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
     }
   } else {
     std::atomic<size_t> next{0};
     for (int t = 0; t < c.concurrency; ++t)
       threads.emplace_back([&] {
-        for (size_t i; (i = next.fetch_add(1)) < units.size();) run_unit(units[i]);
+        http::Client client;  // one keep-alive connection per closed-loop client
+        for (size_t i; (i = next.fetch_add(1)) < units.size();) run_unit(units[i], client);
       });
   }
   for (auto& t : threads) t.join();

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/common/result.h"
+
 namespace tessera {
 
 struct SamplingParams {
@@ -103,7 +105,7 @@ struct FillResult {
 struct StepResult {
   uint64_t step_id = 0;
   std::vector<SeqResult> results;  // one per SeqPlan with sample == true, in plan order
-  int32_t error_code = 0;          // tessera::ErrorCode; non-zero means the step was not applied
+  ErrorCode error_code = ErrorCode::kOk;  // kOk, or the step was not applied (an int32 on the wire)
   std::string error_message;
   double compute_ms = 0.0;
   std::vector<FillResult> fills;   // one per KvFill of the plan, in plan order

@@ -30,6 +30,10 @@
 #include "tessera/kvstore/redis_l2.h"
 #include "tessera/kvstore/types.h"
 
+namespace tessera::metrics {
+class Registry;
+}  // namespace tessera::metrics
+
 namespace tessera::kvstore {
 
 struct StoreConfig {
@@ -69,7 +73,10 @@ class Store {
   bool l2_up() const { return l2_ != nullptr && l2_->up(); }
   L1Stats l1_stats() const { return l1_.stats(); }
   RedisL2* l2() { return l2_.get(); }  // nullptr when L1 only
-  // Prometheus text exposition of every kvstore metric (docs/kvstore.md lists them).
+  // Every store metric (docs/kvstore.md lists them) as its current value, into `reg` (a registry
+  // made for one rendering: counters are added to, so each is exported once per registry).
+  void export_metrics(metrics::Registry& reg) const;
+  // Prometheus text exposition of export_metrics (common's metrics registry renders it).
   std::string metrics_text() const;
 
  private:

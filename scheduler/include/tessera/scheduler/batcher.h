@@ -127,7 +127,7 @@ class Batcher {
   // Plans the next step. kInvalidArgument when the previous plan has not been applied yet.
   Result<StepPlan> step();
   // Applies the worker's answer to the outstanding plan. kInvalidArgument (state unchanged)
-  // when no plan is outstanding or step_id differs. A failed step (error_code != 0) or a result
+  // when no plan is outstanding or step_id differs. A failed step (error_code != kOk) or a result
   // that does not match the plan finishes the plan's sequences with FinishReason::kError.
   Result<StepOutcome> apply(const StepResult& result);
 

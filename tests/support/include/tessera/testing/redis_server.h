@@ -6,16 +6,17 @@
 //   ... use redis->host(), redis->port() ...
 //   redis->kill();  ... redis->restart();
 //
-// Ownership: the object owns the child process; the destructor kills it (SIGKILL) and reaps it.
+// Ownership: the object owns the child process (common's ChildProcess); the destructor kills it
+// (SIGKILL) and reaps it.
 // Not thread-safe; use from the test's thread.
 #pragma once
-
-#include <sys/types.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "tessera/common/child_process.h"
 
 namespace tessera::testing {
 
@@ -31,7 +32,7 @@ class RedisServer {
   const std::string& host() const { return host_; }
   int port() const { return port_; }
   std::string address() const { return host_ + ":" + std::to_string(port_); }  // "127.0.0.1:PORT"
-  bool running() const { return pid_ > 0; }
+  bool running() { return child_.running(); }
 
   // SIGKILL and reap; the port stops answering.
   void kill();
@@ -48,7 +49,7 @@ class RedisServer {
 
   std::string host_ = "127.0.0.1";
   int port_ = 0;
-  pid_t pid_ = -1;
+  ChildProcess child_;
 };
 
 // A currently free TCP port on 127.0.0.1 (bind to port 0, read it, close). Racy by nature;

@@ -7,6 +7,8 @@
 //
 // Each clause runs at once under a SCOPED_TRACE naming the scenario and the clause, so a failure
 // reads like the behaviour it checks. After a fatal failure the remaining clauses are skipped.
+// ASSERT_OK / EXPECT_OK (status.h) come with it, as scenario clauses usually check Results.
+// Threading: clauses run on the calling thread, in order, at once.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +16,8 @@
 #include <functional>
 #include <string>
 #include <utility>
+
+#include "tessera/testing/status.h"
 
 namespace tessera::testing {
 
@@ -36,14 +40,3 @@ class Scenario {
 };
 
 }  // namespace tessera::testing
-
-#define EXPECT_OK(expr)                                         \
-  do {                                                          \
-    auto ts_expect_ok_ = (expr);                                \
-    EXPECT_TRUE(ts_expect_ok_.ok()) << ts_expect_ok_.error().to_string(); \
-  } while (0)
-#define ASSERT_OK(expr)                                         \
-  do {                                                          \
-    auto ts_assert_ok_ = (expr);                                \
-    ASSERT_TRUE(ts_assert_ok_.ok()) << ts_assert_ok_.error().to_string(); \
-  } while (0)

@@ -1,13 +1,18 @@
 // Runs the real tessera-kvstore binary for a test: started with flags, its endpoint read from
-// the "listening on" line of its stdout (waited for with a deadline), killed on destruction.
+// the "listening on" line of its stdout (waited for with a deadline), stopped (SIGTERM, then
+// SIGKILL) on destruction. Built on common's ChildProcess.
+//
+// Ownership: owns the process and its log file (the child's stderr, removed with it).
+// Not thread-safe: use from the test's thread.
 #pragma once
-
-#include <sys/types.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "tessera/common/child_process.h"
 
 namespace tessera::kvstore::testing {
 
@@ -25,8 +30,7 @@ class KvProcess {
 
  private:
   KvProcess() = default;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
+  ChildProcess child_;
   std::string endpoint_;
   std::string log_path_;  // the child's stderr, removed with the process
 };

@@ -1,15 +1,11 @@
-#include "cluster_harness.h"
+#include "tessera/testing/cluster.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -17,96 +13,7 @@
 #include "tessera/common/metrics.h"
 #include "tessera/testing/paths.h"
 
-namespace tessera::cluster_test {
-
-using Clock = std::chrono::steady_clock;
-
-Child::Child(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path)
-    : log_path_(log_path) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return;
-  pid_ = ::fork();
-  if (pid_ == 0) {
-    ::dup2(fds[1], STDOUT_FILENO);
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (log >= 0) ::dup2(log, STDERR_FILENO);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  ::close(fds[1]);
-  out_fd_ = fds[0];
-}
-
-Child::~Child() {
-  if (pid_ > 0 && !reaped_) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  if (out_fd_ >= 0) ::close(out_fd_);
-}
-
-std::string Child::wait_line(const std::string& prefix, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    size_t eol;
-    while ((eol = buffered_.find('\n')) != std::string::npos) {
-      std::string line = buffered_.substr(0, eol);
-      buffered_.erase(0, eol + 1);
-      if (line.rfind(prefix, 0) == 0) return line;
-    }
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 || out_fd_ < 0) return "";
-    pollfd p{out_fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
-    char buf[4096];
-    ssize_t n = ::read(out_fd_, buf, sizeof(buf));
-    if (n <= 0) return "";
-    buffered_.append(buf, static_cast<size_t>(n));
-  }
-}
-
-bool Child::alive() {
-  if (pid_ <= 0 || reaped_) return false;
-  int st = 0;
-  pid_t r = ::waitpid(pid_, &st, WNOHANG);
-  if (r == pid_) {
-    reaped_ = true;
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return false;
-  }
-  return true;
-}
-
-void Child::signal(int sig) {
-  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
-}
-
-int Child::wait_exit(milliseconds timeout) {
-  if (!wait_until([&] { return !alive(); }, timeout)) return -1;
-  return status_;
-}
-
-std::string line_field(const std::string& line, const std::string& field) {
-  const std::string key = field + "=";
-  size_t p = line.find(key);
-  if (p == std::string::npos) return "";
-  p += key.size();
-  size_t e = line.find(' ', p);
-  return line.substr(p, e == std::string::npos ? std::string::npos : e - p);
-}
-
-bool wait_until(const std::function<bool()>& pred, milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (pred()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));  // polling interval of the condition, not a wait for it
-  }
-}
+namespace tessera::testing {
 
 namespace {
 std::string tail(const std::string& path, size_t bytes = 3000) {
@@ -119,7 +26,7 @@ std::string tail(const std::string& path, size_t bytes = 3000) {
 }  // namespace
 
 std::vector<GreedyCase> greedy_cases() {
-  std::ifstream in(testing::shared_path("models/stories260K/greedy.json"));
+  std::ifstream in(shared_path("models/stories260K/greedy.json"));
   auto j = nlohmann::json::parse(in);
   std::vector<GreedyCase> out;
   for (const auto& c : j.at("cases"))
@@ -137,7 +44,7 @@ bool Cluster::start_scheduler(const std::string& frontend_endpoint, const std::s
   // A restarted scheduler appends to the same log.
   const bool first = scheduler_ == nullptr;
   scheduler_.reset();
-  scheduler_ = std::make_unique<Child>(testing::bin_path("tessera-scheduler"), sargs,
+  scheduler_ = std::make_unique<Process>(bin_path("tessera-scheduler"), sargs,
                                        dir_ + (first ? "/scheduler.log" : "/scheduler-restarted.log"));
   const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
   if (sline.empty()) return false;
@@ -154,9 +61,7 @@ bool Cluster::restart_scheduler() {
 }
 
 Cluster::Cluster(const ClusterOptions& o) : options_(o) {
-  using testing::bin_path;
-  using testing::shared_path;
-  dir_ = testing::make_temp_dir("tessera-cluster");
+    dir_ = make_temp_dir("tessera-cluster");
   const std::string model = shared_path("models/stories260K/stories260K.bin");
   const std::string tok = shared_path("models/stories260K/tok512.bin");
   if (!start_scheduler("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")) {
@@ -169,11 +74,11 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
     std::vector<std::string> wargs = {"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
                                       std::to_string(o.num_pages), "--name", name, "--backend", "cpu"};
     wargs.insert(wargs.end(), o.worker_args.begin(), o.worker_args.end());
-    workers_.push_back(std::make_unique<Child>(
+    workers_.push_back(std::make_unique<Process>(
         bin_path("tessera-worker"), wargs,
         dir_ + "/" + (i == 0 ? std::string("worker") : "worker" + std::to_string(i)) + ".log"));
   }
-  frontend_ = std::make_unique<Child>(
+  frontend_ = std::make_unique<Process>(
       bin_path("tessera-frontend"),
       std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
                                "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
@@ -201,13 +106,13 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
 }
 
 Cluster::~Cluster() {
-  // Orderly shutdown first (exercises SIGTERM handling); the Child destructors SIGKILL leftovers.
-  std::vector<Child*> all = {frontend_.get()};
+  // Orderly shutdown first (exercises SIGTERM handling); the Process destructors SIGKILL leftovers.
+  std::vector<Process*> all = {frontend_.get()};
   for (auto& w : workers_) all.push_back(w.get());
   all.push_back(scheduler_.get());
-  for (Child* c : all)
+  for (Process* c : all)
     if (c) c->signal(SIGTERM);
-  for (Child* c : all)
+  for (Process* c : all)
     if (c) (void)c->wait_exit(milliseconds(5000));
 }
 
@@ -223,12 +128,12 @@ std::string Cluster::logs() const {
   return out;
 }
 
-Result<bench::HttpResponse> Cluster::post(const std::string& path, const std::string& json, int timeout_ms) const {
-  return bench::http_request({.port = http_port_, .method = "POST", .path = path, .body = json, .timeout_ms = timeout_ms});
+Result<http::Response> Cluster::post(const std::string& path, const std::string& json, int timeout_ms) const {
+  return http::request({.port = http_port_, .method = "POST", .path = path, .body = json, .timeout_ms = timeout_ms});
 }
 
-Result<bench::HttpResponse> Cluster::get(const std::string& path, int port, int timeout_ms) const {
-  return bench::http_request({.port = port ? port : http_port_, .method = "GET", .path = path, .timeout_ms = timeout_ms});
+Result<http::Response> Cluster::get(const std::string& path, int port, int timeout_ms) const {
+  return http::request({.port = port ? port : http_port_, .method = "GET", .path = path, .timeout_ms = timeout_ms});
 }
 
 double Cluster::metric(int port, const std::string& name, const std::string& label_filter) const {
@@ -246,4 +151,4 @@ double Cluster::metric(int port, const std::string& name, const std::string& lab
   return found ? sum : std::nan("");
 }
 
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing

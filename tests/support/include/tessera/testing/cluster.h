@@ -1,10 +1,12 @@
 // Harness for the end-to-end cluster tests: real tessera-scheduler, tessera-worker and
-// tessera-frontend processes on loopback ports chosen by the OS (each prints one LISTENING/READY
-// line with what it bound), HTTP through tools/src/bench/http_client.h, Prometheus samples, and
-// deadline-bounded waits (polling a condition, never a blind sleep).
+// tessera-frontend processes (testing::Process) on loopback ports chosen by the OS (each prints
+// one LISTENING/READY line with what it bound), HTTP through the one client (tessera/http/client.h),
+// Prometheus samples, and deadline-bounded waits (wait.h; never a blind sleep).
+//
+// Ownership: a Cluster owns its processes and their log directory; the destructor stops them
+// (SIGTERM, 5 s each, then SIGKILL). Not thread-safe, except post/get/metric, which only read
+// the ports and may be called from several threads.
 #pragma once
-
-#include <sys/types.h>
 
 #include <chrono>
 #include <functional>
@@ -12,43 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "../../../tools/src/bench/http_client.h"
+#include "tessera/http/client.h"
+#include "tessera/testing/process.h"
+#include "tessera/testing/wait.h"
 
-namespace tessera::cluster_test {
+namespace tessera::testing {
 
 using std::chrono::milliseconds;
-
-// A child process: stdout on a pipe (for its LISTENING line), stderr to a log file.
-// The destructor SIGKILLs and reaps it if it is still running.
-class Child {
- public:
-  Child(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path);
-  ~Child();
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  // The first stdout line starting with `prefix`, or "" at the deadline / EOF.
-  std::string wait_line(const std::string& prefix, milliseconds timeout);
-  bool alive();
-  void signal(int sig);
-  // Waits for exit; the exit status (WEXITSTATUS, or 128 + signal), -1 at the deadline.
-  int wait_exit(milliseconds timeout);
-  pid_t pid() const { return pid_; }
-  const std::string& log_path() const { return log_path_; }
-
- private:
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int status_ = -1;
-  bool reaped_ = false;
-  std::string buffered_;
-  std::string log_path_;
-};
-
-// The value of `field=` in a LISTENING line ("" when absent).
-std::string line_field(const std::string& line, const std::string& field);
-
-// Polls pred() every few milliseconds until it holds or the deadline passes.
-bool wait_until(const std::function<bool()>& pred, milliseconds timeout);
 
 // ../shared/models/stories260K/greedy.json: a generation of at least `steps` new tokens from
 // `prompt` (temperature 0) must begin with `completion`.
@@ -83,17 +55,17 @@ class Cluster {
   const std::string& zmq_endpoint() const { return zmq_endpoint_; }          // frontend client API
   const std::string& scheduler_frontend_endpoint() const { return sched_fe_; }
   const std::string& scheduler_worker_endpoint() const { return sched_we_; }
-  Child& scheduler() { return *scheduler_; }
+  Process& scheduler() { return *scheduler_; }
   // SIGKILLs the scheduler and starts a new one on the same frontend and worker endpoints (a new
   // metrics port); true once it prints its LISTENING line. Workers and frontend stay up.
   bool restart_scheduler();
-  Child& worker(size_t i = 0) { return *workers_.at(i); }
+  Process& worker(size_t i = 0) { return *workers_.at(i); }
   size_t num_workers() const { return workers_.size(); }
-  Child& frontend() { return *frontend_; }
+  Process& frontend() { return *frontend_; }
   std::string logs() const;  // tails of every process's log, for failure messages
 
-  Result<bench::HttpResponse> post(const std::string& path, const std::string& json, int timeout_ms = 30000) const;
-  Result<bench::HttpResponse> get(const std::string& path, int port = 0, int timeout_ms = 10000) const;
+  Result<http::Response> post(const std::string& path, const std::string& json, int timeout_ms = 30000) const;
+  Result<http::Response> get(const std::string& path, int port = 0, int timeout_ms = 10000) const;
   // Sum of every sample named `name` whose labels contain `label_filter`; NaN when unreadable.
   double metric(int port, const std::string& name, const std::string& label_filter = "") const;
 
@@ -102,12 +74,12 @@ class Cluster {
 
   ClusterOptions options_;
   std::string dir_;
-  std::unique_ptr<Child> scheduler_, frontend_;
-  std::vector<std::unique_ptr<Child>> workers_;
+  std::unique_ptr<Process> scheduler_, frontend_;
+  std::vector<std::unique_ptr<Process>> workers_;
   int http_port_ = 0;
   int metrics_port_ = 0;
   std::string zmq_endpoint_, sched_fe_, sched_we_;
   bool ok_ = false;
 };
 
-}  // namespace tessera::cluster_test
+}  // namespace tessera::testing
