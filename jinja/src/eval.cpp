@@ -114,10 +114,10 @@ Status Renderer::render_for(const Node& n) {
   auto listed = iterate(seq);
   if (!listed.ok()) return located(n.expr->offset, listed.error());
   std::vector<Value> items = std::move(listed).value();
-  Frame f;
-  f.parent = cur_;
-  FrameGuard guard(*this, f);
   if (n.cond) {
+    Frame f;
+    f.parent = cur_;
+    FrameGuard guard(*this, f);
     std::vector<Value> kept;
     for (const Value& item : items) {
       TS_TRY(tick(n.offset));
@@ -132,6 +132,10 @@ Status Renderer::render_for(const Node& n) {
   size_t cycle_index = 0;
   for (int64_t i = 0; i < len; ++i) {
     TS_TRY(tick(n.offset));
+    // Each iteration gets a fresh frame: a `set` in the body does not carry over (jinja2).
+    Frame f;
+    f.parent = cur_;
+    FrameGuard guard(*this, f);
     const Value& item = items[static_cast<size_t>(i)];
     TS_TRY(assign_targets(f, n.targets, item, n.offset));
     Dict loop;

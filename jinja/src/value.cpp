@@ -277,9 +277,7 @@ void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
     if (c < 0x20) {
       esc(c);
     } else if (ensure_ascii && c > 0x7e) {
-      if (c == 0x7f) {
-        out += static_cast<char>(c);
-      } else if (c >= 0x10000) {
+      if (c >= 0x10000) {
         uint32_t v = c - 0x10000;
         esc(0xD800 + (v >> 10));
         esc(0xDC00 + (v & 0x3FF));
