@@ -1,8 +1,8 @@
 // Recursive-descent parser with jinja2's grammar and operator precedence:
 //   cond:  or ('if' or ('else' cond)?)*        or: and ('or' and)*     and: not ('and' not)*
-//   not:   'not' not | compare                 compare: concat (op concat)*   (chained)
-//   concat: math1 ('~' math1)*                 math1: math2 (('+'|'-') math2)*
-//   math2: pow (('*'|'/'|'//'|'%') pow)*       pow: unary ('**' unary)*
+//   not:   'not' not | compare                 compare: math1 (op math1)*   (chained)
+//   math1: concat (('+'|'-') concat)*          concat: math2 ('~' math2)*
+//   math2: pow (('*'|'/'|'//'|'%') pow)*       pow: unary ('**' unary)*   (left-associative)
 //   unary: ('-'|'+') unary | primary postfix*, then filters / tests / calls
 #include <set>
 
@@ -302,7 +302,7 @@ class Parser {
   // a < b < c is a chain: (a < b) and (b < c), each operand evaluated once.
   Result<ExprPtr> compare() {
     size_t offset = cur().offset;
-    TS_ASSIGN_OR_RETURN(ExprPtr left, concat());
+    TS_ASSIGN_OR_RETURN(ExprPtr left, math1());
     std::vector<std::string> ops;
     std::vector<ExprPtr> operands;
     operands.push_back(std::move(left));
@@ -322,7 +322,7 @@ class Parser {
       } else {
         break;
       }
-      TS_ASSIGN_OR_RETURN(ExprPtr right, concat());
+      TS_ASSIGN_OR_RETURN(ExprPtr right, math1());
       ops.push_back(op);
       operands.push_back(std::move(right));
     }
@@ -333,8 +333,8 @@ class Parser {
     return c;
   }
 
-  Result<ExprPtr> concat() { return binary_chain(&Parser::math1, {"~"}, false); }
-  Result<ExprPtr> math1() { return binary_chain(&Parser::math2, {"+", "-"}, false); }
+  Result<ExprPtr> math1() { return binary_chain(&Parser::concat, {"+", "-"}, false); }
+  Result<ExprPtr> concat() { return binary_chain(&Parser::math2, {"~"}, false); }
   Result<ExprPtr> math2() { return binary_chain(&Parser::pow_expr, {"*", "/", "//", "%"}, false); }
   Result<ExprPtr> pow_expr() { return binary_chain(&Parser::unary_filtered, {"**"}, false); }
   Result<ExprPtr> unary_filtered() { return unary(true); }
