@@ -486,6 +486,7 @@ class Parser {
       if (!slice && !is_op(":")) break;
     }
     if (!slice) {
+      if (!parts[0]) return err(cur().offset, "expected a subscript");
       auto it = node(Expr::Kind::kItem, offset);
       it->a = std::move(obj);
       it->b = std::move(parts[0]);

@@ -54,6 +54,8 @@ Value Value::list(std::vector<Value> items, bool tuple) {
   return v;
 }
 
+Value Value::dict() { return dict(Dict{}); }
+
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;

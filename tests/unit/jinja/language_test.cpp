@@ -35,7 +35,7 @@ TEST(Jinja, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(bad.error().message.find("line 3, column 10"), std::string::npos) << bad.error().message;
 
   for (const char* src : {"{% if x %}never closed", "{{ unclosed", "{% for x in %}{% endfor %}", "{% unknown %}",
-                          "{% include 'x' %}", "{{ (1 }}", "{# no end", "{% endif %}", "{{ 'abc }}"}) {
+                          "{% include 'x' %}", "{{ (1 }}", "{# no end", "{% endif %}", "{{ 'abc }}", "{{ x[] }}"}) {
     auto r = Template::parse(src);
     EXPECT_FALSE(r.ok()) << src;
     if (!r.ok()) {

@@ -26,26 +26,8 @@
 namespace tessera::jinja {
 
 class Value;
-
-// Insertion-ordered string-keyed map (a Python dict). Lookups are linear: template dicts are
-// small (a message, a tool schema).
-class Dict {
- public:
-  const Value* find(std::string_view key) const;
-  Value* find(std::string_view key);
-  void set(std::string key, Value value);  // replaces in place, or appends
-  size_t size() const { return items_.size(); }
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-
- private:
-  std::vector<std::pair<std::string, Value>> items_;
-};
-
-struct CallArgs {
-  std::vector<Value> positional;
-  std::vector<std::pair<std::string, Value>> keyword;
-  const Value* kw(std::string_view name) const;  // nullptr when not given
-};
+class Dict;
+struct CallArgs;
 
 // A callable returns a Value or an Error (raise_exception, a type error).
 using Function = std::function<Result<Value>(const CallArgs&)>;
@@ -63,8 +45,9 @@ class Value {
   Value(std::string s);           // NOLINT(implicit)
   Value(const char* s) : Value(std::string(s)) {}  // NOLINT(implicit)
   static Value list(std::vector<Value> items = {}, bool tuple = false);
-  static Value dict(Dict d = {});
-  static Value namespace_object(Dict d = {});  // a dict whose attributes `set ns.x = ...` may assign
+  static Value dict();
+  static Value dict(Dict d);
+  static Value namespace_object(Dict d);  // a dict whose attributes `set ns.x = ...` may assign
   static Value callable(std::string name, Function fn);
   // An undefined value that remembers why ("'x' is undefined", "'dict object' has no attribute
   // 'y'"), for the error raised when it is used.
@@ -110,6 +93,26 @@ class Value {
   std::shared_ptr<std::vector<Value>> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
+};
+
+// Insertion-ordered string-keyed map (a Python dict). Lookups are linear: template dicts are
+// small (a message, a tool schema).
+class Dict {
+ public:
+  const Value* find(std::string_view key) const;
+  Value* find(std::string_view key);
+  void set(std::string key, Value value);  // replaces in place, or appends
+  size_t size() const { return items_.size(); }
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> items_;
+};
+
+struct CallArgs {
+  std::vector<Value> positional;
+  std::vector<std::pair<std::string, Value>> keyword;
+  const Value* kw(std::string_view name) const;  // nullptr when not given
 };
 
 // Python equality (1 == 1.0 == True; lists and dicts compare by content; undefined equals only
