@@ -79,6 +79,7 @@ Result<Value> tojson(const Value& v, const CallArgs& a) {
 
 Result<Value> select(Renderer& r, const Value& seq, const CallArgs& a, bool by_attr, bool keep) {
   (void)r;
+  if (!seq.truthy()) return Value::list();  // jinja2: `if seq:` before iterating
   TS_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(seq));
   std::string attr;
   size_t next = 0;
@@ -110,6 +111,7 @@ Result<Value> select(Renderer& r, const Value& seq, const CallArgs& a, bool by_a
 }
 
 Result<Value> map_filter(Renderer& r, const Value& seq, const CallArgs& a) {
+  if (!seq.truthy()) return Value::list();  // jinja2: `if seq:` before iterating
   TS_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(seq));
   std::vector<Value> out;
   if (const Value* at = a.kw("attribute")) {
@@ -167,12 +169,20 @@ Result<Value> sort_filter(const Value& seq, const CallArgs& a, bool dictsort) {
   return Value::list(std::move(out));
 }
 
-Result<Value> min_max(const Value& seq, bool want_max) {
+// jinja2 compares strings case-insensitively in min, max, unique and sort unless told otherwise.
+Value fold_case(const Value& v, bool case_sensitive) {
+  return v.is_string() && !case_sensitive ? Value(ascii_lower(v.as_string())) : v;
+}
+
+Result<Value> min_max(const Value& seq, bool want_max, const CallArgs& a) {
+  const Value* cs = arg(a, 0, "case_sensitive");
+  const bool case_sensitive = cs != nullptr && cs->truthy();
   TS_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(seq));
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   Value best = items[0];
   for (size_t i = 1; i < items.size(); ++i) {
-    TS_ASSIGN_OR_RETURN(int c, compare_values(items[i], best, want_max ? ">" : "<"));
+    TS_ASSIGN_OR_RETURN(int c, compare_values(fold_case(items[i], case_sensitive), fold_case(best, case_sensitive),
+                                              want_max ? ">" : "<"));
     if (want_max ? c > 0 : c < 0) best = items[i];
   }
   return best;
@@ -251,15 +261,22 @@ Result<Value> call_filter(Renderer& r, const std::string& name, const Value& v, 
     return Value::list(std::move(items));
   }
   if (name == "unique") {
+    const Value* cs = arg(a, 0, "case_sensitive");
+    const bool case_sensitive = cs != nullptr && cs->truthy();
     TS_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
-    std::vector<Value> out;
+    std::vector<Value> out, keys;
     for (const Value& x : items) {
+      Value key = fold_case(x, case_sensitive);
       bool seen = false;
-      for (const Value& y : out) seen = seen || equals(x, y);
-      if (!seen) out.push_back(x);
+      for (const Value& y : keys) seen = seen || equals(key, y);
+      if (!seen) {
+        out.push_back(x);
+        keys.push_back(std::move(key));
+      }
     }
     return Value::list(std::move(out));
   }
+  if ((name == "int" || name == "float") && v.is_undefined()) return bad(v.undefined_hint());
   if (name == "int") return to_int(v, arg(a, 0, "default") ? *arg(a, 0, "default") : Value(int64_t{0}));
   if (name == "float") {
     if (v.is_number()) return Value(v.as_float());
@@ -309,7 +326,7 @@ Result<Value> call_filter(Renderer& r, const std::string& name, const Value& v, 
     if (!v.is_dict()) return bad("dictsort needs a mapping");
     return sort_filter(v, a, true);
   }
-  if (name == "min" || name == "max") return min_max(v, name == "max");
+  if (name == "min" || name == "max") return min_max(v, name == "max", a);
   if (name == "sum") {
     TS_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
     const Value* attribute = arg(a, 0, "attribute");
@@ -346,11 +363,12 @@ Result<bool> call_test(const std::string& name, const Value& v, const CallArgs& 
   if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
   if (name == "callable") return v.is_callable();
   if (name == "escaped") return false;
-  if (name == "lower") return v.is_string() && ascii_lower(v.as_string()) == v.as_string();
-  if (name == "upper") return v.is_string() && ascii_upper(v.as_string()) == v.as_string();
+  if (name == "lower") return py_is(to_str(v), "islower");
+  if (name == "upper") return py_is(to_str(v), "isupper");
   if (name == "odd" || name == "even") {
-    if (!v.is_int() && !v.is_bool()) return bad("test '" + name + "' needs an integer");
-    return (v.as_int() % 2 != 0) == (name == "odd");
+    if (!v.is_number()) return bad("test '" + name + "' needs a number, got " + type_name(v));
+    TS_ASSIGN_OR_RETURN(Value m, arithmetic("%", v, Value(int64_t{2}), 0));
+    return equals(m, Value(int64_t{name == "odd" ? 1 : 0}));
   }
   if (name == "divisibleby") {
     TS_ASSIGN_OR_RETURN(const Value* n, need_other());

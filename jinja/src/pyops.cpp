@@ -1,5 +1,7 @@
 // Python semantics of the operators, iteration, indexing and slicing over Values.
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "eval.h"
 
@@ -26,6 +28,58 @@ void adjust(int64_t len, std::optional<int64_t> start, std::optional<int64_t> st
   };
   b = clamp(start, step < 0 ? len - 1 : 0);
   e = clamp(stop, step < 0 ? -1 : len);
+}
+
+// Python's printf-style `str % args` for the conversions templates use: %s %r %d %i %f (with an
+// optional precision) and %%.
+Result<Value> percent_format(const std::string& fmt, const Value& arg) {
+  // A tuple gives the arguments; anything else is the one argument. Python does not complain
+  // about an unused argument that has __getitem__ (a list, a dict, jinja2's Undefined).
+  std::vector<Value> args;
+  const bool mapping = arg.is_dict() || arg.is_undefined() || (arg.is_list() && !arg.is_tuple());
+  if (arg.is_tuple()) args = arg.as_list();
+  else args.push_back(arg);
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) return type_error("incomplete format");
+    int precision = -1;
+    if (fmt[i] == '.') {
+      precision = 0;
+      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = std::min(precision * 10 + (fmt[i] - '0'), 100);
+      if (i >= fmt.size()) return type_error("incomplete format");
+    }
+    char c = fmt[i];
+    if (c == '%') {
+      out += '%';
+      continue;
+    }
+    if (c != 's' && c != 'r' && c != 'd' && c != 'i' && c != 'f') {
+      return type_error(std::string("unsupported format character '") + c + "'");
+    }
+    if (next >= args.size()) return type_error("not enough arguments for format string");
+    const Value& v = args[next++];
+    if (c == 's') {
+      out += to_str(v);
+    } else if (c == 'r') {
+      out += to_repr(v);
+    } else {
+      if (!v.is_number()) return type_error(std::string("%") + c + " format: a real number is required, not " + type_name(v));
+      if (c == 'f') {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%.*f", precision < 0 ? 6 : precision, v.as_float());
+        out += buf;
+      } else {
+        out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_float()) : v.as_int());
+      }
+    }
+  }
+  if (!mapping && next < args.size()) return type_error("not all arguments converted during string formatting");
+  return Value(std::move(out));
 }
 
 }  // namespace
@@ -88,6 +142,9 @@ Result<bool> contains(const Value& container, const Value& item) {
       }
       return false;
     case Value::Kind::kDict:
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) {
+        return type_error("unhashable type: '" + type_name(item) + "'");
+      }
       return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
     default: return type_error("argument of type '" + type_name(container) + "' is not iterable");
   }
@@ -124,6 +181,7 @@ Result<int> compare_values(const Value& a, const Value& b, const char* op) {
 
 Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b, size_t max_bytes) {
   if (a.is_undefined()) return type_error(a.undefined_hint());
+  if (op == "%" && a.is_string()) return percent_format(a.as_string(), b);
   if (b.is_undefined()) return type_error(b.undefined_hint());
   auto unsupported = [&]() {
     return type_error("unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
@@ -139,7 +197,10 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b, 
       if (op == "+") return Value(x + y);
       if (op == "-") return Value(x - y);
       if (op == "*") return Value(x * y);
-      if (op == "**") return Value(std::pow(x, y));
+      if (op == "**") {
+        if (x == 0 && y < 0) return type_error("0.0 cannot be raised to a negative power");
+        return Value(std::pow(x, y));
+      }
       if (y == 0) return type_error("float division by zero");
       if (op == "//") return Value(std::floor(x / y));
       if (op == "%") {
@@ -163,7 +224,10 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b, 
       return Value(r);
     }
     if (op == "**") {
-      if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      if (y < 0) {
+        if (x == 0) return type_error("0.0 cannot be raised to a negative power");
+        return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      }
       r = 1;
       for (int64_t i = 0; i < y; ++i) {
         if (__builtin_mul_overflow(r, x, &r)) return type_error("integer overflow");
@@ -199,9 +263,10 @@ Result<Value> arithmetic(const std::string& op, const Value& a, const Value& b, 
     }
     return unsupported();
   }
-  if (op == "*" && (a.is_int() || b.is_int()) && (a.is_string() || b.is_string() || a.is_list() || b.is_list())) {
-    const Value& seq = a.is_int() ? b : a;
-    int64_t n = std::max<int64_t>(0, (a.is_int() ? a : b).as_int());
+  const bool a_count = a.is_int() || a.is_bool(), b_count = b.is_int() || b.is_bool();
+  if (op == "*" && (a_count || b_count) && (a.is_string() || b.is_string() || a.is_list() || b.is_list())) {
+    const Value& seq = a_count ? b : a;
+    int64_t n = std::max<int64_t>(0, (a_count ? a : b).as_int());
     size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size();
     if (unit != 0 && static_cast<uint64_t>(n) > max_bytes / unit) return type_error("repeated sequence too large");
     if (seq.is_string()) {
