@@ -270,6 +270,30 @@ Result<Value> Renderer::eval_call(const Expr& e) {
   return r;
 }
 
+namespace {
+
+// jinja2 folds constant subexpressions into Python literals when it compiles a template.
+bool is_constant(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::kLiteral: return true;
+    case Expr::Kind::kName:
+    case Expr::Kind::kCall: return false;
+    default: break;
+  }
+  for (const Expr* c : {e.a.get(), e.b.get(), e.c.get()}) {
+    if (c != nullptr && !is_constant(*c)) return false;
+  }
+  for (const auto& x : e.args) {
+    if (x && !is_constant(*x)) return false;
+  }
+  for (const auto& [k, x] : e.kwargs) {
+    if (!is_constant(*x)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<Value> Renderer::eval_binary(const Expr& e) {
   TS_ASSIGN_OR_RETURN(Value a, eval(*e.a));
   if (e.name == "and") {
@@ -285,6 +309,15 @@ Result<Value> Renderer::eval_binary(const Expr& e) {
     std::string s = to_str(a) + to_str(b);
     if (s.size() > limits_.max_output_bytes) return error(e.offset, "string too large", ErrorCode::kResourceExhausted);
     return Value(std::move(s));
+  }
+  // A folded negative constant is written without parentheses, so `-2 ** x` (and `(1 - 3) ** x`)
+  // is -(2 ** x) in jinja2's generated Python (when x is not constant too): reproduce that.
+  if (e.name == "**" && a.is_number() && !a.is_bool() && a.as_float() < 0 && is_constant(*e.a) &&
+      !is_constant(*e.b)) {
+    Value magnitude = a.is_float() ? Value(-a.as_float()) : Value(-a.as_int());
+    auto r = arithmetic("**", magnitude, b, limits_.max_output_bytes);
+    if (!r.ok()) return located(e.offset, r.error());
+    return r->is_float() ? Value(-r->as_float()) : Value(-r->as_int());
   }
   auto r = arithmetic(e.name, a, b, limits_.max_output_bytes);
   if (!r.ok()) return located(e.offset, r.error());

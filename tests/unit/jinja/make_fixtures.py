@@ -144,6 +144,7 @@ LANGUAGE = [
     ("falsy_select_map", "{{ none|select|list }} {{ false|map('string')|list }} {{ 0|selectattr('x')|list }} {{ ''|reject|list }}", {}),
     ("bool_arithmetic", "{{ true * 'ab' }}|{{ false * 'ab' }}|{{ true + true }}|{{ 3 - false }}|{{ [1] * true }}", {}),
     ("case_tests_and_folding", "{{ ['v'] is lower }} {{ '123' is lower }} {{ 'ABC' is upper }} {{ ['b', 'A', 'a']|max }} {{ ['b', 'A', 'a']|min }} {{ ['a', 'A', 'b']|unique|list }} {{ ['b', 'A', 'a']|max(case_sensitive=true) }} {{ ['b', 'A', 'C']|sort }}", {}),
+    ("folded_negative_pow", "{{ -2 ** 2 }} {{ (1 - 3) ** 2 }} {{ -x ** 2 }} {{ (-2.0) ** 3 }} {{ -2 ** x }} {{ (1 - 3) ** x }} {{ -2.0 ** x }}", {"x": 2}),
     ("odd_even_float", "{{ 3.0 is odd }} {{ 4.0 is even }} {{ true is odd }}", {}),
     ("percent_format", "{{ '%s and %s' % ('a', 1) }}|{{ '%d%%' % 50 }}|{{ 'v=%r' % 'x' }}|{{ '%.2f' % 3.14159 }}|{{ 'plain' % {'k': 1} }}|{{ '%s' % [1, 2] }}", {}),
     ("error_percent_leftover", "{{ 'ab' % 5 }}", {}),
