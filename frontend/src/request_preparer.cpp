@@ -54,7 +54,9 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
     TS_ASSIGN_OR_RETURN(VocabSpec vocab, read_model_vocab(c.model));
     out.chat_template = vocab.chat_template;
     out.template_origin = "GGUF tokenizer.chat_template";
-    auto piece = [&](int32_t id) { return id >= 0 && id < static_cast<int32_t>(vocab.tokens.size()) ? vocab.tokens[id] : ""; };
+    auto piece = [&](int32_t id) -> std::string {
+      return id >= 0 && id < static_cast<int32_t>(vocab.tokens.size()) ? vocab.tokens[static_cast<size_t>(id)] : "";
+    };
     out.special = {piece(vocab.bos_id), piece(vocab.eos_id)};
     if (c.tokenizer.empty()) {
       TS_ASSIGN_OR_RETURN(out.tokenizer, tokenizer_from_vocab(vocab));
