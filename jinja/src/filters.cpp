@@ -142,7 +142,9 @@ Result<Value> sort_filter(const Value& seq, const CallArgs& a, bool dictsort) {
   bool reverse = false, case_sensitive = false;
   std::string attribute;
   if (const Value* v = dictsort ? a.kw("reverse") : arg(a, 0, "reverse")) reverse = v->truthy();
-  if (const Value* v = dictsort ? arg(a, 0, "case_sensitive") : arg(a, 1, "case_sensitive")) case_sensitive = v->truthy();
+  if (const Value* v = dictsort ? arg(a, 0, "case_sensitive") : arg(a, 1, "case_sensitive")) {
+    case_sensitive = v->truthy();
+  }
   if (const Value* v = dictsort ? nullptr : arg(a, 2, "attribute")) attribute = to_str(*v);
   std::vector<std::pair<Value, Value>> keyed;
   for (const Value& item : items) {
@@ -304,11 +306,15 @@ Result<Value> call_filter(Renderer& r, const std::string& name, const Value& v, 
   }
   if (name == "indent") {
     const Value* width = arg(a, 0, "width");
-    std::string pad = width == nullptr ? "    " : width->is_string() ? width->as_string()
-                                                 : std::string(static_cast<size_t>(std::clamp<int64_t>(width->as_int(), 0, 256)), ' ');
+    std::string pad = "    ";
+    if (width != nullptr) {
+      pad = width->is_string() ? width->as_string()
+                               : std::string(static_cast<size_t>(std::clamp<int64_t>(width->as_int(), 0, 256)), ' ');
+    }
     const Value* first = arg(a, 1, "first");
     const Value* blank = arg(a, 2, "blank");
-    return Value(indent_lines(to_str(v), pad, first != nullptr && first->truthy(), blank != nullptr && blank->truthy()));
+    return Value(
+        indent_lines(to_str(v), pad, first != nullptr && first->truthy(), blank != nullptr && blank->truthy()));
   }
   if (name == "wordcount") return Value(static_cast<int64_t>(py_split(to_str(v), std::nullopt, -1, false).size()));
   if (name == "attr") {

@@ -50,7 +50,9 @@ Result<Value> percent_format(const std::string& fmt, const Value& arg) {
     int precision = -1;
     if (fmt[i] == '.') {
       precision = 0;
-      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = std::min(precision * 10 + (fmt[i] - '0'), 100);
+      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') {
+        precision = std::min(precision * 10 + (fmt[i] - '0'), 100);
+      }
       if (i >= fmt.size()) return type_error("incomplete format");
     }
     char c = fmt[i];
@@ -68,7 +70,9 @@ Result<Value> percent_format(const std::string& fmt, const Value& arg) {
     } else if (c == 'r') {
       out += to_repr(v);
     } else {
-      if (!v.is_number()) return type_error(std::string("%") + c + " format: a real number is required, not " + type_name(v));
+      if (!v.is_number()) {
+        return type_error(std::string("%") + c + " format: a real number is required, not " + type_name(v));
+      }
       if (c == 'f') {
         char buf[160];
         std::snprintf(buf, sizeof buf, "%.*f", precision < 0 ? 6 : precision, v.as_float());
