@@ -1,5 +1,7 @@
 #include "tessera/frontend/chat_template.h"
 
+#include "tessera/common/log.h"
+
 namespace tessera::frontend {
 namespace {
 
@@ -95,13 +97,85 @@ RenderedChat render_llama3(const std::vector<protocol::ChatMessage>& messages) {
   return out;
 }
 
+// Splits a rendered template at the BOS/EOS strings: those become special segments (so a
+// tokenizer that does not match them in text, like llama2.c's, still gets their ids); added
+// tokens elsewhere in the text are matched by the tokenizer's encode().
+std::vector<ChatSegment> segment(const std::string& s, const ChatTemplate& t) {
+  std::vector<ChatSegment> out;
+  size_t start = 0, pos = 0;
+  while (pos < s.size()) {
+    const std::string* hit = nullptr;
+    for (const std::string* tok : {&t.bos_token, &t.eos_token}) {
+      if (!tok->empty() && s.compare(pos, tok->size(), *tok) == 0) hit = tok;
+    }
+    if (hit == nullptr) {
+      ++pos;
+      continue;
+    }
+    if (pos > start) out.push_back({s.substr(start, pos - start), false});
+    out.push_back({*hit, true});
+    pos += hit->size();
+    start = pos;
+  }
+  if (start < s.size()) out.push_back({s.substr(start), false});
+  return out;
+}
+
+Result<RenderedChat> render_jinja(const ChatTemplate& t, const std::vector<protocol::ChatMessage>& messages) {
+  jinja::ChatTemplateInputs in;
+  for (const auto& m : messages) in.messages.push_back({{"role", m.role}, {"content", m.content}});
+  in.add_generation_prompt = true;
+  in.bos_token = t.bos_token;
+  in.eos_token = t.eos_token;
+  auto text = t.jinja->render(jinja::chat_template_variables(in));
+  if (!text.ok()) return make_error(ErrorCode::kInvalidArgument, "chat template: " + text.error().message);
+  RenderedChat out;
+  out.segments = segment(*text, t);
+  out.stop_pieces = t.stop_pieces;
+  out.places_bos = true;
+  return out;
+}
+
+// End-of-turn markers of the common families; those the template writes are stop pieces.
+constexpr const char* kTurnEnds[] = {"<|im_end|>",  "<|eot_id|>",     "<|eom_id|>", "<end_of_turn>",
+                                     "<|end|>",     "<|endoftext|>", "</s>",       "<｜end▁of▁sentence｜>"};
+
 }  // namespace
+
+ChatTemplate load_chat_template(std::string_view jinja_text, const SpecialTokenText& tokens, std::string_view origin) {
+  if (jinja_text.empty()) {
+    TS_LOG(kWarn) << "no chat template in the model files: using the built-in ChatML format";
+    return detect_chat_template(jinja_text);
+  }
+  auto fallback = [&](const std::string& why) {
+    ChatTemplate t = detect_chat_template(jinja_text);
+    TS_LOG(kWarn) << "the chat template from " << origin << " cannot be used (" << why << "): using the built-in "
+                  << chat_template_name(t.kind) << " format" << (t.builtin ? "" : " it resembles");
+    return t;
+  };
+  auto parsed = jinja::Template::parse(jinja_text);
+  if (!parsed.ok()) return fallback(parsed.error().message);
+  ChatTemplate t;
+  t.kind = ChatTemplateKind::kJinja;
+  t.builtin = false;
+  t.jinja = std::make_shared<const jinja::Template>(std::move(parsed).value());
+  t.bos_token = tokens.bos;
+  t.eos_token = tokens.eos;
+  for (const char* end : kTurnEnds) {
+    if (jinja_text.find(end) != std::string_view::npos && end != t.eos_token) t.stop_pieces.emplace_back(end);
+  }
+  if (!t.eos_token.empty()) t.stop_pieces.push_back(t.eos_token);
+  auto trial = render_jinja(t, {{"user", "Hello"}});
+  if (!trial.ok()) return fallback(trial.error().message);
+  return t;
+}
 
 const char* chat_template_name(ChatTemplateKind kind) {
   switch (kind) {
     case ChatTemplateKind::kChatML: return "chatml";
     case ChatTemplateKind::kLlama2: return "llama2";
     case ChatTemplateKind::kLlama3: return "llama3";
+    case ChatTemplateKind::kJinja: return "jinja";
   }
   return "?";
 }
@@ -121,11 +195,16 @@ std::string RenderedChat::text() const {
 }
 
 Result<RenderedChat> render_chat(const ChatTemplate& tmpl, const std::vector<protocol::ChatMessage>& messages) {
+  if (tmpl.kind == ChatTemplateKind::kJinja && tmpl.jinja) {
+    if (messages.empty()) return make_error(ErrorCode::kInvalidArgument, "messages must not be empty");
+    return render_jinja(tmpl, messages);
+  }
   TS_TRY(check_roles(messages));
   switch (tmpl.kind) {
     case ChatTemplateKind::kChatML: return render_chatml(tmpl, messages);
     case ChatTemplateKind::kLlama2: return render_llama2(messages);
     case ChatTemplateKind::kLlama3: return render_llama3(messages);
+    case ChatTemplateKind::kJinja: break;
   }
   return make_error(ErrorCode::kInternal, "unknown chat template kind");
 }

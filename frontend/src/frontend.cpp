@@ -79,7 +79,10 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   // Everything is built: only now may the hub thread call into the client API.
   f.hub->start([api = f.client_api.get()](zmqu::Envelope env) { api->on_message(std::move(env)); });
   TS_LOG(kInfo) << "model=" << f.preparer->model_name() << " | chat template " << chat_template_name(f.preparer->chat_template().kind)
-                << (f.preparer->chat_template().builtin ? " (built-in)" : " (recognized)");
+                << (f.preparer->chat_template().builtin ? " (built-in)"
+                    : f.preparer->chat_template().kind == ChatTemplateKind::kJinja
+                        ? " (the model's own, rendered by tessera_jinja)"
+                        : " (recognized)");
   return std::unique_ptr<Frontend>(new Frontend(std::move(impl)));
 }
 

@@ -27,10 +27,11 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                                "without extension",
                        .env = "TESSERA_MODEL_NAME"});
   o.add(c.chat_template, {.name = "chat-template",
-                          .help = "chat template: auto (recognize the model's, else built-in ChatML) or a fixed one",
+                          .help = "chat template: auto (render the model's own Jinja template; built-in ChatML when "
+                                  "it has none) or a fixed built-in one",
                           .env = "TESSERA_CHAT_TEMPLATE", .choices = {"auto", "chatml", "llama2", "llama3"}});
   o.add(c.chat_template_file, {.name = "chat-template-file",
-                               .help = "file with a Jinja chat template to recognize instead of the model's",
+                               .help = "file with a Jinja chat template to render instead of the model's",
                                .env = "TESSERA_CHAT_TEMPLATE_FILE"});
   o.add(c.http_threads, {.name = "http-threads", .help = "threads serving HTTP", .env = "TESSERA_HTTP_THREADS",
                          .min = 1, .max = 64});

