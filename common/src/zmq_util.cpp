@@ -1,5 +1,7 @@
 #include "tessera/common/zmq_util.h"
 
+#include "tessera/common/protocol.h"
+
 namespace tessera::zmqu {
 
 Status send(zmq::socket_t& socket, const Frames& frames, bool dontwait) {
@@ -60,6 +62,10 @@ Frames router_reply(const Envelope& to, std::string body) {
 
 std::string tcp_endpoint(std::string_view host, int port) {
   return "tcp://" + std::string(host) + ":" + std::to_string(port);
+}
+
+void limit_message_size(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(protocol::kMaxMessageBytes));
 }
 
 }  // namespace tessera::zmqu

@@ -218,6 +218,7 @@ Result<std::unique_ptr<Hub>> Hub::create(HubConfig config, metrics::Registry& me
     if (!config.client_endpoint.empty()) {
       impl->router = std::make_unique<zmq::socket_t>(impl->ctx, zmq::socket_type::router);
       impl->router->set(zmq::sockopt::linger, 0);
+      zmqu::limit_message_size(*impl->router);
       impl->router->set(zmq::sockopt::router_mandatory, 1);
       impl->router->bind(config.client_endpoint);
       endpoint = impl->router->get(zmq::sockopt::last_endpoint);

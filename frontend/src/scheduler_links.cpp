@@ -20,6 +20,7 @@ SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, Liveness
       registry_(registry),
       up_(registry.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", endpoint_}})) {
   socket_.set(zmq::sockopt::linger, 0);
+  zmqu::limit_message_size(socket_);
   socket_.set(zmq::sockopt::sndhwm, 100000);
   socket_.set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
   socket_.connect(endpoint_);

@@ -9,6 +9,7 @@ Result<std::unique_ptr<Sockets>> Sockets::bind(const std::string& frontend_endpo
   try {
     for (auto* sock : {&s->frontends_, &s->workers_}) {
       sock->set(zmq::sockopt::linger, 0);
+      zmqu::limit_message_size(*sock);
       sock->set(zmq::sockopt::sndhwm, 1000000);
       sock->set(zmq::sockopt::rcvhwm, 1000000);
     }

@@ -124,6 +124,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
   try {
     results.bind("inproc://worker-results");
     sched.set(zmq::sockopt::linger, 0);
+    zmqu::limit_message_size(sched);
     sched.set(zmq::sockopt::routing_id, config.name);
     sched.connect(config.scheduler_endpoint);
   } catch (const zmq::error_t& e) {

@@ -40,4 +40,10 @@ Frames router_reply(const Envelope& to, std::string body);
 
 std::string tcp_endpoint(std::string_view host, int port);  // "tcp://host:port"
 
+// Caps every frame this socket accepts at protocol::kMaxMessageBytes (ZMQ_MAXMSGSIZE): libzmq
+// drops a connection that announces a larger frame before allocating it, so one peer cannot
+// make the process buffer an arbitrarily large message. Call before bind/connect. Every
+// Tessera socket that receives from another process sets it.
+void limit_message_size(zmq::socket_t& socket);
+
 }  // namespace tessera::zmqu
