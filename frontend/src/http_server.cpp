@@ -139,7 +139,18 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   // Admission first: a refused request costs no tokenization and no kvstore lookup.
   auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
-  if (Status st = s.preparer.prepare(r); !st.ok()) co_return co_await error(st.error(), st.error().code == ErrorCode::kNotFound ? "model" : "");
+  const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
+  if (Status st = s.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given});
+      !st.ok()) {
+    const Error& e = st.error();
+    // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
+    if (e.code == ErrorCode::kTooLarge)
+      co_return co_await respond(400, "application/json",
+                                 error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
+                                                                                                                             : (kind == protocol::RequestKind::kChat ? "messages" : "prompt"),
+                                            "context_length_exceeded"));
+    co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : "");
+  }
   if (!s.hub.ready())
     co_return co_await error(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
   if (s.preferences.wants_lookup(r))

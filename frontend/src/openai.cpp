@@ -216,6 +216,7 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   TS_TRY(rd.str("model", &r.model));
   if (kind == RequestKind::kChat) TS_TRY(parse_messages(body, &r, bad_param));
   else TS_TRY(parse_prompt(body, &r, bad_param));
+  out.max_tokens_given = rd.find("max_tokens") != nullptr || (kind == RequestKind::kChat && rd.find("max_completion_tokens") != nullptr);
   TS_TRY(rd.integer("max_tokens", &r.max_tokens));
   if (kind == RequestKind::kChat) TS_TRY(rd.integer("max_completion_tokens", &r.max_tokens));
   TS_TRY(rd.boolean("stream", &r.stream));
@@ -292,7 +293,7 @@ int http_status(ErrorCode code) {
   }
 }
 
-std::string error_json(const Error& error, std::string_view param) {
+std::string error_json(const Error& error, std::string_view param, std::string_view code) {
   int status = http_status(error.code);
   const char* type = status == 400 || status == 413 ? "invalid_request_error"
                      : status == 404                ? "not_found_error"
@@ -304,7 +305,7 @@ std::string error_json(const Error& error, std::string_view param) {
              {{"message", error.message},
               {"type", type},
               {"param", param.empty() ? json(nullptr) : json(std::string(param))},
-              {"code", std::string(error_code_name(error.code))}}}};
+              {"code", code.empty() ? std::string(error_code_name(error.code)) : std::string(code)}}}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

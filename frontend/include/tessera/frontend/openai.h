@@ -24,6 +24,7 @@ struct ParseOptions {
 struct ParsedRequest {
   protocol::GenerateRequest request;
   bool logprobs = false;  // client asked for logprobs (completions: `logprobs: n`; chat: `logprobs: true`)
+  bool max_tokens_given = false;  // false: request.max_tokens is the default (PrepareOptions)
 };
 
 // POST /v1/completions (kind = kCompletion) or /v1/chat/completions (kind = kChat).
@@ -33,8 +34,8 @@ Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind
 // HTTP status of an error code: 1xx input -> 400 (kNotFound 404, kTooLarge 413),
 // kOverloaded/kResourceExhausted 429, kUnavailable/kPeerDead 503, kDeadlineExceeded 504, else 500.
 int http_status(ErrorCode code);
-// {"error": {"message", "type", "param", "code"}}
-std::string error_json(const Error& error, std::string_view param = "");
+// {"error": {"message", "type", "param", "code"}}; `code` "" = the error code's name.
+std::string error_json(const Error& error, std::string_view param = "", std::string_view code = "");
 
 struct TokenLogprobText {
   std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)
