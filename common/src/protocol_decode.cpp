@@ -377,6 +377,12 @@ Status validate(const SamplingParams& s) {
     return range_error("frequency_penalty must be in [-2, 2] (got " + num(s.frequency_penalty) + ")");
   if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs)
     return range_error("top_logprobs must be in [0, " + num(kMaxTopLogprobs) + "] (got " + num(s.top_logprobs) + ")");
+  if (s.logit_bias.size() > kMaxLogitBias)
+    return range_error("logit_bias has " + num(s.logit_bias.size()) + " entries; at most " + num(kMaxLogitBias) + " are allowed");
+  for (const auto& [token, bias] : s.logit_bias) {
+    if (token < 0) return range_error("logit_bias token " + num(token) + " must be >= 0");
+    if (!finite_in(bias, -100.0f, 100.0f)) return range_error("logit_bias for token " + num(token) + " must be in [-100, 100] (got " + num(bias) + ")");
+  }
   return ok_status();
 }
 

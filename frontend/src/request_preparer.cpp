@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -171,6 +172,12 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
     if (t >= vocab)
       return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
                                                     std::to_string(vocab) + ")");
+  for (const auto& [t, bias] : r.sampling.logit_bias)
+    if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "logit_bias token id " + std::to_string(t) + " is outside the vocabulary");
+  if (!o.seed_given) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    r.sampling.seed = rng();
+  }
   for (int32_t t : r.stop_token_ids)
     if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "stop token id " + std::to_string(t) + " is outside the vocabulary");
   if (r.prompt_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");

@@ -127,7 +127,8 @@ TEST(FrontendNoScheduler, BadInputGetsDocumentedErrorsAndProcessStaysUp) {
       {"/v1/completions", R"({"prompt": "Once", "top_p": 1.5})", 400, "out_of_range", "top_p"},
       {"/v1/completions", R"({"prompt": "Once", "model": "gpt-4"})", 404, "not_found", "model"},
       {"/v1/completions", R"({"prompt": [1, 2, 9999]})", 400, "out_of_range", ""},
-      {"/v1/completions", R"({"prompt": ")" + big_prompt + R"("})", 413, "too_large", ""},
+      // A prompt over the limit: 400 context_length_exceeded, as OpenAI and vLLM answer (issue #11).
+      {"/v1/completions", R"({"prompt": ")" + big_prompt + R"("})", 400, "context_length_exceeded", "prompt"},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "invalid_argument", "messages"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0})", 400, "out_of_range", "max_tokens"},
       {"/v1/nope", "", 404, "not_found", ""},
@@ -255,22 +256,28 @@ TEST_F(FrontendWithFakeScheduler, CompletionNonStreamed) {
 
 TEST_F(FrontendWithFakeScheduler, CompletionStreamedAsServerSentEvents) {
   HttpResult r = http_request(fe->port, "POST", "/v1/completions",
-                              R"({"prompt":"Once upon a time","max_tokens":100,"stream":true})");
+                              R"({"prompt":"Once upon a time","max_tokens":100,"stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.content_type, "text/event-stream");
   auto events = sse_data(r.body);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
   std::string text;
-  json last;
+  json last, usage;
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     json e = json::parse(events[i]);
+    if (e["choices"].empty()) {  // OpenAI's usage chunk (stream_options.include_usage), after the last one
+      EXPECT_EQ(i + 2, events.size());
+      usage = e["usage"];
+      continue;
+    }
+    EXPECT_FALSE(e.contains("usage")) << "usage only in its own chunk";
     text += e["choices"][0]["text"].get<std::string>();
     last = e;
   }
   EXPECT_EQ(text, kStory);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 3);
   // /metrics shows the prefix-cache hit rate over finished requests.
   auto parsed = metrics::parse_text(http_request(fe->port, "GET", "/metrics").body);
   ASSERT_TRUE(parsed.ok());
