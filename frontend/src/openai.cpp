@@ -203,9 +203,9 @@ Status parse_stop(const Reader& rd, const json& body, protocol::GenerateRequest*
   return ok_status();
 }
 
-// Every top-level field of OpenAI's request schemas (and Tessera's own): honoured, honoured
-// with limits checked where it is read, or refused here by name. Anything else is refused
-// too, as OpenAI does ("Unrecognized request argument"): nothing is silently ignored.
+// Every top-level field of OpenAI's request schemas (and Tessera's own): honoured (with its
+// limits checked where it is read) or refused here by name — no OpenAI field is silently
+// ignored. A key that is in neither schema is ignored (forward compatibility, as vLLM).
 Status check_fields(const json& body, RequestKind kind, std::string* bad_param) {
   static const std::set<std::string, std::less<>> common = {
       "model", "max_tokens", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
@@ -238,7 +238,7 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
         "verbosity", "prompt_cache_key", "safety_identifier"};
     if (known_unsupported.count(key))
       return make_error(ErrorCode::kUnsupported, "'" + key + "' is not supported by this server (docs/api.md, field table)");
-    return make_error(ErrorCode::kInvalidArgument, "unrecognized request field '" + key + "'");
+    bad_param->clear();  // not a field of OpenAI's schemas nor Tessera's: ignored, as vLLM does
   }
   return ok_status();
 }

@@ -242,3 +242,37 @@ TEST_F(ClusterZmqApi, MaxTokensDefaultAndContextAreTheSameAsHttp) {
 
 }  // namespace
 }  // namespace tessera::testing::cluster_test
+
+namespace tessera::testing::cluster_test {
+namespace {
+
+// OpenAI fields that need the model: logit_bias reaches the sampler; without `seed` sampling
+// differs between requests, with one it repeats.
+TEST_F(ClusterZmqApi, HttpLogitBiasAndSeed) {
+  using nlohmann::json;
+  auto complete = [&](const json& body) {
+    auto r = cluster_->post("/v1/completions", body.dump());
+    EXPECT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  // Greedy, with token 300 pushed far above everything: every token is 300.
+  json biased = complete({{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
+                          {"logit_bias", {{"300", 100}}}});
+  auto detok = cluster_->post("/detokenize", json{{"tokens", {300, 300, 300, 300}}}.dump());
+  ASSERT_TRUE(detok.ok());
+  // (detokenize drops a sequence's leading space; a continuation keeps it)
+  const std::string text = biased["choices"][0]["text"], alone = json::parse(detok->body)["prompt"];
+  EXPECT_EQ(text.substr(text.size() - alone.size()), alone) << biased.dump();
+  EXPECT_LE(text.size(), alone.size() + 1);
+  // Sampling at temperature 1: two unseeded requests differ (40 tokens), two seeded ones agree.
+  const json sampled = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 1.0}, {"ignore_eos", true}};
+  json s1 = sampled, s2 = sampled;
+  s1["seed"] = 7;
+  s2["seed"] = 7;
+  EXPECT_EQ(complete(s1)["choices"][0]["text"], complete(s2)["choices"][0]["text"]);
+  EXPECT_NE(complete(sampled)["choices"][0]["text"], complete(sampled)["choices"][0]["text"]);
+}
+
+}  // namespace
+}  // namespace tessera::testing::cluster_test
