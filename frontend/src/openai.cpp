@@ -135,9 +135,10 @@ Status parse_prompt(const json& body, protocol::GenerateRequest* r, std::string*
       r->prompt = p[0].get<std::string>();
       return ok_status();
     }
-    if (!p.empty() && p[0].is_array()) {
+    if (!p.empty() && (p[0].is_array() || p[0].is_string())) {
       *bad_param = "prompt";
-      return make_error(ErrorCode::kUnsupported, "batched prompts are not supported; send one prompt per request");
+      return make_error(ErrorCode::kUnsupported, "prompt: batched prompts (a list of " + std::to_string(p.size()) +
+                                                     " prompts) are not supported; send one prompt per request");
     }
     for (size_t i = 0; i < p.size(); ++i) {
       if (!p[i].is_number_integer()) {

@@ -76,7 +76,14 @@ TEST(OpenAIFields, EveryCompletionsFieldIsHonouredOrRefused) {
   // With stream: true, stream_options.include_usage is honoured.
   check(RequestKind::kCompletion, json{{"prompt", "Once"}, {"stream", true}},
         {{"stream_options", json{{"include_usage", true}}, [](const ParsedRequest& p) { EXPECT_TRUE(p.include_usage); }}});
-  // model and prompt are the base: honoured (model checked by the request preparer).
+  // model and prompt are the base: honoured (model checked by the request preparer). A list of
+  // several string prompts is refused by name (batched prompts are not implemented).
+  std::string param;
+  auto batched = parse_request(R"({"prompt":["a","b"]})", RequestKind::kCompletion, {}, &param);
+  ASSERT_FALSE(batched.ok());
+  EXPECT_EQ(batched.error().code, ErrorCode::kUnsupported);
+  EXPECT_EQ(param, "prompt");
+  EXPECT_NE(batched.error().message.find("a list of 2 prompts"), std::string::npos) << batched.error().message;
 }
 
 TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
