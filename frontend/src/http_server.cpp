@@ -240,7 +240,10 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
       slot.value().reset();
-      Error e = make_error(err->code, err->message);
+      // The scheduler names the frontend's internal request number; the client never saw it.
+      std::string message = err->message;
+      if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
+      Error e = make_error(err->code, std::move(message));
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
