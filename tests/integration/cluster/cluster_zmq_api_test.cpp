@@ -124,6 +124,20 @@ TEST_F(ClusterZmqApi, CancelRightBehindItsRequestAlwaysCancels) {
     if (fin->finish_reason != "cancelled" || fin->usage.completion_tokens >= 400) ++lost;
   }
   EXPECT_EQ(lost, 0) << "cancels lost in " << trials << " trials";
+  // The same once the request runs at the scheduler: cancel after its first token.
+  for (int i = 0; i < trials / 10; ++i) {
+    const uint64_t id = 3000 + static_cast<uint64_t>(i);
+    c.send(completion(id, "Once upon a time").add("max_tokens", int64_t{400}).add("stream", true).bytes());
+    auto first = c.recv();
+    ASSERT_TRUE(first.has_value());
+    ASSERT_TRUE(std::holds_alternative<protocol::TokenEvent>(first->msg)) << "trial " << i;
+    c.send(Map().add("v", int64_t{1}).add("type", "cancel").add("id", static_cast<int64_t>(id)).bytes());
+    auto replies = c.until_end(id);
+    auto* fin = std::get_if<protocol::FinalEvent>(&replies.back().msg);
+    ASSERT_NE(fin, nullptr);
+    EXPECT_EQ(fin->finish_reason, "cancelled");
+    EXPECT_LT(fin->usage.completion_tokens, 400);
+  }
 }
 
 TEST_F(ClusterZmqApi, DuplicateIdRefusesTheLaterRequest) {
