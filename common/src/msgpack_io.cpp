@@ -323,6 +323,16 @@ void write_sampling(Writer& w, const SamplingParams& s) {
   w.key("seed"); w.u64(s.seed);
   w.key("logprobs"); w.boolean(s.logprobs);
   w.key("top_logprobs"); w.i64(s.top_logprobs);
+  if (!s.logit_bias.empty()) {
+    w.key("logit_bias");
+    w.begin_array(static_cast<uint32_t>(s.logit_bias.size()));
+    for (const auto& [token, bias] : s.logit_bias) {
+      w.begin_map();
+      w.key("token"); w.i64(token);
+      w.key("bias"); w.f32(bias);
+      w.end_map();
+    }
+  }
 }
 
 Status read_sampling(const MapView& m, SamplingParams* s) {
@@ -336,6 +346,15 @@ Status read_sampling(const MapView& m, SamplingParams* s) {
   TS_TRY(opt(m, "seed", &s->seed));
   TS_TRY(opt(m, "logprobs", &s->logprobs));
   TS_TRY(opt(m, "top_logprobs", &s->top_logprobs));
+  auto read_bias = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView b, as_map(o, path));
+    std::pair<int32_t, float> e;
+    TS_TRY(req(b, "token", &e.first));
+    TS_TRY(req(b, "bias", &e.second));
+    s->logit_bias.push_back(e);
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "logit_bias", read_bias));
   return ok_status();
 }
 

@@ -97,6 +97,14 @@ Status decode_final(const MapView& m, FinalEvent* e) {
   TS_TRY(opt(m, "finish_reason", &e->finish_reason));
   TS_TRY(opt(m, "text", &e->text));
   TS_TRY(opt(m, "tokens", &e->tokens));
+  TS_TRY(opt(m, "logprobs", &e->logprobs));
+  auto read_top_logprobs = [&](const msgpack::object& o, const std::string& p) -> Status {
+    std::vector<TokenLogprob> top;
+    TS_TRY(top_list(o, p, &top));
+    e->top_logprobs.push_back(std::move(top));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "top_logprobs", read_top_logprobs));
   if (const msgpack::object* u = m.find("usage")) {
     TS_ASSIGN_OR_RETURN(MapView um, detail::as_map(*u, "usage"));
     TS_TRY(opt(um, "prompt_tokens", &e->usage.prompt_tokens));
@@ -238,6 +246,13 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
   TS_TRY(opt(m, "free_pages", &h->free_pages));
   TS_TRY(opt(m, "unix_ms", &h->unix_ms));
   TS_TRY(opt(m, "instance", &h->instance));
+  TS_TRY(opt(m, "model", &h->model));
+  TS_TRY(opt(m, "protocol_version", &h->protocol_version));
+  TS_TRY(opt(m, "context_length", &h->context_length));
+  TS_TRY(opt(m, "page_size", &h->page_size));
+  TS_TRY(opt(m, "max_prompt_tokens", &h->max_prompt_tokens));
+  TS_TRY(opt(m, "vocab_size", &h->vocab_size));
+  TS_TRY(opt(m, "default_max_tokens", &h->default_max_tokens));
   auto read_workers = [&](const msgpack::object& o, const std::string& path) -> Status {
     TS_ASSIGN_OR_RETURN(MapView w, detail::as_map(o, path));
     WorkerStats ws;
@@ -331,6 +346,22 @@ uint64_t peek_id(std::string_view bytes) {
   }
 }
 
+bool peek_has_key(std::string_view bytes, std::string_view key) {
+  try {
+    msgpack::object_handle oh = msgpack::unpack(bytes.data(), bytes.size(), nullptr, nullptr, kLimits);
+    if (oh.get().type != msgpack::type::MAP) return false;
+    const msgpack::object_map& map = oh.get().via.map;
+    for (uint32_t i = 0; i < map.size; ++i) {
+      const msgpack::object& k = map.ptr[i].key;
+      if (k.type == msgpack::type::STR && std::string_view(k.via.str.ptr, k.via.str.size) == key)
+        return map.ptr[i].val.type != msgpack::type::NIL;
+    }
+    return false;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 Status validate(const SamplingParams& s) {
   if (!finite_in(s.temperature, 0.0f, 2.0f))
     return range_error("temperature must be in [0, 2] (got " + num(s.temperature) + ")");
@@ -346,6 +377,12 @@ Status validate(const SamplingParams& s) {
     return range_error("frequency_penalty must be in [-2, 2] (got " + num(s.frequency_penalty) + ")");
   if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs)
     return range_error("top_logprobs must be in [0, " + num(kMaxTopLogprobs) + "] (got " + num(s.top_logprobs) + ")");
+  if (s.logit_bias.size() > kMaxLogitBias)
+    return range_error("logit_bias has " + num(s.logit_bias.size()) + " entries; at most " + num(kMaxLogitBias) + " are allowed");
+  for (const auto& [token, bias] : s.logit_bias) {
+    if (token < 0) return range_error("logit_bias token " + num(token) + " must be >= 0");
+    if (!finite_in(bias, -100.0f, 100.0f)) return range_error("logit_bias for token " + num(token) + " must be in [-100, 100] (got " + num(bias) + ")");
+  }
   return ok_status();
 }
 

@@ -28,6 +28,19 @@ void write_top(Writer& w, const std::vector<TokenLogprob>& top) {
   }
 }
 
+// `logprobs` and `top_logprobs`, each only when non-empty (asked for).
+void write_logprobs(Writer& w, const std::vector<float>& logprobs, const std::vector<std::vector<TokenLogprob>>& top) {
+  if (!logprobs.empty()) {
+    w.key("logprobs");
+    w.f32s(logprobs);
+  }
+  if (!top.empty()) {
+    w.key("top_logprobs");
+    w.begin_array(static_cast<uint32_t>(top.size()));
+    for (const auto& t : top) write_top(w, t);
+  }
+}
+
 struct Encoder {
   Writer& w;
 
@@ -85,11 +98,7 @@ struct Encoder {
     w.i32s(e.tokens);
     w.key("text");
     w.str(e.text);
-    w.key("logprobs");
-    w.f32s(e.logprobs);
-    w.key("top_logprobs");
-    w.begin_array(static_cast<uint32_t>(e.top_logprobs.size()));
-    for (const auto& top : e.top_logprobs) write_top(w, top);
+    write_logprobs(w, e.logprobs, e.top_logprobs);
   }
 
   void operator()(const FinalEvent& e) {
@@ -100,6 +109,7 @@ struct Encoder {
     w.str(e.text);
     w.key("tokens");
     w.i32s(e.tokens);
+    write_logprobs(w, e.logprobs, e.top_logprobs);
     w.key("usage");
     w.begin_map();
     w.key("prompt_tokens");
@@ -108,12 +118,14 @@ struct Encoder {
     w.i64(e.usage.completion_tokens);
     w.key("cached_tokens");
     w.i64(e.usage.cached_tokens);
-    w.key("preference_source");
-    w.str(e.usage.preference_source);
-    w.key("preference_kv_bytes");
-    w.i64(e.usage.preference_kv_bytes);
-    w.key("preference_transfer_ms");
-    w.f64(e.usage.preference_transfer_ms);
+    if (!e.usage.preference_source.empty()) {  // only when a preference was injected
+      w.key("preference_source");
+      w.str(e.usage.preference_source);
+      w.key("preference_kv_bytes");
+      w.i64(e.usage.preference_kv_bytes);
+      w.key("preference_transfer_ms");
+      w.f64(e.usage.preference_transfer_ms);
+    }
     w.end_map();
     w.key("timings");
     w.begin_map();
@@ -297,6 +309,18 @@ struct Encoder {
     if (h.instance != 0) {
       w.key("instance");
       w.u64(h.instance);
+    }
+    if (!h.model.empty()) {
+      w.key("model");
+      w.str(h.model);
+    }
+    const std::pair<const char*, int32_t> limits[] = {{"protocol_version", h.protocol_version}, {"context_length", h.context_length},
+                                                      {"page_size", h.page_size}, {"max_prompt_tokens", h.max_prompt_tokens},
+                                                      {"vocab_size", h.vocab_size}, {"default_max_tokens", h.default_max_tokens}};
+    for (const auto& [key, value] : limits) {
+      if (value == 0) continue;
+      w.key(key);
+      w.i64(value);
     }
     w.key("workers");
     w.begin_array(static_cast<uint32_t>(h.workers.size()));

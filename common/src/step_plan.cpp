@@ -13,7 +13,8 @@ std::vector<std::string_view> required_sampling_capabilities(const SamplingParam
     if (p.top_p < 1.0f) out.emplace_back("top_p");
     if (p.min_p > 0.0f) out.emplace_back("min_p");
   }
-  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+  // logit_bias is applied where the penalties are (the host Sampler), so it needs the same.
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || !p.logit_bias.empty())
     out.emplace_back("penalties");
   if (p.logprobs || p.top_logprobs > 0) out.emplace_back("logprobs");
   return out;

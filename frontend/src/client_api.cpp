@@ -4,7 +4,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <cctype>
 #include <chrono>
+#include <optional>
 
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
@@ -13,15 +15,46 @@ namespace tessera::frontend {
 
 using protocol::Message;
 
+namespace {
+
+// The scheduler names requests by the frontend's internal id ("request 1360: ..."); the client
+// knows only its own id.
+std::string with_client_id(std::string message, uint64_t internal, uint64_t client) {
+  const std::string from = "request " + std::to_string(internal), to = "request " + std::to_string(client);
+  for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
+    const size_t end = at + from.size();
+    if (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) continue;  // "request 13600"
+    message.replace(at, from.size(), to);
+  }
+  return message;
+}
+
+}  // namespace
+
 std::string ClientApi::key_of(const std::string& identity, uint64_t client_id) {
   return identity + '\0' + std::to_string(client_id);
 }
 
+struct ClientApi::Job {
+  zmqu::Envelope env;
+  uint64_t client_id = 0;
+  uint64_t seq = 0;
+  bool max_tokens_given = false;
+  bool seed_given = false;
+  protocol::GenerateRequest request;
+  std::unique_ptr<Admission::Slot> slot;
+  // The stored-preference lookup: the request continues once, at its answer or its deadline.
+  // The timer and the continuation share one strand: the timer is never touched by two threads.
+  std::atomic<bool> resumed{false};
+  std::optional<boost::asio::strand<boost::asio::io_context::executor_type>> strand;
+  std::optional<boost::asio::steady_timer> timer;
+};
+
 class ClientApi::Sink : public RequestSink {
  public:
   Sink(ClientApi* api, zmqu::Envelope to, uint64_t client_id, const protocol::GenerateRequest& r, std::unique_ptr<Admission::Slot> slot)
-      : api_(api), to_(std::move(to)), client_id_(client_id), id_(r.id), stream_(r.stream),
-        gen_(api->d_.preparer.tokenizer(), r.stop, r.sampling.logprobs), slot_(std::move(slot)),
+      : api_(api), to_(std::move(to)), client_id_(client_id), id_(r.id), stream_(r.stream), logprobs_(r.sampling.logprobs),
+        top_logprobs_(r.sampling.top_logprobs > 0), gen_(api->d_.preparer.tokenizer(), r.stop, false), slot_(std::move(slot)),
         prompt_tokens_(static_cast<int32_t>(r.prompt_tokens.size())), arrival_(std::chrono::steady_clock::now()) {}
 
   void on_message(Message m) override {
@@ -37,13 +70,19 @@ class ClientApi::Sink : public RequestSink {
         api_->d_.hub.cancel(id_);
         cancel_sent_ = true;
       }
-      if (stream_ && !d.tokens.empty()) {
-        protocol::TokenEvent out{.id = client_id_, .tokens = d.tokens, .text = d.text};
-        const size_t n = d.tokens.size();
-        if (!tok->logprobs.empty()) out.logprobs.assign(tok->logprobs.begin(), tok->logprobs.begin() + std::min(n, tok->logprobs.size()));
-        if (!tok->top_logprobs.empty())
-          out.top_logprobs.assign(tok->top_logprobs.begin(), tok->top_logprobs.begin() + std::min(n, tok->top_logprobs.size()));
-        send(protocol::encode(out));
+      // Log-probabilities only when asked: never a placeholder.
+      std::vector<float> lps;
+      std::vector<std::vector<TokenLogprob>> tops;
+      const size_t n = d.tokens.size();
+      if (logprobs_) lps.assign(tok->logprobs.begin(), tok->logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(n, tok->logprobs.size())));
+      if (top_logprobs_)
+        tops.assign(tok->top_logprobs.begin(), tok->top_logprobs.begin() + static_cast<std::ptrdiff_t>(std::min(n, tok->top_logprobs.size())));
+      if (stream_ && n > 0) {
+        send(protocol::encode(protocol::TokenEvent{.id = client_id_, .tokens = d.tokens, .text = d.text, .logprobs = std::move(lps),
+                                                   .top_logprobs = std::move(tops)}));
+      } else {
+        all_logprobs_.insert(all_logprobs_.end(), lps.begin(), lps.end());
+        all_top_.insert(all_top_.end(), tops.begin(), tops.end());
       }
       return;
     }
@@ -65,13 +104,15 @@ class ClientApi::Sink : public RequestSink {
       } else {
         out.text = gen_.text();
         out.tokens = gen_.tokens();
+        out.logprobs = std::move(all_logprobs_);
+        out.top_logprobs = std::move(all_top_);
       }
       send(protocol::encode(out));
       done();
       return;
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&m)) {
-      send(protocol::encode_error(client_id_, err->code, err->message));
+      send(protocol::encode_error(client_id_, err->code, with_client_id(err->message, id_, client_id_)));
       done();
     }
   }
@@ -87,6 +128,8 @@ class ClientApi::Sink : public RequestSink {
     }
   }
   void done() {
+    if (done_) return;
+    done_ = true;
     api_->forget(key_of(to_.identity, client_id_));
     slot_.reset();
   }
@@ -96,122 +139,165 @@ class ClientApi::Sink : public RequestSink {
   uint64_t client_id_;
   uint64_t id_;
   bool stream_;
+  bool logprobs_;
+  bool top_logprobs_;
   Generation gen_;
   std::unique_ptr<Admission::Slot> slot_;
   int32_t prompt_tokens_;
   std::chrono::steady_clock::time_point arrival_;
+  std::vector<float> all_logprobs_;                           // stream == false
+  std::vector<std::vector<TokenLogprob>> all_top_;  // stream == false
   bool first_ = true;
   bool cancel_sent_ = false;
   bool gone_ = false;
+  bool done_ = false;
 };
 
 void ClientApi::on_message(zmqu::Envelope env) {
-  Hub& hub = d_.hub;
   auto msg = protocol::decode(env.body);
   if (!msg.ok()) {
     TS_LOG(kInfo) << "client api: rejected message: " << msg.error().to_string();
     d_.metrics.registry.counter("tessera_frontend_bad_messages_total", "messages that failed to decode, by source", {{"source", "zmq_client"}})
         .inc();
-    hub.send_to_client(env, protocol::encode_error(protocol::peek_id(env.body), msg.error().code, msg.error().message));
+    d_.hub.send_to_client(env, protocol::encode_error(protocol::peek_id(env.body), msg.error().code, msg.error().message));
     return;
   }
-  if (auto* req = std::get_if<protocol::GenerateRequest>(&*msg)) {
-    // Tokenization and the rest run on the I/O pool, never on the hub thread.
-    boost::asio::post(d_.ioc, [this, env = std::move(env), r = std::move(*req)]() mutable { start(std::move(env), std::move(r)); });
-    return;
-  }
-  if (auto* cancel = std::get_if<protocol::CancelRequest>(&*msg)) {
-    uint64_t internal = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = pending_.find(key_of(env.identity, cancel->id));
-      if (it != pending_.end()) {
-        if (it->second.submitted) internal = it->second.id;
-        else it->second.cancelled = true;
-      }
-    }
-    if (internal != 0) hub.cancel(internal);
-    return;
-  }
-  if (auto* hb = std::get_if<protocol::Heartbeat>(&*msg)) {
-    int32_t live = 0;
-    for (const auto& st : hub.schedulers())
-      if (st.alive) live += st.live_workers;
-    hub.send_to_client(env, protocol::encode(protocol::Heartbeat{.id = hb->id, .role = "frontend", .name = d_.preparer.model_name(),
-                                                                 .live_workers = hub.ready() ? live : 0,
-                                                                 .running = d_.admission.in_flight(), .waiting = hub.waiting()}));
-    return;
-  }
-  hub.send_to_client(env, protocol::encode_error(protocol::message_id(*msg), ErrorCode::kInvalidArgument,
-                                                 "message type '" + std::string(protocol::message_type(*msg)) +
-                                                     "' is not accepted by the client API"));
+  if (auto* req = std::get_if<protocol::GenerateRequest>(&*msg)) return on_request(std::move(env), std::move(*req));
+  if (auto* cancel = std::get_if<protocol::CancelRequest>(&*msg)) return on_cancel(env, cancel->id);
+  if (auto* hb = std::get_if<protocol::Heartbeat>(&*msg)) return on_heartbeat(env, hb->id);
+  d_.hub.send_to_client(env, protocol::encode_error(protocol::message_id(*msg), ErrorCode::kInvalidArgument,
+                                                    "message type '" + std::string(protocol::message_type(*msg)) +
+                                                        "' is not accepted by the client API"));
 }
 
-void ClientApi::start(zmqu::Envelope env, protocol::GenerateRequest r) {
+// Hub thread, in arrival order: the id is claimed here, so a later duplicate is the one refused
+// and a cancel right behind its request finds it.
+void ClientApi::on_request(zmqu::Envelope env, protocol::GenerateRequest r) {
   const uint64_t client_id = r.id;
-  auto fail = [&](const Error& e) { d_.hub.send_to_client(env, protocol::encode_error(client_id, e.code, e.message)); };
-  auto slot = d_.admission.admit(d_.hub.waiting());  // before any expensive work
-  if (!slot.ok()) return fail(slot.error());
-  if (Status st = d_.preparer.prepare(r); !st.ok()) return fail(st.error());
-  if (!d_.hub.ready()) return fail(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
-  r.id = d_.hub.next_id();
+  auto refuse = [&](ErrorCode code, std::string why) { d_.hub.send_to_client(env, protocol::encode_error(client_id, code, std::move(why))); };
+  if (client_id == 0) return refuse(ErrorCode::kInvalidArgument, "id 0 is reserved (it names unreadable messages); use an id >= 1");
+  if (env.delimiter && r.stream)
+    return refuse(ErrorCode::kInvalidArgument,
+                  "stream must be false on a REQ socket (it takes one reply per request); send \"stream\": false or use a DEALER");
+  auto job = std::make_shared<Job>();
+  job->client_id = client_id;
+  job->max_tokens_given = protocol::peek_has_key(env.body, "max_tokens");
+  job->seed_given = protocol::peek_has_key(env.body, "seed");
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto [it, added] = pending_.try_emplace(key_of(env.identity, client_id), Pending{.id = r.id});
-    if (!added) return fail(make_error(ErrorCode::kInvalidArgument, "request id " + std::to_string(client_id) + " is already running"));
+    auto [it, added] = pending_.try_emplace(key_of(env.identity, client_id));
+    if (!added)
+      return refuse(ErrorCode::kInvalidArgument,
+                    "duplicate id " + std::to_string(client_id) +
+                        ": this later request is refused; the earlier request with that id is still in flight and "
+                        "keeps running");
+    job->seq = connections_[env.identity].next_seq++;
   }
-  if (!d_.preferences.wants_lookup(r)) return submit(std::move(env), client_id, std::move(r), std::move(*slot));
+  job->env = std::move(env);
+  job->request = std::move(r);
+  // Tokenization and the rest run on the I/O pool, never on the hub thread.
+  boost::asio::post(d_.ioc, [this, job] { start(job); });
+}
 
-  // The lookup runs on the kvstore executor; the request continues on the I/O pool when it
-  // completes or at its deadline, whichever comes first (once). The deadline timer and the
-  // continuation share one strand, so the timer is never touched by two threads at once.
-  struct Continuation {
-    explicit Continuation(boost::asio::io_context& ioc) : strand(boost::asio::make_strand(ioc)), timer(strand) {}
-    std::atomic<bool> fired{false};
-    boost::asio::any_io_executor strand;
-    boost::asio::steady_timer timer;
-    zmqu::Envelope env;
-    uint64_t client_id = 0;
-    protocol::GenerateRequest request;
-    std::unique_ptr<Admission::Slot> slot;
-  };
+void ClientApi::on_cancel(const zmqu::Envelope& env, uint64_t client_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(key_of(env.identity, client_id));
+  if (it == pending_.end()) return;  // unknown or finished: ignored (docs/protocol.md)
+  if (it->second.id != 0) d_.hub.cancel(it->second.id);  // posted after its submit, under mu_
+  else it->second.cancelled = true;                      // release answers it without a scheduler
+}
+
+void ClientApi::on_heartbeat(const zmqu::Envelope& env, uint64_t id) {
+  Hub& hub = d_.hub;
+  const auto schedulers = hub.schedulers();
+  int32_t live = 0;
+  for (const auto& st : schedulers)
+    if (st.alive) live += st.live_workers;
+  const ServingLimits l = d_.preparer.limits(schedulers);
+  hub.send_to_client(env, protocol::encode(protocol::Heartbeat{
+                              .id = id, .role = "frontend", .name = l.model, .live_workers = hub.ready() ? live : 0,
+                              .running = d_.admission.in_flight(), .waiting = hub.waiting(), .model = l.model,
+                              .protocol_version = l.protocol_version, .context_length = l.context_length, .page_size = l.page_size,
+                              .max_prompt_tokens = l.max_prompt_tokens, .vocab_size = l.vocab_size,
+                              .default_max_tokens = l.default_max_tokens}));
+}
+
+void ClientApi::start(std::shared_ptr<Job> job) {
+  auto slot = d_.admission.admit(d_.hub.waiting());  // before any expensive work
+  if (!slot.ok()) return fail(job, slot.error());
+  job->slot = std::move(*slot);
+  protocol::GenerateRequest& r = job->request;
+  const ServingLimits limits = d_.preparer.limits(d_.hub.schedulers());
+  if (Status st = d_.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = job->max_tokens_given,
+                                                  .seed_given = job->seed_given}); !st.ok())
+    return fail(job, st.error());
+  if (!d_.hub.ready()) return fail(job, make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
+  if (!d_.preferences.wants_lookup(r)) return prepared(std::move(job));
+
+  // The lookup runs on the kvstore executor; the request continues on the I/O pool at its
+  // answer or its deadline, whichever comes first (once: `resumed`).
   const auto deadline = d_.preferences.deadline_from(std::chrono::steady_clock::now());
-  auto c = std::make_shared<Continuation>(d_.ioc);
-  c->env = std::move(env);
-  c->client_id = client_id;
-  c->request = std::move(r);
-  c->slot = std::move(*slot);
-  auto resume = [this, c](std::optional<StoredPreference> stored) {
-    c->timer.cancel();
-    d_.preferences.apply(c->request, stored);
-    submit(std::move(c->env), c->client_id, std::move(c->request), std::move(c->slot));
-  };
-  c->timer.expires_at(deadline);
-  c->timer.async_wait([c, resume](const boost::system::error_code&) {
-    if (!c->fired.exchange(true)) resume(std::nullopt);
+  job->strand.emplace(boost::asio::make_strand(d_.ioc));
+  job->timer.emplace(*job->strand, deadline);
+  job->timer->async_wait([this, job](const boost::system::error_code&) {
+    if (!job->resumed.exchange(true)) prepared(job);
   });
-  std::string user = c->request.user;
-  d_.preferences.lookup(std::move(user), deadline, [c, resume](std::optional<StoredPreference> stored) {
-    if (c->fired.exchange(true)) return;
-    boost::asio::post(c->strand, [resume, stored = std::move(stored)] { resume(stored); });
+  d_.preferences.lookup(r.user, deadline, [this, job](std::optional<StoredPreference> stored) {
+    if (job->resumed.exchange(true)) return;
+    boost::asio::post(*job->strand, [this, job, stored = std::move(stored)] {
+      job->timer->cancel();
+      d_.preferences.apply(job->request, stored);
+      prepared(job);
+    });
   });
 }
 
-void ClientApi::submit(zmqu::Envelope env, uint64_t client_id, protocol::GenerateRequest r, std::unique_ptr<Admission::Slot> slot) {
-  d_.preparer.finish(r);
-  const uint64_t id = r.id;
-  bool cancelled = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = pending_.find(key_of(env.identity, client_id));
-    if (it != pending_.end()) {
-      it->second.submitted = true;
-      cancelled = it->second.cancelled;
-    }
+void ClientApi::prepared(std::shared_ptr<Job> job) {
+  d_.preparer.finish(job->request);
+  const std::string identity = job->env.identity;
+  const uint64_t seq = job->seq;
+  release_in_order(identity, seq, [this, job] { submit_locked(job); });
+}
+
+void ClientApi::fail(const std::shared_ptr<Job>& job, Error e) {
+  const std::string identity = job->env.identity;
+  release_in_order(identity, job->seq, [this, job, e = std::move(e)] {
+    pending_.erase(key_of(job->env.identity, job->client_id));
+    d_.hub.send_to_client(job->env, protocol::encode_error(job->client_id, e.code, e.message));
+  });
+}
+
+void ClientApi::release_in_order(const std::string& identity, uint64_t seq, std::function<void()> outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto c = connections_.find(identity);
+  TS_CHECK(c != connections_.end());
+  Connection& conn = c->second;
+  conn.ready.emplace(seq, std::move(outcome));
+  for (auto it = conn.ready.find(conn.next_release); it != conn.ready.end(); it = conn.ready.find(conn.next_release)) {
+    it->second();
+    conn.ready.erase(it);
+    ++conn.next_release;
   }
-  auto sink = std::make_shared<Sink>(this, std::move(env), client_id, r, std::move(slot));
+  if (conn.next_release == conn.next_seq) connections_.erase(c);  // nothing of it in flight here
+}
+
+void ClientApi::submit_locked(const std::shared_ptr<Job>& job) {
+  const std::string key = key_of(job->env.identity, job->client_id);
+  auto it = pending_.find(key);
+  TS_CHECK(it != pending_.end());
+  protocol::GenerateRequest& r = job->request;
+  if (it->second.cancelled) {
+    pending_.erase(it);
+    protocol::FinalEvent f{.id = job->client_id, .finish_reason = "cancelled"};
+    f.usage.prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
+    d_.metrics.finished(f);
+    d_.hub.send_to_client(job->env, protocol::encode(f));
+    return;
+  }
+  r.id = d_.hub.next_id();
+  it->second.id = r.id;
+  auto sink = std::make_shared<Sink>(this, job->env, job->client_id, r, std::move(job->slot));
   d_.hub.submit(std::move(r), std::move(sink));
-  if (cancelled) d_.hub.cancel(id);  // after the submit in the hub's queue: reaches the scheduler after it
 }
 
 void ClientApi::forget(const std::string& key) {

@@ -24,6 +24,7 @@
 #include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
+#include "tokenize.h"
 
 namespace tessera::frontend {
 namespace {
@@ -68,10 +69,13 @@ struct HttpServer::Conn {
   unsigned version;
   bool keep_alive;
   std::string route;
+  std::string request_id;  // x-request-id: the client's, else generated; echoed on every answer
 
   net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
     res.set(http::field::server, "tessera");
+    if (!request_id.empty()) res.set("x-request-id", request_id);
+    if (status == 429) res.set(http::field::retry_after, "1");
     res.set(http::field::content_type, std::string(content_type));
     res.keep_alive(keep_alive);
     res.body() = std::move(body);
@@ -96,6 +100,7 @@ struct HttpServer::Conn {
     http::response<http::empty_body> res{http::status::ok, version};
     res.set(http::field::server, "tessera");
     res.set(http::field::content_type, "text/event-stream");
+    if (!request_id.empty()) res.set("x-request-id", request_id);
     res.set(http::field::cache_control, "no-cache");
     res.keep_alive(keep_alive);
     res.chunked(true);
@@ -139,7 +144,19 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   // Admission first: a refused request costs no tokenization and no kvstore lookup.
   auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
-  if (Status st = s.preparer.prepare(r); !st.ok()) co_return co_await error(st.error(), st.error().code == ErrorCode::kNotFound ? "model" : "");
+  const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
+  if (Status st = s.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
+                                         .seed_given = parsed->seed_given});
+      !st.ok()) {
+    const Error& e = st.error();
+    // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
+    if (e.code == ErrorCode::kTooLarge)
+      co_return co_await respond(400, "application/json",
+                                 error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
+                                                                                                                             : (kind == protocol::RequestKind::kChat ? "messages" : "prompt"),
+                                            "context_length_exceeded"));
+    co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : "");
+  }
   if (!s.hub.ready())
     co_return co_await error(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
   if (s.preferences.wants_lookup(r))
@@ -151,10 +168,11 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   const bool streaming = r.stream;
   const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
-                    .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
+                    .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex_id(),
                     .model = s.preparer.model_name(),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
-                    .logprobs = parsed->logprobs};
+                    .logprobs = parsed->logprobs,
+                    .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
   Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
   s.hub.submit(std::move(r), channel);
@@ -216,11 +234,16 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       s.metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
       if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
       if (!events_started && !(events_started = co_await start_events())) co_return false;
-      co_return co_await end_events(stream_chunk(meta, tail, {}, first_chunk, reason, &f));
+      std::string last = stream_chunk(meta, tail, {}, first_chunk, reason, &f);
+      if (meta.stream_usage == StreamUsage::kSeparateChunk) last += usage_chunk(meta, f);
+      co_return co_await end_events(last);
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
       slot.value().reset();
-      Error e = make_error(err->code, err->message);
+      // The scheduler names the frontend's internal request number; the client never saw it.
+      std::string message = err->message;
+      if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
+      Error e = make_error(err->code, std::move(message));
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
@@ -243,7 +266,11 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
   const std::string path = target.substr(0, target.find('?'));
   const bool get = req.method() == http::verb::get;
   const bool post = req.method() == http::verb::post;
-  HttpServer::Conn c{s, stream, req.version(), req.keep_alive(), path};
+  HttpServer::Conn c{s, stream, req.version(), req.keep_alive(), path, ""};
+  if (auto it = req.find("x-request-id"); it != req.end() && !it->value().empty() && it->value().size() <= 256)
+    c.request_id = std::string(it->value());
+  else
+    c.request_id = random_hex_id();
   if (path == "/v1/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kCompletion);
   if (path == "/v1/chat/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kChat);
   if (path == "/health" && get) co_return co_await c.respond(200, "application/json", "{\"status\":\"ok\"}");
@@ -257,10 +284,21 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
     co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.registry.render());
   }
   if (path.rfind("/admin/", 0) == 0) co_return co_await c.admin(req, path);
+  const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
   if (path == "/v1/models" && get)
-    co_return co_await c.respond(200, "application/json", models_json(s.preparer.model_name(), s.created_unix));
+    co_return co_await c.respond(200, "application/json", models_json(s.preparer.model_name(), s.created_unix, limits.context_length));
+  if (path == "/v1/models/" + s.preparer.model_name() && get)
+    co_return co_await c.respond(200, "application/json", model_json(s.preparer.model_name(), s.created_unix, limits.context_length));
+  if (path.rfind("/v1/models/", 0) == 0 && get)
+    co_return co_await c.error(make_error(ErrorCode::kNotFound, "model '" + path.substr(11) + "' does not exist"), "model");
+  if ((path == "/tokenize" || path == "/detokenize") && post) {
+    std::string param;
+    auto body = path == "/tokenize" ? tokenize_json(req.body(), s.preparer, limits, &param) : detokenize_json(req.body(), s.preparer, &param);
+    if (!body.ok()) co_return co_await c.error(body.error(), param);
+    co_return co_await c.respond(200, "application/json", *body);
+  }
   c.route = "other";
-  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics", "/v1/models"})
+  for (const char* known : {"/v1/completions", "/v1/chat/completions", "/health", "/ready", "/metrics", "/v1/models", "/tokenize", "/detokenize"})
     if (path == known)
       co_return co_await c.respond(405, "application/json",
                                    error_json(make_error(ErrorCode::kInvalidArgument,

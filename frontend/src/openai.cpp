@@ -1,6 +1,10 @@
 #include "tessera/frontend/openai.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <random>
+#include <set>
 #include <nlohmann/json.hpp>
 
 namespace tessera::frontend {
@@ -131,9 +135,10 @@ Status parse_prompt(const json& body, protocol::GenerateRequest* r, std::string*
       r->prompt = p[0].get<std::string>();
       return ok_status();
     }
-    if (!p.empty() && p[0].is_array()) {
+    if (!p.empty() && (p[0].is_array() || p[0].is_string())) {
       *bad_param = "prompt";
-      return make_error(ErrorCode::kUnsupported, "batched prompts are not supported; send one prompt per request");
+      return make_error(ErrorCode::kUnsupported, "prompt: batched prompts (a list of " + std::to_string(p.size()) +
+                                                     " prompts) are not supported; send one prompt per request");
     }
     for (size_t i = 0; i < p.size(); ++i) {
       if (!p[i].is_number_integer()) {
@@ -199,6 +204,80 @@ Status parse_stop(const Reader& rd, const json& body, protocol::GenerateRequest*
   return ok_status();
 }
 
+// Every top-level field of OpenAI's request schemas (and Tessera's own): honoured (with its
+// limits checked where it is read) or refused here by name — no OpenAI field is silently
+// ignored. A key that is in neither schema is ignored (forward compatibility, as vLLM).
+Status check_fields(const json& body, RequestKind kind, std::string* bad_param) {
+  static const std::set<std::string, std::less<>> common = {
+      "model", "max_tokens", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+      "frequency_penalty", "repetition_penalty", "seed", "stop", "user", "n", "logprobs", "logit_bias",
+      // Tessera (docs/api.md)
+      "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids"};
+  static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
+  static const std::set<std::string, std::less<>> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
+  // Fields of OpenAI's schemas that Tessera does not implement; refused whenever present (not
+  // null), except for the values that ask for nothing beyond plain text.
+  auto plain = [](const std::string& key, const json& v) {
+    if (key == "response_format") return v.is_object() && v.value("type", "") == "text";
+    if (key == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
+    if (key == "tools" || key == "functions") return v.is_array() && v.empty();
+    if (key == "parallel_tool_calls" || key == "store") return v.is_boolean() && !v.get<bool>();
+    if (key == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
+    return false;
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (common.count(key) || (kind == RequestKind::kCompletion ? completion_only : chat_only).count(key)) continue;
+    if (value.is_null() || plain(key, value)) continue;
+    *bad_param = key;
+    if (kind == RequestKind::kCompletion && chat_only.count(key))
+      return make_error(ErrorCode::kInvalidArgument, "'" + key + "' is a chat-completions field; /v1/completions does not take it");
+    if (kind == RequestKind::kChat && completion_only.count(key))
+      return make_error(ErrorCode::kInvalidArgument, "'" + key + "' is a completions field; /v1/chat/completions does not take it");
+    static const std::set<std::string, std::less<>> known_unsupported = {
+        "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
+        "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata", "web_search_options",
+        "verbosity", "prompt_cache_key", "safety_identifier"};
+    if (known_unsupported.count(key))
+      return make_error(ErrorCode::kUnsupported, "'" + key + "' is not supported by this server (docs/api.md, field table)");
+    bad_param->clear();  // not a field of OpenAI's schemas nor Tessera's: ignored, as vLLM does
+  }
+  return ok_status();
+}
+
+// stream_options: {"include_usage": bool}, only with stream: true (as OpenAI).
+Status parse_stream_options(const Reader& rd, bool stream, bool* include_usage) {
+  const json* so = rd.find("stream_options");
+  if (!so) return ok_status();
+  if (!so->is_object()) return rd.type_error("stream_options", "an object", *so);
+  if (!stream) return rd.fail("stream_options", ErrorCode::kInvalidArgument, "stream_options is only allowed with stream: true");
+  for (const auto& [k, v] : so->items()) {
+    if (k == "include_usage" && (v.is_boolean() || v.is_null())) {
+      *include_usage = v.is_boolean() && v.get<bool>();
+      continue;
+    }
+    if (k == "include_usage") return rd.type_error("stream_options", "{\"include_usage\": boolean}", v);
+    return rd.fail("stream_options", ErrorCode::kUnsupported, "stream_options." + k + " is not supported");
+  }
+  return ok_status();
+}
+
+// logit_bias: {"<token id>": bias in [-100, 100]} (the ids are checked against the vocabulary
+// by the request preparer).
+Status parse_logit_bias(const Reader& rd, SamplingParams* sp) {
+  const json* lb = rd.find("logit_bias");
+  if (!lb) return ok_status();
+  if (!lb->is_object()) return rd.type_error("logit_bias", "an object mapping token ids to biases", *lb);
+  for (const auto& [k, v] : lb->items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(k.c_str(), &end, 10);
+    if (k.empty() || *end != '\0' || id < 0 || id > INT32_MAX)
+      return rd.fail("logit_bias", ErrorCode::kInvalidArgument, "logit_bias key '" + k + "' is not a token id");
+    if (!v.is_number()) return rd.type_error("logit_bias", "an object mapping token ids to numbers", v);
+    sp->logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind, const ParseOptions& options,
@@ -213,9 +292,11 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   r.max_tokens = options.default_max_tokens;
   r.stream = false;
   Reader rd(body, bad_param);
+  TS_TRY(check_fields(body, kind, bad_param));
   TS_TRY(rd.str("model", &r.model));
   if (kind == RequestKind::kChat) TS_TRY(parse_messages(body, &r, bad_param));
   else TS_TRY(parse_prompt(body, &r, bad_param));
+  out.max_tokens_given = rd.find("max_tokens") != nullptr || (kind == RequestKind::kChat && rd.find("max_completion_tokens") != nullptr);
   TS_TRY(rd.integer("max_tokens", &r.max_tokens));
   if (kind == RequestKind::kChat) TS_TRY(rd.integer("max_completion_tokens", &r.max_tokens));
   TS_TRY(rd.boolean("stream", &r.stream));
@@ -245,10 +326,21 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   }
   int32_t n = 1;
   TS_TRY(rd.integer("n", &n));
-  if (n != 1) return rd.fail("n", ErrorCode::kUnsupported, "only n = 1 is supported (got " + std::to_string(n) + ")");
-  bool echo = false;
-  TS_TRY(rd.boolean("echo", &echo));
-  if (echo) return rd.fail("echo", ErrorCode::kUnsupported, "echo is not supported");
+  if (n != 1) return rd.fail("n", ErrorCode::kUnsupported, "n: only n = 1 is supported (got " + std::to_string(n) + ")");
+  if (kind == RequestKind::kCompletion) {
+    int32_t best_of = 1;
+    TS_TRY(rd.integer("best_of", &best_of));
+    if (best_of != 1) return rd.fail("best_of", ErrorCode::kUnsupported, "best_of: only best_of = 1 is supported (got " + std::to_string(best_of) + ")");
+    bool echo = false;
+    TS_TRY(rd.boolean("echo", &echo));
+    if (echo) return rd.fail("echo", ErrorCode::kUnsupported, "echo: echo = true is not supported");
+    std::string suffix;
+    TS_TRY(rd.str("suffix", &suffix));
+    if (!suffix.empty()) return rd.fail("suffix", ErrorCode::kUnsupported, "suffix: insertion (a non-empty suffix) is not supported");
+  }
+  out.seed_given = rd.find("seed") != nullptr;
+  TS_TRY(parse_stream_options(rd, r.stream, &out.include_usage));
+  TS_TRY(parse_logit_bias(rd, &r.sampling));
   if (kind == RequestKind::kCompletion) {
     // completions: "logprobs": n (number of alternatives, 0..20)
     int32_t lp = -1;
@@ -262,6 +354,9 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
     TS_TRY(rd.boolean("logprobs", &out.logprobs));
     r.sampling.logprobs = out.logprobs;
     TS_TRY(rd.integer("top_logprobs", &r.sampling.top_logprobs));
+    // OpenAI and vLLM: top_logprobs needs logprobs: true.
+    if (rd.find("top_logprobs") != nullptr && !out.logprobs)
+      return rd.fail("top_logprobs", ErrorCode::kInvalidArgument, "top_logprobs requires logprobs: true");
   }
   Status v = protocol::validate(r);
   if (!v.ok()) {
@@ -292,7 +387,7 @@ int http_status(ErrorCode code) {
   }
 }
 
-std::string error_json(const Error& error, std::string_view param) {
+std::string error_json(const Error& error, std::string_view param, std::string_view code) {
   int status = http_status(error.code);
   const char* type = status == 400 || status == 413 ? "invalid_request_error"
                      : status == 404                ? "not_found_error"
@@ -304,7 +399,7 @@ std::string error_json(const Error& error, std::string_view param) {
              {{"message", error.message},
               {"type", type},
               {"param", param.empty() ? json(nullptr) : json(std::string(param))},
-              {"code", std::string(error_code_name(error.code))}}}};
+              {"code", code.empty() ? std::string(error_code_name(error.code)) : std::string(code)}}}};
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -388,16 +483,45 @@ std::string stream_chunk(const ResponseMeta& meta, const std::string& text, cons
             {"model", meta.model},
             {"choices", json::array({choice})}};
   if (final_event != nullptr) {
-    j["usage"] = usage_json(*final_event);
+    if (meta.stream_usage == StreamUsage::kLastChunk) j["usage"] = usage_json(*final_event);
     j["timings"] = timings_json(*final_event);
   }
   return "data: " + dump(j) + "\n\n";
 }
 
-std::string models_json(const std::string& model, int64_t created) {
-  json j = {{"object", "list"},
-            {"data", json::array({{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tessera"}}})}};
+std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event) {
+  json j = {{"id", meta.id},
+            {"object", meta.kind == RequestKind::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array()},
+            {"usage", usage_json(final_event)}};
+  return "data: " + dump(j) + "\n\n";
+}
+
+namespace {
+json model_object(const std::string& model, int64_t created, int32_t max_model_len) {
+  json m = {{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "tessera"}};
+  if (max_model_len > 0) m["max_model_len"] = max_model_len;
+  return m;
+}
+}  // namespace
+
+std::string models_json(const std::string& model, int64_t created, int32_t max_model_len) {
+  json j = {{"object", "list"}, {"data", json::array({model_object(model, created, max_model_len)})}};
   return dump(j);
+}
+
+std::string model_json(const std::string& model, int64_t created, int32_t max_model_len) {
+  return dump(model_object(model, created, max_model_len));
+}
+
+std::string random_hex_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[25];
+  std::snprintf(buf, sizeof buf, "%016llx%08llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng() & 0xffffffffu));
+  return buf;
 }
 
 }  // namespace tessera::frontend

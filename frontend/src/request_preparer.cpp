@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -114,7 +115,19 @@ Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendC
     if (!fs::is_directory(from)) p->model_name_ = fs::path(from).stem().string();
   }
   p->max_prompt_tokens_ = config.max_prompt_tokens;
+  p->default_max_tokens_ = config.default_max_tokens;
   return p;
+}
+
+ServingLimits RequestPreparer::limits(const std::vector<SchedulerStatus>& schedulers) const {
+  ServingLimits l{.model = model_name_, .max_prompt_tokens = max_prompt_tokens_, .vocab_size = tokenizer_->vocab_size(),
+                  .default_max_tokens = default_max_tokens_};
+  for (const auto& s : schedulers) {
+    if (!s.alive || s.context_length <= 0) continue;
+    l.context_length = l.context_length == 0 ? s.context_length : std::min(l.context_length, s.context_length);
+    l.page_size = s.page_size;
+  }
+  return l;
 }
 
 std::vector<int32_t> RequestPreparer::tokenize_chat(const RenderedChat& chat) const {
@@ -138,7 +151,7 @@ std::vector<int32_t> RequestPreparer::tokenize_chat(const RenderedChat& chat) co
   return out;
 }
 
-Status RequestPreparer::prepare(protocol::GenerateRequest& r) const {
+Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptions& o) const {
   if (!r.model.empty() && r.model != model_name_)
     return make_error(ErrorCode::kNotFound, "model '" + r.model + "' does not exist (this server serves '" + model_name_ + "')");
   const int32_t vocab = tokenizer_->vocab_size();
@@ -151,18 +164,39 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r) const {
       if (id >= 0) r.stop_token_ids.push_back(id);
     }
   } else if (r.prompt_tokens.empty()) {
+    // Both APIs: an empty completion prompt is refused (not silently just a BOS).
+    if (r.prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "prompt must not be empty");
     r.prompt_tokens = tokenizer_->encode(r.prompt, /*add_special=*/true);
   }
   for (int32_t t : r.prompt_tokens)
     if (t >= vocab)
       return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
                                                     std::to_string(vocab) + ")");
+  for (const auto& [t, bias] : r.sampling.logit_bias)
+    if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "logit_bias token id " + std::to_string(t) + " is outside the vocabulary");
+  if (!o.seed_given) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    r.sampling.seed = rng();
+  }
   for (int32_t t : r.stop_token_ids)
     if (t >= vocab) return make_error(ErrorCode::kOutOfRange, "stop token id " + std::to_string(t) + " is outside the vocabulary");
   if (r.prompt_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty after tokenization");
   if (static_cast<int64_t>(r.prompt_tokens.size()) > max_prompt_tokens_)
     return make_error(ErrorCode::kTooLarge, "the prompt is " + std::to_string(r.prompt_tokens.size()) +
                                                 " tokens; the limit is " + std::to_string(max_prompt_tokens_));
+  const int64_t prompt = static_cast<int64_t>(r.prompt_tokens.size());
+  if (o.context_length > 0 && prompt >= o.context_length)
+    return make_error(ErrorCode::kTooLarge, "This model's maximum context length is " + std::to_string(o.context_length) +
+                                                " tokens; the prompt alone is " + std::to_string(prompt) + " tokens");
+  if (!o.max_tokens_given) {
+    r.max_tokens = default_max_tokens_;
+    if (o.context_length > 0) r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, o.context_length - prompt));
+  } else if (o.context_length > 0 && prompt + r.max_tokens > o.context_length) {
+    return make_error(ErrorCode::kTooLarge, "This model's maximum context length is " + std::to_string(o.context_length) +
+                                                " tokens; the request asks for " + std::to_string(prompt + r.max_tokens) +
+                                                " (" + std::to_string(prompt) + " in the prompt, " + std::to_string(r.max_tokens) +
+                                                " in max_tokens)");
+  }
   // A stored preference comes only with a user, so this holds before and after the lookup.
   if (!r.preference.empty() && r.user.empty()) return make_error(ErrorCode::kInvalidArgument, "preference needs a user");
   return ok_status();

@@ -123,7 +123,8 @@ void SchedulerLinks::publish() {
   for (const auto& l : links_) {
     ready = ready || l->usable();
     if (l->alive()) waiting += l->last().waiting;
-    st.push_back({l->endpoint(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting});
+    st.push_back({l->endpoint(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting,
+                  l->last().context_length, l->last().page_size});
   }
   ready_.store(ready);
   waiting_.store(waiting);

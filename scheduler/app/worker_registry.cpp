@@ -137,6 +137,10 @@ void WorkerRegistry::publish() {
 void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {
   for (const auto& [name, w] : workers_) {
     hb.live_workers += 1;
+    // Limits a frontend passes on to its clients (docs/protocol.md): the smallest over the workers.
+    const int32_t context = limits_.max_context > 0 ? std::min(limits_.max_context, w.info.max_seq_len) : w.info.max_seq_len;
+    hb.context_length = hb.context_length == 0 ? context : std::min(hb.context_length, context);
+    hb.page_size = w.info.page_size;
     hb.running += static_cast<int32_t>(w.batcher->num_running());
     hb.waiting += static_cast<int32_t>(w.batcher->num_waiting());
     hb.free_pages += w.batcher->pages().num_free() + w.batcher->pages().num_cached();

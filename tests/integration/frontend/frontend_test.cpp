@@ -127,7 +127,8 @@ TEST(FrontendNoScheduler, BadInputGetsDocumentedErrorsAndProcessStaysUp) {
       {"/v1/completions", R"({"prompt": "Once", "top_p": 1.5})", 400, "out_of_range", "top_p"},
       {"/v1/completions", R"({"prompt": "Once", "model": "gpt-4"})", 404, "not_found", "model"},
       {"/v1/completions", R"({"prompt": [1, 2, 9999]})", 400, "out_of_range", ""},
-      {"/v1/completions", R"({"prompt": ")" + big_prompt + R"("})", 413, "too_large", ""},
+      // A prompt over the limit: 400 context_length_exceeded, as OpenAI and vLLM answer (issue #11).
+      {"/v1/completions", R"({"prompt": ")" + big_prompt + R"("})", 400, "context_length_exceeded", "prompt"},
       {"/v1/chat/completions", R"({"messages": "hi"})", 400, "invalid_argument", "messages"},
       {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0})", 400, "out_of_range", "max_tokens"},
       {"/v1/nope", "", 404, "not_found", ""},
@@ -255,22 +256,28 @@ TEST_F(FrontendWithFakeScheduler, CompletionNonStreamed) {
 
 TEST_F(FrontendWithFakeScheduler, CompletionStreamedAsServerSentEvents) {
   HttpResult r = http_request(fe->port, "POST", "/v1/completions",
-                              R"({"prompt":"Once upon a time","max_tokens":100,"stream":true})");
+                              R"({"prompt":"Once upon a time","max_tokens":100,"stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.content_type, "text/event-stream");
   auto events = sse_data(r.body);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
   std::string text;
-  json last;
+  json last, usage;
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     json e = json::parse(events[i]);
+    if (e["choices"].empty()) {  // OpenAI's usage chunk (stream_options.include_usage), after the last one
+      EXPECT_EQ(i + 2, events.size());
+      usage = e["usage"];
+      continue;
+    }
+    EXPECT_FALSE(e.contains("usage")) << "usage only in its own chunk";
     text += e["choices"][0]["text"].get<std::string>();
     last = e;
   }
   EXPECT_EQ(text, kStory);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(last["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+  EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 3);
   // /metrics shows the prefix-cache hit rate over finished requests.
   auto parsed = metrics::parse_text(http_request(fe->port, "GET", "/metrics").body);
   ASSERT_TRUE(parsed.ok());
@@ -278,6 +285,43 @@ TEST_F(FrontendWithFakeScheduler, CompletionStreamedAsServerSentEvents) {
     if (s.name == "tessera_frontend_prefix_cache_hit_rate") {
       EXPECT_GT(s.value, 0.0);
     }
+}
+
+TEST_F(FrontendWithFakeScheduler, TokenizeDetokenizeModelCardAndRequestIds) {
+  HttpResult t = http_request(fe->port, "POST", "/tokenize", R"({"prompt":"Once upon a time"})");
+  ASSERT_EQ(t.status, 200) << t.body;
+  json tj = json::parse(t.body);
+  ASSERT_TRUE(tj["tokens"].is_array());
+  EXPECT_EQ(tj["count"], tj["tokens"].size());
+  json tokens = tj["tokens"];
+  tokens.erase(tokens.begin());  // the BOS
+  HttpResult d = http_request(fe->port, "POST", "/detokenize", json{{"tokens", tokens}}.dump());
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(json::parse(d.body)["prompt"], "Once upon a time");
+  EXPECT_EQ(json::parse(d.body)["content"], "Once upon a time") << "llama-server's key too";
+  expect_error(http_request(fe->port, "POST", "/detokenize", R"({"tokens":[99999]})"), 400, "out_of_range", "tokens");
+  HttpResult chat = http_request(fe->port, "POST", "/tokenize", R"({"messages":[{"role":"user","content":"hi"}]})");
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_GT(json::parse(chat.body)["count"].get<int>(), 3);
+  HttpResult models = http_request(fe->port, "GET", "/v1/models");
+  const std::string id = json::parse(models.body)["data"][0]["id"];
+  HttpResult card = http_request(fe->port, "GET", "/v1/models/" + id);
+  ASSERT_EQ(card.status, 200) << card.body;
+  EXPECT_EQ(json::parse(card.body)["id"], id);
+  expect_error(http_request(fe->port, "GET", "/v1/models/nope"), 404, "not_found", "model");
+  // x-request-id: generated when absent; completion ids are random, never a counter.
+  HttpResult a = http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":2})");
+  HttpResult b = http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once","max_tokens":2})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  const std::string health = raw_exchange(fe->port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(health.find("x-request-id: "), std::string::npos) << health;
+  const std::string ida = json::parse(a.body)["id"], idb = json::parse(b.body)["id"];
+  EXPECT_NE(ida, idb);
+  EXPECT_EQ(ida.rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(ida.size(), 5u + 24u) << ida;
+  // A client's x-request-id is echoed.
+  const std::string raw = raw_exchange(fe->port, "GET /health HTTP/1.1\r\nHost: x\r\nx-request-id: trace-42\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(raw.find("x-request-id: trace-42\r\n"), std::string::npos) << raw;
 }
 
 TEST_F(FrontendWithFakeScheduler, StopStringCutsTextAndCancels) {
@@ -430,6 +474,10 @@ TEST_F(FrontendConcurrencyLimit, SecondRequestGets429AndHeldOneTimesOut) {
   });
   ASSERT_TRUE(sched.wait_for([&] { return sched.request_count() == 1; }, 10s));
   expect_error(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once"})"), 429, "overloaded");
+  const std::string body = R"({"prompt":"Once"})";
+  const std::string refused = raw_exchange(fe->port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                                     "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_NE(refused.find("Retry-After: 1\r\n"), std::string::npos) << refused;
   t.join();  // the held request ends after --request-timeout-ms with 504 and a cancel
   expect_error(first, 504, "deadline_exceeded");
   EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s));

@@ -213,10 +213,12 @@ TEST(PreferenceApi, TwoClustersShareAPreferenceThroughRedis) {
   const Completion b2 = complete(b, {{"user", "alice"}});
   EXPECT_TRUE(source_of(b2) == "kvstore" || source_of(b2) == "memory") << b2.usage.dump();
   EXPECT_EQ(b2.text, a1.text);
-  // Streamed: the last SSE chunk's usage carries the preference too.
+  // Streamed: the usage chunk (stream_options.include_usage, the last one) carries the preference too.
   {
     Reply sse = http(b.http_port, "POST", "/v1/completions",
-                     json{{"user", "alice"}, {"prompt", "Tom"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}.dump());
+                     json{{"user", "alice"}, {"prompt", "Tom"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true},
+                          {"stream_options", {{"include_usage", true}}}}
+                         .dump());
     ASSERT_EQ(sse.status, 200);
     const size_t at = sse.body.rfind("data: {");
     ASSERT_NE(at, std::string::npos) << sse.body;

@@ -18,7 +18,7 @@ namespace {
 
 bool plain_greedy(const SamplingParams& p) {
   return (p.temperature == 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0;
+         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0 && p.logit_bias.empty();
 }
 
 // The first capability sampling with `p` needs (common/step_plan.h) that `have` (the backend's

@@ -62,6 +62,9 @@ SampleOutcome Sampler::finish_logprobs(std::span<const float> logits, SampleOutc
 SampleOutcome Sampler::sample(std::span<float> logits) {
   TS_CHECK(!logits.empty());
   const int64_t n = static_cast<int64_t>(logits.size());
+  // 0. logit_bias (OpenAI: added to the logits before anything else).
+  for (const auto& [tok, bias] : params_.logit_bias)
+    if (tok >= 0 && tok < n) logits[static_cast<size_t>(tok)] += bias;
   // 1. Penalties over the history.
   for (const auto& [tok, count] : counts_) {
     if (tok < 0 || tok >= n || count <= 0) continue;

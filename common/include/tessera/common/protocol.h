@@ -76,7 +76,8 @@ struct CancelRequest {
 
 // type "token": new tokens of request `id`. Scheduler -> frontend carries only `tokens`
 // (+ logprobs); frontend -> client also carries `text` (the UTF-8-safe text delta after stop
-// string handling). logprobs/top_logprobs are parallel to `tokens` when requested.
+// string handling). logprobs/top_logprobs are parallel to `tokens` when requested, and omitted
+// from the wire when empty.
 struct TokenEvent {
   uint64_t id = 0;
   std::vector<int32_t> tokens;
@@ -113,6 +114,10 @@ struct FinalEvent {
   std::string finish_reason = "stop";
   std::string text;                 // frontend -> client: the full text when stream == false
   std::vector<int32_t> tokens;      // frontend -> client when stream == false
+  // frontend -> client when stream == false and logprobs were asked: parallel to `tokens`
+  // (omitted from the wire when empty).
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   Usage usage;
   Timings timings;
 };
@@ -189,6 +194,16 @@ struct Heartbeat {
   // A receiver that saw another non-zero instance from the same peer knows the peer restarted
   // and fails what it had in flight there (docs/protocol.md, "Heartbeats and failure").
   uint64_t instance = 0;
+  // Limits (optional; 0 / "" = absent, omitted from the wire). Scheduler -> frontend:
+  // context_length and page_size of its workers. Frontend -> client (the answer to a client's
+  // heartbeat, docs/protocol.md "Limits"): all of them; `name` is the served model.
+  std::string model;              // frontend -> client: the served model
+  int32_t protocol_version = 0;
+  int32_t context_length = 0;     // longest sequence (prompt + completion) in tokens
+  int32_t page_size = 0;          // tokens per K/V page (cached_tokens counts whole pages)
+  int32_t max_prompt_tokens = 0;  // the frontend's prompt limit
+  int32_t vocab_size = 0;
+  int32_t default_max_tokens = 0; // max_tokens of a request that gives none
 };
 
 // type "drain": stop admitting new requests, finish running ones. type "shutdown": exit.
@@ -223,6 +238,8 @@ std::string encode(const Message& m);
 Result<Message> decode(std::string_view bytes);
 // Best effort: the `id` of a message that failed to decode, so the error can be correlated.
 uint64_t peek_id(std::string_view bytes);
+// Whether the message map has `key` with a non-nil value (tells "absent" from the default).
+bool peek_has_key(std::string_view bytes, std::string_view key);
 
 // Range checks on a request (also applied by decode(); the HTTP layer calls it too).
 Status validate(const GenerateRequest& r);

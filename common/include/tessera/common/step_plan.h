@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tessera/common/result.h"
@@ -30,7 +31,12 @@ struct SamplingParams {
   uint64_t seed = 0;                // per-request RNG seed; same seed + same plan -> same tokens
   int32_t top_logprobs = 0;         // also return the n most likely alternatives (0..20)
   bool logprobs = false;            // return the chosen token's log-probability
+  // Added to the logits of these tokens before anything else (OpenAI `logit_bias`): token id
+  // (< vocabulary size) -> bias in [-100, 100]; at most kMaxLogitBias entries. Empty = off
+  // (omitted from the wire).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
+inline constexpr size_t kMaxLogitBias = 1024;
 
 // The backend capabilities (names as a worker advertises them in `register`: "greedy",
 // "temperature", "top_k", "top_p", "min_p", "penalties", "logprobs") that sampling with `p`

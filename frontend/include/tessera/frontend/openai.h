@@ -24,6 +24,9 @@ struct ParseOptions {
 struct ParsedRequest {
   protocol::GenerateRequest request;
   bool logprobs = false;  // client asked for logprobs (completions: `logprobs: n`; chat: `logprobs: true`)
+  bool max_tokens_given = false;  // false: request.max_tokens is the default (PrepareOptions)
+  bool seed_given = false;        // false: the request preparer draws a random seed
+  bool include_usage = false;     // stream_options.include_usage
 };
 
 // POST /v1/completions (kind = kCompletion) or /v1/chat/completions (kind = kChat).
@@ -33,8 +36,8 @@ Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind
 // HTTP status of an error code: 1xx input -> 400 (kNotFound 404, kTooLarge 413),
 // kOverloaded/kResourceExhausted 429, kUnavailable/kPeerDead 503, kDeadlineExceeded 504, else 500.
 int http_status(ErrorCode code);
-// {"error": {"message", "type", "param", "code"}}
-std::string error_json(const Error& error, std::string_view param = "");
+// {"error": {"message", "type", "param", "code"}}; `code` "" = the error code's name.
+std::string error_json(const Error& error, std::string_view param = "", std::string_view code = "");
 
 struct TokenLogprobText {
   std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)
@@ -42,12 +45,17 @@ struct TokenLogprobText {
   std::vector<std::pair<std::string, float>> top;
 };
 
+// Where a stream carries `usage`: kLastChunk (with the finish_reason chunk), kSeparateChunk
+// (OpenAI's stream_options.include_usage: an extra chunk with `choices: []`), kNone.
+enum class StreamUsage : uint8_t { kLastChunk, kSeparateChunk, kNone };
+
 struct ResponseMeta {
   protocol::RequestKind kind = protocol::RequestKind::kCompletion;
   std::string id;     // "cmpl-..." / "chatcmpl-..."
   std::string model;
   int64_t created = 0;  // unix seconds
   bool logprobs = false;
+  StreamUsage stream_usage = StreamUsage::kLastChunk;
 };
 
 // Whole (non-streamed) response.
@@ -57,6 +65,12 @@ std::string response_json(const ResponseMeta& meta, const std::string& text, con
 // chunk carries `usage` and `timings` too. first: chat chunks announce the assistant role.
 std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
                          bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event);
-std::string models_json(const std::string& model, int64_t created);
+// OpenAI's usage chunk: "data: {..., "choices": [], "usage": {...}}\n\n".
+std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event);
+// /v1/models and /v1/models/{id}; max_model_len = the context length (omitted when 0: unknown).
+std::string models_json(const std::string& model, int64_t created, int32_t max_model_len = 0);
+std::string model_json(const std::string& model, int64_t created, int32_t max_model_len);
+// 24 random hex digits: completion ids ("cmpl-<hex>") and generated x-request-id values.
+std::string random_hex_id();
 
 }  // namespace tessera::frontend

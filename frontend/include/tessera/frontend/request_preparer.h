@@ -23,9 +23,29 @@
 #include "tessera/common/result.h"
 #include "tessera/frontend/chat_template.h"
 #include "tessera/frontend/frontend.h"
+#include "tessera/frontend/scheduler_links.h"
 #include "tessera/tokenizer/tokenizer.h"
 
 namespace tessera::frontend {
+
+// What a client may read of this frontend's limits (docs/protocol.md "Limits", docs/api.md
+// GET /v1/models/{id}); 0 = not known yet (no scheduler has said).
+struct ServingLimits {
+  std::string model;
+  int32_t protocol_version = protocol::kProtocolVersion;
+  int32_t context_length = 0;  // smallest over the live schedulers' workers
+  int32_t page_size = 0;
+  int32_t max_prompt_tokens = 0;
+  int32_t vocab_size = 0;
+  int32_t default_max_tokens = 0;
+};
+
+// The one set of request defaults and checks both APIs share (HTTP and ZeroMQ).
+struct PrepareOptions {
+  int32_t context_length = 0;    // 0 = unknown: no context check
+  bool max_tokens_given = true;  // false: max_tokens = the default, capped to the context left
+  bool seed_given = true;        // false: a random seed (a given `seed` makes sampling reproducible)
+};
 
 class RequestPreparer {
  public:
@@ -37,9 +57,12 @@ class RequestPreparer {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return chat_template_; }
 
+  ServingLimits limits(const std::vector<SchedulerStatus>& schedulers) const;
+
   // kNotFound (unknown model), kOutOfRange (token ids), kInvalidArgument (empty prompt,
-  // preference without user, template errors), kTooLarge (prompt over the limit).
-  Status prepare(protocol::GenerateRequest& request) const;
+  // preference without user, template errors), kTooLarge (prompt over --max-prompt-tokens, or
+  // prompt + max_tokens over the context: the message starts "This model's maximum context").
+  Status prepare(protocol::GenerateRequest& request, const PrepareOptions& options = {}) const;
   void finish(protocol::GenerateRequest& request) const;
 
  private:
@@ -51,6 +74,7 @@ class RequestPreparer {
   ChatTemplate chat_template_;
   bool tokenizer_adds_bos_ = false;
   int32_t max_prompt_tokens_ = 0;
+  int32_t default_max_tokens_ = 0;
 };
 
 }  // namespace tessera::frontend

@@ -45,6 +45,8 @@ struct SchedulerStatus {
   int32_t live_workers = 0;
   int32_t running = 0;
   int32_t waiting = 0;
+  int32_t context_length = 0;  // from its heartbeats (0 = not said yet)
+  int32_t page_size = 0;
 };
 
 class SchedulerLink {

@@ -1,0 +1,142 @@
+// Every field of OpenAI's completions and chat-completions request schemas (the API reference,
+// 2025) is honoured or refused with an error naming it (issue #11: nothing silently ignored).
+// "Honoured" fields are checked for their effect on the parsed request.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "tessera/frontend/openai.h"
+
+namespace tessera::frontend {
+namespace {
+
+using protocol::RequestKind;
+using json = nlohmann::json;
+
+struct Field {
+  std::string name;
+  json value;  // a value that asks for the feature
+  // Honoured: checks the parsed request. Empty: refused (400) naming the field.
+  std::function<void(const ParsedRequest&)> honoured;
+};
+
+void check(RequestKind kind, const json& base, const std::vector<Field>& fields) {
+  for (const auto& f : fields) {
+    SCOPED_TRACE(f.name);
+    json body = base;
+    body[f.name] = f.value;
+    std::string param;
+    auto r = parse_request(body.dump(), kind, {}, &param);
+    if (f.honoured) {
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      f.honoured(*r);
+    } else {
+      ASSERT_FALSE(r.ok()) << "silently accepted";
+      EXPECT_EQ(http_status(r.error().code), 400);
+      EXPECT_EQ(param, f.name) << r.error().message;
+      EXPECT_NE(r.error().message.find(f.name), std::string::npos) << r.error().message;
+    }
+  }
+}
+
+// Shared by both schemas.
+std::vector<Field> common_fields() {
+  return {
+      {"frequency_penalty", 0.5, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.frequency_penalty, 0.5f); }},
+      {"presence_penalty", -0.5, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.presence_penalty, -0.5f); }},
+      {"logit_bias", json{{"7", 5}, {"9", -100}},
+       [](const ParsedRequest& p) {
+         ASSERT_EQ(p.request.sampling.logit_bias.size(), 2u);
+         EXPECT_EQ(p.request.sampling.logit_bias[0], std::make_pair(int32_t{7}, 5.0f));
+       }},
+      {"max_tokens", 7, [](const ParsedRequest& p) { EXPECT_EQ(p.request.max_tokens, 7); EXPECT_TRUE(p.max_tokens_given); }},
+      {"n", 2, nullptr},
+      {"seed", 42, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.seed, 42u); EXPECT_TRUE(p.seed_given); }},
+      {"stop", "x", [](const ParsedRequest& p) { EXPECT_EQ(p.request.stop, std::vector<std::string>{"x"}); }},
+      {"stream", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.request.stream); }},
+      {"temperature", 0.5, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.temperature, 0.5f); }},
+      {"top_p", 0.5, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.top_p, 0.5f); }},
+      {"user", "u", [](const ParsedRequest& p) { EXPECT_EQ(p.request.user, "u"); }},
+  };
+}
+
+TEST(OpenAIFields, EveryCompletionsFieldIsHonouredOrRefused) {
+  const json base = {{"model", "m"}, {"prompt", "Once"}};
+  std::vector<Field> fields = common_fields();
+  fields.push_back({"best_of", 3, nullptr});
+  fields.push_back({"echo", true, nullptr});
+  fields.push_back({"logprobs", 2, [](const ParsedRequest& p) {
+                      EXPECT_TRUE(p.logprobs);
+                      EXPECT_EQ(p.request.sampling.top_logprobs, 2);
+                    }});
+  fields.push_back({"suffix", "end", nullptr});
+  fields.push_back({"stream_options", json{{"include_usage", true}}, nullptr});  // without stream: true, refused
+  check(RequestKind::kCompletion, base, fields);
+  // With stream: true, stream_options.include_usage is honoured.
+  check(RequestKind::kCompletion, json{{"prompt", "Once"}, {"stream", true}},
+        {{"stream_options", json{{"include_usage", true}}, [](const ParsedRequest& p) { EXPECT_TRUE(p.include_usage); }}});
+  // model and prompt are the base: honoured (model checked by the request preparer). A list of
+  // several string prompts is refused by name (batched prompts are not implemented).
+  std::string param;
+  auto batched = parse_request(R"({"prompt":["a","b"]})", RequestKind::kCompletion, {}, &param);
+  ASSERT_FALSE(batched.ok());
+  EXPECT_EQ(batched.error().code, ErrorCode::kUnsupported);
+  EXPECT_EQ(param, "prompt");
+  EXPECT_NE(batched.error().message.find("a list of 2 prompts"), std::string::npos) << batched.error().message;
+}
+
+TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
+  const json base = {{"model", "m"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}};
+  std::vector<Field> fields = common_fields();
+  const std::vector<std::pair<std::string, json>> refused = {
+      {"audio", json{{"voice", "alloy"}, {"format", "mp3"}}},
+      {"function_call", "auto"},
+      {"functions", json::array({{{"name", "f"}}})},
+      {"metadata", json{{"k", "v"}}},
+      {"modalities", json::array({"text", "audio"})},
+      {"parallel_tool_calls", true},
+      {"prediction", json{{"type", "content"}, {"content", "x"}}},
+      {"reasoning_effort", "low"},
+      {"response_format", json{{"type", "json_object"}}},
+      {"service_tier", "auto"},
+      {"store", true},
+      {"tool_choice", "auto"},
+      {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
+      {"web_search_options", json::object()},
+      {"prompt_cache_key", "k"},
+      {"safety_identifier", "s"},
+      {"verbosity", "low"},
+      {"top_logprobs", 2},  // without logprobs: true (OpenAI and vLLM answer 400)
+  };
+  for (const auto& [name, value] : refused) fields.push_back({name, value, nullptr});
+  fields.push_back({"logprobs", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.logprobs); }});
+  fields.push_back({"max_completion_tokens", 9, [](const ParsedRequest& p) { EXPECT_EQ(p.request.max_tokens, 9); }});
+  check(RequestKind::kChat, base, fields);
+  json with_lp = base;
+  with_lp["logprobs"] = true;
+  check(RequestKind::kChat, with_lp,
+        {{"top_logprobs", 3, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.top_logprobs, 3); }}});
+  // The plain-text values of refused features ask for nothing and are accepted.
+  check(RequestKind::kChat, base,
+        {{"response_format", json{{"type", "text"}}, [](const ParsedRequest&) {}},
+         {"tool_choice", "none", [](const ParsedRequest&) {}},
+         {"store", false, [](const ParsedRequest&) {}}});
+}
+
+TEST(OpenAIFields, ResponseShapes) {
+  ResponseMeta meta{.kind = RequestKind::kChat, .id = "chatcmpl-x", .model = "m", .created = 1, .stream_usage = StreamUsage::kNone};
+  protocol::FinalEvent f;
+  f.usage.prompt_tokens = 3;
+  json last = json::parse(stream_chunk(meta, "", {}, false, "stop", &f).substr(6));
+  EXPECT_FALSE(last.contains("usage")) << "usage only when stream_options.include_usage";
+  json u = json::parse(usage_chunk(meta, f).substr(6));
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(json::parse(model_json("m", 1, 512))["max_model_len"], 512);
+  EXPECT_NE(random_hex_id(), random_hex_id());
+  EXPECT_EQ(random_hex_id().size(), 24u);
+}
+
+}  // namespace
+}  // namespace tessera::frontend
