@@ -19,8 +19,11 @@
 //
 // Supervision: a child that exits on its own is reported (name, pid, status). With
 // --restart on-failure (default) it is restarted after a 1 s back-off, at most --max-restarts
-// times per child; after that, or with --restart never, everything is shut down and `tessera up`
-// exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order, 10 s
+// times per child within any --restart-window-s (a rate, so a child that fails now and then
+// over days is always restarted). A worker past its budget is left stopped while another worker
+// still runs (one flapping worker never stops the healthy ones); the scheduler, the frontend,
+// the kvstore or the last worker past its budget, or any child with --restart never, shuts
+// everything down and `tessera up` exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order, 10 s
 // grace each, then SIGKILL; exit 0.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,10 +31,12 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
+#include <deque>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +83,7 @@ struct UpConfig {
   std::string data_dir;
   std::string restart = "on-failure";
   int max_restarts = 3;
+  int restart_window_s = 300;
   int64_t ready_timeout_ms = 120000;
 };
 
@@ -148,8 +154,13 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
                     .help = "a child that exits: on-failure = restart it (max-restarts), never = stop the whole "
                             "cluster",
                     .env = "TESSERA_UP_RESTART", .choices = {"on-failure", "never"}});
-  o.add(c.max_restarts, {.name = "max-restarts", .help = "restarts per child before giving up",
+  o.add(c.max_restarts, {.name = "max-restarts",
+                         .help = "restarts per child within restart-window-s before giving up on it (a worker past "
+                                 "it is left stopped while other workers run; any other child stops the cluster)",
                          .env = "TESSERA_UP_MAX_RESTARTS", .min = 0, .max = 1000});
+  o.add(c.restart_window_s, {.name = "restart-window-s",
+                             .help = "the window of the restart budget: only restarts this recent count",
+                             .env = "TESSERA_UP_RESTART_WINDOW_S", .min = 1, .max = 86400 * 7});
   o.add(c.ready_timeout_ms, {.name = "ready-timeout-ms", .help = "how long to wait for /ready before giving up",
                              .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100, .max = 3600000});
 }
@@ -186,7 +197,10 @@ struct ChildSpec {
   std::vector<std::string> args;
   ChildProcess process;
   bool started = false;  // spawned at least once (a failed spawn counts as an exit)
-  int restarts = 0;
+  bool worker = false;   // one of several interchangeable workers
+  std::deque<Clock::time_point> restarts;  // within the restart window
+  std::optional<Clock::time_point> restart_at;  // a restart is due then (after the back-off)
+  bool given_up = false;  // past its budget and left stopped
 };
 
 // Starts (or restarts) `c` in a process group of its own: a terminal's Ctrl-C reaches
@@ -214,7 +228,8 @@ void stop_all(std::vector<ChildSpec>& children) {
   // Reverse dependency order: frontend (stops taking requests), worker, kvstore, scheduler.
   for (const char* name : {"frontend", "worker", "kvstore", "scheduler"}) {
     for (auto& c : children) {
-      if (c.name != name || !c.process.running()) continue;
+      const std::string_view kind = c.worker ? std::string_view("worker") : std::string_view(c.name);
+      if (kind != name || !c.process.running()) continue;
       bool killed = false;
       const ExitStatus st = c.process.terminate(milliseconds(10000), &killed);
       if (killed) {
@@ -281,7 +296,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     TS_TRY(w.set("name", "worker" + std::to_string(i)));
     // dki: the worker fetches and stores preference K/V there (docs/preference.md).
     if (with_kvstore) TS_TRY(w.set("kvstore", kvstore_endpoint));
-    children.push_back({.name = "worker", .binary = bin("tessera-worker"), .args = w.take()});
+    children.push_back(
+        {.name = "worker" + std::to_string(i), .binary = bin("tessera-worker"), .args = w.take(), .worker = true});
   }
 
   ChildArgs f = start(t.frontend);
@@ -362,21 +378,40 @@ int run_up(const std::vector<std::string>& args) {
   const int max_restarts = c.max_restarts;
   int exit_code = 0;
   while (!signals::stop_flag()) {
-    // Children that exited on their own (running() reaps them).
+    // Children that exited on their own (running() reaps them), and restarts that are due.
     bool give_up = false;
+    const auto now = Clock::now();
     for (auto& child : children) {
+      if (child.given_up) continue;
+      if (child.restart_at) {
+        if (now < *child.restart_at) continue;
+        child.restart_at.reset();
+        start_child(child);
+        TS_LOG(kWarn) << "restarted " << child.name << " (pid " << child.process.pid() << "), "
+                      << child.restarts.size() << " restart(s) in the last " << c.restart_window_s << " s (budget "
+                      << max_restarts << ")";
+        continue;
+      }
       if (!child.started || child.process.running()) continue;
       const auto& st = child.process.status();
       TS_LOG(kError) << child.name << " (pid " << child.process.pid() << ") exited unexpectedly: "
                      << (st ? st->describe() : std::string("it could not be started"));
-      if (restart == "on-failure" && child.restarts < max_restarts) {
-        ++child.restarts;
-        std::this_thread::sleep_for(milliseconds(1000));  // restart back-off
-        start_child(child);
-        TS_LOG(kWarn) << "restarted " << child.name << " (pid " << child.process.pid() << "), restart " << child.restarts
-                      << " of " << max_restarts;
+      while (!child.restarts.empty() && now - child.restarts.front() > std::chrono::seconds(c.restart_window_s))
+        child.restarts.pop_front();
+      if (restart == "on-failure" && static_cast<int>(child.restarts.size()) < max_restarts) {
+        child.restarts.push_back(now);
+        child.restart_at = now + milliseconds(1000);  // back-off; the loop keeps supervising the others
+        continue;
+      }
+      child.started = false;  // reported once
+      child.given_up = true;
+      const bool other_worker = child.worker && std::any_of(children.begin(), children.end(), [](const ChildSpec& other) {
+                                  return other.worker && !other.given_up;
+                                });
+      if (restart == "on-failure" && other_worker) {
+        TS_LOG(kError) << child.name << " exited " << max_restarts + 1 << " times within " << c.restart_window_s
+                       << " s: left stopped; the other workers keep serving";
       } else {
-        child.started = false;  // reported once
         give_up = true;
       }
     }
