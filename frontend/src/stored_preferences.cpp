@@ -1,12 +1,14 @@
 #include "tessera/frontend/stored_preferences.h"
 
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
+#include "tessera/common/hash.h"
 #include "tessera/common/log.h"
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
@@ -118,6 +120,13 @@ Result<std::unique_ptr<StoredPreferences>> StoredPreferences::create(const Store
   return sp;
 }
 
+namespace {
+bool is_store_failure(ErrorCode c) {
+  return c == ErrorCode::kUnavailable || c == ErrorCode::kDeadlineExceeded || c == ErrorCode::kMalformedMessage ||
+         c == ErrorCode::kInternal || c == ErrorCode::kIoError;
+}
+}  // namespace
+
 StoredPreferences::~StoredPreferences() = default;
 
 bool StoredPreferences::wants_lookup(const protocol::GenerateRequest& r) const {
@@ -142,9 +151,14 @@ std::optional<StoredPreference> StoredPreferences::run_lookup(kvstore::Client& k
   lookups_.inc();
   auto stored = load(kv, user);
   if (!stored.ok()) {
-    TS_LOG(kWarn) << "user=" << user << " | stored preference lookup failed: " << stored.error().to_string();
+    // The log names the user by a short hash: ids are client input (any bytes, any length).
+    char tag[24];
+    std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(fnv1a64(user)));
+    TS_LOG(kWarn) << "user#" << tag << " | stored preference lookup failed: " << stored.error().to_string();
     errors_.inc();
-    backoff_until_ns_.store(ticks(Clock::now() + config_.backoff));
+    // Back off only when the kvstore itself failed (down, slow, broken answer): a request the
+    // kvstore refuses (e.g. a user id over its limit) must not disable preferences for everyone.
+    if (is_store_failure(stored.error().code)) backoff_until_ns_.store(ticks(Clock::now() + config_.backoff));
     return std::nullopt;
   }
   return *stored;

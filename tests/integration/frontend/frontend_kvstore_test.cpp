@@ -234,5 +234,24 @@ TEST(FrontendWithKvstore, FrozenKvstoreServesUserWithoutPreferenceAtTheDeadline)
   EXPECT_EQ(fe.metric(kLookups), lookups);
 }
 
+// Issue 18 finding 5: a lookup the kvstore refuses because of the request (a user id over its
+// 256-byte limit) counts as an error but starts no back-off, so the next user's stored
+// preference is still looked up; only the kvstore's own failures (frozen, above) back off.
+TEST(FrontendWithKvstore, ABadUserIdDoesNotDisableStoredPreferencesForOthers) {
+  FakeScheduler sched;
+  sched.set_script(story_tokens());
+  Kvstore kv;
+  ASSERT_FALSE(kv.endpoint.empty());
+  FrontendProc fe(sched.endpoint(), kv.endpoint, {});
+  ASSERT_GT(fe.port, 0);
+  ASSERT_TRUE(wait_status(fe.port, "/ready", 200, 10s));
+  (void)http_request(fe.port, "POST", "/v1/completions", completion(std::string(300, 'u')));
+  ASSERT_TRUE(fe.wait_metric("tessera_frontend_stored_preference_errors_total", 1.0, 5s))
+      << "the kvstore did not refuse the 300-byte user id";
+  const double lookups = fe.metric(kLookups);
+  EXPECT_EQ(http_request(fe.port, "POST", "/v1/completions", completion("bob")).status, 200);
+  EXPECT_EQ(fe.metric(kLookups), lookups + 1) << "bob's stored preference was not looked up (back-off)";
+}
+
 }  // namespace
 }  // namespace tessera::testing
