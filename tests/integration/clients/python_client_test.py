@@ -189,6 +189,16 @@ class Conformance(unittest.TestCase):
         self.assertGreater(lim.default_max_tokens or 0, 0)
         self.assertGreater(lim.live_workers, 0)
 
+    def test_i_readme_example_runs(self) -> None:
+        import subprocess
+        ex = os.path.join(HERE, "..", "..", "..", "clients", "python", "examples", "example.py")
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "..", "clients", "python"))
+        out = subprocess.run([sys.executable, ex, CLUSTER.zmq[0]], env=env, capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("refused: 103 out_of_range", out.stdout)
+        self.assertIn("deadline: 203 deadline_exceeded", out.stdout)
+
     def test_z_killed_frontend_detected_and_failover(self) -> None:
         c = tc.Client([CLUSTER.zmq[0], CLUSTER.zmq[1]])
         try:
