@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import msgpack
 import zmq
 
-from .errors import ClientClosed, PeerDead, TesseraError, Timeout, Unavailable, error_for
+from .errors import ClientClosed, InternalError, PeerDead, TesseraError, Timeout, Unavailable, error_for
 
 Event = Union[Dict[str, Any], TesseraError]
 Sink = Callable[[Event], None]
@@ -54,6 +54,7 @@ class Core:
         self.failovers = 0
         self._rfd, self._wfd = os.pipe()
         os.set_blocking(self._rfd, False)
+        os.set_blocking(self._wfd, False)
         self._thread = threading.Thread(target=self._run, name="tessera-client-io", daemon=True)
         self._thread.start()
 
@@ -97,10 +98,10 @@ class Core:
                     cmd[3].sink(ClientClosed(0, "closed", "the client is closed"))
                 return
             self._commands.append(cmd)
-        try:
-            os.write(self._wfd, b"x")
-        except BlockingIOError:
-            pass
+            try:
+                os.write(self._wfd, b"x")
+            except BlockingIOError:
+                pass  # the pipe is full: the I/O thread is already woken
 
     # ---- the I/O thread ----
     def _connect(self) -> zmq.Socket:
@@ -112,6 +113,23 @@ class Core:
         return s
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # noqa: BLE001 - a bug here must not leave callers waiting
+            err = str(e) or type(e).__name__
+            self._fail_all(lambda rid: InternalError(500, "internal", f"client I/O thread failed: {err}", rid))
+        finally:
+            with self._lock:
+                self._closed = True
+                rest, self._commands = self._commands, []
+                self._limits_cv.notify_all()
+            for c in rest:
+                if c[0] == "send":
+                    c[3].sink(ClientClosed(0, "closed", "the client is closed", c[1]))
+            os.close(self._rfd)
+            os.close(self._wfd)
+
+    def _loop(self) -> None:
         sock = self._connect()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
@@ -158,8 +176,6 @@ class Core:
                 next_hb = 0.0
         self._fail_all(lambda rid: ClientClosed(0, "closed", "the client was closed", rid))
         sock.close(0)
-        os.close(self._rfd)
-        os.close(self._wfd)
 
     def _drain_commands(self, sock: zmq.Socket) -> bool:
         try:
