@@ -199,6 +199,27 @@ class Conformance(unittest.TestCase):
         self.assertIn("refused: 103 out_of_range", out.stdout)
         self.assertIn("deadline: 203 deadline_exceeded", out.stdout)
 
+    def test_j_no_frontend_never_hangs(self) -> None:
+        import socket
+        with socket.socket() as probe:  # a port with nothing listening
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        bound = tc.DEFAULT_DEAD_AFTER + tc.DEFAULT_HEARTBEAT_INTERVAL
+        t0 = time.monotonic()
+        with tc.Client(f"tcp://127.0.0.1:{port}") as c:
+            with self.assertRaises(tc.PeerDead):
+                c.complete("Once", max_tokens=4)
+            with self.assertRaises(tc.Unavailable):
+                c.limits(timeout=0.2)
+        self.assertLess(time.monotonic() - t0, bound + 1.0)
+
+        async def run_async():
+            async with tc.AsyncClient(f"tcp://127.0.0.1:{port}") as ac:
+                with self.assertRaises(tc.PeerDead):
+                    async for _ in ac.stream_complete("Once", max_tokens=4):
+                        pass
+        asyncio.run(run_async())
+
     def test_z_killed_frontend_detected_and_failover(self) -> None:
         c = tc.Client([CLUSTER.zmq[0], CLUSTER.zmq[1]])
         try:
