@@ -71,7 +71,7 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                             "\"default\", may name any user (\"\" = none; with no key at all the API is open)",
                     .env = "TESSERA_API_KEY"});
   o.add(c.api_keys_file, {.name = "api-keys-file",
-                          .help = "file of API keys, one per line: '<key> <tenant> [<user>,...|*]' (tenant = prefix-cache "
+                          .help = "file of API keys, one per line: '<key> <tenant> [<user>,... or *]' (tenant = prefix-cache "
                                   "scope; users the key may name; docs/api.md)",
                           .env = "TESSERA_API_KEYS_FILE"});
 }
