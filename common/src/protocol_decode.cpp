@@ -76,6 +76,9 @@ Status decode_request(const MapView& m, RequestKind kind, GenerateRequest* r) {
   TS_TRY(opt(m, "preference_alpha", &r->preference_alpha));
   TS_TRY(opt(m, "priority", &r->priority));
   TS_TRY(opt(m, "routing_key", &r->routing_key));
+  TS_TRY(opt(m, "api_key", &r->api_key));
+  TS_TRY(opt(m, "tenant", &r->tenant));
+  TS_TRY(opt(m, "cache_salt", &r->cache_salt));
   return validate(*r);
 }
 

@@ -88,6 +88,12 @@ struct Encoder {
     w.i64(r.priority);
     w.key("routing_key");
     w.str(r.routing_key);
+    for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"api_key", &r.api_key},
+                                     {"tenant", &r.tenant}, {"cache_salt", &r.cache_salt}})
+      if (!value->empty()) {
+        w.key(key);
+        w.str(*value);
+      }
   }
 
   void operator()(const CancelRequest& r) { header(w, "cancel", r.id); }

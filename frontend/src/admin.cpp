@@ -19,7 +19,7 @@ using json = nlohmann::json;
 namespace {
 
 AdminReply reply(int status, const json& body) { return {status, body.dump(-1, ' ', false, json::error_handler_t::replace)}; }
-AdminReply fail(int status, const Error& e) { return {status, error_json(e)}; }
+AdminReply fail(int status, const Error& e) { return {status, error_json(e, "", "", status)}; }
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';

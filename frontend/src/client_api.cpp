@@ -223,6 +223,15 @@ void ClientApi::on_heartbeat(const zmqu::Envelope& env, uint64_t id) {
 }
 
 void ClientApi::start(std::shared_ptr<Job> job) {
+  // Identity first (docs/protocol.md "Authentication"): the api_key field, then the user as far
+  // as that key allows. Either refusal is an error event with code permission_denied whose
+  // message starts with "invalid_api_key:" or "user_not_allowed:".
+  auto who = d_.api_keys.authenticate(job->request.api_key);
+  const AuthFailure* failure = std::get_if<AuthFailure>(&who);
+  std::optional<AuthFailure> denied;
+  if (!failure) denied = ApiKeys::authorize(std::get<Principal>(who), job->request);
+  if (denied) failure = &*denied;
+  if (failure) return fail(job, make_error(ErrorCode::kPermissionDenied, failure->code + ": " + failure->message));
   auto slot = d_.admission.admit(d_.hub.waiting());  // before any expensive work
   if (!slot.ok()) return fail(job, slot.error());
   job->slot = std::move(*slot);

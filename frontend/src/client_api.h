@@ -27,6 +27,7 @@
 #include <unordered_map>
 
 #include "frontend_metrics.h"
+#include "tessera/frontend/api_keys.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/frontend/admission.h"
@@ -45,6 +46,7 @@ class ClientApi {
     Admission& admission;
     StoredPreferences& preferences;
     FrontendMetrics& metrics;
+    const ApiKeys& api_keys;
   };
   explicit ClientApi(Deps deps) : d_(deps) {}
 

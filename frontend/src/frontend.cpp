@@ -27,6 +27,7 @@ namespace tessera::frontend {
 struct Frontend::Impl {
   FrontendConfig config;
   metrics::Registry registry;
+  ApiKeys api_keys;
   std::unique_ptr<FrontendMetrics> metrics;
   std::unique_ptr<RequestPreparer> preparer;
   std::unique_ptr<Admission> admission;
@@ -56,6 +57,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   Impl& f = *impl;
   f.config = config;
   f.metrics = std::make_unique<FrontendMetrics>(f.registry);
+  TS_ASSIGN_OR_RETURN(f.api_keys, ApiKeys::create(config));
   TS_ASSIGN_OR_RETURN(f.preparer, RequestPreparer::create(config));
   f.admission = std::make_unique<Admission>(
       AdmissionConfig{.max_concurrent = config.max_concurrent_requests, .max_queued = config.max_queued_requests}, f.metrics->inflight);
@@ -70,19 +72,21 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   f.admin = std::make_unique<AdminApi>(config.admin_token, f.preferences->enabled(), *f.hub, f.registry);
   f.client_api = std::make_unique<ClientApi>(ClientApi::Deps{.ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,
                                                              .admission = *f.admission, .preferences = *f.preferences,
-                                                             .metrics = *f.metrics});
+                                                             .metrics = *f.metrics, .api_keys = f.api_keys});
   const int64_t created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   TS_ASSIGN_OR_RETURN(f.http, HttpServer::create({.config = f.config, .ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,
                                                   .admission = *f.admission, .preferences = *f.preferences, .admin = *f.admin,
-                                                  .metrics = *f.metrics, .created_unix = created_unix}));
+                                                  .metrics = *f.metrics, .api_keys = f.api_keys,
+                                                  .created_unix = created_unix}));
   // Everything is built: only now may the hub thread call into the client API.
   f.hub->start([api = f.client_api.get()](zmqu::Envelope env) { api->on_message(std::move(env)); });
   TS_LOG(kInfo) << "model=" << f.preparer->model_name() << " | chat template " << chat_template_name(f.preparer->chat_template().kind)
                 << (f.preparer->chat_template().builtin ? " (built-in)"
                     : f.preparer->chat_template().kind == ChatTemplateKind::kJinja
                         ? " (the model's own, rendered by tessera_jinja)"
-                        : " (recognized)");
+                        : " (recognized)")
+                << (f.api_keys.enabled() ? " | " + std::to_string(f.api_keys.size()) + " API key(s)" : std::string(" | no API keys (open)"));
   return std::unique_ptr<Frontend>(new Frontend(std::move(impl)));
 }
 

@@ -70,6 +70,7 @@ struct HttpServer::Conn {
   bool keep_alive;
   std::string route;
   std::string request_id;  // x-request-id: the client's, else generated; echoed on every answer
+  Principal principal{};   // who sent it (api_keys.h); the open principal without keys
 
   net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -88,6 +89,11 @@ struct HttpServer::Conn {
 
   net::awaitable<bool> error(const Error& e, std::string_view param = "") {
     co_return co_await respond(http_status(e.code), "application/json", error_json(e, param));
+  }
+
+  net::awaitable<bool> refuse(const AuthFailure& f) {
+    co_return co_await respond(f.http_status, "application/json",
+                               error_json(make_error(ErrorCode::kPermissionDenied, f.message), "", f.code, f.http_status));
   }
 
   net::awaitable<bool> write_chunk(const std::string& data) {
@@ -141,6 +147,8 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   auto parsed = parse_request(req.body(), kind, ParseOptions{.default_max_tokens = s.config.default_max_tokens}, &bad_param);
   if (!parsed.ok()) co_return co_await error(parsed.error(), bad_param);
   protocol::GenerateRequest& r = parsed->request;
+  // The user only as far as the key allows (403 names the user, never its stored preference).
+  if (auto denied = ApiKeys::authorize(principal, r)) co_return co_await refuse(*denied);
   // Admission first: a refused request costs no tokenization and no kvstore lookup.
   auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
@@ -271,6 +279,16 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
     c.request_id = std::string(it->value());
   else
     c.request_id = random_hex_id();
+  // The OpenAI surface needs a key when keys are configured; /health, /ready, /metrics never do
+  // (and /admin/v1 has its own token).
+  if (path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize") {
+    std::optional<std::string_view> authorization;
+    if (auto it = req.find(http::field::authorization); it != req.end())
+      authorization = std::string_view(it->value().data(), it->value().size());
+    auto who = s.api_keys.authenticate_header(authorization);
+    if (auto* failure = std::get_if<AuthFailure>(&who)) co_return co_await c.refuse(*failure);
+    c.principal = std::move(std::get<Principal>(who));
+  }
   if (path == "/v1/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kCompletion);
   if (path == "/v1/chat/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kChat);
   if (path == "/health" && get) co_return co_await c.respond(200, "application/json", "{\"status\":\"ok\"}");

@@ -19,6 +19,7 @@
 
 #include "admin.h"
 #include "frontend_metrics.h"
+#include "tessera/frontend/api_keys.h"
 #include "tessera/frontend/admission.h"
 #include "tessera/frontend/frontend.h"
 #include "tessera/frontend/hub.h"
@@ -38,6 +39,7 @@ class HttpServer {
     StoredPreferences& preferences;
     AdminApi& admin;
     FrontendMetrics& metrics;
+    const ApiKeys& api_keys;
     int64_t created_unix = 0;  // for /v1/models
   };
 

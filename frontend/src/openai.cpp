@@ -212,7 +212,9 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
       "model", "max_tokens", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "stop", "user", "n", "logprobs", "logit_bias",
       // Tessera (docs/api.md)
-      "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids"};
+      "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids",
+      // vLLM's
+      "cache_salt"};
   static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
   static const std::set<std::string, std::less<>> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
   // Fields of OpenAI's schemas that Tessera does not implement; refused whenever present (not
@@ -314,6 +316,10 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   TS_TRY(rd.number("preference_alpha", &r.preference_alpha));
   TS_TRY(rd.integer("priority", &r.priority));
   TS_TRY(rd.str("routing_key", &r.routing_key));
+  TS_TRY(rd.str("cache_salt", &r.cache_salt));
+  if (rd.find("cache_salt") && (r.cache_salt.empty() || r.cache_salt.size() > protocol::kMaxCacheSaltBytes))
+    return rd.fail("cache_salt", ErrorCode::kInvalidArgument,
+                   "cache_salt must be a non-empty string of at most " + std::to_string(protocol::kMaxCacheSaltBytes) + " bytes");
   TS_TRY(rd.boolean("ignore_eos", &r.ignore_eos));
   if (const json* ids = rd.find("stop_token_ids")) {
     if (!ids->is_array()) return rd.type_error("stop_token_ids", "an array of integers", *ids);
@@ -387,9 +393,11 @@ int http_status(ErrorCode code) {
   }
 }
 
-std::string error_json(const Error& error, std::string_view param, std::string_view code) {
-  int status = http_status(error.code);
+std::string error_json(const Error& error, std::string_view param, std::string_view code, int status) {
+  if (status == 0) status = http_status(error.code);
   const char* type = status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 401                ? "authentication_error"
+                     : status == 403                ? "permission_error"
                      : status == 404                ? "not_found_error"
                      : status == 429                ? "rate_limit_error"
                      : status == 503                ? "service_unavailable"

@@ -66,6 +66,14 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                     .env = "TESSERA_FRONTEND_KVSTORE"});
   o.add(c.kvstore_timeout_ms, {.name = "kvstore-timeout-ms", .help = "wait for one kvstore reply",
                                .env = "TESSERA_FRONTEND_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
+  o.add(c.api_key, {.name = "api-key",
+                    .help = "API key clients must send (HTTP 'Authorization: Bearer <key>', ZeroMQ api_key); tenant "
+                            "\"default\", may name any user (\"\" = none; with no key at all the API is open)",
+                    .env = "TESSERA_API_KEY"});
+  o.add(c.api_keys_file, {.name = "api-keys-file",
+                          .help = "file of API keys, one per line: '<key> <tenant> [<user>,... or *]' (tenant = prefix-cache "
+                                  "scope; users the key may name; docs/api.md)",
+                          .env = "TESSERA_API_KEYS_FILE"});
 }
 
 }  // namespace tessera::frontend

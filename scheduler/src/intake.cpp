@@ -29,6 +29,12 @@ Status Intake::validate(const protocol::GenerateRequest& r, const WorkerFacts& f
     return make_error(ErrorCode::kInvalidArgument,
                       "preference is set but preference_tokens is empty (the frontend tokenizes it)");
   TS_TRY(check_tokens("preference_tokens", r.preference_tokens, facts.vocab_size));
+  if (r.tenant.size() > protocol::kMaxTenantBytes)
+    return make_error(ErrorCode::kInvalidArgument, "tenant has " + std::to_string(r.tenant.size()) + " bytes, at most " +
+                                                       std::to_string(protocol::kMaxTenantBytes));
+  if (r.cache_salt.size() > protocol::kMaxCacheSaltBytes)
+    return make_error(ErrorCode::kInvalidArgument, "cache_salt has " + std::to_string(r.cache_salt.size()) +
+                                                       " bytes, at most " + std::to_string(protocol::kMaxCacheSaltBytes));
   if (r.user.size() > dki::kMaxUserBytes)
     return make_error(ErrorCode::kInvalidArgument, "user has " + std::to_string(r.user.size()) + " bytes, at most " +
                                                        std::to_string(dki::kMaxUserBytes));
@@ -42,6 +48,7 @@ Result<Admission> Intake::admit(protocol::GenerateRequest r, uint64_t id, const 
   req.id = id;
   req.prompt = std::move(r.prompt_tokens);
   req.ns.model_fingerprint = dki::hex16(facts.model_fingerprint);
+  req.ns.tenant_salt = tenant_salt(r.tenant, r.cache_salt);
   if (!config_.prefix_cache) req.ns.tenant_salt = "no-prefix-cache:" + std::to_string(id);
   // dki: preference K/V injection (docs/preference.md). effective_alpha <= 0.1 means none at all.
   if (!r.preference_tokens.empty()) {
@@ -65,6 +72,15 @@ Result<Admission> Intake::admit(protocol::GenerateRequest r, uint64_t id, const 
   req.priority = r.priority;
   req.routing_key = std::move(r.routing_key);
   return a;
+}
+
+std::string Intake::tenant_salt(std::string_view tenant, std::string_view cache_salt) {
+  if (tenant == kDefaultTenant) tenant = "";
+  if (tenant.empty() && cache_salt.empty()) return "";  // today's shared namespace (and routing seed 0)
+  // Length-prefixed, so no (tenant, cache_salt) pair can spell another's salt.
+  std::string salt = "tenant:" + std::to_string(tenant.size()) + ":" + std::string(tenant);
+  if (!cache_salt.empty()) salt += "|cache_salt:" + std::to_string(cache_salt.size()) + ":" + std::string(cache_salt);
+  return salt;
 }
 
 uint64_t Intake::invalidate_user(const std::string& user) { return ++preference_epoch_[user]; }

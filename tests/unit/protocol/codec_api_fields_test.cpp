@@ -29,6 +29,16 @@ TEST(ProtocolApiFields, LogitBiasRoundTripsAndIsValidated) {
   EXPECT_EQ(bad.error().message.rfind("logit_bias", 0), 0u) << bad.error().message;
 }
 
+TEST(ProtocolApiFields, IdentityFieldsRoundTripAndAreOptional) {
+  GenerateRequest in{.id = 4, .prompt = "x", .api_key = "k", .tenant = "t", .cache_salt = "s"};
+  GenerateRequest out = round_trip(in);
+  EXPECT_EQ(out.api_key, "k");
+  EXPECT_EQ(out.tenant, "t");
+  EXPECT_EQ(out.cache_salt, "s");
+  for (const char* key : {"api_key", "tenant", "cache_salt"})
+    EXPECT_FALSE(peek_has_key(encode(GenerateRequest{.id = 1, .prompt = "x"}), key)) << key << " omitted when empty";
+}
+
 TEST(ProtocolApiFields, LogprobsOnlyWhenPresent) {
   EXPECT_FALSE(peek_has_key(encode(TokenEvent{.id = 1, .tokens = {4}}), "logprobs"));
   EXPECT_FALSE(peek_has_key(encode(TokenEvent{.id = 1, .tokens = {4}}), "top_logprobs"));

@@ -117,6 +117,35 @@ TEST(Intake, PrefixCacheOffGivesEveryRequestItsOwnNamespace) {
       });
 }
 
+TEST(Intake, TenantAndCacheSaltScopeThePrefixCache) {
+  Intake shared, isolated(IntakeConfig{.prefix_cache = false});
+  auto ns_of = [&](const Intake& in, std::string tenant, std::string cache_salt, uint64_t id = 1) {
+    protocol::GenerateRequest r = prompt({1, 2});
+    r.tenant = std::move(tenant);
+    r.cache_salt = std::move(cache_salt);
+    return in.admit(std::move(r), id, kFacts)->request.ns;
+  };
+  // The default tenant without a salt keeps today's namespace (and routing seed 0).
+  EXPECT_EQ(ns_of(shared, "", "").tenant_salt, "");
+  EXPECT_EQ(ns_of(shared, "default", "").tenant_salt, "");
+  EXPECT_EQ(ns_of(shared, "a", ""), ns_of(shared, "a", "", 2)) << "one tenant shares";
+  EXPECT_NE(ns_of(shared, "a", ""), ns_of(shared, "b", ""));
+  EXPECT_NE(ns_of(shared, "a", ""), ns_of(shared, "", ""));
+  EXPECT_NE(ns_of(shared, "a", "s"), ns_of(shared, "a", ""));
+  EXPECT_EQ(ns_of(shared, "a", "s"), ns_of(shared, "a", "s", 2));
+  EXPECT_NE(ns_of(shared, "default", "s").tenant_salt, "");
+  // Length prefixes: no (tenant, salt) pair spells another's.
+  EXPECT_NE(Intake::tenant_salt("a|cache_salt:1:b", ""), Intake::tenant_salt("a", "b"));
+  // The prefix cache off still wins: a salt per request.
+  EXPECT_EQ(ns_of(isolated, "a", "s", 5).tenant_salt, "no-prefix-cache:5");
+  protocol::GenerateRequest big = prompt({1});
+  big.cache_salt.assign(protocol::kMaxCacheSaltBytes + 1, 'x');
+  expect_invalid(shared.admit(big, 1, kFacts), "cache_salt");
+  big = prompt({1});
+  big.tenant.assign(protocol::kMaxTenantBytes + 1, 't');
+  expect_invalid(shared.admit(big, 1, kFacts), "tenant");
+}
+
 TEST(Intake, PreferenceFollowsTheAlphaRule) {
   Intake intake;
   Scenario("alpha <= 0.1 means no preference at all")

@@ -47,6 +47,10 @@ enum class RequestKind : uint8_t { kCompletion, kChat };
 // type "completion" or "chat". A client sends prompt text (or token ids) or chat messages; the
 // frontend forwards to a scheduler the same message with `prompt_tokens` filled (tokenized,
 // chat template applied) and `preference_tokens` filled when a preference is given.
+// Identity fields' limits (checked by the frontend and again by the scheduler's intake).
+inline constexpr size_t kMaxTenantBytes = 128;
+inline constexpr size_t kMaxCacheSaltBytes = 256;
+
 struct GenerateRequest {
   uint64_t id = 0;
   RequestKind kind = RequestKind::kCompletion;
@@ -66,6 +70,10 @@ struct GenerateRequest {
   float preference_alpha = 0.5f;           // [0, 1]; effective alpha = min(alpha, 0.7)
   int32_t priority = 0;                    // [-100, 100]; higher runs first
   std::string routing_key;                 // consistent-hash key; "" = user, else the prompt prefix
+  // Identity (docs/api.md "Authentication and tenants"). Each is on the wire only when non-empty.
+  std::string api_key;                     // client -> frontend (ZeroMQ API); never forwarded
+  std::string tenant;                      // frontend -> scheduler: the key's tenant ("" = "default")
+  std::string cache_salt;                  // prefix-cache isolation inside a tenant (vLLM's field)
 };
 
 // type "cancel": stop request `id`, free its pages. Answered by a "final" with

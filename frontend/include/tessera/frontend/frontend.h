@@ -53,6 +53,10 @@ struct FrontendConfig {
   // tessera-kvstore endpoint for stored preferences and invalidation ("" = none).
   std::string kvstore;
   int kvstore_timeout_ms = 2000;
+  // API keys (api_keys.h; docs/api.md "Authentication and tenants"): both "" = open (every
+  // request is tenant "default" and may name any user).
+  std::string api_key;        // one key: tenant "default", any user
+  std::string api_keys_file;  // lines "<key> <tenant> [<user>,...|*]"
 };
 
 // Declares every frontend option (flag, config key [frontend], env var, check), each bound to

@@ -36,8 +36,10 @@ Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind
 // HTTP status of an error code: 1xx input -> 400 (kNotFound 404, kTooLarge 413),
 // kOverloaded/kResourceExhausted 429, kUnavailable/kPeerDead 503, kDeadlineExceeded 504, else 500.
 int http_status(ErrorCode code);
-// {"error": {"message", "type", "param", "code"}}; `code` "" = the error code's name.
-std::string error_json(const Error& error, std::string_view param = "", std::string_view code = "");
+// {"error": {"message", "type", "param", "code"}}; `code` "" = the error code's name; `status`
+// 0 = http_status(error.code) (the type follows the status: 401 authentication_error, 403
+// permission_error, ...).
+std::string error_json(const Error& error, std::string_view param = "", std::string_view code = "", int status = 0);
 
 struct TokenLogprobText {
   std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)

@@ -5,6 +5,10 @@
 //     preference tokens present when a preference is, a user id within dki::kMaxUserBytes);
 //   * the K/V namespace policy (DESIGN.md, K/V data model; docs/preference.md):
 //       - model_fingerprint = the workers' fingerprint (16 hex digits, dki::hex16);
+//       - tenant_salt = tenant_salt(r.tenant, r.cache_salt): the wire field `tenant` (the API
+//         key's tenant, filled by the frontend) and `cache_salt` (the client's), so two tenants
+//         never share prefix-cache pages while one tenant's requests still do; "" for the
+//         default tenant without a cache_salt (the namespace and routing of a keyless cluster);
 //       - prefix cache off => tenant_salt "no-prefix-cache:<id>": every request its own namespace;
 //       - a preference whose dki::effective_alpha is set (alpha > 0.1) => user, content hash
 //         (dki::preference_hash seeded with the fingerprint, never 0), effective alpha, the fill's
@@ -31,6 +35,8 @@
 namespace tessera::scheduler {
 
 // What intake needs to know of the workers (all registered workers share one model).
+inline constexpr std::string_view kDefaultTenant = "default";
+
 struct WorkerFacts {
   int32_t vocab_size = 0;          // 0 = unknown: token ids are only checked to be >= 0
   uint64_t model_fingerprint = 0;  // RegisterWorker::model_fingerprint
@@ -56,6 +62,10 @@ class Intake {
   // validate(), then the scheduler Request with internal id `id` (unique among live requests)
   // and its namespace. Consumes the token vectors of `r`.
   Result<Admission> admit(protocol::GenerateRequest r, uint64_t id, const WorkerFacts& facts) const;
+
+  // The K/V namespace salt of `tenant` ("" = kDefaultTenant) and `cache_salt`: "" when both
+  // are default/empty, else a length-prefixed "tenant:<n>:<tenant>[|cache_salt:<n>:<salt>]".
+  static std::string tenant_salt(std::string_view tenant, std::string_view cache_salt);
 
   // Admin invalidate of a user's preference K/V: later requests of `user` get a new namespace
   // epoch. Returns the new epoch (>= 1).
