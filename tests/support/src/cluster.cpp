@@ -78,12 +78,11 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
         bin_path("tessera-worker"), wargs,
         dir_ + "/" + (i == 0 ? std::string("worker") : "worker" + std::to_string(i)) + ".log"));
   }
-  frontend_ = std::make_unique<Process>(
-      bin_path("tessera-frontend"),
-      std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
-                               "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
-                               std::to_string(o.frontend_scheduler_dead_ms), "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)},
-      dir_ + "/frontend.log");
+  std::vector<std::string> fargs = {"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
+                                    "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
+                                    std::to_string(o.frontend_scheduler_dead_ms), "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)};
+  fargs.insert(fargs.end(), o.frontend_args.begin(), o.frontend_args.end());
+  frontend_ = std::make_unique<Process>(bin_path("tessera-frontend"), fargs, dir_ + "/frontend.log");
   const std::string fline = frontend_->wait_line("LISTENING", milliseconds(15000));
   if (fline.empty()) {
     ADD_FAILURE() << "tessera-frontend did not start\n" << logs();

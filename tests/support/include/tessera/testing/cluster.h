@@ -40,6 +40,7 @@ struct ClusterOptions {
   int frontend_scheduler_dead_ms = 1000;  // the frontend's --scheduler-dead-ms
   std::vector<std::string> scheduler_args;
   std::vector<std::string> worker_args;
+  std::vector<std::string> frontend_args;
 };
 
 class Cluster {
