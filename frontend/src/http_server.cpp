@@ -226,8 +226,13 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         cancel_sent = true;
       }
       if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
-      if ((!events_started && !(events_started = co_await start_events())) ||
-          !co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
+      if (!events_started && !(events_started = co_await start_events())) {
+        s.hub.abandon(id);
+        s.metrics.disconnects.inc();
+        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+        co_return false;
+      }
+      if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
         s.hub.abandon(id);
         s.metrics.disconnects.inc();
         end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
