@@ -17,6 +17,7 @@ packages=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev libboost-dev
   libhiredis-dev libzstd-dev libssl-dev libpcre2-dev
   redis-server python3 python3-zmq python3-msgpack python3-jinja2 curl
+  prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)
 )
 
 missing=()
