@@ -18,6 +18,7 @@ packages=(
   libhiredis-dev libzstd-dev libssl-dev libpcre2-dev
   redis-server python3 python3-zmq python3-msgpack python3-jinja2 curl
   python3-pip python3-setuptools python3-venv
+  prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)
 )
 
 missing=()

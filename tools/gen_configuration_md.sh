@@ -61,7 +61,7 @@ A bad value from any source stops the binary with a message naming the option, t
 the value, e.g. `option --http-port (from flag): must be in [0, 65535] (got '70000')`.
 
 Every binary and subcommand also takes these common options, declared once in common:
-`--log-level` (`TESSERA_LOG_LEVEL`), `--config FILE` (`TESSERA_CONFIG`), `--help`,
+`--log-level` (`TESSERA_LOG_LEVEL`), `--log-format text|json` (`TESSERA_LOG_FORMAT`; docs/operations.md), `--config FILE` (`TESSERA_CONFIG`), `--help`,
 `--help-markdown` (its section of this page) and `--version` (the CMake project version).
 
 `tessera up` re-exports the options it shares with its children (model, tokenizer, host,

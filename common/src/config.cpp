@@ -143,6 +143,9 @@ Options::Options(std::string program, std::string section) : program_(std::move(
   add(common_.log_level, {.name = "log-level", .help = "log level", .env = "TESSERA_LOG_LEVEL",
                           .choices = {"debug", "info", "warn", "error", "off"}});
   entries_.back().common = true;
+  add(common_.log_format, {.name = "log-format", .help = "log line format: text, or json (one object a line; docs/operations.md)",
+                           .env = "TESSERA_LOG_FORMAT", .choices = {"text", "json"}});
+  entries_.back().common = true;
 }
 
 Options& Options::add_entry(Option option, std::string current, Store store, double type_min, double type_max) {
@@ -417,6 +420,7 @@ std::optional<int> parse_command_line(Options& options, const std::vector<std::s
     return 0;
   }
   log::set_level(options.common().log_level);
+  log::set_format(options.common().log_format);
   return std::nullopt;
 }
 

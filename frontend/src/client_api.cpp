@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 
+#include "access_log.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
 
@@ -55,16 +56,21 @@ class ClientApi::Sink : public RequestSink {
   Sink(ClientApi* api, zmqu::Envelope to, uint64_t client_id, const protocol::GenerateRequest& r, std::unique_ptr<Admission::Slot> slot)
       : api_(api), to_(std::move(to)), client_id_(client_id), id_(r.id), stream_(r.stream), logprobs_(r.sampling.logprobs),
         top_logprobs_(r.sampling.top_logprobs > 0), gen_(api->d_.preparer.tokenizer(), r.stop, false), slot_(std::move(slot)),
-        prompt_tokens_(static_cast<int32_t>(r.prompt_tokens.size())), arrival_(std::chrono::steady_clock::now()) {}
+        prompt_tokens_(static_cast<int32_t>(r.prompt_tokens.size())) {
+    access_.request_id = std::to_string(client_id);
+    access_.client = "zmq";
+    access_.method = "zmq";
+    access_.route = "generate";
+    access_.generation = true;
+    access_.user = r.user;
+  }
+
 
   void on_message(Message m) override {
     if (gone_) return;
     FrontendMetrics& metrics = api_->d_.metrics;
     if (auto* tok = std::get_if<protocol::TokenEvent>(&m)) {
-      if (first_) {
-        metrics.ttft.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival_).count());
-        first_ = false;
-      }
+      clock_.on_token(metrics);
       Generation::Delta d = gen_.on_tokens(*tok);
       if (gen_.stop_hit() && !cancel_sent_) {
         api_->d_.hub.cancel(id_);
@@ -97,6 +103,7 @@ class ClientApi::Sink : public RequestSink {
       }
       if (out.usage.prompt_tokens == 0) out.usage.prompt_tokens = prompt_tokens_;
       metrics.finished(out);
+      end(out.finish_reason, out.usage.prompt_tokens, out.usage.cached_tokens, out.usage.completion_tokens, out.timings.queue_ms);
       if (stream_) {
         if (!tail.empty()) send(protocol::encode(protocol::TokenEvent{.id = client_id_, .text = tail}));
         out.text.clear();
@@ -112,6 +119,7 @@ class ClientApi::Sink : public RequestSink {
       return;
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&m)) {
+      end("error", prompt_tokens_, 0, gen_.completion_tokens());
       send(protocol::encode_error(client_id_, err->code, with_client_id(err->message, id_, client_id_)));
       done();
     }
@@ -123,9 +131,24 @@ class ClientApi::Sink : public RequestSink {
     if (!api_->d_.hub.send_to_client(to_, std::move(body)) && !gone_) {
       gone_ = true;
       api_->d_.metrics.disconnects.inc();
+      end("disconnect", prompt_tokens_, 0, gen_.completion_tokens());
       api_->d_.hub.abandon(id_);
       done();
     }
+  }
+  // The request's histograms and access line, once (a final event may be followed by a failed send).
+  void end(std::string reason, int32_t prompt, int32_t cached, int32_t completion, double queue_ms = -1) {
+    if (ended_) return;
+    ended_ = true;
+    access_.status = reason == "error" ? 500 : 200;
+    access_.finish_reason = reason;
+    access_.prompt_tokens = prompt;
+    access_.cached_tokens = cached;
+    access_.completion_tokens = completion;
+    access_.ttft_ms = clock_.ttft_ms();
+    api_->d_.metrics.done(clock_, {.finish_reason = std::move(reason), .prompt_tokens = prompt, .completion_tokens = completion,
+                                   .queue_ms = queue_ms});
+    log_access(access_, clock_.elapsed_ms());
   }
   void done() {
     if (done_) return;
@@ -144,13 +167,14 @@ class ClientApi::Sink : public RequestSink {
   Generation gen_;
   std::unique_ptr<Admission::Slot> slot_;
   int32_t prompt_tokens_;
-  std::chrono::steady_clock::time_point arrival_;
+  RequestClock clock_;
+  AccessRecord access_;
   std::vector<float> all_logprobs_;                           // stream == false
   std::vector<std::vector<TokenLogprob>> all_top_;  // stream == false
-  bool first_ = true;
   bool cancel_sent_ = false;
   bool gone_ = false;
   bool done_ = false;
+  bool ended_ = false;
 };
 
 void ClientApi::on_message(zmqu::Envelope env) {
@@ -300,6 +324,7 @@ void ClientApi::submit_locked(const std::shared_ptr<Job>& job) {
     protocol::FinalEvent f{.id = job->client_id, .finish_reason = "cancelled"};
     f.usage.prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
     d_.metrics.finished(f);
+    d_.metrics.done(RequestClock{}, {.finish_reason = "cancelled", .prompt_tokens = f.usage.prompt_tokens});
     d_.hub.send_to_client(job->env, protocol::encode(f));
     return;
   }

@@ -56,9 +56,9 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   auto impl = std::make_unique<Impl>();
   Impl& f = *impl;
   f.config = config;
-  f.metrics = std::make_unique<FrontendMetrics>(f.registry);
   TS_ASSIGN_OR_RETURN(f.api_keys, ApiKeys::create(config));
   TS_ASSIGN_OR_RETURN(f.preparer, RequestPreparer::create(config));
+  f.metrics = std::make_unique<FrontendMetrics>(f.registry, f.preparer->model_name());
   f.admission = std::make_unique<Admission>(
       AdmissionConfig{.max_concurrent = config.max_concurrent_requests, .max_queued = config.max_queued_requests}, f.metrics->inflight);
   TS_ASSIGN_OR_RETURN(f.hub, Hub::create(HubConfig{.scheduler_endpoints = config.schedulers,

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "access_log.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
@@ -71,6 +72,7 @@ struct HttpServer::Conn {
   std::string route;
   std::string request_id;  // x-request-id: the client's, else generated; echoed on every answer
   Principal principal{};   // who sent it (api_keys.h); the open principal without keys
+  AccessRecord access{};   // filled as the request goes; written by log_access when it ends
 
   net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -82,6 +84,7 @@ struct HttpServer::Conn {
     res.body() = std::move(body);
     res.prepare_payload();
     s.metrics.count_response(route, status);
+    access.status = status;
     boost::system::error_code ec;
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     co_return !ec && keep_alive;
@@ -112,6 +115,7 @@ struct HttpServer::Conn {
     res.chunked(true);
     http::response_serializer<http::empty_body> sr{res};
     s.metrics.count_response(route, 200);
+    access.status = 200;
     boost::system::error_code ec;
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
     co_return !ec;
@@ -125,6 +129,17 @@ struct HttpServer::Conn {
   }
 
   net::awaitable<bool> generate(const Request& req, protocol::RequestKind kind);
+  // Sets the access record's token fields and observes the request's histograms.
+  void end_generation(const RequestClock& clock, std::string reason, int32_t prompt, int32_t cached, int32_t completion,
+                      double queue_ms = -1) {
+    access.finish_reason = reason;
+    access.prompt_tokens = prompt;
+    access.cached_tokens = cached;
+    access.completion_tokens = completion;
+    access.ttft_ms = clock.ttft_ms();
+    s.metrics.done(clock, {.finish_reason = std::move(reason), .prompt_tokens = prompt, .completion_tokens = completion,
+                           .queue_ms = queue_ms});
+  }
   net::awaitable<bool> admin(const Request& req, const std::string& path);
   // Waits (on this strand, never blocking the thread) for the stored preference of r.user.
   net::awaitable<std::optional<StoredPreference>> stored_preference(const protocol::GenerateRequest& r, Clock::time_point deadline);
@@ -141,12 +156,14 @@ net::awaitable<std::optional<StoredPreference>> HttpServer::Conn::stored_prefere
 }
 
 net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::RequestKind kind) {
-  const auto arrival = Clock::now();
-  const auto deadline = arrival + std::chrono::milliseconds(s.config.request_timeout_ms);
+  RequestClock clock;
+  const auto deadline = clock.arrival() + std::chrono::milliseconds(s.config.request_timeout_ms);
   std::string bad_param;
   auto parsed = parse_request(req.body(), kind, ParseOptions{.default_max_tokens = s.config.default_max_tokens}, &bad_param);
   if (!parsed.ok()) co_return co_await error(parsed.error(), bad_param);
   protocol::GenerateRequest& r = parsed->request;
+  access.generation = true;
+  access.user = r.user;
   // The user only as far as the key allows (403 names the user, never its stored preference).
   if (auto denied = ApiKeys::authorize(principal, r)) co_return co_await refuse(*denied);
   // Admission first: a refused request costs no tokenization and no kvstore lookup.
@@ -185,13 +202,14 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
   s.hub.submit(std::move(r), channel);
 
-  bool events_started = false, first_chunk = true, first_token = true, cancel_sent = false;
+  bool events_started = false, first_chunk = true, cancel_sent = false;
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) {
       s.hub.abandon(id);
       slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
       s.metrics.timeouts.inc();
+      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
       if (!events_started) co_return co_await error(e);
@@ -202,16 +220,14 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       if (peer_closed(stream)) {
         s.hub.abandon(id);
         s.metrics.disconnects.inc();
+        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
         TS_LOG(kInfo) << "req=" << id << " | client went away; cancelled";
         co_return false;
       }
       continue;
     }
     if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) {
-      if (first_token) {
-        s.metrics.ttft.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
-        first_token = false;
-      }
+      clock.on_token(s.metrics);
       Generation::Delta d = gen.on_tokens(*tok);
       if (gen.stop_hit() && !cancel_sent) {
         s.hub.cancel(id);  // the scheduler answers with a final event
@@ -220,11 +236,14 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
       if (!events_started && !(events_started = co_await start_events())) {
         s.hub.abandon(id);
+        s.metrics.disconnects.inc();
+        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
         co_return false;
       }
       if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
         s.hub.abandon(id);
         s.metrics.disconnects.inc();
+        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
         co_return false;
       }
       first_chunk = false;
@@ -239,7 +258,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();
       if (f.usage.prompt_tokens == 0) f.usage.prompt_tokens = prompt_tokens;
       s.metrics.finished(f);
-      s.metrics.e2e.observe(std::chrono::duration<double>(Clock::now() - arrival).count());
+      end_generation(clock, reason, f.usage.prompt_tokens, f.usage.cached_tokens, f.usage.completion_tokens, f.timings.queue_ms);
       if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
       if (!events_started && !(events_started = co_await start_events())) co_return false;
       std::string last = stream_chunk(meta, tail, {}, first_chunk, reason, &f);
@@ -252,6 +271,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       std::string message = err->message;
       if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
       Error e = make_error(err->code, std::move(message));
+      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
@@ -269,16 +289,39 @@ std::string ready_json(const Hub& hub, bool* ready) {
   return nlohmann::json{{"ready", *ready}, {"schedulers", sched}}.dump();
 }
 
+std::string peer_address(beast::tcp_stream& stream) {
+  boost::system::error_code ec;
+  auto ep = stream.socket().remote_endpoint(ec);
+  if (ec) return "";
+  return (ep.address().is_v6() ? "[" + ep.address().to_string() + "]" : ep.address().to_string()) + ":" + std::to_string(ep.port());
+}
+
+net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req);
+
+// One request: routed, then written to the access log (access_log.h) however it ended.
 net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream, const Request& req) {
+  const auto start = Clock::now();
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
-  const bool get = req.method() == http::verb::get;
-  const bool post = req.method() == http::verb::post;
   HttpServer::Conn c{s, stream, req.version(), req.keep_alive(), path, ""};
   if (auto it = req.find("x-request-id"); it != req.end() && !it->value().empty() && it->value().size() <= 256)
     c.request_id = std::string(it->value());
   else
     c.request_id = random_hex_id();
+  c.access.client = peer_address(stream);
+  c.access.method = std::string(req.method_string());
+  c.access.route = path;
+  const bool keep = co_await route_request(c, req);
+  c.access.request_id = c.request_id;
+  log_access(c.access, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  co_return keep;
+}
+
+net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
+  const HttpServer::Deps& s = c.s;
+  const std::string& path = c.access.route;
+  const bool get = req.method() == http::verb::get;
+  const bool post = req.method() == http::verb::post;
   // The OpenAI surface needs a key when keys are configured; /health, /ready, /metrics never do
   // (and /admin/v1 has its own token).
   if (path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize") {
@@ -340,10 +383,15 @@ net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
     if (ec) {
       HttpServer::Conn c{s, stream, 11, false, "other"};
       stream.expires_after(std::chrono::seconds(5));
+      const auto start = Clock::now();
       if (ec == http::error::body_limit)
         co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s.config.max_body_bytes) + " bytes"));
       else
         co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
+      c.access.client = peer_address(stream);
+      c.access.method = parser.get().method_string().empty() ? "-" : std::string(parser.get().method_string());
+      c.access.route = std::string(parser.get().target().substr(0, parser.get().target().find('?')));
+      log_access(c.access, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
       // Close gracefully: stop sending, then discard what the client still sends (bounded), so
       // the close does not turn into a reset that could destroy the answer in flight.
       boost::system::error_code ignored;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -277,6 +278,36 @@ void EventLoop::tick() {
     it = frontends_.erase(it);
   }
   workers_.publish();
+  log_stats(now);
+}
+
+void EventLoop::log_stats(Clock::time_point now) {
+  if (config_.stats_interval_s <= 0) return;
+  if (last_stats_ == Clock::time_point{}) {
+    last_stats_ = now;
+    return;
+  }
+  const double elapsed = std::chrono::duration<double>(now - last_stats_).count();
+  if (elapsed < config_.stats_interval_s) return;
+  const double tokens = m_.generated_tokens->value();
+  const double rate = (tokens - last_stats_tokens_) / elapsed;
+  last_stats_ = now;
+  last_stats_tokens_ = tokens;
+  char hit[32], tps[32], usage[32];
+  std::snprintf(hit, sizeof hit, "%.3f", m_.hit_rate->value());
+  std::snprintf(tps, sizeof tps, "%.1f", rate);
+  std::snprintf(usage, sizeof usage, "%.3f", m_.kv_usage->value());
+  log::event(log::kInfo, "stats",
+             {{"scheduler", config_.name},
+              {"workers", std::to_string(static_cast<int64_t>(m_.live_workers->value())), true},
+              {"running", std::to_string(static_cast<int64_t>(m_.running->value())), true},
+              {"waiting", std::to_string(static_cast<int64_t>(m_.waiting->value())), true},
+              {"pages_free", std::to_string(m_.pages_free), true},
+              {"pages_held", std::to_string(m_.pages_held), true},
+              {"pages_cached", std::to_string(m_.pages_cached), true},
+              {"kv_usage", usage, true},
+              {"prefix_hit_rate", hit, true},
+              {"gen_tokens_per_s", tps, true}});
 }
 
 void EventLoop::shutdown_all() {

@@ -55,6 +55,8 @@ class EventLoop {
   protocol::Heartbeat heartbeat(uint64_t id) const;
   // ---- periodic ----
   void tick();
+  // The stats line, every config_.stats_interval_s (docs/operations.md "Stats lines").
+  void log_stats(Clock::time_point now);
   void shutdown_all();
 
   const ServiceConfig config_;
@@ -68,6 +70,8 @@ class EventLoop {
   StepDriver driver_;
   LivenessConfig frontend_liveness_;
   std::map<std::string, PeerLiveness> frontends_;  // by routing id: every frontend heard from
+  Clock::time_point last_stats_{};                  // of the last stats line (or start-up)
+  double last_stats_tokens_ = 0;                     // generated_tokens then
 };
 
 }  // namespace tessera::scheduler_app

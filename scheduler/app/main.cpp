@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   options.describe("The scheduler core between frontends and workers: one continuous batcher per worker");
   if (auto exit_code = config::parse_command_line(options, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
+  if (config.service.name != "scheduler") log::set_component("scheduler/" + config.service.name);
   signals::install();  // before any thread starts (signals.h); run() stops on stop_flag()
 
   const scheduler_app::ServiceConfig& c = config.service;

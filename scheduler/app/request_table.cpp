@@ -1,5 +1,9 @@
 #include "request_table.h"
 
+#include <cstdio>
+
+#include "tessera/common/log.h"
+
 namespace tessera::scheduler_app {
 namespace {
 
@@ -7,7 +11,32 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+std::string fixed1(double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
 }  // namespace
+
+void RequestTable::log_finish(uint64_t id, const TrackedRequest& r, const std::string& reason, const scheduler::Usage& u,
+                              Clock::time_point now, const std::string& error) const {
+  if (!log::enabled(log::kInfo)) return;
+  std::vector<log::Field> f{{"req", std::to_string(id), true},
+                            {"client_id", std::to_string(r.client_id), true},
+                            {"worker", r.worker},
+                            {"finish_reason", reason},
+                            {"prompt_tokens", std::to_string(u.prompt_tokens), true},
+                            {"cached_tokens", std::to_string(u.cached_prompt_tokens), true},
+                            {"completion_tokens", std::to_string(u.completion_tokens), true},
+                            {"queue_ms", r.was_scheduled ? fixed1(ms_between(r.arrival, r.scheduled)) : "", true},
+                            {"ttft_ms", r.got_token ? fixed1(ms_between(r.arrival, r.first_token)) : "", true},
+                            {"duration_ms", fixed1(ms_between(r.arrival, now)), true},
+                            {"preemptions", std::to_string(u.preemptions), true},
+                            {"requeues", std::to_string(r.requeues), true}};
+  if (!error.empty()) f.push_back({"error", error});
+  log::event(log::kInfo, "finish", f);
+}
 
 void RequestTable::add(uint64_t id, TrackedRequest r) {
   by_client_[{r.frontend, r.client_id}] = id;
@@ -73,6 +102,7 @@ void RequestTable::emit(const scheduler::StepOutcome& out) {
       r.first_token = Clock::now();
       m_.ttft_seconds->observe(ms_between(r.arrival, r.first_token) / 1000.0);
     }
+    m_.generated_tokens->inc();
     protocol::TokenEvent ev{.id = r.client_id, .tokens = {t.token}};
     ev.logprobs = {t.logprob};
     if (!t.top.empty()) ev.top_logprobs = {t.top};
@@ -92,11 +122,12 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
       ->counter("tessera_scheduler_requests_total", "requests ended, by finish reason",
                 {{"reason", std::string(scheduler::finish_reason_name(f.reason))}})
       .inc();
+  const auto now = Clock::now();
+  log_finish(f.request_id, r, std::string(scheduler::finish_reason_name(f.reason)), f.usage, now);
   if (f.reason == scheduler::FinishReason::kError) {
-    fail(f.request_id, ErrorCode::kInternal, "worker '" + r.worker + "' failed the request: " + f.message);
+    fail(f.request_id, ErrorCode::kInternal, "worker '" + r.worker + "' failed the request: " + f.message, /*logged=*/true);
     return;
   }
-  const auto now = Clock::now();
   protocol::FinalEvent ev{.id = r.client_id};
   switch (f.reason) {
     case scheduler::FinishReason::kStop: ev.finish_reason = "stop"; break;
@@ -123,9 +154,10 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
   forget(f.request_id);
 }
 
-void RequestTable::fail(uint64_t id, ErrorCode code, std::string message) {
+void RequestTable::fail(uint64_t id, ErrorCode code, std::string message, bool logged) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
+  if (!logged) log_finish(id, it->second, "error", {}, Clock::now(), std::string(error_code_name(code)));
   sockets_.fail_client(it->second.frontend, it->second.client_id, code, std::move(message));
   forget(id);
 }

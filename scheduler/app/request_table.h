@@ -73,11 +73,16 @@ class RequestTable {
   // Ends a request with its `final` (or an `error` for FinishReason::kError) and forgets it.
   void finish(const scheduler::FinishEvent& f);
   // Ends a request with an `error` and forgets it.
-  void fail(uint64_t id, ErrorCode code, std::string message);
+  // Writes its finish line (reason "error") unless `logged`.
+  void fail(uint64_t id, ErrorCode code, std::string message, bool logged = false);
   // Drops a request without telling anyone.
   void forget(uint64_t id);
 
  private:
+  // The scheduler's per-request line (docs/operations.md "Finish lines"); `error` names the code.
+  void log_finish(uint64_t id, const TrackedRequest& r, const std::string& reason, const scheduler::Usage& u,
+                  Clock::time_point now, const std::string& error = "") const;
+
   Sockets& sockets_;
   SchedulerMetrics& m_;
   std::unordered_map<uint64_t, TrackedRequest> requests_;                  // by internal id

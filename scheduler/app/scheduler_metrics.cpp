@@ -27,6 +27,10 @@ SchedulerMetrics SchedulerMetrics::create(metrics::Registry& r) {
       .requeued = &r.counter("tessera_scheduler_requeued_requests_total",
                              "requests moved to another worker because theirs died before their first token"),
       .preemptions = &r.counter("tessera_scheduler_preemptions_total", "sequences preempted (by recompute)"),
+      .generated_tokens = &r.counter("tessera_scheduler_generation_tokens_total",
+                                     "tokens sampled and sent to the frontends (stop tokens not included)"),
+      .kv_usage = &r.gauge("tessera_scheduler_kv_cache_usage_ratio",
+                           "K/V cache usage = held pages / all pages, over all workers (0 with none; cached pages count as free)"),
   };
 }
 

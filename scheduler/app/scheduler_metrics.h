@@ -26,6 +26,10 @@ struct SchedulerMetrics {
   metrics::Counter* peer_dead = nullptr;
   metrics::Counter* requeued = nullptr;
   metrics::Counter* preemptions = nullptr;
+  metrics::Counter* generated_tokens = nullptr;
+  metrics::Gauge* kv_usage = nullptr;
+  // Page totals over all workers, as of the last WorkerRegistry::publish() (event-loop thread only).
+  int64_t pages_free = 0, pages_held = 0, pages_cached = 0;
 
   static SchedulerMetrics create(metrics::Registry& registry);
 };

@@ -40,6 +40,10 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
                                  .help = "reuse K/V of shared prompt prefixes (false: every request computes its "
                                          "whole prompt)",
                                  .env = "TESSERA_PREFIX_CACHE"});
+  o.add(c.service.stats_interval_s, {.name = "stats-interval-s",
+                                     .help = "seconds between two stats log lines (running, waiting, pages, hit rate, "
+                                             "tokens/s; 0 = none)",
+                                     .env = "TESSERA_SCHEDULER_STATS_INTERVAL_S", .min = 0, .max = 86400});
   o.add(c.service.audit, {.name = "audit", .help = "check every batcher invariant after each step (slow; tests)",
                           .env = "TESSERA_SCHEDULER_AUDIT"});
   o.add(c.service.router.load_epsilon, {.name = "route-load-epsilon",

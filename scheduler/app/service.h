@@ -66,6 +66,7 @@ struct ServiceConfig {
   int32_t max_context = 0;         // 0 = the worker's max_seq_len
   bool prefix_cache = true;        // false: every request gets its own K/V namespace (no reuse)
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
+  int stats_interval_s = 10;       // a stats log line this often; 0 = none
   scheduler::RouterConfig router;
 };
 

@@ -117,12 +117,15 @@ std::vector<std::string> WorkerRegistry::check_dead(PeerLiveness::Clock::time_po
 }
 
 void WorkerRegistry::publish() {
-  int64_t running = 0, waiting = 0, preempt = 0;
+  int64_t running = 0, waiting = 0, preempt = 0, free = 0, held = 0, cached = 0;
   for (const auto& [name, w] : workers_) {
     const auto c = w.batcher->pages().counts();
     w.free_pages->set(c.free);
     w.held_pages->set(c.held);
     w.cached_pages->set(c.cached);
+    free += c.free;
+    held += c.held;
+    cached += c.cached;
     running += w.batcher->num_running();
     waiting += w.batcher->num_waiting();
     preempt += w.batcher->stats().preemptions;
@@ -130,6 +133,11 @@ void WorkerRegistry::publish() {
   m_.live_workers->set(static_cast<double>(workers_.size()));
   m_.running->set(static_cast<double>(running));
   m_.waiting->set(static_cast<double>(waiting));
+  m_.pages_free = free;
+  m_.pages_held = held;
+  m_.pages_cached = cached;
+  const int64_t total = free + held + cached;
+  m_.kv_usage->set(total > 0 ? static_cast<double>(held) / static_cast<double>(total) : 0.0);
   if (preempt > preemptions_seen_) m_.preemptions->inc(static_cast<double>(preempt - preemptions_seen_));
   preemptions_seen_ = preempt;
 }

@@ -194,6 +194,7 @@ FinishEvent Batcher::finish(Sequence& s, FinishReason reason, int32_t stop_token
   ev.usage.prompt_tokens = static_cast<int32_t>(s.req.prompt.size());
   ev.usage.completion_tokens = s.generated();
   ev.usage.cached_prompt_tokens = s.cached_prompt_tokens;
+  ev.usage.preemptions = s.preemptions;
   if (s.running) {
     // A normal finish indexes what it computed, for the next turn of the conversation.
     if (reason != FinishReason::kCancelled && reason != FinishReason::kError) cache_prefix(s);

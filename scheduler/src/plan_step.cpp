@@ -208,6 +208,7 @@ int32_t Batcher::fit_chunk(Planner& p, Sequence& s, int32_t start, int32_t want)
 // Preemption by recompute: keep the computed prefix matchable, release everything, re-queue.
 void Batcher::preempt(Planner& p, Sequence& v) {
   TS_CHECK(!v.admitted_this_step) << "req=" << v.req.id << " would be preempted by a later admission";
+  ++v.preemptions;
   if (v.in_plan) {  // scheduled earlier in this step: take it back out
     p.scheduled.erase(std::find(p.scheduled.begin(), p.scheduled.end(), &v));
     p.budget += v.sched_count;

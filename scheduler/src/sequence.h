@@ -33,6 +33,7 @@ struct Sequence {
   int32_t sched_start = 0;
   int32_t sched_count = 0;
   uint64_t preempted_in_step = 0;
+  int32_t preemptions = 0;  // times preempted, for the finish event's usage
 
   int32_t len() const { return static_cast<int32_t>(tokens.size()); }
   int32_t generated() const { return len() - prompt_end; }

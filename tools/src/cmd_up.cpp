@@ -267,7 +267,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     return a;
   };
   // What `up` shares with its children, forwarded to each child that declares it.
-  const std::vector<std::string_view> shared = {"log-level", "host", "http-port", "num-pages", "prefix-cache"};
+  const std::vector<std::string_view> shared = {"log-level", "log-format", "host", "http-port", "num-pages", "prefix-cache"};
   std::vector<ChildSpec> children;
 
   ChildArgs s = start(t.scheduler);

@@ -13,6 +13,7 @@
 //   // c.http_port now holds default < config file < environment < flag
 //
 // Every table has the common options, declared here once: --log-level (TESSERA_LOG_LEVEL),
+// --log-format text|json (TESSERA_LOG_FORMAT),
 // --config FILE (TESSERA_CONFIG), --help, --help-markdown and --version (kVersion, the CMake
 // project version).
 //
@@ -61,6 +62,7 @@ struct Option {
 // The options every table has (declared once, in the Options constructor).
 struct CommonConfig {
   std::string log_level = "info";  // debug | info | warn | error | off
+  std::string log_format = "text";  // text | json
 };
 
 class Options {

@@ -51,6 +51,7 @@ struct Usage {
   int32_t prompt_tokens = 0;         // the request's prompt (preference tokens not included)
   int32_t completion_tokens = 0;     // sampled tokens, a stop token included
   int32_t cached_prompt_tokens = 0;  // prompt tokens whose K/V came from the radix index at first admission
+  int32_t preemptions = 0;           // times the request was preempted (recomputed later)
 };
 
 // One sampled token that is part of the output. A stop token (EOS or a stop id) is not
