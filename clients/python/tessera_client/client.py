@@ -54,7 +54,26 @@ def _chat_fields(messages: Sequence[Message]) -> Dict[str, Any]:
     return {"messages": [{"role": m["role"], "content": m["content"]} for m in messages]}
 
 
-class Stream:
+class _StreamState:
+    """What Stream and AsyncStream share: turning the core's events into token events and the
+    final Completion (raising a TesseraError the core delivered)."""
+
+    _streaming: bool
+    _events: List[TokenEvent]
+    _result: Optional[Completion]
+
+    def _accept(self, ev: Event) -> StreamEvent:
+        if isinstance(ev, TesseraError):
+            raise ev
+        if ev.get("type") == "token":
+            te = token_event(ev)
+            self._events.append(te)
+            return te
+        self._result = completion_from(ev, self._events if self._streaming else None)
+        return self._result
+
+
+class Stream(_StreamState):
     """A streamed request: iterate for TokenEvents; the last item is the Completion. Raises the
     request's TesseraError. `cancel()` stops it (the final then has finish_reason "cancelled")."""
 
@@ -71,16 +90,8 @@ class Stream:
 
     def __iter__(self) -> Iterator[StreamEvent]:
         while self._result is None:
-            ev = self._q.get()  # the core guarantees a terminal event (deadline, peer death, close)
-            if isinstance(ev, TesseraError):
-                raise ev
-            if ev.get("type") == "token":
-                te = token_event(ev)
-                self._events.append(te)
-                yield te
-            else:
-                self._result = completion_from(ev, self._events if self._streaming else None)
-                yield self._result
+            # the core guarantees a terminal event (deadline, peer death, close)
+            yield self._accept(self._q.get())
 
     def result(self) -> Completion:
         """Consumes the rest of the stream and returns its Completion."""
@@ -93,7 +104,7 @@ class Stream:
         self._core.cancel(self.request_id)
 
 
-class AsyncStream:
+class AsyncStream(_StreamState):
     """The asyncio form of Stream: `async for ev in stream`."""
 
     def __init__(self, core: Core, rid: int, loop: asyncio.AbstractEventLoop, streaming: bool = True) -> None:
@@ -116,16 +127,7 @@ class AsyncStream:
 
     async def _iterate(self) -> AsyncIterator[StreamEvent]:
         while self._result is None:
-            ev = await self._q.get()
-            if isinstance(ev, TesseraError):
-                raise ev
-            if ev.get("type") == "token":
-                te = token_event(ev)
-                self._events.append(te)
-                yield te
-            else:
-                self._result = completion_from(ev, self._events if self._streaming else None)
-                yield self._result
+            yield self._accept(await self._q.get())
 
     async def result(self) -> Completion:
         async for _ in self:

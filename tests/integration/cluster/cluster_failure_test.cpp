@@ -25,14 +25,8 @@ std::string long_request(const std::string& prompt, int max_tokens) {
   return json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}, {"ignore_eos", true}}.dump();
 }
 
-class ClusterFailureTest : public ::testing::Test {
+class ClusterFailureTest : public SharedClusterTest {
  protected:
-  static void SetUpTestSuite() { cluster_ = new Cluster(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
   double held_pages() const { return cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_pages", "state=\"held\""); }
   // The same figures as the frontend shows them (from the scheduler's heartbeats).
   double frontend_pages(const std::string& state) const {
@@ -47,9 +41,7 @@ class ClusterFailureTest : public ::testing::Test {
       if (!(frontend_pages(st) == scheduler_pages(st))) return false;  // NaN (absent) never matches
     return true;
   }
-  static Cluster* cluster_;
 };
-Cluster* ClusterFailureTest::cluster_ = nullptr;
 
 TEST_F(ClusterFailureTest, ClientDisconnectFreesItsPages) {
   ASSERT_TRUE(wait_until([&] { return held_pages() == 0.0; }, milliseconds(5000))) << "held pages never reached 0";

@@ -76,17 +76,7 @@ Streamed stream_completion(int port, const std::string& body, const std::string&
   return s;
 }
 
-class ClusterTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = new Cluster(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
-  static Cluster* cluster_;
-};
-Cluster* ClusterTest::cluster_ = nullptr;
+class ClusterTest : public SharedClusterTest {};
 
 TEST_F(ClusterTest, GreedyOverHttp) {
   for (const auto& c : greedy_cases()) {

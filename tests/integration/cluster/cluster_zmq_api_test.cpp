@@ -97,17 +97,7 @@ class Client {
   zmq::socket_t sock_;
 };
 
-class ClusterZmqApi : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = new Cluster(); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
-  static Cluster* cluster_;
-};
-Cluster* ClusterZmqApi::cluster_ = nullptr;
+class ClusterZmqApi : public SharedClusterTest {};
 
 TEST_F(ClusterZmqApi, CancelRightBehindItsRequestAlwaysCancels) {
   Client c(cluster_->zmq_endpoint());

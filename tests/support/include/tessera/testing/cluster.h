@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "tessera/http/client.h"
 #include "tessera/testing/process.h"
 #include "tessera/testing/wait.h"
@@ -81,6 +83,19 @@ class Cluster {
   int metrics_port_ = 0;
   std::string zmq_endpoint_, sched_fe_, sched_we_;
   bool ok_ = false;
+};
+
+// A test suite whose tests share one Cluster (default options), started before the suite's
+// first test and stopped after its last: derive the suite's fixture from it.
+class SharedClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new Cluster(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
+  static inline Cluster* cluster_ = nullptr;  // one suite at a time (gtest runs suites in turn)
 };
 
 }  // namespace tessera::testing
