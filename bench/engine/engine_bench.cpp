@@ -2,7 +2,7 @@
 //
 //   engine_bench --model FILE.gguf [--threads 2] [--prompt 512] [--gen 128] [--reps 3] [--isa avx512]
 //   engine_bench --model FILE.gguf --decode-batch N [--prompt 128] [--gen 64] [--threads 2] [--reps 3]
-//                [--temperature T]
+//                [--temperature T] [--json-schema FILE [--tokenizer FILE]]
 //
 // pp<N>: one forward of N random token ids from position 0 (logits of the last token only),
 // tokens/s = N / time. tg<M>: M single-token decode steps from position 0 (logits every step,
@@ -16,6 +16,9 @@
 // every sequence, greedy argmax each). tokens/s = N * gen / time of the decode steps. Run it
 // with N = 1 as well: the ratio is what batching buys. With --temperature T the decode steps go
 // through Engine::execute (step plans, the worker's sampler with temperature T, seeded) instead
+// (with --json-schema, every sequence is also constrained by that JSON Schema — structured
+// output — with max_tokens = --gen, so the value stays open until the budget closes it; the
+// vocabulary's bytes come from the model file or --tokenizer)
 // of forward + argmax, so the sampler's cost is included, as in serving.
 #include <sys/resource.h>
 
@@ -23,13 +26,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tessera/common/config.h"
 #include "tessera/kernels/isa.h"
+#include "tessera/grammar/grammar.h"
+#include "tessera/tokenizer/tokenizer.h"
 #include "tessera/worker/engine.h"
+#include "tessera/worker/step_executor.h"
 
 using namespace tessera;
 using namespace tessera::worker;
@@ -44,6 +52,8 @@ struct Options {
   int reps = 3;
   int decode_batch = 0;  // 0: the pp/tg tests; N > 0: the multi-sequence decode test
   float temperature = -1.0f;  // >= 0: decode steps through Engine::execute with this temperature
+  std::string json_schema;    // file: constrain the sampled decode steps (needs temperature >= 0)
+  std::string tokenizer;      // token bytes for --json-schema when the model embeds no vocabulary
   std::optional<kernels::Isa> isa;
 };
 
@@ -87,6 +97,24 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
                                        .isa = o.isa});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
+  std::string grammar_text;
+  int32_t eos = 2;
+  if (!o.json_schema.empty()) {
+    if (o.temperature < 0.0f) return fail("--json-schema needs --temperature >= 0 (the sampled path)");
+    std::ifstream in(o.json_schema);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    grammar_text = ss.str();
+    if (!in || grammar_text.empty()) return fail("--json-schema: cannot read " + o.json_schema);
+    auto tok = model.vocab.tokens.empty() ? load_tokenizer(o.tokenizer) : tokenizer_from_vocab(model.vocab);
+    if (!tok.ok()) return fail("token bytes for --json-schema: " + tok.error().to_string());
+    std::vector<std::string> bytes(static_cast<size_t>(cfg.vocab_size));
+    for (size_t id = 0; id < bytes.size(); ++id) {
+      if (!(*tok)->is_control(static_cast<int32_t>(id))) bytes[id] = (*tok)->token_bytes(static_cast<int32_t>(id));
+    }
+    if ((*tok)->eos_id() >= 0) eos = (*tok)->eos_id();
+    e.executor().set_grammar_vocabulary(std::make_shared<const grammar::TokenVocabulary>(bytes));
+  }
   std::mt19937 rng(1234);
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n));
   for (int32_t s = 0; s < n; ++s) {
@@ -147,6 +175,11 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
           sp.sample = true;
           sp.sampling.temperature = o.temperature;
           sp.sampling.seed = static_cast<uint64_t>(s);
+          if (!grammar_text.empty()) {
+            sp.sampling.grammar = grammar_text;
+            sp.sampling.grammar_end_tokens = {eos};
+            sp.sampling.grammar_max_tokens = o.gen + 1;
+          }
           plan.seqs.push_back(std::move(sp));
         }
         auto r = e.execute(plan);
@@ -180,6 +213,7 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
               dtype_name(model.layers.at(0).wq.dtype));
   std::printf("engine: %d threads, kernels %s, %d reps\n", e.threads(), kernels::isa_name(e.isa()), o.reps);
   if (o.temperature >= 0.0f) std::printf("through Engine::execute, sampling at temperature %.2f\n", o.temperature);
+  if (!grammar_text.empty()) std::printf("constrained by the JSON Schema in %s\n", o.json_schema.c_str());
   std::printf("decode-batch %d (prompt %d, %d steps): %10.2f tok/s  (min %.2f, max %.2f)  %.1f ms/step  %.2f tok per CPU-s\n",
               n, o.prompt, o.gen, st.median, st.min, st.max, 1e3 * n / st.median,
               static_cast<double>(n) * o.gen * o.reps / decode_cpu);
@@ -198,6 +232,8 @@ void declare_options(config::Options& t, Options& o) {
   t.add(o.temperature, {.name = "temperature",
                         .help = ">= 0: decode steps go through Engine::execute and sample at this temperature; < 0 = argmax",
                         .min = -1, .max = 100});
+  t.add(o.json_schema, {.name = "json-schema", .help = "JSON Schema file: constrain the sampled decode steps (structured output)"});
+  t.add(o.tokenizer, {.name = "tokenizer", .help = "tokenizer file for --json-schema when the model embeds no vocabulary"});
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",

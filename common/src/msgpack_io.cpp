@@ -333,6 +333,13 @@ void write_sampling(Writer& w, const SamplingParams& s) {
       w.end_map();
     }
   }
+  if (!s.grammar.empty()) {
+    w.key("grammar"); w.str(s.grammar);
+    w.key("grammar_end_tokens");
+    w.begin_array(static_cast<uint32_t>(s.grammar_end_tokens.size()));
+    for (int32_t t : s.grammar_end_tokens) w.i64(t);
+    w.key("grammar_max_tokens"); w.i64(s.grammar_max_tokens);
+  }
 }
 
 Status read_sampling(const MapView& m, SamplingParams* s) {
@@ -355,6 +362,15 @@ Status read_sampling(const MapView& m, SamplingParams* s) {
     return ok_status();
   };
   TS_TRY(opt_array(m, "logit_bias", read_bias));
+  TS_TRY(opt(m, "grammar", &s->grammar));
+  auto read_end = [&](const msgpack::object& o, const std::string& path) -> Status {
+    if (o.type != msgpack::type::POSITIVE_INTEGER || o.via.u64 > INT32_MAX)
+      return make_error(ErrorCode::kInvalidArgument, path + " must be a token id");
+    s->grammar_end_tokens.push_back(static_cast<int32_t>(o.via.u64));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "grammar_end_tokens", read_end));
+  TS_TRY(opt(m, "grammar_max_tokens", &s->grammar_max_tokens));
   return ok_status();
 }
 

@@ -386,6 +386,11 @@ Status validate(const SamplingParams& s) {
     if (token < 0) return range_error("logit_bias token " + num(token) + " must be >= 0");
     if (!finite_in(bias, -100.0f, 100.0f)) return range_error("logit_bias for token " + num(token) + " must be in [-100, 100] (got " + num(bias) + ")");
   }
+  if (s.grammar.size() > kMaxGrammarBytes)
+    return make_error(ErrorCode::kTooLarge, "grammar has " + num(s.grammar.size()) + " bytes; at most " + num(kMaxGrammarBytes) + " are allowed");
+  if (s.grammar_end_tokens.size() > kMaxGrammarEndTokens)
+    return range_error("grammar_end_tokens has " + num(s.grammar_end_tokens.size()) + " entries; at most " + num(kMaxGrammarEndTokens) + " are allowed");
+  if (s.grammar_max_tokens < 0) return range_error("grammar_max_tokens must be >= 0 (got " + num(s.grammar_max_tokens) + ")");
   return ok_status();
 }
 

@@ -17,6 +17,7 @@ std::vector<std::string_view> required_sampling_capabilities(const SamplingParam
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || !p.logit_bias.empty())
     out.emplace_back("penalties");
   if (p.logprobs || p.top_logprobs > 0) out.emplace_back("logprobs");
+  if (!p.grammar.empty()) out.emplace_back("grammar");
   return out;
 }
 

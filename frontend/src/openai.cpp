@@ -7,6 +7,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "tessera/grammar/grammar.h"
+
 namespace tessera::frontend {
 namespace {
 
@@ -214,13 +216,12 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
       // Tessera (docs/api.md)
       "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids",
       // vLLM's
-      "cache_salt"};
+      "cache_salt", "response_format"};
   static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
   static const std::set<std::string, std::less<>> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
   // Fields of OpenAI's schemas that Tessera does not implement; refused whenever present (not
   // null), except for the values that ask for nothing beyond plain text.
   auto plain = [](const std::string& key, const json& v) {
-    if (key == "response_format") return v.is_object() && v.value("type", "") == "text";
     if (key == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
     if (key == "tools" || key == "functions") return v.is_array() && v.empty();
     if (key == "parallel_tool_calls" || key == "store") return v.is_boolean() && !v.get<bool>();
@@ -236,7 +237,7 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
     if (kind == RequestKind::kChat && completion_only.count(key))
       return make_error(ErrorCode::kInvalidArgument, "'" + key + "' is a completions field; /v1/chat/completions does not take it");
     static const std::set<std::string, std::less<>> known_unsupported = {
-        "response_format", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
+        "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata", "web_search_options",
         "verbosity", "prompt_cache_key", "safety_identifier"};
     if (known_unsupported.count(key))
@@ -277,6 +278,52 @@ Status parse_logit_bias(const Reader& rd, SamplingParams* sp) {
     if (!v.is_number()) return rd.type_error("logit_bias", "an object mapping token ids to numbers", v);
     sp->logit_bias.emplace_back(static_cast<int32_t>(id), v.get<float>());
   }
+  return ok_status();
+}
+
+// response_format (OpenAI): {"type": "text"} | {"type": "json_object"} |
+// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}.
+// The schema is compiled here so that a schema outside the supported subset is a 400 naming
+// the keyword (tessera/grammar/grammar.h); the worker compiles the same text again.
+Status parse_response_format(const Reader& rd, std::string_view body_text, SamplingParams* sp) {
+  const json* rf = rd.find("response_format");
+  if (!rf) return ok_status();
+  if (!rf->is_object()) return rd.type_error("response_format", "an object", *rf);
+  const auto type = rf->find("type");
+  if (type == rf->end() || !type->is_string())
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+  const std::string t = type->get<std::string>();
+  if (t == "text") return ok_status();
+  if (t == "json_object") {
+    sp->grammar = std::string(grammar::kJsonObjectSchema);
+    return ok_status();
+  }
+  if (t != "json_schema")
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.type '" + t + "' is not one of text, json_object, json_schema");
+  const auto js = rf->find("json_schema");
+  if (js == rf->end() || !js->is_object())
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema must be an object with a 'schema'");
+  const auto name = js->find("name");
+  if (name != js->end() && !name->is_string())
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.name must be a string");
+  const auto strict = js->find("strict");
+  if (strict != js->end() && !strict->is_boolean() && !strict->is_null())
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.strict must be a boolean");
+  const auto schema = js->find("schema");
+  if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
+    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.schema must be a JSON Schema object");
+  // Properties are generated in the schema's order: re-read the body keeping object key order
+  // (the request's json sorts keys).
+  const auto ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  std::string text = schema->dump();
+  if (!ordered.is_discarded()) text = ordered["response_format"]["json_schema"]["schema"].dump();
+  if (text.size() > kMaxGrammarBytes)
+    return rd.fail("response_format", ErrorCode::kTooLarge, "response_format.json_schema.schema is " + std::to_string(text.size()) +
+                                                                " bytes; at most " + std::to_string(kMaxGrammarBytes) + " are allowed");
+  auto compiled = grammar::compile_json_schema(text);
+  if (!compiled.ok())
+    return rd.fail("response_format", compiled.error().code, "response_format.json_schema.schema" + compiled.error().message);
+  sp->grammar = std::move(text);
   return ok_status();
 }
 
@@ -347,6 +394,7 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   out.seed_given = rd.find("seed") != nullptr;
   TS_TRY(parse_stream_options(rd, r.stream, &out.include_usage));
   TS_TRY(parse_logit_bias(rd, &r.sampling));
+  TS_TRY(parse_response_format(rd, body_text, &r.sampling));
   if (kind == RequestKind::kCompletion) {
     // completions: "logprobs": n (number of alternatives, 0..20)
     int32_t lp = -1;

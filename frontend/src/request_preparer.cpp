@@ -1,5 +1,6 @@
 #include "tessera/frontend/request_preparer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "tessera/common/routing.h"
+#include "tessera/grammar/grammar.h"
 #include "tessera/model/model.h"
 
 namespace tessera::frontend {
@@ -196,6 +198,23 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
                                                 " tokens; the request asks for " + std::to_string(prompt + r.max_tokens) +
                                                 " (" + std::to_string(prompt) + " in the prompt, " + std::to_string(r.max_tokens) +
                                                 " in max_tokens)");
+  }
+  // Structured output: the grammar is checked here for both APIs (a ZeroMQ client sends the
+  // schema text as sampling field `grammar`); the value must end with a token that ends the
+  // request, and must be closed within max_tokens.
+  if (!r.sampling.grammar.empty()) {
+    if (auto g = grammar::compile_json_schema(r.sampling.grammar); !g.ok())
+      return make_error(g.error().code, "grammar (JSON schema): " + g.error().message);
+    std::vector<int32_t>& ends = r.sampling.grammar_end_tokens;
+    ends.clear();
+    if (!r.ignore_eos && tokenizer_->eos_id() >= 0) ends.push_back(tokenizer_->eos_id());
+    for (int32_t t : r.stop_token_ids) {
+      if (std::find(ends.begin(), ends.end(), t) == ends.end() && ends.size() < kMaxGrammarEndTokens) ends.push_back(t);
+    }
+    if (ends.empty())
+      return make_error(ErrorCode::kInvalidArgument, "structured output needs a token that ends the request "
+                                                     "(ignore_eos with no stop_token_ids leaves none)");
+    r.sampling.grammar_max_tokens = r.max_tokens;
   }
   // A stored preference comes only with a user, so this holds before and after the lookup.
   if (!r.preference.empty() && r.user.empty()) return make_error(ErrorCode::kInvalidArgument, "preference needs a user");

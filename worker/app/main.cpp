@@ -12,6 +12,9 @@
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
 #include "tessera/common/signals.h"
+#include "tessera/grammar/grammar.h"
+#include "tessera/tokenizer/tokenizer.h"
+#include "tessera/worker/step_executor.h"
 #include "backend_select.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
@@ -20,6 +23,33 @@
 
 namespace {
 
+
+// Structured output needs every token's bytes: from the vocabulary the model file embeds
+// (GGUF), else from --tokenizer. Without either (a llama2.c checkpoint alone) the worker serves
+// no grammar requests (capability "grammar" is not advertised; the scheduler refuses them
+// naming it).
+// A --tokenizer that does not load is an error (the caller exits).
+tessera::Status enable_structured_output(const tessera::Model& model, const std::string& tokenizer_path,
+                                         tessera::worker::StepExecutor& executor) {
+  if (model.vocab.tokens.empty() && tokenizer_path.empty()) {
+    TS_LOG(kInfo) << "the model file embeds no vocabulary and no --tokenizer was given: structured output "
+                     "(response_format) is not available";
+    return tessera::ok_status();
+  }
+  auto tok = model.vocab.tokens.empty() ? tessera::load_tokenizer(tokenizer_path) : tessera::tokenizer_from_vocab(model.vocab);
+  if (!tok.ok()) {
+    if (model.vocab.tokens.empty()) return tessera::make_error(tok.error().code, "--tokenizer: " + tok.error().message);
+    TS_LOG(kWarn) << "structured output disabled: the model's vocabulary: " << tok.error().message;
+    return tessera::ok_status();
+  }
+  std::vector<std::string> bytes(static_cast<size_t>(model.config().vocab_size));
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    const auto t = static_cast<int32_t>(id);
+    if (!(*tok)->is_control(t)) bytes[id] = (*tok)->token_bytes(t);
+  }
+  executor.set_grammar_vocabulary(std::make_shared<const tessera::grammar::TokenVocabulary>(bytes));
+  return tessera::ok_status();
+}
 
 }  // namespace
 
@@ -58,6 +88,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   worker::StepExecutor& executor = (*backend)->executor();
+  if (Status gs = enable_structured_output(**model, config.tokenizer, executor); !gs.ok()) {
+    std::fprintf(stderr, "tessera-worker: %s\n", gs.error().to_string().c_str());
+    return 1;
+  }
 
   // Preference K/V injection (dki): KvFill directives go to the injector (docs/preference.md).
   // Only a backend with kv_fill runs them (resolve_backend refused --kvstore elsewhere); on the

@@ -10,6 +10,10 @@ void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.model, {.name = "model",
                   .help = "model file or directory (GGUF, safetensors directory, llama2.c checkpoint); required",
                   .env = "TESSERA_MODEL"});
+  o.add(c.tokenizer, {.name = "tokenizer",
+                      .help = "tokenizer file (llama2.c tokenizer.bin, tokenizer.json) giving the token bytes that "
+                              "structured output (response_format) needs when the model file embeds no vocabulary",
+                      .env = "TESSERA_WORKER_TOKENIZER"});
   o.add(c.service.name, {.name = "name", .help = "worker name, unique per scheduler (\"\" = hostname:pid)",
                          .env = "TESSERA_WORKER_NAME"});
   o.add(c.backend, {.name = "backend",

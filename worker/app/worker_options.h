@@ -21,6 +21,7 @@ namespace tessera::worker_app {
 
 struct WorkerOptions {
   std::string model;  // required
+  std::string tokenizer;  // for structured output when the model file embeds no vocabulary ("" = none)
   std::string backend = "auto";  // cpu | cuda | auto (backend_select.h)
   BackendOptions backend_options{.pool = {.num_pages = 1024, .page_size = 16}};  // max_batch_tokens: from service
   ServiceConfig service;

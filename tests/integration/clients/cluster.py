@@ -64,7 +64,7 @@ class Proc:
 
 
 class Cluster:
-    def __init__(self, bin_dir: str, shared: str) -> None:
+    def __init__(self, bin_dir: str, shared: str, worker_args: Optional[List[str]] = None, frontends: int = 2) -> None:
         self.dir = tempfile.mkdtemp(prefix="tessera-pyclient-")
         model = os.path.join(shared, "models/stories260K/stories260K.bin")
         tok = os.path.join(shared, "models/stories260K/tok512.bin")
@@ -78,11 +78,12 @@ class Cluster:
         sched_fe, sched_we = field(line, "frontends"), field(line, "workers")
         self.metrics_port = int(field(line, "metrics"))
         self._start([os.path.join(bin_dir, "tessera-worker"), "--model", model, "--scheduler", sched_we,
-                     "--threads", "1", "--num-pages", "512", "--name", "w0", "--backend", "cpu"], "worker")
+                     "--threads", "1", "--num-pages", "512", "--name", "w0", "--backend", "cpu"] + (worker_args or []),
+                    "worker")
         self.frontends: List[Proc] = []
         self.zmq: List[str] = []
         self.http: List[int] = []
-        for i in range(2):
+        for i in range(frontends):
             f = self._start([os.path.join(bin_dir, "tessera-frontend"), "--http-port", "0", "--zmq-endpoint",
                              "tcp://127.0.0.1:*", "--schedulers", sched_fe, "--model", model, "--tokenizer", tok,
                              "--heartbeat-ms", "100"], f"frontend{i}")

@@ -98,7 +98,6 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
       {"parallel_tool_calls", true},
       {"prediction", json{{"type", "content"}, {"content", "x"}}},
       {"reasoning_effort", "low"},
-      {"response_format", json{{"type", "json_object"}}},
       {"service_tier", "auto"},
       {"store", true},
       {"tool_choice", "auto"},
@@ -111,6 +110,8 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
   };
   for (const auto& [name, value] : refused) fields.push_back({name, value, nullptr});
   fields.push_back({"logprobs", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.logprobs); }});
+  fields.push_back({"response_format", json{{"type", "json_object"}},
+                    [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.grammar, R"({"type":"object"})"); }});
   fields.push_back({"max_completion_tokens", 9, [](const ParsedRequest& p) { EXPECT_EQ(p.request.max_tokens, 9); }});
   check(RequestKind::kChat, base, fields);
   json with_lp = base;
@@ -122,6 +123,25 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
         {{"response_format", json{{"type", "text"}}, [](const ParsedRequest&) {}},
          {"tool_choice", "none", [](const ParsedRequest&) {}},
          {"store", false, [](const ParsedRequest&) {}}});
+}
+
+// response_format json_schema: the schema text keeps the client's property order (generation
+// follows it); schemas outside the supported subset are refused naming the keyword.
+TEST(OpenAIFields, ResponseFormatJsonSchema) {
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema",
+      "json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"zeta":{"type":"integer"},
+      "alpha":{"type":"string"}},"required":["zeta","alpha"]}}}})";
+  std::string param;
+  auto r = parse_request(body, RequestKind::kChat, {}, &param);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_LT(r->request.sampling.grammar.find("zeta"), r->request.sampling.grammar.find("alpha"));
+  const std::string bad = R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"p",
+      "schema":{"type":"object","properties":{"a":{"type":"string","format":"email"}}}}}})";
+  r = parse_request(bad, RequestKind::kCompletion, {}, &param);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(param, "response_format");
+  EXPECT_EQ(http_status(r.error().code), 400);
+  EXPECT_NE(r.error().message.find("/properties/a: keyword 'format'"), std::string::npos) << r.error().message;
 }
 
 TEST(OpenAIFields, ResponseShapes) {

@@ -29,6 +29,25 @@ TEST(ProtocolApiFields, LogitBiasRoundTripsAndIsValidated) {
   EXPECT_EQ(bad.error().message.rfind("logit_bias", 0), 0u) << bad.error().message;
 }
 
+TEST(ProtocolApiFields, GrammarRoundTripsAndIsValidated) {
+  GenerateRequest in{.id = 5, .prompt = "x"};
+  in.sampling.grammar = R"({"type":"object"})";
+  in.sampling.grammar_end_tokens = {2, 7};
+  in.sampling.grammar_max_tokens = 40;
+  GenerateRequest out = round_trip(in);
+  EXPECT_EQ(out.sampling.grammar, in.sampling.grammar);
+  EXPECT_EQ(out.sampling.grammar_end_tokens, in.sampling.grammar_end_tokens);
+  EXPECT_EQ(out.sampling.grammar_max_tokens, 40);
+  for (const char* key : {"grammar", "grammar_end_tokens", "grammar_max_tokens"})
+    EXPECT_FALSE(peek_has_key(encode(GenerateRequest{.id = 1, .prompt = "x"}), key)) << key << " omitted when empty";
+  in.sampling.grammar.assign(kMaxGrammarBytes + 1, ' ');
+  auto bad = decode(encode(in));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kTooLarge);
+  EXPECT_NE(bad.error().message.find("grammar"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(required_sampling_capabilities(out.sampling).back(), "grammar");
+}
+
 TEST(ProtocolApiFields, IdentityFieldsRoundTripAndAreOptional) {
   GenerateRequest in{.id = 4, .prompt = "x", .api_key = "k", .tenant = "t", .cache_salt = "s"};
   GenerateRequest out = round_trip(in);

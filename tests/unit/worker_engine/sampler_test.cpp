@@ -8,6 +8,8 @@
 
 #include "tessera/worker/sampler.h"
 
+#include "tessera/grammar/grammar.h"
+
 namespace tessera::worker {
 namespace {
 
@@ -172,6 +174,48 @@ TEST(Sampler, ValidationNamesTheField) {
   p.min_p = NAN;
   EXPECT_FALSE(validate_sampling_params(p).ok());
   EXPECT_TRUE(validate_sampling_params(SamplingParams{}).ok());
+}
+
+// With a grammar, only what it allows is ever drawn, the budget closes the value in time, and
+// the history replays (a worker that lost the request's state rebuilds the same matcher).
+TEST(Sampler, GrammarConstrainsEveryDrawAndClosesWithinTheBudget) {
+  std::vector<std::string> vocab = {"<eos>", "{", "}", "\"", "\":", ",", "a", "bc", "1", "23", "[", "]", "true", " ",
+                                    ":", "b", "c", "t", "r", "u", "e", "f", "a", "l", "s"};  // every byte it needs
+  vocab[0] = "";  // a control token: no bytes
+  auto tv = std::make_shared<const grammar::TokenVocabulary>(vocab);
+  auto schema = grammar::compile_json_schema(R"({"type":"object","properties":{"a":{"type":"integer"},
+      "bc":{"type":"array","items":{"type":"boolean"}}},"required":["a","bc"]})");
+  ASSERT_TRUE(schema.ok()) << schema.error().message;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = seed;
+    p.grammar = "compiled above";
+    p.grammar_end_tokens = {0};
+    p.grammar_max_tokens = 30;
+    Sampler s(p, *schema, tv.get());
+    std::string text;
+    std::vector<int32_t> history;
+    for (int step = 0; step < p.grammar_max_tokens; ++step) {
+      std::vector<float> logits(vocab.size(), 0.0f);
+      logits[13] = 5.0f;  // the model loves whitespace, which the grammar never allows
+      logits[9] = 3.0f;
+      const int32_t t = s.sample(logits).token;
+      s.accept(t);
+      history.push_back(t);
+      if (t == 0) break;
+      ASSERT_NE(t, 13);
+      text += vocab[static_cast<size_t>(t)];
+    }
+    grammar::Matcher m(*schema);
+    EXPECT_TRUE(m.feed(text) && m.complete()) << "seed " << seed << ": " << text;
+    // Replaying the history gives the same constrained distribution.
+    Sampler replay(p, *schema, tv.get());
+    replay.set_history(std::span<const int32_t>(history.data(), history.size() - 1));
+    std::vector<float> logits(vocab.size(), 0.0f);
+    const int32_t last = replay.sample(logits).token;
+    if (history.back() == 0) EXPECT_EQ(last, 0) << "complete: only the end token is left";
+  }
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "tessera/common/check.h"
+#include "tessera/grammar/grammar.h"
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/sampler.h"
@@ -18,7 +19,7 @@ namespace {
 
 bool plain_greedy(const SamplingParams& p) {
   return (p.temperature == 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0 && p.logit_bias.empty();
+         p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0 && p.logit_bias.empty() && p.grammar.empty();
 }
 
 // The first capability sampling with `p` needs (common/step_plan.h) that `have` (the backend's
@@ -36,7 +37,29 @@ struct StepExecutor::State {
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
   FillHandler fill_handler;                                         // may be empty
   std::vector<SeqInput> batch;                                      // reused
+  std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;    // null: no structured output
+  // Compiled schemas by text, most recently used last (at most kSchemaCache).
+  std::vector<std::pair<std::string, std::shared_ptr<const grammar::Schema>>> schemas;
+  static constexpr size_t kSchemaCache = 64;
+
+  Result<std::shared_ptr<const grammar::Schema>> schema(const std::string& text) {
+    for (size_t i = 0; i < schemas.size(); ++i) {
+      if (schemas[i].first != text) continue;
+      auto hit = std::move(schemas[i]);
+      schemas.erase(schemas.begin() + static_cast<std::ptrdiff_t>(i));
+      schemas.push_back(std::move(hit));
+      return schemas.back().second;
+    }
+    TS_ASSIGN_OR_RETURN(auto compiled, grammar::compile_json_schema(text));
+    if (schemas.size() >= kSchemaCache) schemas.erase(schemas.begin());
+    schemas.emplace_back(text, compiled);
+    return compiled;
+  }
 };
+
+void StepExecutor::set_grammar_vocabulary(std::shared_ptr<const grammar::TokenVocabulary> vocab) {
+  state_->grammar_vocab = std::move(vocab);
+}
 
 StepExecutor::StepExecutor(Backend& backend) : backend_(backend), state_(std::make_unique<State>()) {}
 StepExecutor::~StepExecutor() = default;
@@ -46,7 +69,9 @@ bool StepExecutor::has_fill_handler() const { return static_cast<bool>(state_->f
 size_t StepExecutor::num_request_states() const { return state_->samplers.size(); }
 void StepExecutor::reset_requests() { state_->samplers.clear(); }
 std::vector<std::string> StepExecutor::capabilities() const {
-  return capability_names(backend_.name(), backend_.capabilities());
+  std::vector<std::string> out = capability_names(backend_.name(), backend_.capabilities());
+  if (state_->grammar_vocab) out.emplace_back("grammar");
+  return out;
 }
 
 Result<std::span<const float>> StepExecutor::forward(std::span<const SeqInput> batch) {
@@ -63,7 +88,7 @@ Status StepExecutor::check_capabilities(const StepPlan& plan) const {
                                                    ") needs capability kv_fill (preference K/V injection), which the " +
                                                    std::string(backend_.name()) + " backend lacks");
   }
-  const std::vector<std::string> have = capability_names(backend_.name(), caps);
+  const std::vector<std::string> have = capabilities();
   for (const SeqPlan& s : plan.seqs) {
     if (!s.sample) continue;
     if (const std::string_view missing = missing_sampling_option(s.sampling, have); !missing.empty()) {
@@ -106,6 +131,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     }
   }
   std::unordered_set<uint64_t> ids;
+  std::unordered_map<uint64_t, std::shared_ptr<const grammar::Schema>> new_grammars;  // for new sampler states
   std::vector<SeqInput>& batch = st.batch;
   batch.clear();
   bool all_greedy = true;
@@ -123,6 +149,13 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
           return make_error(ErrorCode::kOutOfRange, "request " + std::to_string(s.request_id) + ": generated token " +
                                                         std::to_string(g) + " is outside the vocabulary");
         }
+      }
+      if (!s.sampling.grammar.empty() && !st.samplers.count(s.request_id)) {
+        auto schema = st.schema(s.sampling.grammar);
+        if (!schema.ok()) {
+          return make_error(schema.error().code, "request " + std::to_string(s.request_id) + ": grammar: " + schema.error().message);
+        }
+        new_grammars[s.request_id] = std::move(schema).value();
       }
       ++n_sampled;
       all_greedy = all_greedy && plain_greedy(s.sampling);
@@ -173,7 +206,9 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     if (!s.sample) continue;
     auto& slot = st.samplers[s.request_id];
     if (!slot) {
-      slot = std::make_unique<Sampler>(s.sampling);
+      const auto g = new_grammars.find(s.request_id);
+      slot = g == new_grammars.end() ? std::make_unique<Sampler>(s.sampling)
+                                     : std::make_unique<Sampler>(s.sampling, g->second, st.grammar_vocab.get());
       slot->set_history(s.generated);
     }
     picks.push_back({.request_id = s.request_id, .sampler = slot.get(), .out = {}});

@@ -1,5 +1,7 @@
 #include "tessera/worker/sampler.h"
 
+#include "tessera/grammar/grammar.h"
+
 #include <algorithm>
 #include <limits>
 #include <cmath>
@@ -35,12 +37,53 @@ Status validate_sampling_params(const SamplingParams& p) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
-void Sampler::set_history(std::span<const int32_t> tokens) {
-  counts_.clear();
-  for (int32_t t : tokens) ++counts_[t];
+Sampler::Sampler(const SamplingParams& params, std::shared_ptr<const grammar::Schema> schema,
+                 const grammar::TokenVocabulary* vocab)
+    : params_(params), rng_(params.seed), schema_(std::move(schema)), vocab_(vocab) {
+  TS_CHECK(schema_ != nullptr && vocab_ != nullptr);
+  matcher_ = std::make_unique<grammar::Matcher>(schema_);
 }
 
-void Sampler::accept(int32_t token) { ++counts_[token]; }
+Sampler::~Sampler() = default;
+
+void Sampler::set_history(std::span<const int32_t> tokens) {
+  counts_.clear();
+  generated_ = 0;
+  if (matcher_) matcher_ = std::make_unique<grammar::Matcher>(schema_);
+  for (int32_t t : tokens) accept(t);
+}
+
+void Sampler::accept(int32_t token) {
+  ++counts_[token];
+  ++generated_;
+  if (matcher_) advance_grammar(token);
+}
+
+void Sampler::advance_grammar(int32_t token) {
+  const auto& ends = params_.grammar_end_tokens;
+  if (std::find(ends.begin(), ends.end(), token) != ends.end()) return;
+  if (token >= 0 && token < vocab_->size()) matcher_->feed(vocab_->bytes(token));
+}
+
+void Sampler::constrain(std::span<float> logits) {
+  const int32_t budget = params_.grammar_max_tokens > 0 ? std::max(1, params_.grammar_max_tokens - generated_) : 0;
+  vocab_->allowed_tokens(*matcher_, budget, params_.grammar_end_tokens, &allowed_);
+  if (allowed_.empty()) {
+    // Cannot happen for a live matcher over a vocabulary with every byte; end the request
+    // rather than emit text outside the grammar.
+    for (int32_t e : params_.grammar_end_tokens) {
+      if (e >= 0 && static_cast<size_t>(e) < logits.size()) allowed_.push_back(e);
+    }
+    if (allowed_.empty()) return;
+  }
+  allowed_mask_.assign(logits.size(), 0);
+  for (int32_t t : allowed_) {
+    if (t >= 0 && static_cast<size_t>(t) < logits.size()) allowed_mask_[static_cast<size_t>(t)] = 1;
+  }
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!allowed_mask_[i]) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+}
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
@@ -65,6 +108,8 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
   // 0. logit_bias (OpenAI: added to the logits before anything else).
   for (const auto& [tok, bias] : params_.logit_bias)
     if (tok >= 0 && tok < n) logits[static_cast<size_t>(tok)] += bias;
+  // 0b. Structured output: what the grammar does not allow next is impossible.
+  if (matcher_) constrain(logits);
   // 1. Penalties over the history.
   for (const auto& [tok, count] : counts_) {
     if (tok < 0 || tok >= n || count <= 0) continue;

@@ -35,11 +35,20 @@ struct SamplingParams {
   // (< vocabulary size) -> bias in [-100, 100]; at most kMaxLogitBias entries. Empty = off
   // (omitted from the wire).
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Structured output (tessera/grammar/grammar.h): a JSON Schema as JSON text; the sampled
+  // tokens spell a compact JSON value it accepts, followed by one of grammar_end_tokens.
+  // grammar_max_tokens (the request's max_tokens; 0 = unknown) lets the value be closed in
+  // time. Empty grammar = unconstrained (all three omitted from the wire).
+  std::string grammar;
+  std::vector<int32_t> grammar_end_tokens;
+  int32_t grammar_max_tokens = 0;
 };
 inline constexpr size_t kMaxLogitBias = 1024;
+inline constexpr size_t kMaxGrammarBytes = 64 * 1024;
+inline constexpr size_t kMaxGrammarEndTokens = 64;
 
 // The backend capabilities (names as a worker advertises them in `register`: "greedy",
-// "temperature", "top_k", "top_p", "min_p", "penalties", "logprobs") that sampling with `p`
+// "temperature", "top_k", "top_p", "min_p", "penalties", "logprobs", "grammar") that sampling with `p`
 // needs. One rule for the worker, which refuses a plan needing one its backend lacks, and for
 // the scheduler, which routes a request only to workers that advertise all of them.
 std::vector<std::string_view> required_sampling_capabilities(const SamplingParams& p);

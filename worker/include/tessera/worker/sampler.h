@@ -13,6 +13,10 @@
 //      -> top-p (smallest most-likely-first prefix whose mass reaches top_p) -> one draw from
 //      the renormalized survivors with the request's RNG.
 // Stop tokens are the caller's business (the scheduler decides when a request ends).
+// Structured output: with a grammar (params.grammar, compiled by the caller), every token the
+// grammar does not allow next (tessera/grammar/grammar.h: TokenVocabulary::allowed_tokens,
+// budget = grammar_max_tokens - tokens generated so far) gets logit -inf before step 1, so
+// log-probabilities and every choice see the constrained distribution.
 //
 // Determinism: the RNG is std::mt19937_64 seeded with params.seed; uniform numbers are built
 // from its 53 high bits, so the same seed and the same logits give the same tokens everywhere.
@@ -20,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -27,6 +32,12 @@
 
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
+
+namespace tessera::grammar {
+class Matcher;
+class TokenVocabulary;
+struct Schema;
+}  // namespace tessera::grammar
 
 namespace tessera::worker {
 
@@ -44,6 +55,13 @@ struct SampleOutcome {
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
+  // Constrained by `schema` (compiled from params.grammar) over `vocab`, which must outlive
+  // the Sampler.
+  Sampler(const SamplingParams& params, std::shared_ptr<const grammar::Schema> schema,
+          const grammar::TokenVocabulary* vocab);
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
 
   const SamplingParams& params() const { return params_; }
   // Replaces the penalty history (e.g. after a preemption the scheduler resends it).
@@ -64,6 +82,15 @@ class Sampler {
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> counts_;  // token -> occurrences in the history
   std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
+  int32_t generated_ = 0;                        // tokens in the history
+  // Structured output (null when unconstrained).
+  std::shared_ptr<const grammar::Schema> schema_;
+  const grammar::TokenVocabulary* vocab_ = nullptr;
+  std::unique_ptr<grammar::Matcher> matcher_;
+  std::vector<int32_t> allowed_;                 // scratch
+  std::vector<uint8_t> allowed_mask_;            // scratch
+  void constrain(std::span<float> logits);
+  void advance_grammar(int32_t token);
 };
 
 }  // namespace tessera::worker

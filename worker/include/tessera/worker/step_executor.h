@@ -17,7 +17,8 @@
 //      request);
 //   5. the forward of all sequences as one ragged batch: forward_argmax when every sampled row
 //      is plain greedy and the backend does greedy on the device, forward otherwise;
-//   6. sampling: each sampled request keeps a Sampler (penalties history, seeded RNG) from its
+//   6. sampling: each sampled request keeps a Sampler (penalties history, seeded RNG, grammar
+//      matcher; a grammar is compiled in step 1, so a bad one refuses the plan) from its
 //      first sampled step until it is released (or reset_requests()); rows are sampled on the
 //      backend's host threads when it lends them;
 //   7. the StepResult: one SeqResult per sampled sequence in plan order, one FillResult per fill.
@@ -38,6 +39,10 @@
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/worker/backend.h"
+
+namespace tessera::grammar {
+class TokenVocabulary;
+}  // namespace tessera::grammar
 
 namespace tessera::worker {
 
@@ -68,8 +73,14 @@ class StepExecutor {
 
   Backend& backend() { return backend_; }
   const Backend& backend() const { return backend_; }
-  // What the worker advertises at registration: capability_names(backend name, caps).
+  // What the worker advertises at registration: capability_names(backend name, caps), plus
+  // "grammar" once a grammar vocabulary is set.
   std::vector<std::string> capabilities() const;
+
+  // Enables structured output (SamplingParams::grammar): `vocab` holds every token's bytes
+  // (tessera/grammar/grammar.h). Without it a plan whose sampling has a grammar is refused
+  // (kUnsupported naming capability "grammar"). Compiled schemas are cached (64 most recent).
+  void set_grammar_vocabulary(std::shared_ptr<const grammar::TokenVocabulary> vocab);
 
   size_t num_request_states() const;  // requests with live sampler state
   // Forgets every per-request state, as if every live request id had been released (a worker
