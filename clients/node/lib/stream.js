@@ -16,6 +16,7 @@ export class Stream {
     this._result = null;
     this._ended = false; // the terminal event (final or error) was read
     this._error = null;
+    this._resultGiven = false; // the Completion was handed out by the iterator
   }
 
   _push(ev) {
@@ -28,7 +29,10 @@ export class Stream {
     }
   }
 
-  _take() {
+  // The next iterator result: {value: TokenEvent | Completion, done: false}, then {done: true};
+  // rejects with the request's TesseraError. One promise per event (no async-generator hops).
+  _nextResult() {
+    if (this._ended) return Promise.resolve(this._error !== null ? { value: undefined, done: true } : this._last());
     if (this._head < this._queue.length) {
       const ev = this._queue[this._head];
       this._queue[this._head++] = undefined;
@@ -36,15 +40,31 @@ export class Stream {
         this._queue.length = 0;
         this._head = 0;
       }
-      return ev;
+      try {
+        return Promise.resolve(this._accept(ev));
+      } catch (e) {
+        return Promise.reject(e);
+      }
     }
-    return new Promise((resolve) => { this._waiter = resolve; });
+    return new Promise((resolve, reject) => {
+      this._waiter = (ev) => {
+        try {
+          resolve(this._accept(ev));
+        } catch (e) {
+          reject(e);
+        }
+      };
+    });
   }
 
-  // The next item: a TokenEvent, or the Completion (then the stream is over); throws the
-  // request's TesseraError.
-  async _next() {
-    const ev = await this._take();
+  // After the terminal event: the Completion once, then done.
+  _last() {
+    if (this._resultGiven) return { value: undefined, done: true };
+    this._resultGiven = true;
+    return { value: this._result, done: false };
+  }
+
+  _accept(ev) {
     if (ev instanceof Error) {
       this._ended = true;
       this._error = ev;
@@ -53,26 +73,32 @@ export class Stream {
     if (ev.type === "token") {
       const te = tokenEvent(ev);
       this._events.push(te);
-      return te;
+      return { value: te, done: false };
     }
     this._ended = true;
     this._result = completionFrom(ev, this._events);
-    return this._result;
+    return this._last();
   }
 
   /** TokenEvents, then the Completion. Leaving the loop early (break, throw) cancels the
    *  request so the server frees it. */
-  async *[Symbol.asyncIterator]() {
-    try {
-      while (!this._ended) yield await this._next();
-    } finally {
-      if (!this._ended) this.cancel();
-    }
+  [Symbol.asyncIterator]() {
+    return {
+      next: () => this._nextResult(),
+      return: () => {
+        if (!this._ended) this.cancel();
+        this._resultGiven = true;
+        return Promise.resolve({ value: undefined, done: true });
+      },
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+    };
   }
 
   /** Consumes the rest of the stream and resolves to its Completion. */
   async result() {
-    while (!this._ended) await this._next();
+    while (!this._ended) await this._nextResult();
     if (this._error !== null) throw this._error;
     return this._result;
   }
