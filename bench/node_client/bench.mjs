@@ -103,7 +103,7 @@ async function measure(kind, endpoint, body, { n, concurrency, stream }) {
   const cpu = process.cpuUsage(cpu0);
   raw?.close();
   await client?.close();
-  return { wall_ms: wall, cpu_ms: (cpu.user + cpu.system) / 1000, events, lat_us: median(lats) };
+  return { wall_ms: wall, cpu_ms: (cpu.user + cpu.system) / 1000, events, n, lat_us: median(lats) };
 }
 
 async function compare(title, endpoint, body, shape) {
@@ -112,7 +112,8 @@ async function compare(title, endpoint, body, shape) {
     for (const kind of r % 2 ? ["client", "raw"] : ["raw", "client"]) res[kind].push(await measure(kind, endpoint, body, shape));
   }
   console.log(`\n## ${title}`);
-  console.log("| | wall ms | token events/s | Node CPU µs/event | Node CPU % of wall | request latency p50 µs |");
+  const unit = shape.stream ? "event" : "request";
+  console.log(`| | wall ms | token events/s | Node CPU µs/${unit} | Node CPU % of wall | request latency p50 µs |`);
   console.log("|---|---|---|---|---|---|");
   const out = {};
   for (const kind of ["raw", "client"]) {
@@ -120,7 +121,7 @@ async function compare(title, endpoint, body, shape) {
     const m = {
       wall: median(rs.map((x) => x.wall_ms)),
       rate: median(rs.map((x) => (x.events / x.wall_ms) * 1000)),
-      cpuPerEvent: median(rs.map((x) => (x.events ? (x.cpu_ms * 1000) / x.events : NaN))),
+      cpuPerEvent: median(rs.map((x) => (x.cpu_ms * 1000) / (shape.stream ? x.events : x.n))),
       cpuPct: median(rs.map((x) => (100 * x.cpu_ms) / x.wall_ms)),
       lat: median(rs.map((x) => x.lat_us)),
     };
@@ -129,7 +130,7 @@ async function compare(title, endpoint, body, shape) {
                 `${m.cpuPct.toFixed(0)} | ${m.lat.toFixed(0)} |`);
   }
   console.log(`client - raw: latency ${(out.client.lat - out.raw.lat).toFixed(0)} µs/request, ` +
-              `CPU ${(out.client.cpuPerEvent - out.raw.cpuPerEvent).toFixed(1)} µs/event, ` +
+              `CPU ${(out.client.cpuPerEvent - out.raw.cpuPerEvent).toFixed(1)} µs/${unit}, ` +
               `wall ${((out.client.wall / out.raw.wall - 1) * 100).toFixed(1)} %`);
 }
 
