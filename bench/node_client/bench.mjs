@@ -113,7 +113,7 @@ async function compare(title, endpoint, body, shape) {
   }
   console.log(`\n## ${title}`);
   const unit = shape.stream ? "event" : "request";
-  console.log(`| | wall ms | token events/s | Node CPU µs/${unit} | Node CPU % of wall | request latency p50 µs |`);
+  console.log(`| | wall ms (min–max) | token events/s | Node CPU µs/${unit} | Node CPU % of wall | request latency p50 µs |`);
   console.log("|---|---|---|---|---|---|");
   const out = {};
   for (const kind of ["raw", "client"]) {
@@ -126,7 +126,8 @@ async function compare(title, endpoint, body, shape) {
       lat: median(rs.map((x) => x.lat_us)),
     };
     out[kind] = m;
-    console.log(`| ${kind} | ${m.wall.toFixed(0)} | ${m.rate.toFixed(0)} | ${m.cpuPerEvent.toFixed(1)} | ` +
+    const walls = rs.map((x) => x.wall_ms);
+    console.log(`| ${kind} | ${m.wall.toFixed(0)} (${Math.min(...walls).toFixed(0)}–${Math.max(...walls).toFixed(0)}) | ${m.rate.toFixed(0)} | ${m.cpuPerEvent.toFixed(1)} | ` +
                 `${m.cpuPct.toFixed(0)} | ${m.lat.toFixed(0)} |`);
   }
   console.log(`client - raw: latency ${(out.client.lat - out.raw.lat).toFixed(0)} µs/request, ` +
