@@ -2,9 +2,9 @@
 // (a raw zeromq v6 DEALER with @msgpack/msgpack, and tessera-client) against a real cluster.
 //   1. a `cancel` sent right behind its request on the same DEALER always cancels it
 //      (final "cancelled", never the 400 tokens of `length`);
-//   2. two requests with the same id back to back: the *later* one is refused ("duplicate id
-//      <id>: this later request is refused", before the earlier's final) and the earlier runs
-//      to its own end (16 tokens).
+//   2. two requests with the same id back to back: the *later* one (not streamed, 1 token) is
+//      refused ("duplicate id <id>: this later request is refused") and the earlier (streamed,
+//      400 tokens) keeps running — its token events come — until the test cancels it.
 // Each runs TESSERA_RACE_TRIALS times (default 1000); 0 failures allowed.
 //
 // usage: node --test zmq_races.test.mjs   (environment: see support.mjs)
@@ -99,15 +99,29 @@ describe(`ZeroMQ ordering races (${TRIALS} trials each)`, { concurrency: false }
     const t0 = performance.now();
     for (let i = 0; i < TRIALS; ++i) {
       const id = 5000 + i;
-      // The earlier request runs 16 tokens (a few ms), so it is still in flight when the later arrives.
-      await Promise.all([raw.send(request(id, 16, false)), raw.send(request(id, 1, false))]);
-      const first = await raw.recvFor(id); // the refusal of the later one comes first
-      const refusedLater = first.type === "error" && first.code === 100 &&
-        first.message.startsWith(`duplicate id ${id}: this later request is refused`);
-      const fin = first.type === "final" ? first : (await raw.untilEnd(id)).at(-1);
-      if (!refusedLater || fin.type !== "final" || fin.usage.completion_tokens !== 16) {
+      // The earlier request (streamed, 400 tokens) stays in flight until we cancel it, so the
+      // later one (not streamed, 1 token) always meets it however late it arrives. Only the
+      // earlier can send `token` events: the later being run instead shows as a final without any.
+      await Promise.all([raw.send(request(id, 400, true)), raw.send(request(id, 1, false))]);
+      let refusal = null;
+      let tokens = 0;
+      let fin = null;
+      let cancelled = false;
+      while (fin === null) {
+        const m = await raw.recvFor(id);
+        if (m.type === "error" && refusal === null) refusal = m;
+        else if (m.type === "token") ++tokens;
+        else fin = m; // the final, or a second error
+        if (!cancelled && refusal !== null && tokens > 0) {
+          await raw.send({ v: 1, type: "cancel", id });
+          cancelled = true;
+        }
+      }
+      const refusedLater = refusal !== null && refusal.code === 100 &&
+        refusal.message.startsWith(`duplicate id ${id}: this later request is refused`);
+      if (!refusedLater || tokens === 0 || fin.type !== "final" || fin.finish_reason !== "cancelled") {
         ++wrong;
-        console.log(`# trial ${i}: first ${JSON.stringify(first)} end ${JSON.stringify(fin)}`);
+        console.log(`# trial ${i}: refusal ${JSON.stringify(refusal)} tokens ${tokens} end ${JSON.stringify(fin)}`);
       }
     }
     raw.close();
