@@ -9,7 +9,7 @@
 import * as zmq from "zeromq";
 import { Decoder, Encoder } from "@msgpack/msgpack";
 
-import { BadRequest, ClientClosed, PeerDead, Timeout, Unavailable, errorFor } from "./errors.js";
+import { BadRequest, ClientClosed, InternalError, PeerDead, Timeout, Unavailable, errorFor } from "./errors.js";
 import { completionFrom, limitsFrom } from "./types.js";
 import { Stream } from "./stream.js";
 
@@ -51,6 +51,11 @@ export class Client {
   constructor(endpoints, options = {}) {
     this.endpoints = typeof endpoints === "string" ? [endpoints] : [...endpoints];
     if (this.endpoints.length === 0) throw new BadRequest(100, "invalid_argument", "at least one endpoint is needed");
+    for (const e of this.endpoints) {
+      if (typeof e !== "string" || !/^(tcp|ipc|inproc):\/\/.+/.test(e)) {
+        throw new BadRequest(100, "invalid_argument", `endpoint ${JSON.stringify(e)} is not tcp://host:port (or ipc://, inproc://)`);
+      }
+    }
     this.heartbeatIntervalMs = options.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS;
     this.deadAfterMs = options.deadAfterMs ?? DEFAULT_DEAD_AFTER_MS;
     if (!(this.heartbeatIntervalMs > 0 && this.deadAfterMs > this.heartbeatIntervalMs)) {
@@ -253,11 +258,16 @@ export class Client {
 
   _tick() {
     if (this._closed) return;
-    if (performance.now() - this._lastRx > this.deadAfterMs) {
-      this._failover();
-      return;
+    try {
+      if (performance.now() - this._lastRx > this.deadAfterMs) {
+        this._failover();
+        return;
+      }
+      this._sendRaw({ v: 1, type: "heartbeat", id: this._nextId++ });
+    } catch (e) {
+      // e.g. no socket could be made (out of file descriptors): fail what waits, retry next tick
+      this._failAll((rid) => new InternalError(500, "internal", `client connection failed: ${e?.message ?? e}`, rid));
     }
-    this._sendRaw({ v: 1, type: "heartbeat", id: this._nextId++ });
   }
 
   // The frontend is dead: fail what runs on it and move to the next endpoint.

@@ -176,6 +176,8 @@ describe("tessera-client conformance", { concurrency: false }, () => {
     await rejects(client.complete("Once", { no_such_option: 1 }), tc.BadRequest, 100);
     assert.throws(() => client.streamComplete("Once", { no_such_option: 1 }), tc.BadRequest);
     await rejects(client.chat([{ role: "robot", content: "hi" }]), tc.BadRequest, 100);
+    assert.throws(() => new tc.Client("localhost:8001"), tc.BadRequest); // not tcp://
+    assert.throws(() => new tc.Client([]), tc.BadRequest);
     assert.equal(tc.errorFor(201, "x").constructor, tc.Overloaded);
     assert.equal(tc.errorFor(401, "x").codeName, "peer_dead");
   });
