@@ -137,8 +137,17 @@ Completion wait_completion(StreamState& s) {
 Stream::Stream(std::shared_ptr<detail::Core> core, std::shared_ptr<StreamState> state)
     : core_(std::move(core)), state_(std::move(state)) {}
 Stream::Stream(Stream&&) noexcept = default;
-Stream& Stream::operator=(Stream&&) noexcept = default;
-Stream::~Stream() = default;
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (state_ && !done()) core_->cancel(state_->id);
+    core_ = std::move(other.core_);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+Stream::~Stream() {
+  if (state_ && !done()) core_->cancel(state_->id);  // abandoned mid-way (e.g. a break): free it
+}
 
 uint64_t Stream::request_id() const { return state_->id; }
 std::optional<StreamEvent> Stream::next() { return state_->take(std::nullopt); }

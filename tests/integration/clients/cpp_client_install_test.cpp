@@ -69,7 +69,8 @@ TEST_F(InstallTest, ClientPackageBuildsAndRunsTheExample) {
   const std::string examples = source_path("clients/cpp/examples");
   std::tie(rc, out) = sh(std::string(TESSERA_CMAKE) + " -S " + q(examples) + " -B " + q(dir_ / "cmake-build") +
                          " -DCMAKE_PREFIX_PATH=" + q(prefix) + " -DCMAKE_CXX_COMPILER=" + TESSERA_CXX +
-                         " -G Ninja -DTESSERA_CLIENT_STATIC=ON -DCMAKE_BUILD_TYPE=Release && " + TESSERA_CMAKE + " --build " +
+                         " -G Ninja -DTESSERA_CLIENT_STATIC=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS='" +
+                         TESSERA_EXAMPLE_FLAGS + "' -DCMAKE_EXE_LINKER_FLAGS='" + TESSERA_EXAMPLE_FLAGS + "' && " + TESSERA_CMAKE + " --build " +
                          q(dir_ / "cmake-build"));
   ASSERT_EQ(rc, 0) << out;
   const fs::path cmake_example = dir_ / "cmake-build" / "example";
@@ -78,7 +79,7 @@ TEST_F(InstallTest, ClientPackageBuildsAndRunsTheExample) {
   // pkg-config, shared library.
   const fs::path pc_example = dir_ / "pc-example";
   std::tie(rc, out) = sh("PKG_CONFIG_PATH=" + q(prefix / "lib/pkgconfig") + " && export PKG_CONFIG_PATH && " +
-                         TESSERA_CXX + " -std=c++20 -O1 -o " + q(pc_example) + " " + q(examples + "/example.cpp") +
+                         TESSERA_CXX + " -std=c++20 -O1 " + TESSERA_EXAMPLE_FLAGS + " -o " + q(pc_example) + " " + q(examples + "/example.cpp") +
                          " $(pkg-config --cflags --libs tessera-client) -Wl,-rpath," +
                          (prefix / "lib").string());
   ASSERT_EQ(rc, 0) << out;

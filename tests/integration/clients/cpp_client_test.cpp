@@ -14,6 +14,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <stdlib.h>
+
+#include "tessera/client/admin.h"
 #include "tessera/client/client.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/wait.h"
@@ -148,6 +151,11 @@ TEST_F(CppClient, E_CancelMidStreamFreesTheRequest) {
   EXPECT_LT(final.usage.completion_tokens, 400);
   EXPECT_TRUE(s.done());
   EXPECT_TRUE(wait_until([&] { return held_pages() == 0.0; }, 10s)) << "pages not freed after cancel";
+  {
+    tc::Stream dropped = client_->stream_complete("Once upon a time", {.max_tokens = 400, .ignore_eos = true});
+    ASSERT_TRUE(dropped.next().has_value());
+  }  // destroyed mid-way (as by a `break`): cancelled
+  EXPECT_TRUE(wait_until([&] { return held_pages() == 0.0; }, 10s)) << "pages not freed after dropping a stream";
 }
 
 TEST_F(CppClient, F_DeadlineRaisesTimeout) {
@@ -250,6 +258,64 @@ TEST_F(CppClient, Z_KilledFrontendDetectedAndFailover) {
   EXPECT_EQ(c.endpoint(), cluster_->zmq_endpoint());
   tc::Completion r = c.complete("Once upon a time", {.max_tokens = 64, .temperature = 0.0, .ignore_eos = true});
   EXPECT_EQ(r.text.rfind(greedy_cases()[0].completion.substr(0, 40), 0), 0u) << r.text;
+}
+
+// The admin operations (AdminClient over the frontend's HTTP admin routes), on a cluster with a
+// kvstore and an admin token: set / get / delete a stored preference, a request of that user
+// uses it (its provenance in Usage), invalidate, and the typed errors.
+class CppClientAdmin : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::setenv("TESSERA_ADMIN_TOKEN", "s3cret", 1);  // the frontend's --admin-token, inherited
+    cluster_ = new UpCluster(/*second_frontend=*/false, /*kvstore=*/true);
+    ::unsetenv("TESSERA_ADMIN_TOKEN");
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(cluster_ && cluster_->ok()) << "the cluster did not come up"; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(cluster_->http_port()); }
+  static inline UpCluster* cluster_ = nullptr;
+};
+
+TEST_F(CppClientAdmin, PreferenceSetGetUseInvalidateDelete) {
+  tc::AdminClient admin(url(), {.token = "s3cret"});
+  const std::string user = "bob smith/1";  // percent-encoded in the path
+  tc::StoredPreference set = admin.set_preference(user, "Bob likes short stories about dragons.", 0.4);
+  EXPECT_EQ(set.user, user);
+  EXPECT_EQ(set.preference, "Bob likes short stories about dragons.");
+  EXPECT_DOUBLE_EQ(set.alpha, 0.4);
+  tc::StoredPreference got = admin.get_preference(user);
+  EXPECT_EQ(got.preference, set.preference);
+  EXPECT_NEAR(got.alpha, 0.4, 1e-6);
+
+  tc::Client client(cluster_->zmq_endpoint());
+  tc::Completion r = client.complete("Once upon a time", {.max_tokens = 4, .user = user});
+  ASSERT_TRUE(r.usage.preference_source.has_value()) << "the stored preference was not used";
+  EXPECT_GT(r.usage.preference_kv_bytes.value_or(0), 0);
+
+  tc::Invalidation inv = admin.invalidate(user);
+  EXPECT_EQ(inv.user, user);
+  EXPECT_EQ(inv.schedulers_notified, 1);
+  EXPECT_TRUE(admin.delete_preference(user));
+  EXPECT_FALSE(admin.delete_preference(user));
+  try {
+    admin.get_preference(user);
+    ADD_FAILURE() << "no NotFound";
+  } catch (const tc::NotFound& e) {
+    EXPECT_EQ(e.code(), 104);
+  }
+  EXPECT_THROW(admin.set_preference(user, "x", 3.0), tc::BadRequest);
+  tc::AdminClient wrong(url(), {.token = "wrong"});
+  try {
+    wrong.get_preference(user);
+    ADD_FAILURE() << "no PermissionDenied";
+  } catch (const tc::PermissionDenied& e) {
+    EXPECT_EQ(e.code(), 106);
+  }
+  EXPECT_THROW(tc::AdminClient("https://127.0.0.1:1"), tc::BadRequest);
+  EXPECT_THROW(tc::AdminClient("http://127.0.0.1:9", {.token = "s3cret"}).get_preference(user), tc::Unavailable);
 }
 
 }  // namespace

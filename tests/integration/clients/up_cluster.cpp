@@ -53,7 +53,7 @@ std::string tail(const std::string& path) {
 
 }  // namespace
 
-UpCluster::UpCluster(bool second_frontend) {
+UpCluster::UpCluster(bool second_frontend, bool kvstore) {
   base_ = free_port_block();
   if (base_ < 0) {
     ADD_FAILURE() << "no free block of 6 loopback ports";
@@ -66,7 +66,7 @@ UpCluster::UpCluster(bool second_frontend) {
       bin_path("tessera"),
       std::vector<std::string>{"up", "--model", model, "--tokenizer", tok, "--http-port", std::to_string(base_),
                                "--zmq-port", std::to_string(base_ + 1), "--scheduler-port", std::to_string(base_ + 2),
-                               "--kvstore", "false", "--kvstore-port", std::to_string(base_ + 5), "--data-dir", dir_,
+                               "--kvstore", kvstore ? "true" : "false", "--kvstore-port", std::to_string(base_ + 5), "--data-dir", dir_,
                                "--worker-threads", "1", "--num-pages", "512", "--restart", "never"},
       dir_ + "/up.log");
   if (up_->wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) {

@@ -17,7 +17,8 @@ namespace tessera::testing {
 class UpCluster {
  public:
   // Starts it and waits until ready; on failure ADD_FAILUREs with the logs and leaves ok() false.
-  explicit UpCluster(bool second_frontend);
+  // `kvstore`: also start tessera-kvstore (stored preferences, admin routes).
+  explicit UpCluster(bool second_frontend, bool kvstore = false);
   ~UpCluster();
   bool ok() const { return ok_; }
 

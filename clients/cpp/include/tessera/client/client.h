@@ -78,6 +78,8 @@ struct StreamState;
 
 // A streamed request: iterate it (or call next()) for its TokenEvents; the last item is its
 // Completion. next()/result() throw the request's Error. Move-only; one thread at a time.
+// Destroying a Stream whose end was not taken yet (a `break` out of the loop) cancels the
+// request, so the server frees its pages.
 class Stream {
  public:
   Stream(Stream&&) noexcept;
