@@ -285,7 +285,7 @@ TEST_F(CppClientAdmin, PreferenceSetGetUseInvalidateDelete) {
   tc::StoredPreference set = admin.set_preference(user, "Bob likes short stories about dragons.", 0.4);
   EXPECT_EQ(set.user, user);
   EXPECT_EQ(set.preference, "Bob likes short stories about dragons.");
-  EXPECT_DOUBLE_EQ(set.alpha, 0.4);
+  EXPECT_NEAR(set.alpha, 0.4, 1e-6);  // stored as a float
   tc::StoredPreference got = admin.get_preference(user);
   EXPECT_EQ(got.preference, set.preference);
   EXPECT_NEAR(got.alpha, 0.4, 1e-6);
