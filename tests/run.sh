@@ -33,6 +33,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# ---- node step (Node client tests; owner: clients/node) ---------------------------------
+# node and npm for tests/integration/node_client: Debian's nodejs/npm only when no node is on
+# the PATH (a newer one may be installed otherwise). The npm packages themselves (zeromq,
+# @msgpack/msgpack, openai, typescript) are installed by that CTest fixture
+# (node_client_install_test) from the npm registry into the build tree.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "tests/run.sh: installing nodejs npm"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+# ---- end of node step -------------------------------------------------------------------
+
 shared="${TESSERA_SHARED_DIR:-$root/../shared}"
 if [[ ! -d "$shared/models" ]]; then
   echo "tests/run.sh: test data not found at $shared (set TESSERA_SHARED_DIR)" >&2

@@ -8,6 +8,9 @@ set(rules
   "tessera-scheduler|tessera_scheduler,tessera_scheduler_service,tessera_scheduler_options,tessera_common|hiredis,pcre2,zstd,cudart,cublas,nccl"
   "tessera-frontend|tessera_frontend,tessera_common,tessera_tokenizer,tessera_jinja,tessera_grammar,tessera_loaders,tessera_kvstore_client,tessera_http|hiredis,cudart,cublas,nccl"
   "tessera-kvstore|tessera_kvstore,tessera_kvstore_client,tessera_common|pcre2,cudart,cublas,nccl"
+  # The C++ client library (clients/cpp): its own objects and common's wire codec, no archive of
+  # ours, and neither OpenSSL, hiredis, PCRE2, zstd nor CUDA (a "lib:" rule: a shared library).
+  "lib:tessera_client|tessera_client_objects,tessera_protocol|hiredis,pcre2,zstd,crypto,ssl,cudart,cublas,nccl"
   "tessera-worker|tessera_worker_options,tessera_worker,tessera_worker_cuda,tessera_worker_tp,tessera_kernels,tessera_kernels_cuda,tessera_loaders,tessera_tokenizer,tessera_grammar,tessera_preference,tessera_kvstore_client,tessera_common|hiredis"
 )
 
@@ -18,11 +21,16 @@ endif()
 # The link line of an executable target: Ninja's build.ninja block, or Makefiles' link.txt.
 function(link_line target out)
   set(line "")
+  set(head "bin/${target}:")
+  if(target MATCHES "^lib:(.*)$")  # a shared library: lib/lib<name>.so.<version>
+    set(head "lib/lib${CMAKE_MATCH_1}\\.so[.0-9]*:")
+    set(target "${CMAKE_MATCH_1}")
+  endif()
   if(EXISTS "${BUILD_DIR}/build.ninja")
-    file(STRINGS "${BUILD_DIR}/build.ninja" lines REGEX "^build bin/${target}:|^  LINK_LIBRARIES = ")
+    file(STRINGS "${BUILD_DIR}/build.ninja" lines REGEX "^build ${head}|^  LINK_LIBRARIES = ")
     set(in_block FALSE)
     foreach(l IN LISTS lines)
-      if(l MATCHES "^build bin/${target}:")
+      if(l MATCHES "^build ${head}")
         set(in_block TRUE)
         string(APPEND line "${l} ")
       elseif(in_block)
@@ -52,6 +60,21 @@ foreach(rule IN LISTS rules)
   string(REPLACE "," ";" allowed "${allowed}")
   string(REPLACE "," ";" banned_so "${banned_so}")
   link_line(${target} line)
+  set(binary "${BIN_DIR}/${target}")
+  if(target MATCHES "^lib:(.*)$")
+    set(binary "${BUILD_DIR}/lib/lib${CMAKE_MATCH_1}.so")
+    # A shared library is made of object files: each must come from an allowed library.
+    string(REGEX MATCHALL "CMakeFiles/[A-Za-z0-9_]+\\.dir/" dirs "${line}")
+    list(REMOVE_DUPLICATES dirs)
+    foreach(d IN LISTS dirs)
+      string(REGEX REPLACE "^CMakeFiles/(.*)\\.dir/$" "\\1" name "${d}")
+      list(FIND allowed ${name} idx)
+      if(idx EQUAL -1)
+        message(SEND_ERROR "layering: ${target} contains objects of ${name}, which it must not (allowed: ${allowed})")
+        math(EXPR failures "${failures} + 1")
+      endif()
+    endforeach()
+  endif()
   string(REGEX MATCHALL "libtessera_[A-Za-z0-9_]+\\.a" libs "${line}")
   list(REMOVE_DUPLICATES libs)
   set(linked "")
@@ -66,9 +89,9 @@ foreach(rule IN LISTS rules)
   endforeach()
   message(STATUS "${target} links: ${linked}")
 
-  execute_process(COMMAND ldd "${BIN_DIR}/${target}" OUTPUT_VARIABLE ldd_out RESULT_VARIABLE rc)
+  execute_process(COMMAND ldd "${binary}" OUTPUT_VARIABLE ldd_out RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
-    message(SEND_ERROR "layering: ldd ${BIN_DIR}/${target} failed (${rc})")
+    message(SEND_ERROR "layering: ldd ${binary} failed (${rc})")
     math(EXPR failures "${failures} + 1")
   endif()
   string(REPLACE "\n" ";" ldd_lines "${ldd_out}")
