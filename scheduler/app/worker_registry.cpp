@@ -31,6 +31,7 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
   auto batcher = scheduler::Batcher::create(bc);
   if (!batcher.ok()) return batcher.take_error();
   TS_TRY(router_.add_worker(name));
+  if (kv_events_ != nullptr) (*batcher)->set_index_observer(kv_events_->observer_for(name));
   fingerprint_ = dki::hex16(reg.model_fingerprint);
   fingerprint64_ = reg.model_fingerprint;
   const std::string help = "K/V pages by state (free + held + cached = total)";
@@ -54,6 +55,7 @@ bool WorkerRegistry::remove(const std::string& name) {
   it->second.cached_pages->set(0);
   (void)router_.remove_worker(name);
   workers_.erase(it);
+  if (kv_events_ != nullptr) kv_events_->cleared(name);
   if (workers_.empty()) fingerprint_.clear();
   return true;
 }
