@@ -208,6 +208,13 @@ void EventLoop::on_frontend(const zmqu::Envelope& env, protocol::Message msg) {
 protocol::Heartbeat EventLoop::heartbeat(uint64_t id) const {
   protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config_.name, .unix_ms = unix_ms(), .instance = instance_};
   workers_.fill_heartbeat(hb);
+  hb.totals = protocol::SchedulerTotals{.finished_requests = m_.finished_requests,
+                                        .prompt_tokens = static_cast<int64_t>(m_.prompt_tokens->value()),
+                                        .cached_prompt_tokens = static_cast<int64_t>(m_.cached_tokens->value()),
+                                        .generation_tokens = static_cast<int64_t>(m_.generated_tokens->value()),
+                                        .preemptions = static_cast<int64_t>(m_.preemptions->value()),
+                                        .ttft_count = static_cast<int64_t>(m_.ttft_seconds->count()),
+                                        .ttft_seconds_sum = m_.ttft_seconds->sum()};
   return hb;
 }
 

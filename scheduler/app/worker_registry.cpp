@@ -160,7 +160,9 @@ void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {
                           .held_pages = static_cast<int32_t>(c.held),
                           .cached_pages = static_cast<int32_t>(c.cached),
                           .running = static_cast<int32_t>(w.batcher->num_running()),
-                          .waiting = static_cast<int32_t>(w.batcher->num_waiting())});
+                          .waiting = static_cast<int32_t>(w.batcher->num_waiting()),
+                          .prompt_tokens = w.batcher->stats().prompt_tokens,
+                          .cached_prompt_tokens = w.batcher->stats().cached_prompt_tokens});
   }
 }
 
