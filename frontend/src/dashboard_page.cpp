@@ -1,7 +1,7 @@
 // The built-in ops page (dashboard.h): one self-contained HTML document. No external asset:
 // styles, script and charts (SVG drawn by the script) are all inline. It loads
 // /dashboard/snapshot at once, then follows /dashboard/events (server-sent events, one
-// snapshot a second). Element ids and data-* attributes are stable: the headless Chromium test
+// snapshot a second); ?static opens no stream, ?events=N closes it after N events. Element ids and data-* attributes are stable: the headless Chromium test
 // (tests/integration/cluster/dashboard_test.cpp) reads them.
 #include "dashboard.h"
 
@@ -136,9 +136,19 @@ function render(s) {
 }
 function status(text, cls) { const e = $("status"); e.textContent = text; e.className = cls; }
 fetch("/dashboard/snapshot").then(r => r.json()).then(render).catch(() => status("no data", "down"));
-if (window.EventSource && !location.search.includes("static")) {
+// ?static: no events stream; ?events=N: close the stream after N events (headless browsers
+// wait for open requests before they render).
+const params = new URLSearchParams(location.search);
+const limit = Number(params.get("events") || 0);
+if (window.EventSource && !params.has("static")) {
   const es = new EventSource("/dashboard/events");
-  es.addEventListener("snapshot", (e) => { status("live", "live"); render(JSON.parse(e.data)); });
+  let seen = 0;
+  es.addEventListener("snapshot", (e) => {
+    document.body.dataset.sseEvents = String(++seen);
+    status("live", "live");
+    render(JSON.parse(e.data));
+    if (limit && seen >= limit) es.close();
+  });
   es.onerror = () => status("reconnecting", "down");
 }
 </script>

@@ -99,9 +99,12 @@ TEST(DashboardTest, HeadlessChromiumShowsTheBusyCluster) {
     Load load(c, 6);
     ASSERT_TRUE(wait_until([&] { return load.done() >= 12; }, milliseconds(60000))) << c.logs();
     // Busy: the page follows the events stream (status "live" is only set by an SSE event).
-    const std::string dom = run_chromium(chromium, dir, {"--timeout=5000", "--dump-dom"}, url);
+    // ?events=3 closes the stream after three events, so that the headless browser's virtual
+    // time (which waits for open requests) runs out and it renders.
+    const std::string dom = run_chromium(chromium, dir, {"--virtual-time-budget=2000", "--dump-dom"}, url + "?events=3");
     ASSERT_FALSE(dom.empty()) << "chromium produced no DOM";
     EXPECT_EQ(by_id(dom, "status"), "live") << dom.substr(0, 2000);
+    EXPECT_NE(dom.find("data-sse-events=\"3\""), std::string::npos) << "three SSE events were not all rendered";
     EXPECT_EQ(by_id(dom, "model"), "stories260K");
     EXPECT_NE(dom.find("<tr data-scheduler=\"sched-a\">"), std::string::npos);
     for (const char* w : {"w0", "w1"}) EXPECT_NE(dom.find("<tr data-worker=\"" + std::string(w) + "\""), std::string::npos) << w;
@@ -112,7 +115,8 @@ TEST(DashboardTest, HeadlessChromiumShowsTheBusyCluster) {
     // The charts were drawn from the history (one point per second).
     EXPECT_TRUE(std::regex_search(dom, std::regex("id=\"chart-tokens\"[^>]*data-points=\"[1-9]"))) << "no chart points";
     // A screenshot (docs/operations.md shows one taken like this).
-    (void)run_chromium(chromium, dir, {"--timeout=5000", "--window-size=1280,900", "--screenshot=" + dir + "/dashboard.png"}, url);
+    (void)run_chromium(chromium, dir, {"--virtual-time-budget=2000", "--window-size=1280,1000", "--screenshot=" + dir + "/dashboard.png"},
+                       url + "?events=2");
     std::ifstream png(dir + "/dashboard.png", std::ios::binary);
     char magic[4] = {};
     png.read(magic, 4);
@@ -133,7 +137,7 @@ TEST(DashboardTest, HeadlessChromiumShowsTheBusyCluster) {
     return s["totals"]["running"] == 0;
   };
   ASSERT_TRUE(wait_until(agrees, milliseconds(10000)));
-  const std::string dom = run_chromium(chromium, dir, {"--timeout=5000", "--dump-dom"}, url + "?static");
+  const std::string dom = run_chromium(chromium, dir, {"--virtual-time-budget=2000", "--dump-dom"}, url + "?static");
   int64_t cached_total = 0;
   for (const char* w : {"w0", "w1"}) {
     for (const char* state : {"free", "held", "cached"}) {
