@@ -27,8 +27,8 @@ main{padding:14px 18px;display:grid;gap:14px}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;width:100%}
 th,td{padding:4px 10px;text-align:right;border-bottom:1px solid #e3e5ea}
 th:first-child,td:first-child,th:nth-child(2),td:nth-child(2){text-align:left}
-.bar{display:inline-block;height:10px;width:120px;background:#e3e5ea;vertical-align:middle}
-.bar i{display:inline-block;height:10px}.held{background:#d9822b}.cached{background:#3c78d8}
+.bar{display:inline-flex;height:10px;width:120px;background:#e3e5ea;vertical-align:middle;overflow:hidden}
+.bar i{flex:none;height:10px}.held{background:#d9822b}.cached{background:#3c78d8}
 .dead{color:#b22222}
 </style></head>
 <body data-updates="0">
