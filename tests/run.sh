@@ -19,6 +19,7 @@ packages=(
   redis-server python3 python3-zmq python3-msgpack python3-jinja2 python3-jsonschema curl
   python3-pip python3-setuptools python3-venv
   prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)
+  chromium    # headless: cluster_observe_test loads /dashboard (skipped when absent)
 )
 
 missing=()

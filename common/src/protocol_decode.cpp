@@ -265,10 +265,23 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
     TS_TRY(opt(w, "cached_pages", &ws.cached_pages));
     TS_TRY(opt(w, "running", &ws.running));
     TS_TRY(opt(w, "waiting", &ws.waiting));
+    TS_TRY(opt(w, "prompt_tokens", &ws.prompt_tokens));
+    TS_TRY(opt(w, "cached_prompt_tokens", &ws.cached_prompt_tokens));
     h->workers.push_back(std::move(ws));
     return ok_status();
   };
   TS_TRY(opt_array(m, "workers", read_workers));
+  if (const msgpack::object* t = m.find("totals"); t != nullptr) {
+    TS_ASSIGN_OR_RETURN(MapView tm, detail::as_map(*t, "totals"));
+    SchedulerTotals& st = h->totals.emplace();
+    TS_TRY(opt(tm, "finished_requests", &st.finished_requests));
+    TS_TRY(opt(tm, "prompt_tokens", &st.prompt_tokens));
+    TS_TRY(opt(tm, "cached_prompt_tokens", &st.cached_prompt_tokens));
+    TS_TRY(opt(tm, "generation_tokens", &st.generation_tokens));
+    TS_TRY(opt(tm, "preemptions", &st.preemptions));
+    TS_TRY(opt(tm, "ttft_count", &st.ttft_count));
+    TS_TRY(opt(tm, "ttft_seconds_sum", &st.ttft_seconds_sum));
+  }
   return ok_status();
 }
 

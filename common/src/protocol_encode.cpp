@@ -344,6 +344,26 @@ struct Encoder {
       w.i64(ws.running);
       w.key("waiting");
       w.i64(ws.waiting);
+      w.key("prompt_tokens");
+      w.i64(ws.prompt_tokens);
+      w.key("cached_prompt_tokens");
+      w.i64(ws.cached_prompt_tokens);
+      w.end_map();
+    }
+    if (h.totals) {
+      const SchedulerTotals& t = *h.totals;
+      w.key("totals");
+      w.begin_map();
+      const std::pair<const char*, int64_t> counts[] = {{"finished_requests", t.finished_requests}, {"prompt_tokens", t.prompt_tokens},
+                                                        {"cached_prompt_tokens", t.cached_prompt_tokens},
+                                                        {"generation_tokens", t.generation_tokens}, {"preemptions", t.preemptions},
+                                                        {"ttft_count", t.ttft_count}};
+      for (const auto& [k, v] : counts) {
+        w.key(k);
+        w.i64(v);
+      }
+      w.key("ttft_seconds_sum");
+      w.f64(t.ttft_seconds_sum);
       w.end_map();
     }
   }

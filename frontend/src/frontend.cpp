@@ -7,6 +7,7 @@
 
 #include "admin.h"
 #include "client_api.h"
+#include "dashboard.h"
 #include "frontend_metrics.h"
 #include "http_server.h"
 #include "tessera/common/log.h"
@@ -32,6 +33,7 @@ struct Frontend::Impl {
   std::unique_ptr<RequestPreparer> preparer;
   std::unique_ptr<Admission> admission;
   std::unique_ptr<Hub> hub;
+  std::unique_ptr<Dashboard> dashboard;  // before ioc: a stream's coroutine releases its count into it
   boost::asio::io_context ioc;
   std::unique_ptr<StoredPreferences> preferences;
   std::unique_ptr<AdminApi> admin;
@@ -67,6 +69,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
                                                    .dead_after_ms = config.scheduler_dead_ms,
                                                    .name = "frontend"},
                                          f.registry));
+  f.dashboard = std::make_unique<Dashboard>(*f.hub, f.preparer->model_name(), f.metrics->inflight, f.registry);
   TS_ASSIGN_OR_RETURN(f.preferences,
                       StoredPreferences::create({.endpoint = config.kvstore, .timeout_ms = config.kvstore_timeout_ms}, f.registry));
   f.admin = std::make_unique<AdminApi>(config.admin_token, f.preferences->enabled(), *f.hub, f.registry);
@@ -77,7 +80,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   TS_ASSIGN_OR_RETURN(f.http, HttpServer::create({.config = f.config, .ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,
                                                   .admission = *f.admission, .preferences = *f.preferences, .admin = *f.admin,
-                                                  .metrics = *f.metrics, .api_keys = f.api_keys,
+                                                  .metrics = *f.metrics, .api_keys = f.api_keys, .dashboard = *f.dashboard,
                                                   .created_unix = created_unix}));
   // Everything is built: only now may the hub thread call into the client API.
   f.hub->start([api = f.client_api.get()](zmqu::Envelope env) { api->on_message(std::move(env)); });
@@ -95,6 +98,7 @@ std::string Frontend::zmq_endpoint() const { return impl_->hub->client_endpoint(
 
 void Frontend::run() {
   impl_->http->start();
+  impl_->dashboard->start(impl_->ioc);
   for (int i = 1; i < impl_->config.http_threads; ++i) impl_->threads.emplace_back([this] { impl_->ioc.run(); });
   impl_->ioc.run();
   for (auto& t : impl_->threads)

@@ -141,6 +141,8 @@ struct HttpServer::Conn {
                            .queue_ms = queue_ms});
   }
   net::awaitable<bool> admin(const Request& req, const std::string& path);
+  // GET /dashboard, /dashboard/snapshot, /dashboard/events (dashboard.h): no key, no admission slot.
+  net::awaitable<bool> dashboard(const std::string& path);
   // Waits (on this strand, never blocking the thread) for the stored preference of r.user.
   net::awaitable<std::optional<StoredPreference>> stored_preference(const protocol::GenerateRequest& r, Clock::time_point deadline);
 };
@@ -345,6 +347,7 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
     co_return co_await c.respond(200, "text/plain; version=0.0.4; charset=utf-8", s.metrics.registry.render());
   }
   if (path.rfind("/admin/", 0) == 0) co_return co_await c.admin(req, path);
+  if (path.starts_with("/dashboard") && get) co_return co_await c.dashboard(path);
   const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
   if (path == "/v1/models" && get)
     co_return co_await c.respond(200, "application/json", models_json(s.preparer.model_name(), s.created_unix, limits.context_length));
@@ -449,6 +452,27 @@ net::awaitable<bool> HttpServer::Conn::admin(const Request& req, const std::stri
   while (!(a = co_await box->next(Clock::now() + std::chrono::hours(1)))) {
   }
   co_return co_await respond(a->status, "application/json", std::move(a->body));
+}
+
+net::awaitable<bool> HttpServer::Conn::dashboard(const std::string& path) {
+  route = path;
+  if (path == "/dashboard" || path == "/dashboard/") co_return co_await respond(200, "text/html; charset=utf-8", std::string(dashboard_html()));
+  if (path == "/dashboard/snapshot") co_return co_await respond(200, "application/json", s.dashboard.snapshot_json());
+  if (path != "/dashboard/events") {
+    route = "other";
+    co_return co_await error(make_error(ErrorCode::kNotFound, "unknown route GET " + path));
+  }
+  if (!s.dashboard.stream_opened())
+    co_return co_await respond(503, "application/json",
+                               error_json(make_error(ErrorCode::kUnavailable, "too many dashboard streams are open (at most " +
+                                                                                  std::to_string(Dashboard::kMaxStreams) + ")")));
+  struct Release {  // also when the coroutine is destroyed at shutdown
+    Dashboard& d;
+    ~Release() { d.stream_closed(); }
+  } release{s.dashboard};
+  s.metrics.count_response(route, 200);
+  access.status = 200;
+  co_return co_await s.dashboard.stream_events(stream, version, request_id);
 }
 
 HttpServer::HttpServer(Deps deps, std::unique_ptr<tcp::acceptor> acceptor) : d_(deps), acceptor_(std::move(acceptor)) {}

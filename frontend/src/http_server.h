@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "admin.h"
+#include "dashboard.h"
 #include "frontend_metrics.h"
 #include "tessera/frontend/api_keys.h"
 #include "tessera/frontend/admission.h"
@@ -40,6 +41,7 @@ class HttpServer {
     AdminApi& admin;
     FrontendMetrics& metrics;
     const ApiKeys& api_keys;
+    Dashboard& dashboard;
     int64_t created_unix = 0;  // for /v1/models
   };
 

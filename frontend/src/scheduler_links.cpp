@@ -124,7 +124,7 @@ void SchedulerLinks::publish() {
     ready = ready || l->usable();
     if (l->alive()) waiting += l->last().waiting;
     st.push_back({l->endpoint(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting,
-                  l->last().context_length, l->last().page_size});
+                  l->last().context_length, l->last().page_size, l->last().name, l->last().workers, l->last().totals});
   }
   ready_.store(ready);
   waiting_.store(waiting);

@@ -28,11 +28,12 @@ uint64_t new_instance_id() {
 
 }  // namespace
 
-EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> sockets, scheduler::Router router,
-                     metrics::Registry& registry)
+EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> sockets, std::unique_ptr<KvEvents> kv_events,
+                     scheduler::Router router, metrics::Registry& registry)
     : config_(config),
       instance_(new_instance_id()),
       sockets_(std::move(sockets)),
+      kv_events_(std::move(kv_events)),
       m_(SchedulerMetrics::create(registry)),
       intake_(scheduler::IntakeConfig{.prefix_cache = config.prefix_cache}),
       workers_(WorkerLimits{.max_running = config.max_running,
@@ -44,17 +45,21 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
       requests_(*sockets_, m_),
       failover_(workers_, requests_, m_),
       driver_(workers_, requests_, *sockets_, m_, config.audit),
-      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)} {}
+      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)} {
+  workers_.set_kv_events(kv_events_.get());
+  driver_.set_kv_events(kv_events_.get());
+}
 
 void EventLoop::run(const std::atomic<bool>& stop) {
   auto next_tick = Clock::now();
   while (!stop.load()) {
     zmq::pollitem_t items[] = {{sockets_->frontends().handle(), 0, ZMQ_POLLIN, 0},
-                               {sockets_->workers().handle(), 0, ZMQ_POLLIN, 0}};
+                               {sockets_->workers().handle(), 0, ZMQ_POLLIN, 0},
+                               {kv_events_ ? kv_events_->snapshot_socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     auto wait = std::chrono::duration_cast<milliseconds>(next_tick - Clock::now());
     wait = std::clamp(wait, milliseconds(0), milliseconds(50));
     try {
-      zmq::poll(items, 2, wait);
+      zmq::poll(items, kv_events_ ? 3 : 2, wait);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       TS_LOG(kError) << "zmq poll: " << e.what();
@@ -66,6 +71,10 @@ void EventLoop::run(const std::atomic<bool>& stop) {
     if (Clock::now() >= next_tick) {
       tick();
       next_tick = Clock::now() + milliseconds(std::min(config_.heartbeat_ms, 250));
+    }
+    if (kv_events_) {
+      kv_events_->flush();  // this iteration's index changes, as one message
+      if (items[2].revents & ZMQ_POLLIN) kv_events_->serve_snapshots(workers_);
     }
   }
   shutdown_all();
@@ -199,6 +208,13 @@ void EventLoop::on_frontend(const zmqu::Envelope& env, protocol::Message msg) {
 protocol::Heartbeat EventLoop::heartbeat(uint64_t id) const {
   protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config_.name, .unix_ms = unix_ms(), .instance = instance_};
   workers_.fill_heartbeat(hb);
+  hb.totals = protocol::SchedulerTotals{.finished_requests = m_.finished_requests,
+                                        .prompt_tokens = static_cast<int64_t>(m_.prompt_tokens->value()),
+                                        .cached_prompt_tokens = static_cast<int64_t>(m_.cached_tokens->value()),
+                                        .generation_tokens = static_cast<int64_t>(m_.generated_tokens->value()),
+                                        .preemptions = static_cast<int64_t>(m_.preemptions->value()),
+                                        .ttft_count = static_cast<int64_t>(m_.ttft_seconds->count()),
+                                        .ttft_seconds_sum = m_.ttft_seconds->sum()};
   return hb;
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "failover.h"
+#include "kv_events.h"
 #include "request_table.h"
 #include "scheduler_metrics.h"
 #include "service.h"
@@ -35,10 +36,12 @@ namespace tessera::scheduler_app {
 
 class EventLoop {
  public:
-  EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> sockets, scheduler::Router router,
-            metrics::Registry& registry);
+  // `kv_events` may be null (K/V events off).
+  EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> sockets, std::unique_ptr<KvEvents> kv_events,
+            scheduler::Router router, metrics::Registry& registry);
 
   Sockets& sockets() { return *sockets_; }
+  const KvEvents* kv_events() const { return kv_events_.get(); }
   // Serves until `stop` is true, then fails the requests still live with kUnavailable.
   void run(const std::atomic<bool>& stop);
 
@@ -62,6 +65,7 @@ class EventLoop {
   const ServiceConfig config_;
   const uint64_t instance_;  // this process's id in heartbeats and register_ack (random, non-zero)
   std::unique_ptr<Sockets> sockets_;
+  std::unique_ptr<KvEvents> kv_events_;  // declared before workers_: its observers outlive every Batcher
   SchedulerMetrics m_;
   scheduler::Intake intake_;
   WorkerRegistry workers_;

@@ -48,8 +48,11 @@ int main(int argc, char** argv) {
     metrics_server = std::move(*ms);
   }
   // One machine-readable line for supervisors and tests (ports may have been chosen by the OS).
-  std::printf("LISTENING frontends=%s workers=%s metrics=%d\n", (*service)->frontend_endpoint().c_str(),
-              (*service)->worker_endpoint().c_str(), metrics_server ? metrics_server->port() : -1);
+  std::string kv_events;
+  if (!(*service)->kv_events_endpoint().empty())
+    kv_events = " kv_events=" + (*service)->kv_events_endpoint() + " kv_snapshot=" + (*service)->kv_events_snapshot_endpoint();
+  std::printf("LISTENING frontends=%s workers=%s metrics=%d%s\n", (*service)->frontend_endpoint().c_str(),
+              (*service)->worker_endpoint().c_str(), metrics_server ? metrics_server->port() : -1, kv_events.c_str());
   std::fflush(stdout);
   TS_LOG(kInfo) << "frontends on " << (*service)->frontend_endpoint() << ", workers on " << (*service)->worker_endpoint()
                 << ", prefix cache " << (c.prefix_cache ? "on" : "off");

@@ -115,6 +115,7 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
   auto it = requests_.find(f.request_id);
   if (it == requests_.end()) return;
   const TrackedRequest& r = it->second;
+  ++m_.finished_requests;
   m_.prompt_tokens->inc(f.usage.prompt_tokens);
   m_.cached_tokens->inc(f.usage.cached_prompt_tokens);
   if (m_.prompt_tokens->value() > 0) m_.hit_rate->set(m_.cached_tokens->value() / m_.prompt_tokens->value());

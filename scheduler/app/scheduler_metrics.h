@@ -30,6 +30,7 @@ struct SchedulerMetrics {
   metrics::Gauge* kv_usage = nullptr;
   // Page totals over all workers, as of the last WorkerRegistry::publish() (event-loop thread only).
   int64_t pages_free = 0, pages_held = 0, pages_cached = 0;
+  int64_t finished_requests = 0;  // requests ended, any reason (event-loop thread only; heartbeat totals)
 
   static SchedulerMetrics create(metrics::Registry& registry);
 };

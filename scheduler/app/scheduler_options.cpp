@@ -44,6 +44,15 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
                                      .help = "seconds between two stats log lines (running, waiting, pages, hit rate, "
                                              "tokens/s; 0 = none)",
                                      .env = "TESSERA_SCHEDULER_STATS_INTERVAL_S", .min = 0, .max = 86400});
+  o.add(c.service.kv_events_endpoint, {.name = "kv-events-endpoint",
+                                       .help = "ZeroMQ PUB bind for K/V events: pages stored into / evicted from each worker's "
+                                               "radix index, preference fills (\"\" = off; port * = any free port)",
+                                       .env = "TESSERA_KV_EVENTS_ENDPOINT"});
+  o.add(c.service.kv_events_snapshot_endpoint,
+        {.name = "kv-events-snapshot-endpoint",
+         .help = "ZeroMQ ROUTER bind answering kv_snapshot with every worker's whole index and its sequence number "
+                 "(required with --kv-events-endpoint)",
+         .env = "TESSERA_KV_EVENTS_SNAPSHOT_ENDPOINT"});
   o.add(c.service.audit, {.name = "audit", .help = "check every batcher invariant after each step (slow; tests)",
                           .env = "TESSERA_SCHEDULER_AUDIT"});
   o.add(c.service.router.load_epsilon, {.name = "route-load-epsilon",

@@ -16,11 +16,20 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceConfig& config, me
       "--heartbeat-ms/--frontend-dead-ms")));
   TS_ASSIGN_OR_RETURN(scheduler::Router router, scheduler::Router::create(config.router));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Sockets> sockets, Sockets::bind(config.frontend_endpoint, config.worker_endpoint));
-  return std::unique_ptr<Service>(new Service(std::make_unique<EventLoop>(config, std::move(sockets), std::move(router), registry)));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<KvEvents> kv_events,
+                      KvEvents::create({.endpoint = config.kv_events_endpoint, .snapshot_endpoint = config.kv_events_snapshot_endpoint},
+                                       config.name));
+  return std::unique_ptr<Service>(
+      new Service(std::make_unique<EventLoop>(config, std::move(sockets), std::move(kv_events), std::move(router), registry)));
 }
 
 std::string Service::frontend_endpoint() const { return loop_->sockets().frontend_endpoint(); }
 std::string Service::worker_endpoint() const { return loop_->sockets().worker_endpoint(); }
+
+std::string Service::kv_events_endpoint() const { return loop_->kv_events() ? loop_->kv_events()->endpoint() : ""; }
+std::string Service::kv_events_snapshot_endpoint() const {
+  return loop_->kv_events() ? loop_->kv_events()->snapshot_endpoint() : "";
+}
 
 void Service::run(const std::atomic<bool>& stop) { loop_->run(stop); }
 

@@ -68,6 +68,8 @@ struct ServiceConfig {
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
   int stats_interval_s = 10;       // a stats log line this often; 0 = none
   scheduler::RouterConfig router;
+  std::string kv_events_endpoint;           // PUB bind for K/V events ("" = off; docs/protocol.md "K/V events")
+  std::string kv_events_snapshot_endpoint;  // ROUTER bind answering kv_snapshot (required with the above)
 };
 
 class Service {
@@ -80,6 +82,8 @@ class Service {
 
   std::string frontend_endpoint() const;  // as bound
   std::string worker_endpoint() const;    // as bound
+  std::string kv_events_endpoint() const;           // as bound; "" when off
+  std::string kv_events_snapshot_endpoint() const;  // as bound; "" when off
 
   // Serves until `stop` becomes true (checked at least every 50 ms), then tells every worker
   // nothing more and fails in-flight requests with kUnavailable.

@@ -32,6 +32,8 @@ void StepDriver::drive() {
       w.step_id = plan->step_id;
       w.in_flight = true;
       w.sent_at = now;
+      if (kv_events_ != nullptr)
+        for (const KvFill& f : plan->fills) kv_events_->preference_fill(name, f);
       sockets_.to_worker(name, protocol::StepPlanMsg{.id = plan->step_id, .plan = std::move(*plan)});
     }
   }

@@ -28,6 +28,8 @@ class StepDriver {
   void drive();
   // A worker answered a plan. Results for a plan not in flight are logged and ignored.
   void on_result(WorkerEntry& w, const StepResult& result);
+  // K/V events (may be null): each plan's preference fills are reported to it when sent.
+  void set_kv_events(KvEvents* events) { kv_events_ = events; }
 
  private:
   void audit(const WorkerEntry& w) const;
@@ -37,6 +39,7 @@ class StepDriver {
   Sockets& sockets_;
   SchedulerMetrics& m_;
   bool audit_;
+  KvEvents* kv_events_ = nullptr;
 };
 
 }  // namespace tessera::scheduler_app

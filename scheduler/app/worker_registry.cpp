@@ -31,6 +31,7 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
   auto batcher = scheduler::Batcher::create(bc);
   if (!batcher.ok()) return batcher.take_error();
   TS_TRY(router_.add_worker(name));
+  if (kv_events_ != nullptr) (*batcher)->set_index_observer(kv_events_->observer_for(name));
   fingerprint_ = dki::hex16(reg.model_fingerprint);
   fingerprint64_ = reg.model_fingerprint;
   const std::string help = "K/V pages by state (free + held + cached = total)";
@@ -54,6 +55,7 @@ bool WorkerRegistry::remove(const std::string& name) {
   it->second.cached_pages->set(0);
   (void)router_.remove_worker(name);
   workers_.erase(it);
+  if (kv_events_ != nullptr) kv_events_->cleared(name);
   if (workers_.empty()) fingerprint_.clear();
   return true;
 }
@@ -158,7 +160,9 @@ void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {
                           .held_pages = static_cast<int32_t>(c.held),
                           .cached_pages = static_cast<int32_t>(c.cached),
                           .running = static_cast<int32_t>(w.batcher->num_running()),
-                          .waiting = static_cast<int32_t>(w.batcher->num_waiting())});
+                          .waiting = static_cast<int32_t>(w.batcher->num_waiting()),
+                          .prompt_tokens = w.batcher->stats().prompt_tokens,
+                          .cached_prompt_tokens = w.batcher->stats().cached_prompt_tokens});
   }
 }
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "kv_events.h"
 #include "scheduler_metrics.h"
 #include "tessera/common/peer_liveness.h"
 #include "tessera/common/protocol.h"
@@ -83,6 +84,10 @@ class WorkerRegistry {
   // Names of the workers that just went silent for longer than dead_after (each reported once).
   std::vector<std::string> check_dead(PeerLiveness::Clock::time_point now);
 
+  // K/V events (may be null; must outlive this registry): every Batcher built from now on
+  // reports its radix index changes to it, and a removed worker's index is reported cleared.
+  void set_kv_events(KvEvents* events) { kv_events_ = events; }
+
   // Refreshes the gauges (pages per worker, live workers, running, waiting, preemptions).
   void publish();
   // Adds the cluster figures (live workers, running, waiting, pages per worker) to `hb`.
@@ -97,6 +102,7 @@ class WorkerRegistry {
   std::string fingerprint_;                     // of the registered workers (all equal); "" when none
   uint64_t fingerprint64_ = 0;                  // the same, as RegisterWorker sent it
   int64_t preemptions_seen_ = 0;
+  KvEvents* kv_events_ = nullptr;
 };
 
 }  // namespace tessera::scheduler_app

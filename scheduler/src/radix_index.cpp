@@ -46,6 +46,17 @@ void RadixIndex::free_node(uint32_t id) {
   free_slots_.push_back(id);
 }
 
+uint64_t RadixIndex::namespace_hash(const std::string& ns_key) { return fnv1a64(ns_key); }
+
+uint64_t RadixIndex::block_hash(uint64_t parent_hash, std::span<const int32_t> page_tokens) {
+  return hash_combine(parent_hash, hash_tokens(page_tokens));
+}
+
+uint64_t RadixIndex::last_hash(uint32_t id) const {
+  const Node& n = nodes_[id];
+  return n.ns_key.empty() ? n.hashes.back() : namespace_hash(n.ns_key);
+}
+
 uint64_t RadixIndex::page_hash(std::span<const int32_t> page) const { return hash_tokens(page, 0x7261646978ULL); }
 
 uint64_t RadixIndex::child_key(uint32_t parent, uint64_t page_hash) { return hash_combine(parent, page_hash); }
@@ -128,8 +139,10 @@ uint32_t RadixIndex::split(uint32_t id, int32_t keep_pages) {
   Node& cn = nodes_[id];
   yn.tokens.assign(cn.tokens.begin(), cn.tokens.begin() + static_cast<ptrdiff_t>(keep * ps));
   yn.pages.assign(cn.pages.begin(), cn.pages.begin() + static_cast<ptrdiff_t>(keep));
+  yn.hashes.assign(cn.hashes.begin(), cn.hashes.begin() + static_cast<ptrdiff_t>(keep));
   cn.tokens.erase(cn.tokens.begin(), cn.tokens.begin() + static_cast<ptrdiff_t>(keep * ps));
   cn.pages.erase(cn.pages.begin(), cn.pages.begin() + static_cast<ptrdiff_t>(keep));
+  cn.hashes.erase(cn.hashes.begin(), cn.hashes.begin() + static_cast<ptrdiff_t>(keep));
   yn.parent = cn.parent;
   yn.lock_ref = cn.lock_ref;
   yn.last_access = cn.last_access;
@@ -232,6 +245,16 @@ Result<InsertResult> RadixIndex::insert(const KvNamespace& ns, std::span<const i
     Node& ln = nodes_[leaf];
     ln.tokens.assign(tokens.begin() + pos, tokens.end());
     ln.pages.assign(pages.begin() + static_cast<ptrdiff_t>(upos / ps), pages.end());
+    std::vector<RadixBlock> stored;
+    stored.reserve(ln.pages.size());
+    uint64_t h = last_hash(node);
+    for (size_t i = 0; i < ln.pages.size(); ++i) {
+      const uint64_t parent = h;
+      h = block_hash(parent, tokens.subspan(upos + i * ps, ps));
+      ln.hashes.push_back(h);
+      stored.push_back({.hash = h, .parent_hash = parent, .page = ln.pages[i]});
+    }
+    if (observer_ != nullptr) observer_->on_stored(namespace_hash(nodes_[root].ns_key), stored, tokens.subspan(upos));
     ln.parent = node;
     ln.end = static_cast<int32_t>(tokens.size());
     ln.first_page_hash = page_hash(tokens.subspan(upos, ps));
@@ -324,6 +347,7 @@ void RadixIndex::merge_into_parent(uint32_t parent, uint32_t child) {
   }
   p.tokens.insert(p.tokens.end(), c.tokens.begin(), c.tokens.end());
   p.pages.insert(p.pages.end(), c.pages.begin(), c.pages.end());
+  p.hashes.insert(p.hashes.end(), c.hashes.begin(), c.hashes.end());
   p.children = std::move(c.children);
   c.children.clear();
   p.end = c.end;
@@ -370,10 +394,15 @@ int32_t RadixIndex::evict(int32_t num_pages) {
     const uint32_t id = lru_.begin()->second;
     Node& n = nodes_[id];
     const int32_t take = std::min<int32_t>(num_pages - freed, static_cast<int32_t>(n.pages.size()));
+    std::vector<RadixBlock> removed;
     for (int32_t i = 0; i < take; ++i) {
       alloc_.evict(n.pages.back());  // TS_CHECKs the page is cached (reference count 0)
+      const uint64_t parent = n.hashes.size() > 1 ? n.hashes[n.hashes.size() - 2] : last_hash(n.parent);
+      removed.push_back({.hash = n.hashes.back(), .parent_hash = parent, .page = n.pages.back()});
       n.pages.pop_back();
+      n.hashes.pop_back();
     }
+    if (observer_ != nullptr) observer_->on_removed(removed);
     n.tokens.resize(n.pages.size() * static_cast<size_t>(page_size_));
     n.end -= take * page_size_;
     ++n.generation;  // trimmed: handles to it no longer describe it
@@ -384,6 +413,23 @@ int32_t RadixIndex::evict(int32_t num_pages) {
     if (n.pages.empty()) remove_leaf(id);
   }
   return freed;
+}
+
+void RadixIndex::for_each_block(
+    const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const {
+  const auto ps = static_cast<size_t>(page_size_);
+  std::vector<std::pair<uint32_t, uint64_t>> stack;  // (node, its namespace hash)
+  for (const auto& [key, root] : roots_) stack.emplace_back(root, namespace_hash(key));
+  while (!stack.empty()) {
+    const auto [id, ns] = stack.back();
+    stack.pop_back();
+    const Node& n = nodes_[id];
+    for (size_t i = 0; i < n.pages.size(); ++i) {
+      const uint64_t parent = i > 0 ? n.hashes[i - 1] : last_hash(n.parent);
+      fn(ns, RadixBlock{.hash = n.hashes[i], .parent_hash = parent, .page = n.pages[i]}, std::span(n.tokens).subspan(i * ps, ps));
+    }
+    for (uint32_t c : n.children) stack.emplace_back(c, ns);
+  }
 }
 
 // ---- audit ----
@@ -401,6 +447,12 @@ Status RadixIndex::check() const {
     if (is_root != (n.parent == kNone)) return fail(where + ": root flag and parent disagree");
     if (is_root && find_root(n.ns_key) != id) return fail(where + ": root not registered");
     if (n.tokens.size() != n.pages.size() * ps) return fail(where + ": tokens do not fill its pages");
+    if (n.hashes.size() != n.pages.size()) return fail(where + ": block hashes do not match its pages");
+    for (size_t i = 0; i < n.hashes.size(); ++i) {
+      const uint64_t parent = i > 0 ? n.hashes[i - 1] : last_hash(n.parent);
+      if (n.hashes[i] != block_hash(parent, std::span(n.tokens).subspan(i * ps, ps)))
+        return fail(where + ": block hash " + std::to_string(i) + " does not chain from its parent");
+    }
     if (!is_root && n.pages.empty()) return fail(where + ": empty non-root node");
     if (!is_root) {
       const Node& p = nodes_[n.parent];

@@ -48,6 +48,7 @@ bool Cluster::start_scheduler(const std::string& frontend_endpoint, const std::s
                                        dir_ + (first ? "/scheduler.log" : "/scheduler-restarted.log"));
   const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
   if (sline.empty()) return false;
+  sched_line_ = sline;
   sched_fe_ = line_field(sline, "frontends");
   sched_we_ = line_field(sline, "workers");
   metrics_port_ = std::atoi(line_field(sline, "metrics").c_str());

@@ -276,6 +276,24 @@ TEST(ProtocolCodec, HeartbeatPerWorkerPages) {
   EXPECT_EQ(out.workers[1].held_pages, 0);
 }
 
+TEST(ProtocolCodec, HeartbeatTotalsAndPerWorkerPromptTokens) {
+  Heartbeat in{.id = 3, .role = "scheduler", .workers = {{.name = "w0", .prompt_tokens = 100, .cached_prompt_tokens = 64}}};
+  in.totals = SchedulerTotals{.finished_requests = 7, .prompt_tokens = 100, .cached_prompt_tokens = 64, .generation_tokens = 250,
+                              .preemptions = 1, .ttft_count = 6, .ttft_seconds_sum = 0.125};
+  Heartbeat out = round_trip(in);
+  ASSERT_EQ(out.workers.size(), 1u);
+  EXPECT_EQ(out.workers[0].prompt_tokens, 100);
+  EXPECT_EQ(out.workers[0].cached_prompt_tokens, 64);
+  ASSERT_TRUE(out.totals.has_value());
+  EXPECT_EQ(out.totals->finished_requests, 7);
+  EXPECT_EQ(out.totals->generation_tokens, 250);
+  EXPECT_EQ(out.totals->preemptions, 1);
+  EXPECT_EQ(out.totals->ttft_count, 6);
+  EXPECT_DOUBLE_EQ(out.totals->ttft_seconds_sum, 0.125);
+  // Other roles send none, and an older scheduler's beat decodes without it.
+  EXPECT_FALSE(round_trip(Heartbeat{.id = 4, .role = "frontend"}).totals.has_value());
+}
+
 TEST(ProtocolCodec, PreferenceFillTokensAndProvenance) {
   StepPlan p;
   p.step_id = 3;

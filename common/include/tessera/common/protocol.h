@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -186,6 +187,20 @@ struct WorkerStats {
   int32_t cached_pages = 0;   // in the radix index, evictable
   int32_t running = 0;
   int32_t waiting = 0;
+  int64_t prompt_tokens = 0;         // prompt tokens of requests admitted on this worker (cumulative)
+  int64_t cached_prompt_tokens = 0;  // of which came from its prefix cache
+};
+
+// A scheduler's cumulative figures since it started (optional, scheduler heartbeats only; the
+// frontend's dashboard turns them into rates, docs/operations.md "Dashboard").
+struct SchedulerTotals {
+  int64_t finished_requests = 0;     // requests ended (any reason)
+  int64_t prompt_tokens = 0;         // of ended requests
+  int64_t cached_prompt_tokens = 0;  // of ended requests, from the prefix cache
+  int64_t generation_tokens = 0;     // tokens sent to frontends
+  int64_t preemptions = 0;
+  int64_t ttft_count = 0;            // requests that got a first token
+  double ttft_seconds_sum = 0.0;     // their arrival -> first token times, summed
 };
 
 struct Heartbeat {
@@ -212,6 +227,7 @@ struct Heartbeat {
   int32_t max_prompt_tokens = 0;  // the frontend's prompt limit
   int32_t vocab_size = 0;
   int32_t default_max_tokens = 0; // max_tokens of a request that gives none
+  std::optional<SchedulerTotals> totals{};  // scheduler -> frontend (optional)
 };
 
 // type "drain": stop admitting new requests, finish running ones. type "shutdown": exit.

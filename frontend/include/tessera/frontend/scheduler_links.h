@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct SchedulerStatus {
   int32_t waiting = 0;
   int32_t context_length = 0;  // from its heartbeats (0 = not said yet)
   int32_t page_size = 0;
+  std::string name;                               // the scheduler's --name ("" until heard)
+  std::vector<protocol::WorkerStats> workers;     // from its last heartbeat (empty when dead)
+  std::optional<protocol::SchedulerTotals> totals;  // from its last heartbeat (an older scheduler: none)
 };
 
 class SchedulerLink {

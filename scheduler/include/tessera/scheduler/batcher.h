@@ -142,6 +142,9 @@ class Batcher {
   const BatcherConfig& config() const { return config_; }
   const PageAllocator& pages() const { return *pages_; }
   const RadixIndex& index() const { return *index_; }
+  // Forwards to RadixIndex::set_observer (K/V events); `observer` must outlive this Batcher or be
+  // replaced first.
+  void set_index_observer(RadixObserver* observer) { index_->set_observer(observer); }
   const BatcherStats& stats() const { return stats_; }
   // Full audit (O(pages + nodes + sequences)); the error names the first broken invariant.
   Status check() const;

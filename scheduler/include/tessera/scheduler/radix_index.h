@@ -29,12 +29,19 @@
 // stale handle is detected and rejected with kInvalidArgument, never used. A locked node is never
 // changed that way, so a handle stays valid while it is locked.
 //
+// Block hashes and events. Every indexed page has a block hash naming its whole path: for the
+// i-th page of a namespace's path, block_hash(i) = hash_combine(block_hash(i - 1),
+// hash_tokens(page i's tokens)), with block_hash(-1) = namespace_hash(ns_key) =
+// fnv1a64(ns_key). An optional RadixObserver hears every page stored into the index and every
+// page evicted from it, in order, synchronously (docs/protocol.md, "K/V events").
+//
 // Thread-safety: none. One index per worker, driven by that worker's batcher thread; peek() and
 // the other const members may run concurrently with each other only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <set>
 #include <span>
 #include <string>
@@ -92,8 +99,31 @@ struct RadixNodeInfo {
   int32_t lock_count = 0;
 };
 
+// One indexed page, as the observer and for_each_block() report it.
+struct RadixBlock {
+  uint64_t hash = 0;         // block hash (see above)
+  uint64_t parent_hash = 0;  // of the page before it; namespace_hash(ns) for the first page
+  int32_t page = 0;          // physical page id in the worker's pool
+};
+
+// Hears the index change. Called on the index's thread, inside insert() / evict(); must not
+// call back into the index.
+class RadixObserver {
+ public:
+  virtual ~RadixObserver() = default;
+  // `blocks` were newly indexed under namespace `ns_hash`: consecutive pages of one path, the
+  // first one's parent_hash naming where they hang; `tokens` are their tokens
+  // (blocks.size() * page_size of them).
+  virtual void on_stored(uint64_t ns_hash, std::span<const RadixBlock> blocks, std::span<const int32_t> tokens) = 0;
+  // `blocks` were evicted (each is a leaf when removed, so descendants go first).
+  virtual void on_removed(std::span<const RadixBlock> blocks) = 0;
+};
+
 class RadixIndex {
  public:
+  static uint64_t namespace_hash(const std::string& ns_key);
+  static uint64_t block_hash(uint64_t parent_hash, std::span<const int32_t> page_tokens);
+
   // `pages` must outlive the index. page_size >= 1 (TS_CHECK).
   RadixIndex(PageAllocator& pages, int32_t page_size);
   RadixIndex(const RadixIndex&) = delete;
@@ -128,6 +158,12 @@ class RadixIndex {
   int32_t num_namespaces() const { return static_cast<int32_t>(roots_.size()); }
   const RadixStats& stats() const { return stats_; }
 
+  // `observer` (may be null; not owned, must outlive the index or be replaced) hears every
+  // later change.
+  void set_observer(RadixObserver* observer) { observer_ = observer; }
+  // Every indexed block, parents before children; `tokens` are the block's page of tokens.
+  void for_each_block(const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const;
+
   // Full audit of the invariants above (O(nodes + pages)); the error names the first problem.
   Status check() const;
 
@@ -135,6 +171,7 @@ class RadixIndex {
   struct Node {
     std::vector<int32_t> tokens;  // this edge's tokens (a multiple of page_size; empty for roots)
     std::vector<int32_t> pages;   // tokens.size() / page_size pages
+    std::vector<uint64_t> hashes; // block hash of each page (parallel to pages)
     std::vector<uint32_t> children;
     std::string ns_key;           // roots only
     uint64_t first_page_hash = 0; // key of this node under its parent
@@ -167,6 +204,7 @@ class RadixIndex {
   void remove_leaf(uint32_t id);
   void merge_into_parent(uint32_t parent, uint32_t child);
   uint64_t page_hash(std::span<const int32_t> page) const;
+  uint64_t last_hash(uint32_t id) const;         // block hash ending at node `id` (a root: its namespace's)
   static uint64_t child_key(uint32_t parent, uint64_t page_hash);
   Status check_handle(RadixHandle h) const;
 
@@ -181,6 +219,7 @@ class RadixIndex {
   int32_t evictable_pages_ = 0;
   int32_t indexed_pages_ = 0;
   RadixStats stats_;
+  RadixObserver* observer_ = nullptr;
 };
 
 }  // namespace tessera::scheduler

@@ -59,6 +59,7 @@ class Cluster {
   const std::string& scheduler_frontend_endpoint() const { return sched_fe_; }
   const std::string& scheduler_worker_endpoint() const { return sched_we_; }
   Process& scheduler() { return *scheduler_; }
+  const std::string& scheduler_listening() const { return sched_line_; }  // its LISTENING line (line_field())
   // SIGKILLs the scheduler and starts a new one on the same frontend and worker endpoints (a new
   // metrics port); true once it prints its LISTENING line. Workers and frontend stay up.
   bool restart_scheduler();
@@ -81,7 +82,7 @@ class Cluster {
   std::vector<std::unique_ptr<Process>> workers_;
   int http_port_ = 0;
   int metrics_port_ = 0;
-  std::string zmq_endpoint_, sched_fe_, sched_we_;
+  std::string zmq_endpoint_, sched_fe_, sched_we_, sched_line_;
   bool ok_ = false;
 };
 

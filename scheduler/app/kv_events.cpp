@@ -1,0 +1,247 @@
+#include "kv_events.h"
+
+#include <chrono>
+
+#include <msgpack.hpp>
+
+#include "tessera/common/log.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
+#include "worker_registry.h"
+
+namespace tessera::scheduler_app {
+namespace {
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void key(Packer& p, std::string_view k) { p.pack_str(static_cast<uint32_t>(k.size())).pack_str_body(k.data(), static_cast<uint32_t>(k.size())); }
+void str(Packer& p, std::string_view v) { key(p, v); }
+
+template <class T>
+void array(Packer& p, std::span<const T> xs) {
+  p.pack_array(static_cast<uint32_t>(xs.size()));
+  for (const T& x : xs) p.pack(x);
+}
+
+std::string bytes(const msgpack::sbuffer& b) { return std::string(b.data(), b.size()); }
+
+// The three keys every message starts with (docs/protocol.md, "Common fields").
+void header(Packer& p, std::string_view type, uint64_t id) {
+  key(p, "v");
+  p.pack(protocol::kProtocolVersion);
+  key(p, "type");
+  str(p, type);
+  key(p, "id");
+  p.pack(id);
+}
+
+std::string error_reply(uint64_t id, ErrorCode code, const std::string& message) {
+  return protocol::encode_error(id, code, message);
+}
+
+}  // namespace
+
+class KvEvents::Observer : public scheduler::RadixObserver {
+ public:
+  Observer(KvEvents& events, std::string worker) : events_(events), worker_(std::move(worker)) {}
+
+  void on_stored(uint64_t ns_hash, std::span<const scheduler::RadixBlock> blocks, std::span<const int32_t> tokens) override {
+    msgpack::sbuffer b;
+    Packer p(b);
+    p.pack_map(7);
+    key(p, "kind");
+    str(p, "stored");
+    key(p, "worker");
+    str(p, worker_);
+    key(p, "ns");
+    p.pack(ns_hash);
+    key(p, "parent_hash");
+    p.pack(blocks.empty() ? 0 : blocks.front().parent_hash);
+    key(p, "block_hashes");
+    p.pack_array(static_cast<uint32_t>(blocks.size()));
+    for (const auto& bl : blocks) p.pack(bl.hash);
+    key(p, "pages");
+    p.pack_array(static_cast<uint32_t>(blocks.size()));
+    for (const auto& bl : blocks) p.pack(bl.page);
+    key(p, "token_ids");
+    array(p, tokens);
+    events_.add_event(bytes(b));
+  }
+
+  void on_removed(std::span<const scheduler::RadixBlock> blocks) override {
+    msgpack::sbuffer b;
+    Packer p(b);
+    p.pack_map(4);
+    key(p, "kind");
+    str(p, "removed");
+    key(p, "worker");
+    str(p, worker_);
+    key(p, "block_hashes");
+    p.pack_array(static_cast<uint32_t>(blocks.size()));
+    for (const auto& bl : blocks) p.pack(bl.hash);
+    key(p, "pages");
+    p.pack_array(static_cast<uint32_t>(blocks.size()));
+    for (const auto& bl : blocks) p.pack(bl.page);
+    events_.add_event(bytes(b));
+  }
+
+ private:
+  KvEvents& events_;
+  const std::string worker_;
+};
+
+Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint) {
+  try {
+    zmq::socket_t s(ctx, type);
+    s.set(zmq::sockopt::linger, 0);
+    zmqu::limit_message_size(s);
+    s.set(zmq::sockopt::sndhwm, 100000);
+    s.bind(endpoint);
+    return s;
+  } catch (const zmq::error_t& e) {
+    return make_error(ErrorCode::kUnavailable, "cannot bind K/V event socket '" + endpoint + "': " + e.what());
+  }
+}
+
+Result<std::unique_ptr<KvEvents>> KvEvents::create(const KvEventsConfig& config, std::string scheduler_name) {
+  if (config.endpoint.empty()) return std::unique_ptr<KvEvents>();
+  if (config.snapshot_endpoint.empty())
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--kv-events-endpoint needs --kv-events-snapshot-endpoint (where subscribers take the snapshot "
+                      "they apply events to)");
+  std::unique_ptr<KvEvents> ev(new KvEvents(std::move(scheduler_name)));
+  TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint));
+  TS_ASSIGN_OR_RETURN(ev->snapshot_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::router, config.snapshot_endpoint));
+  ev->bound_ = ev->pub_.get(zmq::sockopt::last_endpoint);
+  ev->snapshot_bound_ = ev->snapshot_.get(zmq::sockopt::last_endpoint);
+  return ev;
+}
+
+KvEvents::KvEvents(std::string name) : name_(std::move(name)) {}
+KvEvents::~KvEvents() = default;
+
+scheduler::RadixObserver* KvEvents::observer_for(const std::string& worker) {
+  auto& o = observers_[worker];
+  if (!o) o = std::make_unique<Observer>(*this, worker);
+  return o.get();
+}
+
+void KvEvents::cleared(const std::string& worker) {
+  msgpack::sbuffer b;
+  Packer p(b);
+  p.pack_map(2);
+  key(p, "kind");
+  str(p, "cleared");
+  key(p, "worker");
+  str(p, worker);
+  add_event(bytes(b));
+}
+
+void KvEvents::preference_fill(const std::string& worker, const KvFill& fill) {
+  msgpack::sbuffer b;
+  Packer p(b);
+  p.pack_map(6);
+  key(p, "kind");
+  str(p, "preference_fill");
+  key(p, "worker");
+  str(p, worker);
+  key(p, "request_id");
+  p.pack(fill.request_id);
+  key(p, "pages");
+  array(p, std::span<const int32_t>(fill.pages));
+  key(p, "num_tokens");
+  p.pack(fill.num_tokens);
+  key(p, "alpha");
+  p.pack(static_cast<double>(fill.alpha));
+  add_event(bytes(b));
+}
+
+void KvEvents::flush() {
+  if (pending_.empty()) return;
+  ++seq_;
+  msgpack::sbuffer b;
+  Packer p(b);
+  p.pack_map(7);
+  header(p, "kv_events", seq_);
+  key(p, "seq");
+  p.pack(seq_);
+  key(p, "scheduler");
+  str(p, name_);
+  key(p, "unix_ms");
+  p.pack(static_cast<int64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()));
+  key(p, "events");
+  p.pack_array(static_cast<uint32_t>(pending_.size()));
+  for (const std::string& e : pending_) b.write(e.data(), e.size());
+  pending_.clear();
+  // A PUB socket never blocks: a subscriber too slow to keep up loses messages and sees the gap
+  // in `seq` (its rule: take a new snapshot).
+  (void)zmqu::send(pub_, {"kv", bytes(b)}, /*dontwait=*/true);
+}
+
+void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
+  for (int n = 0; n < 64; ++n) {
+    auto frames = zmqu::recv(snapshot_, true);
+    if (!frames.ok() || frames->empty()) return;
+    auto env = zmqu::parse_router(std::move(*frames));
+    if (!env.ok()) continue;  // no envelope to answer to
+    uint64_t id = protocol::peek_id(env->body);
+    std::string type;
+    try {
+      msgpack::object_handle oh = msgpack::unpack(env->body.data(), env->body.size());
+      if (oh.get().type == msgpack::type::MAP)
+        for (const auto& kv : oh.get().via.map)
+          if (kv.key.type == msgpack::type::STR && kv.key.as<std::string>() == "type" && kv.val.type == msgpack::type::STR)
+            type = kv.val.as<std::string>();
+    } catch (const std::exception& e) {
+      (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(0, ErrorCode::kMalformedMessage,
+                                                                       std::string("undecodable message: ") + e.what())),
+                       true);
+      continue;
+    }
+    if (type != "kv_snapshot") {
+      (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(id, ErrorCode::kInvalidArgument,
+                                                                       "the K/V snapshot port only takes 'kv_snapshot' (got '" +
+                                                                           type + "')")),
+                       true);
+      continue;
+    }
+    flush();  // the snapshot covers every event published so far, and nothing later
+    msgpack::sbuffer b;
+    Packer p(b);
+    p.pack_map(6);
+    header(p, "kv_snapshot", id);
+    key(p, "seq");
+    p.pack(seq_);
+    key(p, "scheduler");
+    str(p, name_);
+    key(p, "workers");
+    p.pack_array(static_cast<uint32_t>(workers.all().size()));
+    for (const auto& [name, w] : workers.all()) {
+      const scheduler::RadixIndex& index = w.batcher->index();
+      p.pack_map(3);
+      key(p, "name");
+      str(p, name);
+      key(p, "page_size");
+      p.pack(index.page_size());
+      key(p, "blocks");
+      p.pack_array(static_cast<uint32_t>(index.indexed_pages()));
+      index.for_each_block([&](uint64_t ns, const scheduler::RadixBlock& bl, std::span<const int32_t> tokens) {
+        p.pack_map(5);
+        key(p, "ns");
+        p.pack(ns);
+        key(p, "hash");
+        p.pack(bl.hash);
+        key(p, "parent_hash");
+        p.pack(bl.parent_hash);
+        key(p, "page");
+        p.pack(bl.page);
+        key(p, "token_ids");
+        array(p, tokens);
+      });
+    }
+    (void)zmqu::send(snapshot_, zmqu::router_reply(*env, bytes(b)), true);
+  }
+}
+
+}  // namespace tessera::scheduler_app
