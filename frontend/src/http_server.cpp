@@ -73,6 +73,21 @@ struct HttpServer::Conn {
   std::string request_id;  // x-request-id: the client's, else generated; echoed on every answer
   Principal principal{};   // who sent it (api_keys.h); the open principal without keys
   AccessRecord access{};   // filled as the request goes; written by log_access when it ends
+  bool head = false;       // HEAD: answered like GET, without the body
+  // Writes: each runs under a deadline, http_write_timeout_ms from its start or write_cap (the
+  // request's deadline while a generation runs) when sooner. Beast closes the socket when it
+  // passes: the write fails and write_timed_out tells it from a disconnect.
+  Clock::time_point write_cap = Clock::time_point::max();
+  bool write_timed_out = false;
+
+  void arm_write() {
+    stream.expires_at(std::min(Clock::now() + std::chrono::milliseconds(s.config.http_write_timeout_ms), write_cap));
+  }
+  bool wrote(const boost::system::error_code& ec) {
+    stream.expires_never();
+    if (ec == beast::error::timeout) write_timed_out = true;
+    return !ec;
+  }
 
   net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -86,8 +101,14 @@ struct HttpServer::Conn {
     s.metrics.count_response(route, status);
     access.status = status;
     boost::system::error_code ec;
-    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
-    co_return !ec && keep_alive;
+    arm_write();
+    if (head) {
+      http::response<http::empty_body> header_only{std::move(res.base())};  // Content-Length of the GET body, no body
+      co_await http::async_write(stream, header_only, net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    }
+    co_return wrote(ec) && keep_alive;
   }
 
   net::awaitable<bool> error(const Error& e, std::string_view param = "") {
@@ -101,8 +122,9 @@ struct HttpServer::Conn {
 
   net::awaitable<bool> write_chunk(const std::string& data) {
     boost::system::error_code ec;
+    arm_write();
     co_await net::async_write(stream, http::make_chunk(net::buffer(data)), net::redirect_error(net::use_awaitable, ec));
-    co_return !ec;
+    co_return wrote(ec);
   }
 
   net::awaitable<bool> start_events() {
@@ -117,15 +139,17 @@ struct HttpServer::Conn {
     s.metrics.count_response(route, 200);
     access.status = 200;
     boost::system::error_code ec;
+    arm_write();
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
-    co_return !ec;
+    co_return wrote(ec);
   }
 
   net::awaitable<bool> end_events(const std::string& last) {
     if (!co_await write_chunk(last + "data: [DONE]\n\n")) co_return false;
     boost::system::error_code ec;
+    arm_write();
     co_await net::async_write(stream, http::make_chunk_last(), net::redirect_error(net::use_awaitable, ec));
-    co_return !ec && keep_alive;
+    co_return wrote(ec) && keep_alive;
   }
 
   net::awaitable<bool> generate(const Request& req, protocol::RequestKind kind);
@@ -201,6 +225,23 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
   s.hub.submit(std::move(r), channel);
+  // A write the client does not take ends at the request's deadline at the latest (a client that
+  // stops reading cannot hold its slot and its K/V pages past it).
+  write_cap = deadline;
+  // A chunk could not be written: the client went away, or did not read within the write
+  // timeout. Either way the request is cancelled (its pages freed) and the slot released on return.
+  auto write_failed = [&] {
+    s.hub.abandon(id);
+    if (write_timed_out) {
+      s.metrics.timeouts.inc();
+      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      TS_LOG(kWarn) << "req=" << id << " | client did not take a write within " << s.config.http_write_timeout_ms
+                    << " ms (or the request timeout); connection closed, request cancelled";
+    } else {
+      s.metrics.disconnects.inc();
+      end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+    }
+  };
 
   bool events_started = false, first_chunk = true, cancel_sent = false;
   for (;;) {
@@ -212,6 +253,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
+      write_cap = Clock::time_point::max();  // the 504 itself gets the write timeout
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
@@ -234,16 +276,12 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         cancel_sent = true;
       }
       if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
-      if (!events_started && !(events_started = co_await start_events())) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        co_return false;
-      }
-      if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+      // (No co_await inside a short-circuit condition: GCC has evaluated such operands out of order.)
+      bool ok = events_started;
+      if (!ok) ok = events_started = co_await start_events();
+      if (ok) ok = co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr));
+      if (!ok) {
+        write_failed();
         co_return false;
       }
       first_chunk = false;
@@ -251,6 +289,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     }
     if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
       slot.value().reset();
+      write_cap = Clock::time_point::max();  // finished: the last writes get the write timeout
       std::string tail = gen.finish();
       s.metrics.stripped(gen.stripped_calls());
       protocol::FinalEvent f = *fin;
@@ -267,6 +306,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
       slot.value().reset();
+      write_cap = Clock::time_point::max();
       // The scheduler names the frontend's internal request number; the client never saw it.
       std::string message = err->message;
       if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
@@ -320,7 +360,9 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
 net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
   const HttpServer::Deps& s = c.s;
   const std::string& path = c.access.route;
-  const bool get = req.method() == http::verb::get;
+  // HEAD is answered like GET, without the body (respond() sends the header only).
+  c.head = req.method() == http::verb::head;
+  const bool get = req.method() == http::verb::get || c.head;
   const bool post = req.method() == http::verb::post;
   // The OpenAI surface needs a key when keys are configured; /health, /ready, /metrics never do
   // (and /admin/v1 has its own token).
@@ -367,24 +409,78 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
   co_return co_await c.error(make_error(ErrorCode::kNotFound, "unknown route " + std::string(req.method_string()) + " " + path));
 }
 
+// Runs the read `op` (a coroutine yielding its error code) under a timer of `limit`. When the
+// timer fires first, the socket's pending read is cancelled — the socket stays open, so a 408
+// can still be written — and the result is beast::error::timeout.
+template <class Op>
+net::awaitable<boost::system::error_code> timed_read(beast::tcp_stream& stream, std::chrono::milliseconds limit, Op op) {
+  struct State {
+    bool done = false, fired = false;
+  };
+  auto st = std::make_shared<State>();
+  net::steady_timer timer(co_await net::this_coro::executor, limit);  // the connection's strand
+  timer.async_wait([st, &socket = stream.socket()](const boost::system::error_code& ec) {
+    if (ec || st->done) return;  // the socket is touched only while the read is pending
+    st->fired = true;
+    boost::system::error_code ignored;
+    socket.cancel(ignored);
+  });
+  boost::system::error_code ec = co_await op();
+  st->done = true;
+  timer.cancel();
+  if (st->fired) ec = beast::error::timeout;
+  co_return ec;
+}
+
 net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  const auto header_timeout = std::chrono::milliseconds(s.config.http_header_timeout_ms);
+  const auto body_timeout = std::chrono::milliseconds(s.config.http_body_timeout_ms);
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(static_cast<uint64_t>(s.config.max_body_bytes));
     parser.header_limit(64 * 1024);
-    stream.expires_after(kIdleTimeout);
     boost::system::error_code ec;
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-        ec == net::error::connection_reset || ec == net::error::operation_aborted)
+    // Between requests the connection may idle (keep-alive) up to kIdleTimeout: closed then
+    // without an answer. From the request's first byte on, the header has header_timeout and
+    // then the body body_timeout (408 when either passes).
+    if (buffer.size() == 0) {
+      stream.expires_after(kIdleTimeout);
+      const size_t n = co_await stream.async_read_some(buffer.prepare(4096), net::redirect_error(net::use_awaitable, ec));
+      stream.expires_never();
+      if (ec) break;
+      buffer.commit(n);
+    }
+    bool in_header = true;
+    ec = co_await timed_read(stream, header_timeout, [&]() -> net::awaitable<boost::system::error_code> {
+      boost::system::error_code e;
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, e));
+      co_return e;
+    });
+    if (!ec && !parser.is_done()) {
+      in_header = false;
+      ec = co_await timed_read(stream, body_timeout, [&]() -> net::awaitable<boost::system::error_code> {
+        boost::system::error_code e;
+        co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, e));
+        co_return e;
+      });
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
       break;
     if (ec) {
       HttpServer::Conn c{s, stream, 11, false, "other"};
-      stream.expires_after(std::chrono::seconds(5));
       const auto start = Clock::now();
-      if (ec == http::error::body_limit)
+      if (ec == beast::error::timeout)
+        co_await c.respond(408, "application/json",
+                           error_json(make_error(ErrorCode::kDeadlineExceeded,
+                                                 in_header ? "request header not complete within " + std::to_string(s.config.http_header_timeout_ms) +
+                                                                 " ms of its first byte (--http-header-timeout-ms)"
+                                                           : "request body not complete within " + std::to_string(s.config.http_body_timeout_ms) +
+                                                                 " ms of its header (--http-body-timeout-ms)"),
+                                      "", "request_timeout", 408));
+      else if (ec == http::error::body_limit)
         co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s.config.max_body_bytes) + " bytes"));
       else
         co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
@@ -423,6 +519,8 @@ net::awaitable<void> accept_loop(const HttpServer::Deps& s, tcp::acceptor& accep
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    // Bounded: what a client that stops reading can make this process hold in the kernel.
+    socket.set_option(net::socket_base::send_buffer_size(s.config.http_send_buffer_bytes), ec);
     auto ex = socket.get_executor();
     net::co_spawn(ex, session(s, std::move(socket)), net::detached);
   }
@@ -434,7 +532,14 @@ net::awaitable<bool> HttpServer::Conn::admin(const Request& req, const std::stri
   std::string_view token;
   if (auto it = req.find(http::field::authorization); it != req.end()) {
     token = std::string_view(it->value().data(), it->value().size());
-    if (token.substr(0, 7) == "Bearer ") token.remove_prefix(7);
+    route = "admin";
+    // Only the Bearer scheme: a bare token (or "Basic ...") is refused, naming the problem.
+    if (token.substr(0, 7) != "Bearer ")
+      co_return co_await respond(401, "application/json",
+                                 error_json(make_error(ErrorCode::kPermissionDenied,
+                                                       "the Authorization header must be 'Bearer <token>'"),
+                                            "", "invalid_authorization", 401));
+    token.remove_prefix(7);
   }
   route = "admin";
   const auto method = req.method_string();

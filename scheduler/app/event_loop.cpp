@@ -44,7 +44,8 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
       requests_(*sockets_, m_),
       failover_(workers_, requests_, m_),
       driver_(workers_, requests_, *sockets_, m_, config.audit),
-      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)} {}
+      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)},
+      heartbeat_(std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count()) {}
 
 void EventLoop::run(const std::atomic<bool>& stop) {
   auto next_tick = Clock::now();
@@ -67,6 +68,8 @@ void EventLoop::run(const std::atomic<bool>& stop) {
       tick();
       next_tick = Clock::now() + milliseconds(std::min(config_.heartbeat_ms, 250));
     }
+    heartbeat_.store(std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count(),
+                     std::memory_order_relaxed);
   }
   shutdown_all();
 }

@@ -23,5 +23,6 @@ std::string Service::frontend_endpoint() const { return loop_->sockets().fronten
 std::string Service::worker_endpoint() const { return loop_->sockets().worker_endpoint(); }
 
 void Service::run(const std::atomic<bool>& stop) { loop_->run(stop); }
+const std::atomic<int64_t>& Service::loop_heartbeat() const { return loop_->heartbeat(); }
 
 }  // namespace tessera::scheduler_app
