@@ -213,7 +213,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   s.preparer.finish(r);
   r.id = s.hub.next_id();
 
-  const uint64_t id = r.id;
+  uint64_t id = r.id;
   const bool streaming = r.stream;
   const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
@@ -222,7 +222,14 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                     .logprobs = parsed->logprobs,
                     .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
-  Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
+  std::optional<Generation> generation;
+  generation.emplace(s.preparer.tokenizer(), r.stop, parsed->logprobs);
+  Generation& gen = *generation;  // emplace() below re-creates it in place
+  // Kept to submit again when the request's worker (or scheduler) dies before anything reached
+  // the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
+  constexpr int kMaxResubmits = 2;
+  int resubmits = 0;
+  const protocol::GenerateRequest original = r;
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
   s.hub.submit(std::move(r), channel);
   // A write the client does not take ends at the request's deadline at the latest (a client that
@@ -305,6 +312,23 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       co_return co_await end_events(last);
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      if (err->code == ErrorCode::kPeerDead && !events_started && resubmits < kMaxResubmits && s.hub.ready() &&
+          Clock::now() < deadline) {
+        // Nothing reached the client yet (a non-streamed request, or a stream before its first
+        // chunk): run it again from the start, on whichever worker the scheduler picks now.
+        ++resubmits;
+        s.metrics.requeued.inc();
+        protocol::GenerateRequest again = original;
+        again.id = id = s.hub.next_id();
+        generation.emplace(s.preparer.tokenizer(), original.stop, parsed->logprobs);
+        first_chunk = true;
+        cancel_sent = false;
+        channel = std::make_shared<Channel>(co_await net::this_coro::executor);
+        TS_LOG(kInfo) << "req=" << id << " | its worker died before the client saw anything: submitted again (" << resubmits
+                      << " of " << kMaxResubmits << ")";
+        s.hub.submit(std::move(again), channel);
+        continue;
+      }
       slot.value().reset();
       write_cap = Clock::time_point::max();
       // The scheduler names the frontend's internal request number; the client never saw it.

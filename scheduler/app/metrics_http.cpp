@@ -30,11 +30,11 @@ constexpr int kMaxConnections = 128;
 
 struct Shared {
   const metrics::Registry& registry;
-  MetricsServer::Health health;
+  LoopHealth health;
   int open = 0;  // connections being served (the io_context's one thread only)
 };
 
-std::string health_body(const MetricsServer::Health& h, bool* ok) {
+std::string health_body(const LoopHealth& h, bool* ok) {
   *ok = true;
   if (h.loop_heartbeat == nullptr) return "{\"status\":\"ok\"}";
   const int64_t last = h.loop_heartbeat->load(std::memory_order_relaxed);
@@ -133,7 +133,7 @@ Result<tcp::endpoint> endpoint_for(net::io_context& ioc, const std::string& host
 }  // namespace
 
 struct MetricsServer::State {
-  State(const metrics::Registry& r, Health h) : shared{r, h} {}
+  State(const metrics::Registry& r, LoopHealth h) : shared{r, h} {}
   Shared shared;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
@@ -141,7 +141,7 @@ struct MetricsServer::State {
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
-                                                            const metrics::Registry& registry, Health health) {
+                                                            const metrics::Registry& registry, LoopHealth health) {
   auto state = std::make_unique<State>(registry, health);
   TS_ASSIGN_OR_RETURN(tcp::endpoint ep, endpoint_for(state->ioc, host, port));
   boost::system::error_code ec;

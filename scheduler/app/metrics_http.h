@@ -28,18 +28,20 @@
 
 namespace tessera::scheduler_app {
 
+// What /health reports: `loop_heartbeat` (may be null: /health then always 200) is the event
+// loop's latest iteration in steady-clock ms (Service::loop_heartbeat); it must outlive the server.
+struct LoopHealth {
+  const std::atomic<int64_t>* loop_heartbeat = nullptr;
+  int64_t stall_ms = 5000;
+};
+
 class MetricsServer {
  public:
   // port 0 = any free port. kInvalidArgument for a host that is no address and does not
   // resolve; kUnavailable when the address cannot be bound.
-  // `loop_heartbeat` (may be null: /health then always 200) is the event loop's latest iteration
-  // in steady-clock ms (Service::loop_heartbeat); it must outlive the server.
-  struct Health {
-    const std::atomic<int64_t>* loop_heartbeat = nullptr;
-    int64_t stall_ms = 5000;
-  };
+  // See LoopHealth.
   static Result<std::unique_ptr<MetricsServer>> start(const std::string& host, int port, const metrics::Registry& registry,
-                                                      Health health = {});
+                                                      LoopHealth health = {});
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;

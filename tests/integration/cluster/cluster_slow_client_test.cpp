@@ -13,8 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -206,6 +209,57 @@ TEST_F(SlowClientTest, NegativeLogprobsAndAuthorizationWithoutBearerAreRefusedBy
   ::close(fd);
   EXPECT_EQ(answer.rfind("HTTP/1.1 401", 0), 0u) << answer;
   EXPECT_NE(answer.find("must be 'Bearer <token>'"), std::string::npos) << answer;
+}
+
+// The scheduler's /metrics + /health server (finding 8): a client trickling one byte per 0.5 s
+// does not delay scrapes, and /health reports the event loop's latest iteration.
+TEST_F(SlowClientTest, TheSchedulersMetricsServerServesScrapesWhileASlowClientTrickles) {
+  int fd = connect_raw(cluster_->metrics_port());
+  ASSERT_GE(fd, 0);
+  const std::string req = "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n";
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(send_all(fd, req.substr(i, 1)));
+    const auto start = Clock::now();
+    auto m = cluster_->get("/metrics", cluster_->metrics_port(), 1000);
+    auto h = cluster_->get("/health", cluster_->metrics_port(), 1000);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    ASSERT_TRUE(h.ok()) << h.error().to_string();
+    EXPECT_EQ(m->status, 200);
+    EXPECT_EQ(h->status, 200) << h->body;
+    EXPECT_NE(h->body.find("\"event_loop_ms_since_iteration\""), std::string::npos) << h->body;
+    EXPECT_LT(std::chrono::duration<double, std::milli>(Clock::now() - start).count(), 1000);
+    pollfd p{fd, POLLIN, 0};
+    (void)::poll(&p, 1, 500);  // paces the slow client
+  }
+  ::close(fd);
+}
+
+// A non-streamed request whose worker dies mid-generation (tokens produced, none seen by the
+// client) is submitted again by the frontend and answered 200 in full, not 503 (finding 11).
+TEST(ClusterResubmit, ANonStreamedRequestWhoseWorkerDiesIsSubmittedAgain) {
+  Cluster c(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+  ASSERT_TRUE(c.ok()) << c.logs();
+  const int mport = c.metrics_port();
+  const std::string body =
+      nlohmann::json{{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"ignore_eos", true}, {"temperature", 0}}.dump();
+  Result<http::Response> answer = make_error(ErrorCode::kInternal, "not run");
+  std::thread client([&] { answer = c.post("/v1/completions", body, 60000); });
+  // Kill the worker generating it once it has produced tokens.
+  int victim = -1;
+  const bool generating = wait_until([&] {
+    if (c.metric(mport, "tessera_scheduler_generation_tokens_total") <= 0) return false;
+    for (int w = 0; w < 2; ++w)
+      if (c.metric(mport, "tessera_scheduler_pages", "worker=\"w" + std::to_string(w) + "\",state=\"held\"") > 0) victim = w;
+    return victim >= 0;
+  }, milliseconds(20000), milliseconds(2));
+  if (generating) c.worker(static_cast<size_t>(victim)).signal(SIGKILL);
+  client.join();
+  ASSERT_TRUE(generating) << "never saw the request generating\n" << c.logs();
+  ASSERT_TRUE(answer.ok()) << answer.error().to_string();
+  ASSERT_EQ(answer->status, 200) << answer->body << "\n" << c.logs();
+  auto j = nlohmann::json::parse(answer->body);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 480) << answer->body;
+  EXPECT_EQ(c.metric(c.http_port(), "tessera_frontend_requeued_requests_total"), 1) << "the race was lost: it finished first";
 }
 
 }  // namespace
