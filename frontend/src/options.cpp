@@ -71,7 +71,7 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                          .env = "TESSERA_HEARTBEAT_MS", .min = 10, .max = 60000});
   o.add(c.scheduler_dead_ms, {.name = "scheduler-dead-ms",
                               .help = "a scheduler silent this long is dead: its requests fail (kPeerDead, HTTP 503) "
-                                      "and /ready turns false",
+                                      "and /ready turns false (one whose connection drops is dead at once)",
                               .env = "TESSERA_SCHEDULER_DEAD_MS", .min = 20, .max = 600000});
   o.add(c.admin_token, {.name = "admin-token",
                         .help = "bearer token of the /admin/v1 endpoints (\"\" = admin endpoints answer 403)",

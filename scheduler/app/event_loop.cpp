@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 
 namespace tessera::scheduler_app {
 namespace {
@@ -83,13 +84,19 @@ void EventLoop::read_workers() {
     auto env = zmqu::parse_router(std::move(*frames));
     if (!env.ok()) {
       m_.bad_worker->inc();
-      TS_LOG(kWarn) << "worker socket: " << env.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "worker socket: " << env.error().to_string();
+      }
       continue;
     }
     auto msg = protocol::decode(env->body);
     if (!msg.ok()) {
       m_.bad_worker->inc();
-      TS_LOG(kWarn) << "worker=" << env->identity << " | undecodable message: " << msg.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "worker=" << env->identity << " | undecodable message: " << msg.error().to_string();
+      }
       continue;
     }
     on_worker(env->identity, std::move(*msg));
@@ -112,7 +119,10 @@ void EventLoop::on_worker(const std::string& name, protocol::Message msg) {
   } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
     failover_.worker_dead(name, "worker '" + name + "' shut down");
   } else {
-    TS_LOG(kWarn) << "worker=" << name << " | ignoring '" << protocol::message_type(msg) << "'";
+    {
+      static log::RateLimit limit;  // a peer can send these at will
+      TS_LOG_LIMITED(kWarn, limit) << "worker=" << name << " | ignoring '" << protocol::message_type(msg) << "'";
+    }
   }
 }
 
@@ -149,7 +159,10 @@ void EventLoop::read_frontends() {
     auto env = zmqu::parse_router(std::move(*frames));
     if (!env.ok()) {
       m_.bad_frontend->inc();
-      TS_LOG(kWarn) << "frontend socket: " << env.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "frontend socket: " << env.error().to_string();
+      }
       continue;
     }
     const auto now = Clock::now();
@@ -161,7 +174,10 @@ void EventLoop::read_frontends() {
     auto msg = protocol::decode(env->body);
     if (!msg.ok()) {
       m_.bad_frontend->inc();
-      TS_LOG(kWarn) << "frontend message: " << msg.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "frontend message: " << msg.error().to_string();
+      }
       (void)zmqu::send(sock,
                        zmqu::router_reply(*env, protocol::encode_error(protocol::peek_id(env->body), msg.error().code,
                                                                        msg.error().message)),

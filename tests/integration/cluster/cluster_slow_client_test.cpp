@@ -16,8 +16,12 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include <zmq.hpp>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -260,6 +264,53 @@ TEST(ClusterResubmit, ANonStreamedRequestWhoseWorkerDiesIsSubmittedAgain) {
   auto j = nlohmann::json::parse(answer->body);
   EXPECT_EQ(j["usage"]["completion_tokens"], 480) << answer->body;
   EXPECT_EQ(c.metric(c.http_port(), "tessera_frontend_requeued_requests_total"), 1) << "the race was lost: it finished first";
+}
+
+// /ready turns false as soon as the frontend's only scheduler is gone (its connection dropped),
+// not after --scheduler-dead-ms of silence (finding 11).
+TEST(ClusterReady, ReadyIsFalseAsSoonAsTheSchedulerDies) {
+  Cluster c(ClusterOptions{.frontend_scheduler_dead_ms = 5000});
+  ASSERT_TRUE(c.ok()) << c.logs();
+  ASSERT_EQ(c.get("/ready")->status, 200);
+  c.scheduler().signal(SIGKILL);
+  const auto killed = Clock::now();
+  ASSERT_TRUE(wait_until([&] {
+    auto r = c.get("/ready", 0, 2000);
+    return r.ok() && r->status == 503;
+  }, milliseconds(8000)));
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
+  RecordProperty("ready_false_after_ms", static_cast<int>(ms));
+  EXPECT_LT(ms, 1000) << "/ready stayed 200 for " << ms << " ms after the scheduler died (--scheduler-dead-ms is 5000)";
+}
+
+// Malformed messages are counted each, but logged with a rate limit, binary bytes escaped
+// (finding 11): 3,000 garbage frames from a binary-named peer give a handful of log lines.
+TEST_F(SlowClientTest, MalformedMessagesAreLoggedWithARateLimitAndEscaped) {
+  Cluster& c = *cluster_;
+  const double before = c.metric(c.metrics_port(), "tessera_scheduler_bad_messages_total", "frontend");
+  {
+    zmq::context_t ctx(1);
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 2000);
+    dealer.set(zmq::sockopt::routing_id, std::string("\x01\xfe\nid", 5));
+    dealer.connect(c.scheduler_frontend_endpoint());
+    const std::string garbage("\xc1\x00\xff\n\x1b[31mnot msgpack", 20);
+    for (int i = 0; i < 3000; ++i) ASSERT_TRUE(dealer.send(zmq::buffer(garbage), zmq::send_flags::none));
+  }
+  ASSERT_TRUE(wait_until([&] { return c.metric(c.metrics_port(), "tessera_scheduler_bad_messages_total", "frontend") - before >= 3000; },
+                         milliseconds(20000)));
+  std::ifstream f(c.scheduler().log_path());
+  std::stringstream all;
+  all << f.rdbuf();
+  const std::string log = all.str();
+  size_t lines = 0;
+  for (size_t at = log.find("frontend message:"); at != std::string::npos; at = log.find("frontend message:", at + 1)) ++lines;
+  EXPECT_GE(lines, 1u);
+  EXPECT_LE(lines, 25u) << "not rate-limited";
+  EXPECT_EQ(log.find("\x1b[31m"), std::string::npos) << "raw control bytes in the log";
+  auto h = c.get("/health", c.metrics_port());
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, 200);
 }
 
 }  // namespace

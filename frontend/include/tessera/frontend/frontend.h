@@ -57,7 +57,7 @@ struct FrontendConfig {
   int http_write_timeout_ms = 30000;
   int http_send_buffer_bytes = 262144;
   int heartbeat_ms = 500;
-  int scheduler_dead_ms = 1500;
+  int scheduler_dead_ms = 5000;  // a dropped connection is noticed at once (scheduler_links.h)
   // Admin endpoints (docs/api.md "Admin"): "" = disabled (they answer 403).
   std::string admin_token;
   // tessera-kvstore endpoint for stored preferences and invalidation ("" = none).
