@@ -323,7 +323,8 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         generation.emplace(s.preparer.tokenizer(), original.stop, parsed->logprobs);
         first_chunk = true;
         cancel_sent = false;
-        channel = std::make_shared<Channel>(co_await net::this_coro::executor);
+        const net::any_io_executor strand = co_await net::this_coro::executor;
+        channel = std::make_shared<Channel>(strand);
         TS_LOG(kInfo) << "req=" << id << " | its worker died before the client saw anything: submitted again (" << resubmits
                       << " of " << kMaxResubmits << ")";
         s.hub.submit(std::move(again), channel);
@@ -433,28 +434,35 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
   co_return co_await c.error(make_error(ErrorCode::kNotFound, "unknown route " + std::string(req.method_string()) + " " + path));
 }
 
-// Runs the read `op` (a coroutine yielding its error code) under a timer of `limit`. When the
-// timer fires first, the socket's pending read is cancelled — the socket stays open, so a 408
-// can still be written — and the result is beast::error::timeout.
-template <class Op>
-net::awaitable<boost::system::error_code> timed_read(beast::tcp_stream& stream, std::chrono::milliseconds limit, Op op) {
+// A deadline for the reads made while it lives: when `limit` passes first, the socket's pending
+// read is cancelled — the socket stays open, so a 408 can still be written — and fired() says
+// so. Construct it on the connection's strand (its executor), around one co_await of a read.
+class ReadDeadline {
+ public:
+  ReadDeadline(const net::any_io_executor& strand, tcp::socket& socket, std::chrono::milliseconds limit)
+      : st_(std::make_shared<State>()), timer_(strand, limit) {
+    timer_.async_wait([st = st_, &socket](const boost::system::error_code& ec) {
+      if (ec || st->done) return;  // the socket is touched only while the read is pending
+      st->fired = true;
+      boost::system::error_code ignored;
+      socket.cancel(ignored);
+    });
+  }
+  ~ReadDeadline() {
+    st_->done = true;
+    timer_.cancel();
+  }
+  ReadDeadline(const ReadDeadline&) = delete;
+  ReadDeadline& operator=(const ReadDeadline&) = delete;
+  bool fired() const { return st_->fired; }
+
+ private:
   struct State {
     bool done = false, fired = false;
   };
-  auto st = std::make_shared<State>();
-  net::steady_timer timer(co_await net::this_coro::executor, limit);  // the connection's strand
-  timer.async_wait([st, &socket = stream.socket()](const boost::system::error_code& ec) {
-    if (ec || st->done) return;  // the socket is touched only while the read is pending
-    st->fired = true;
-    boost::system::error_code ignored;
-    socket.cancel(ignored);
-  });
-  boost::system::error_code ec = co_await op();
-  st->done = true;
-  timer.cancel();
-  if (st->fired) ec = beast::error::timeout;
-  co_return ec;
-}
+  std::shared_ptr<State> st_;
+  net::steady_timer timer_;
+};
 
 net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
@@ -476,19 +484,19 @@ net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
       if (ec) break;
       buffer.commit(n);
     }
+    // (Plain statements: GCC 12 mishandles temporaries in complex co_await expressions.)
+    const net::any_io_executor strand = co_await net::this_coro::executor;
     bool in_header = true;
-    ec = co_await timed_read(stream, header_timeout, [&]() -> net::awaitable<boost::system::error_code> {
-      boost::system::error_code e;
-      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, e));
-      co_return e;
-    });
+    {
+      ReadDeadline header_deadline(strand, stream.socket(), header_timeout);
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (header_deadline.fired()) ec = beast::error::timeout;
+    }
     if (!ec && !parser.is_done()) {
       in_header = false;
-      ec = co_await timed_read(stream, body_timeout, [&]() -> net::awaitable<boost::system::error_code> {
-        boost::system::error_code e;
-        co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, e));
-        co_return e;
-      });
+      ReadDeadline body_deadline(strand, stream.socket(), body_timeout);
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (body_deadline.fired()) ec = beast::error::timeout;
     }
     if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
         ec == net::error::operation_aborted)
@@ -496,15 +504,15 @@ net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
     if (ec) {
       HttpServer::Conn c{s, stream, 11, false, "other"};
       const auto start = Clock::now();
-      if (ec == beast::error::timeout)
-        co_await c.respond(408, "application/json",
-                           error_json(make_error(ErrorCode::kDeadlineExceeded,
-                                                 in_header ? "request header not complete within " + std::to_string(s.config.http_header_timeout_ms) +
-                                                                 " ms of its first byte (--http-header-timeout-ms)"
-                                                           : "request body not complete within " + std::to_string(s.config.http_body_timeout_ms) +
-                                                                 " ms of its header (--http-body-timeout-ms)"),
-                                      "", "request_timeout", 408));
-      else if (ec == http::error::body_limit)
+      if (ec == beast::error::timeout) {
+        std::string what = "request header not complete within " + std::to_string(s.config.http_header_timeout_ms) +
+                           " ms of its first byte (--http-header-timeout-ms)";
+        if (!in_header)
+          what = "request body not complete within " + std::to_string(s.config.http_body_timeout_ms) +
+                 " ms of its header (--http-body-timeout-ms)";
+        std::string body = error_json(make_error(ErrorCode::kDeadlineExceeded, std::move(what)), "", "request_timeout", 408);
+        co_await c.respond(408, "application/json", std::move(body));
+      } else if (ec == http::error::body_limit)
         co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s.config.max_body_bytes) + " bytes"));
       else
         co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
