@@ -105,10 +105,10 @@ TEST_F(SlowClientTest, AClientThatStopsReadingLosesItsSlotAndPagesWithinTheWrite
   Cluster& c = *cluster_;
   const int fport = c.http_port(), mport = c.metrics_port();
   const double timeouts_before = c.metric(fport, "tessera_frontend_request_timeouts_total");
-  // Two clients fill both slots with long streamed generations (top-5 logprobs make each SSE
-  // chunk a few hundred bytes), then never read: the frontend's writes block.
-  const std::string body = nlohmann::json{{"prompt", "Once upon a time"}, {"max_tokens", 300}, {"stream", true},
-                                          {"ignore_eos", true}, {"logprobs", 5}, {"temperature", 0}}
+  // Two clients fill both slots with long streamed generations (top-20 logprobs make each SSE
+  // chunk about a kilobyte), then never read: the frontend's writes block.
+  const std::string body = nlohmann::json{{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"stream", true},
+                                          {"ignore_eos", true}, {"logprobs", 20}, {"temperature", 0}}
                                .dump();
   int fds[2];
   for (int& fd : fds) {
@@ -127,7 +127,7 @@ TEST_F(SlowClientTest, AClientThatStopsReadingLosesItsSlotAndPagesWithinTheWrite
   ASSERT_TRUE(wait_until([&] {
     auto r = c.post("/v1/completions", small);
     return r.ok() && r->status == 200;
-  }, milliseconds(kWriteTimeoutMs + 8000))) << "the slow readers' slots were never freed\n" << c.logs();
+  }, milliseconds(kWriteTimeoutMs + 4000))) << "the slow readers' slots were never freed\n" << c.logs();
   const double freed_after_ms = std::chrono::duration<double, std::milli>(Clock::now() - stalled).count();
   RecordProperty("slots_freed_after_ms", static_cast<int>(freed_after_ms));
   // Both requests were cancelled at the scheduler: no page held, nothing running.
