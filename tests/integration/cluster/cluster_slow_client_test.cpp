@@ -36,6 +36,7 @@ using std::chrono::milliseconds;
 
 constexpr int kWriteTimeoutMs = 1500;
 constexpr int kHeaderTimeoutMs = 1000;
+constexpr int kBodyTimeoutMs = 1000;
 
 // A connected TCP socket to 127.0.0.1:port (rcvbuf > 0: SO_RCVBUF set before connecting, so the
 // window the peer sees is tiny from the start); -1 on failure. The caller closes it.
@@ -90,6 +91,7 @@ class SlowClientTest : public ::testing::Test {
     ClusterOptions o;
     o.frontend_args = {"--max-concurrent-requests", "2", "--http-write-timeout-ms", std::to_string(kWriteTimeoutMs),
                        "--http-send-buffer-bytes", "4096", "--http-header-timeout-ms", std::to_string(kHeaderTimeoutMs),
+                       "--http-body-timeout-ms", std::to_string(kBodyTimeoutMs),
                        "--admin-token", "sesame"};
     cluster_ = new Cluster(o);
   }
@@ -171,6 +173,28 @@ TEST_F(SlowClientTest, ARequestHeaderSentOneBytePerIntervalGets408AfterTheHeader
   auto h = cluster_->get("/health");
   ASSERT_TRUE(h.ok()) << h.error().to_string() << "\n" << cluster_->logs();
   EXPECT_EQ(h->status, 200);
+}
+
+TEST_F(SlowClientTest, ARequestBodySentOneBytePerIntervalGets408AfterTheBodyTimeout) {
+  int fd = connect_raw(cluster_->http_port());
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})";
+  const std::string header = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n";
+  ASSERT_TRUE(send_all(fd, header));
+  const auto start = Clock::now();
+  std::string answer;
+  for (size_t i = 0; i < body.size() && answer.empty(); ++i) {
+    if (!send_all(fd, body.substr(i, 1))) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) == 1) answer = read_until_close(fd, milliseconds(3000));
+  }
+  const double elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  ::close(fd);
+  ASSERT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  EXPECT_NE(answer.find("--http-body-timeout-ms"), std::string::npos) << answer;
+  EXPECT_GE(elapsed_ms, kBodyTimeoutMs - 50);
+  EXPECT_LT(elapsed_ms, kBodyTimeoutMs + 3000);
 }
 
 TEST_F(SlowClientTest, HeadIsAnsweredLikeGetWithoutABody) {
