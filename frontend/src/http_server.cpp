@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "access_log.h"
+#include "read_deadline.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
@@ -433,36 +434,6 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
                                                          "method " + std::string(req.method_string()) + " is not allowed on " + path)));
   co_return co_await c.error(make_error(ErrorCode::kNotFound, "unknown route " + std::string(req.method_string()) + " " + path));
 }
-
-// A deadline for the reads made while it lives: when `limit` passes first, the socket's pending
-// read is cancelled — the socket stays open, so a 408 can still be written — and fired() says
-// so. Construct it on the connection's strand (its executor), around one co_await of a read.
-class ReadDeadline {
- public:
-  ReadDeadline(const net::any_io_executor& strand, tcp::socket& socket, std::chrono::milliseconds limit)
-      : st_(std::make_shared<State>()), timer_(strand, limit) {
-    timer_.async_wait([st = st_, &socket](const boost::system::error_code& ec) {
-      if (ec || st->done) return;  // the socket is touched only while the read is pending
-      st->fired = true;
-      boost::system::error_code ignored;
-      socket.cancel(ignored);
-    });
-  }
-  ~ReadDeadline() {
-    st_->done = true;
-    timer_.cancel();
-  }
-  ReadDeadline(const ReadDeadline&) = delete;
-  ReadDeadline& operator=(const ReadDeadline&) = delete;
-  bool fired() const { return st_->fired; }
-
- private:
-  struct State {
-    bool done = false, fired = false;
-  };
-  std::shared_ptr<State> st_;
-  net::steady_timer timer_;
-};
 
 net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
