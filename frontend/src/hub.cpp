@@ -156,19 +156,17 @@ struct Hub::Impl {
   void tick(uint64_t seq) {
     const auto now = Clock::now();
     bool changed = false;
+    std::vector<std::pair<size_t, std::string>> dead;
     for (size_t i = 0; i < links->size(); ++i) {
       SchedulerLink& link = (*links)[i];
-      if (link.check_dead(now)) {
-        fail_scheduler(i, "scheduler " + link.endpoint() + " stopped answering");
-        changed = true;
-      }
-      if (link.check_disconnected()) {
-        fail_scheduler(i, "the connection to scheduler " + link.endpoint() + " was lost");
-        changed = true;
-      }
+      if (link.check_dead(now)) dead.emplace_back(i, "scheduler " + link.endpoint() + " stopped answering");
+      if (link.check_disconnected()) dead.emplace_back(i, "the connection to scheduler " + link.endpoint() + " was lost");
       changed = link.beat_if_due(now, seq, config.name) || changed;
     }
-    if (changed) publish();
+    // Publish first: a request failed below may be submitted again by its connection (docs/api.md),
+    // which must already see the dead scheduler out of the ring and ready() false when none is left.
+    if (changed || !dead.empty()) publish();
+    for (const auto& [i, why] : dead) fail_scheduler(i, why);
   }
 
   void fail_scheduler(size_t i, const std::string& why) {
