@@ -10,6 +10,7 @@
 
 #include "access_log.h"
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 #include "tessera/frontend/generation.h"
 
 namespace tessera::frontend {
@@ -180,7 +181,10 @@ class ClientApi::Sink : public RequestSink {
 void ClientApi::on_message(zmqu::Envelope env) {
   auto msg = protocol::decode(env.body);
   if (!msg.ok()) {
-    TS_LOG(kInfo) << "client api: rejected message: " << msg.error().to_string();
+    {
+      static log::RateLimit limit;  // a peer can send these at will
+      TS_LOG_LIMITED(kInfo, limit) << "client api: rejected message: " << msg.error().to_string();
+    }
     d_.metrics.registry.counter("tessera_frontend_bad_messages_total", "messages that failed to decode, by source", {{"source", "zmq_client"}})
         .inc();
     d_.hub.send_to_client(env, protocol::encode_error(protocol::peek_id(env.body), msg.error().code, msg.error().message));

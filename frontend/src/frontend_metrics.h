@@ -60,6 +60,7 @@ struct FrontendMetrics {
   metrics::Gauge& prefix_hit_rate;
   metrics::Counter& disconnects;
   metrics::Counter& timeouts;
+  metrics::Counter& requeued;
   metrics::Histogram& ttft;
   metrics::Histogram& e2e;
   metrics::Histogram& tpot;

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "access_log.h"
+#include "read_deadline.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
@@ -73,6 +74,21 @@ struct HttpServer::Conn {
   std::string request_id;  // x-request-id: the client's, else generated; echoed on every answer
   Principal principal{};   // who sent it (api_keys.h); the open principal without keys
   AccessRecord access{};   // filled as the request goes; written by log_access when it ends
+  bool head = false;       // HEAD: answered like GET, without the body
+  // Writes: each runs under a deadline, http_write_timeout_ms from its start or write_cap (the
+  // request's deadline while a generation runs) when sooner. Beast closes the socket when it
+  // passes: the write fails and write_timed_out tells it from a disconnect.
+  Clock::time_point write_cap = Clock::time_point::max();
+  bool write_timed_out = false;
+
+  void arm_write() {
+    stream.expires_at(std::min(Clock::now() + std::chrono::milliseconds(s.config.http_write_timeout_ms), write_cap));
+  }
+  bool wrote(const boost::system::error_code& ec) {
+    stream.expires_never();
+    if (ec == beast::error::timeout) write_timed_out = true;
+    return !ec;
+  }
 
   net::awaitable<bool> respond(int status, std::string_view content_type, std::string body) {
     http::response<http::string_body> res{static_cast<http::status>(status), version};
@@ -86,8 +102,14 @@ struct HttpServer::Conn {
     s.metrics.count_response(route, status);
     access.status = status;
     boost::system::error_code ec;
-    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
-    co_return !ec && keep_alive;
+    arm_write();
+    if (head) {
+      http::response<http::empty_body> header_only{std::move(res.base())};  // Content-Length of the GET body, no body
+      co_await http::async_write(stream, header_only, net::redirect_error(net::use_awaitable, ec));
+    } else {
+      co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+    }
+    co_return wrote(ec) && keep_alive;
   }
 
   net::awaitable<bool> error(const Error& e, std::string_view param = "") {
@@ -101,8 +123,9 @@ struct HttpServer::Conn {
 
   net::awaitable<bool> write_chunk(const std::string& data) {
     boost::system::error_code ec;
+    arm_write();
     co_await net::async_write(stream, http::make_chunk(net::buffer(data)), net::redirect_error(net::use_awaitable, ec));
-    co_return !ec;
+    co_return wrote(ec);
   }
 
   net::awaitable<bool> start_events() {
@@ -117,15 +140,17 @@ struct HttpServer::Conn {
     s.metrics.count_response(route, 200);
     access.status = 200;
     boost::system::error_code ec;
+    arm_write();
     co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
-    co_return !ec;
+    co_return wrote(ec);
   }
 
   net::awaitable<bool> end_events(const std::string& last) {
     if (!co_await write_chunk(last + "data: [DONE]\n\n")) co_return false;
     boost::system::error_code ec;
+    arm_write();
     co_await net::async_write(stream, http::make_chunk_last(), net::redirect_error(net::use_awaitable, ec));
-    co_return !ec && keep_alive;
+    co_return wrote(ec) && keep_alive;
   }
 
   net::awaitable<bool> generate(const Request& req, protocol::RequestKind kind);
@@ -191,7 +216,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   s.preparer.finish(r);
   r.id = s.hub.next_id();
 
-  const uint64_t id = r.id;
+  uint64_t id = r.id;
   const bool streaming = r.stream;
   const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
@@ -200,9 +225,33 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                     .logprobs = parsed->logprobs,
                     .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
-  Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
+  std::optional<Generation> generation;
+  generation.emplace(s.preparer.tokenizer(), r.stop, parsed->logprobs);
+  Generation& gen = *generation;  // emplace() below re-creates it in place
+  // Kept to submit again when the request's worker (or scheduler) dies before anything reached
+  // the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
+  constexpr int kMaxResubmits = 2;
+  int resubmits = 0;
+  const protocol::GenerateRequest original = r;
   auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
   s.hub.submit(std::move(r), channel);
+  // A write the client does not take ends at the request's deadline at the latest (a client that
+  // stops reading cannot hold its slot and its K/V pages past it).
+  write_cap = deadline;
+  // A chunk could not be written: the client went away, or did not read within the write
+  // timeout. Either way the request is cancelled (its pages freed) and the slot released on return.
+  auto write_failed = [&] {
+    s.hub.abandon(id);
+    if (write_timed_out) {
+      s.metrics.timeouts.inc();
+      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      TS_LOG(kWarn) << "req=" << id << " | client did not take a write within " << s.config.http_write_timeout_ms
+                    << " ms (or the request timeout); connection closed, request cancelled";
+    } else {
+      s.metrics.disconnects.inc();
+      end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+    }
+  };
 
   bool events_started = false, first_chunk = true, cancel_sent = false;
   for (;;) {
@@ -214,6 +263,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
+      write_cap = Clock::time_point::max();  // the 504 itself gets the write timeout
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
@@ -236,16 +286,12 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         cancel_sent = true;
       }
       if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
-      if (!events_started && !(events_started = co_await start_events())) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        co_return false;
-      }
-      if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+      // (No co_await inside a short-circuit condition: GCC has evaluated such operands out of order.)
+      bool ok = events_started;
+      if (!ok) ok = events_started = co_await start_events();
+      if (ok) ok = co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr));
+      if (!ok) {
+        write_failed();
         co_return false;
       }
       first_chunk = false;
@@ -253,6 +299,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     }
     if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
       slot.value().reset();
+      write_cap = Clock::time_point::max();  // finished: the last writes get the write timeout
       std::string tail = gen.finish();
       s.metrics.stripped(gen.stripped_calls());
       protocol::FinalEvent f = *fin;
@@ -268,7 +315,26 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       co_return co_await end_events(last);
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      if (err->code == ErrorCode::kPeerDead && !events_started && resubmits < kMaxResubmits && s.hub.ready() &&
+          Clock::now() < deadline) {
+        // Nothing reached the client yet (a non-streamed request, or a stream before its first
+        // chunk): run it again from the start, on whichever worker the scheduler picks now.
+        ++resubmits;
+        s.metrics.requeued.inc();
+        protocol::GenerateRequest again = original;
+        again.id = id = s.hub.next_id();
+        generation.emplace(s.preparer.tokenizer(), original.stop, parsed->logprobs);
+        first_chunk = true;
+        cancel_sent = false;
+        const net::any_io_executor strand = co_await net::this_coro::executor;
+        channel = std::make_shared<Channel>(strand);
+        TS_LOG(kInfo) << "req=" << id << " | its worker died before the client saw anything: submitted again (" << resubmits
+                      << " of " << kMaxResubmits << ")";
+        s.hub.submit(std::move(again), channel);
+        continue;
+      }
       slot.value().reset();
+      write_cap = Clock::time_point::max();
       // The scheduler names the frontend's internal request number; the client never saw it.
       std::string message = err->message;
       if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
@@ -322,7 +388,9 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
 net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
   const HttpServer::Deps& s = c.s;
   const std::string& path = c.access.route;
-  const bool get = req.method() == http::verb::get;
+  // HEAD is answered like GET, without the body (respond() sends the header only).
+  c.head = req.method() == http::verb::head;
+  const bool get = req.method() == http::verb::get || c.head;
   const bool post = req.method() == http::verb::post;
   // The OpenAI surface needs a key when keys are configured; /health, /ready, /metrics never do
   // (and /admin/v1 has its own token).
@@ -373,21 +441,52 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
 net::awaitable<void> session(const HttpServer::Deps& s, tcp::socket socket) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  const auto header_timeout = std::chrono::milliseconds(s.config.http_header_timeout_ms);
+  const auto body_timeout = std::chrono::milliseconds(s.config.http_body_timeout_ms);
   for (;;) {
     http::request_parser<http::string_body> parser;
     parser.body_limit(static_cast<uint64_t>(s.config.max_body_bytes));
     parser.header_limit(64 * 1024);
-    stream.expires_after(kIdleTimeout);
     boost::system::error_code ec;
-    co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
-        ec == net::error::connection_reset || ec == net::error::operation_aborted)
+    // Between requests the connection may idle (keep-alive) up to kIdleTimeout: closed then
+    // without an answer. From the request's first byte on, the header has header_timeout and
+    // then the body body_timeout (408 when either passes).
+    if (buffer.size() == 0) {
+      stream.expires_after(kIdleTimeout);
+      const size_t n = co_await stream.async_read_some(buffer.prepare(4096), net::redirect_error(net::use_awaitable, ec));
+      stream.expires_never();
+      if (ec) break;
+      buffer.commit(n);
+    }
+    // (Plain statements: GCC 12 mishandles temporaries in complex co_await expressions.)
+    const net::any_io_executor strand = co_await net::this_coro::executor;
+    bool in_header = true;
+    {
+      ReadDeadline header_deadline(strand, stream.socket(), header_timeout);
+      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (header_deadline.fired()) ec = beast::error::timeout;
+    }
+    if (!ec && !parser.is_done()) {
+      in_header = false;
+      ReadDeadline body_deadline(strand, stream.socket(), body_timeout);
+      co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      if (body_deadline.fired()) ec = beast::error::timeout;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted)
       break;
     if (ec) {
       HttpServer::Conn c{s, stream, 11, false, "other"};
-      stream.expires_after(std::chrono::seconds(5));
       const auto start = Clock::now();
-      if (ec == http::error::body_limit)
+      if (ec == beast::error::timeout) {
+        std::string what = "request header not complete within " + std::to_string(s.config.http_header_timeout_ms) +
+                           " ms of its first byte (--http-header-timeout-ms)";
+        if (!in_header)
+          what = "request body not complete within " + std::to_string(s.config.http_body_timeout_ms) +
+                 " ms of its header (--http-body-timeout-ms)";
+        std::string body = error_json(make_error(ErrorCode::kDeadlineExceeded, std::move(what)), "", "request_timeout", 408);
+        co_await c.respond(408, "application/json", std::move(body));
+      } else if (ec == http::error::body_limit)
         co_await c.error(make_error(ErrorCode::kTooLarge, "request body exceeds " + std::to_string(s.config.max_body_bytes) + " bytes"));
       else
         co_await c.error(make_error(ErrorCode::kMalformedMessage, "malformed HTTP request: " + ec.message()));
@@ -426,6 +525,8 @@ net::awaitable<void> accept_loop(const HttpServer::Deps& s, tcp::acceptor& accep
       continue;
     }
     socket.set_option(tcp::no_delay(true), ec);
+    // Bounded: what a client that stops reading can make this process hold in the kernel.
+    socket.set_option(net::socket_base::send_buffer_size(s.config.http_send_buffer_bytes), ec);
     auto ex = socket.get_executor();
     net::co_spawn(ex, session(s, std::move(socket)), net::detached);
   }
@@ -437,7 +538,14 @@ net::awaitable<bool> HttpServer::Conn::admin(const Request& req, const std::stri
   std::string_view token;
   if (auto it = req.find(http::field::authorization); it != req.end()) {
     token = std::string_view(it->value().data(), it->value().size());
-    if (token.substr(0, 7) == "Bearer ") token.remove_prefix(7);
+    route = "admin";
+    // Only the Bearer scheme: a bare token (or "Basic ...") is refused, naming the problem.
+    if (token.substr(0, 7) != "Bearer ")
+      co_return co_await respond(401, "application/json",
+                                 error_json(make_error(ErrorCode::kPermissionDenied,
+                                                       "the Authorization header must be 'Bearer <token>'"),
+                                            "", "invalid_authorization", 401));
+    token.remove_prefix(7);
   }
   route = "admin";
   const auto method = req.method_string();

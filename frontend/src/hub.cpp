@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 #include "tessera/frontend/scheduler_ring.h"
 
 namespace tessera::frontend {
@@ -61,6 +62,8 @@ struct Hub::Impl {
         items.push_back({(*links)[i].socket().handle(), 0, ZMQ_POLLIN, 0});
         wait = std::min(wait, (*links)[i].until_beat(now));
       }
+      // Their socket monitors: a dropped connection wakes the loop at once (tick() reads them).
+      for (size_t i = 0; i < links->size(); ++i) items.push_back({(*links)[i].monitor().handle(), 0, ZMQ_POLLIN, 0});
       try {
         zmq::poll(items.data(), items.size(), wait);
       } catch (const zmq::error_t& e) {
@@ -101,7 +104,10 @@ struct Hub::Impl {
       auto env = zmqu::parse_router(std::move(*frames));
       if (!env.ok()) {
         bad_from_client->inc();
-        TS_LOG(kWarn) << "client api: " << env.error().to_string();
+        {
+          static log::RateLimit limit;  // a peer can send these at will
+          TS_LOG_LIMITED(kWarn, limit) << "client api: " << env.error().to_string();
+        }
         continue;  // no usable envelope to answer to
       }
       on_client(std::move(*env));
@@ -117,7 +123,10 @@ struct Hub::Impl {
       auto msg = protocol::decode(frames->back());
       if (!msg.ok()) {
         bad_from_scheduler->inc();
-        TS_LOG(kWarn) << "scheduler=" << link.endpoint() << " | undecodable message: " << msg.error().to_string();
+        {
+          static log::RateLimit limit;  // a peer can send these at will
+          TS_LOG_LIMITED(kWarn, limit) << "scheduler=" << link.endpoint() << " | undecodable message: " << msg.error().to_string();
+        }
         continue;
       }
       dispatch(i, std::move(*msg));
@@ -134,7 +143,10 @@ struct Hub::Impl {
     const bool event = std::holds_alternative<protocol::TokenEvent>(msg) || std::holds_alternative<protocol::FinalEvent>(msg) ||
                        std::holds_alternative<protocol::ErrorEvent>(msg);
     if (!event) {
-      TS_LOG(kWarn) << "scheduler=" << (*links)[i].endpoint() << " | ignoring '" << protocol::message_type(msg) << "'";
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "scheduler=" << (*links)[i].endpoint() << " | ignoring '" << protocol::message_type(msg) << "'";
+      }
       return;
     }
     (void)inflight.deliver(std::move(msg));
@@ -144,15 +156,17 @@ struct Hub::Impl {
   void tick(uint64_t seq) {
     const auto now = Clock::now();
     bool changed = false;
+    std::vector<std::pair<size_t, std::string>> dead;
     for (size_t i = 0; i < links->size(); ++i) {
       SchedulerLink& link = (*links)[i];
-      if (link.check_dead(now)) {
-        fail_scheduler(i, "scheduler " + link.endpoint() + " stopped answering");
-        changed = true;
-      }
+      if (link.check_dead(now)) dead.emplace_back(i, "scheduler " + link.endpoint() + " stopped answering");
+      if (link.check_disconnected()) dead.emplace_back(i, "the connection to scheduler " + link.endpoint() + " was lost");
       changed = link.beat_if_due(now, seq, config.name) || changed;
     }
-    if (changed) publish();
+    // Publish first: a request failed below may be submitted again by its connection (docs/api.md),
+    // which must already see the dead scheduler out of the ring and ready() false when none is left.
+    if (changed || !dead.empty()) publish();
+    for (const auto& [i, why] : dead) fail_scheduler(i, why);
   }
 
   void fail_scheduler(size_t i, const std::string& why) {

@@ -399,6 +399,9 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
     // completions: "logprobs": n (number of alternatives, 0..20)
     int32_t lp = -1;
     TS_TRY(rd.integer("logprobs", &lp));
+    // null or absent = no logprobs; a negative count is an error, not "off" (vLLM refuses it too).
+    if (rd.find("logprobs") != nullptr && lp < 0)
+      return rd.fail("logprobs", ErrorCode::kInvalidArgument, "'logprobs' must be between 0 and 20 (got " + std::to_string(lp) + ")");
     if (lp >= 0) {
       out.logprobs = true;
       r.sampling.logprobs = true;
@@ -408,6 +411,9 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
     TS_TRY(rd.boolean("logprobs", &out.logprobs));
     r.sampling.logprobs = out.logprobs;
     TS_TRY(rd.integer("top_logprobs", &r.sampling.top_logprobs));
+    if (r.sampling.top_logprobs < 0)
+      return rd.fail("top_logprobs", ErrorCode::kInvalidArgument,
+                     "'top_logprobs' must be between 0 and 20 (got " + std::to_string(r.sampling.top_logprobs) + ")");
     // OpenAI and vLLM: top_logprobs needs logprobs: true.
     if (rd.find("top_logprobs") != nullptr && !out.logprobs)
       return rd.fail("top_logprobs", ErrorCode::kInvalidArgument, "top_logprobs requires logprobs: true");
@@ -447,6 +453,7 @@ std::string error_json(const Error& error, std::string_view param, std::string_v
                      : status == 401                ? "authentication_error"
                      : status == 403                ? "permission_error"
                      : status == 404                ? "not_found_error"
+                     : status == 408                ? "timeout_error"
                      : status == 429                ? "rate_limit_error"
                      : status == 503                ? "service_unavailable"
                      : status == 504                ? "timeout_error"

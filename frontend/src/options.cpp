@@ -51,11 +51,27 @@ void declare_options(config::Options& o, FrontendConfig& c) {
   o.add(c.request_timeout_ms, {.name = "request-timeout-ms",
                                .help = "a request still running after this long is cancelled and answered 504",
                                .env = "TESSERA_REQUEST_TIMEOUT_MS", .min = 100, .max = 86400000});
+  o.add(c.http_header_timeout_ms, {.name = "http-header-timeout-ms",
+                                   .help = "a request header not complete this long after its first byte gets 408 and "
+                                           "the connection is closed",
+                                   .env = "TESSERA_HTTP_HEADER_TIMEOUT_MS", .min = 10, .max = 3600000});
+  o.add(c.http_body_timeout_ms, {.name = "http-body-timeout-ms",
+                                 .help = "a request body not complete this long after its header gets 408 and the "
+                                         "connection is closed",
+                                 .env = "TESSERA_HTTP_BODY_TIMEOUT_MS", .min = 10, .max = 3600000});
+  o.add(c.http_write_timeout_ms, {.name = "http-write-timeout-ms",
+                                  .help = "a response or SSE chunk the client does not take within this long (or the "
+                                          "request timeout) closes the connection and cancels its request",
+                                  .env = "TESSERA_HTTP_WRITE_TIMEOUT_MS", .min = 10, .max = 3600000});
+  o.add(c.http_send_buffer_bytes, {.name = "http-send-buffer-bytes",
+                                   .help = "kernel send buffer of each HTTP connection (SO_SNDBUF): what a client that "
+                                           "stops reading can hold",
+                                   .env = "TESSERA_HTTP_SEND_BUFFER_BYTES", .min = 4096, .max = 64 << 20});
   o.add(c.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval towards schedulers",
                          .env = "TESSERA_HEARTBEAT_MS", .min = 10, .max = 60000});
   o.add(c.scheduler_dead_ms, {.name = "scheduler-dead-ms",
                               .help = "a scheduler silent this long is dead: its requests fail (kPeerDead, HTTP 503) "
-                                      "and /ready turns false",
+                                      "and /ready turns false (one whose connection drops is dead at once)",
                               .env = "TESSERA_SCHEDULER_DEAD_MS", .min = 20, .max = 600000});
   o.add(c.admin_token, {.name = "admin-token",
                         .help = "bearer token of the /admin/v1 endpoints (\"\" = admin endpoints answer 403)",

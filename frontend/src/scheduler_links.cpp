@@ -1,5 +1,6 @@
 #include "tessera/frontend/scheduler_links.h"
 
+#include <cstring>
 #include <unordered_set>
 
 #include "tessera/common/log.h"
@@ -23,7 +24,31 @@ SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, Liveness
   zmqu::limit_message_size(socket_);
   socket_.set(zmq::sockopt::sndhwm, 100000);
   socket_.set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
+  const std::string monitor_endpoint = "inproc://tessera-scheduler-link-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+  monitor_ = zmq::socket_t(ctx, zmq::socket_type::pair);
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor_endpoint);
   socket_.connect(endpoint_);
+}
+
+SchedulerLink::~SchedulerLink() {
+  (void)zmq_socket_monitor(socket_.handle(), nullptr, 0);  // stop the monitor before its PAIR closes
+}
+
+bool SchedulerLink::check_disconnected() {
+  bool dropped = false;
+  for (;;) {
+    zmq::message_t event, address;
+    if (!monitor_.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more()) (void)monitor_.recv(address, zmq::recv_flags::dontwait);
+    uint16_t id = 0;
+    if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+    if (id == ZMQ_EVENT_DISCONNECTED) dropped = true;
+  }
+  if (!dropped || !alive()) return false;
+  mark_dead("connection lost");
+  return true;
 }
 
 void SchedulerLink::heard(Clock::time_point now) {
@@ -49,11 +74,16 @@ bool SchedulerLink::on_heartbeat(const protocol::Heartbeat& hb) {
 
 bool SchedulerLink::check_dead(Clock::time_point now) {
   if (!heard_ || !liveness_.check_dead(now)) return false;
+  mark_dead("no message for " + std::to_string(liveness_.config().dead_after.count()) + " ms");
+  return true;
+}
+
+void SchedulerLink::mark_dead(const std::string& why) {
+  heard_ = false;  // not alive until it is heard from again
   last_ = {};
   publish_worker_gauges();
   up_.set(0);
-  TS_LOG(kWarn) << "scheduler=" << endpoint_ << " | no message for " << liveness_.config().dead_after.count() << " ms: dead";
-  return true;
+  TS_LOG(kWarn) << "scheduler=" << endpoint_ << " | " << why << ": dead";
 }
 
 bool SchedulerLink::beat_if_due(Clock::time_point now, uint64_t seq, const std::string& name) {

@@ -169,4 +169,22 @@ L1Stats L1Cache::stats() const {
   return s;
 }
 
+std::vector<L1Cache::Item> L1Cache::snapshot() const {
+  std::vector<Item> out;
+  const auto now = Clock::now();
+  std::lock_guard lock(mu_);
+  out.reserve(entries_);
+  for (const auto& [user, part] : parts_) {
+    for (const Entry& e : part.lru) {
+      if (e.expires_at <= now || e.id.size() < 8) continue;
+      BlobKey key;
+      for (int i = 0; i < 8; ++i) key.fingerprint |= uint64_t{static_cast<uint8_t>(e.id[static_cast<size_t>(i)])} << (8 * i);
+      key.user = user;
+      key.hash = e.id.substr(8);  // entry_id(): 8 bytes of fingerprint (little-endian), then the hash
+      out.push_back({std::move(key), e.blob, e.expires_at});
+    }
+  }
+  return out;
+}
+
 }  // namespace tessera::kvstore

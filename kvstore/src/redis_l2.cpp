@@ -83,7 +83,8 @@ class RedisL2::Conn {
 RedisL2::RedisL2(const RedisConfig& config, std::string secret) : config_(config), signer_(std::move(secret)) {}
 
 Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std::string secret,
-                                                 std::function<void(std::string_view)> on_event) {
+                                                 std::function<void(std::string_view)> on_event,
+                                                 std::function<void()> on_back) {
   if (secret.empty()) {
     return make_error(ErrorCode::kInvalidArgument,
                       "an HMAC secret is required when Redis is on (--hmac-secret or TESSERA_KVSTORE_SECRET)");
@@ -91,7 +92,9 @@ Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std:
   if (config.host.empty()) return make_error(ErrorCode::kInvalidArgument, "redis host is empty");
   if (config.ttl_s == 0) return make_error(ErrorCode::kOutOfRange, "redis ttl must be >= 1 s");
   std::unique_ptr<RedisL2> l2(new RedisL2(config, std::move(secret)));
-  l2->up_.store(l2->ping_once());
+  l2->run_id_ = l2->ping_once();
+  l2->up_.store(!l2->run_id_.empty());
+  l2->on_back_ = std::move(on_back);
   if (!l2->up()) {
     TS_LOG(kWarn) << "redis=" << config.host << ":" << config.port << " | not reachable at start; serving from L1";
   }
@@ -120,16 +123,26 @@ RedisL2::~RedisL2() {
   idle_.clear();
 }
 
-bool RedisL2::ping_once() {
+std::string RedisL2::ping_once() {
   redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(config_.connect_timeout_ms));
-  bool ok = false;
+  std::string run_id;
   if (c != nullptr && c->err == 0) {
     redisSetTimeout(c, to_timeval(config_.connect_timeout_ms));
-    Reply r = command(c, {"PING"});
-    ok = r != nullptr && r->type == REDIS_REPLY_STATUS;
+    Reply r = command(c, {"INFO", "server"});
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+      const std::string_view info(r->str, r->len);
+      constexpr std::string_view kKey = "run_id:";
+      if (size_t at = info.find(kKey); at != std::string_view::npos) {
+        const size_t from = at + kKey.size();
+        run_id = std::string(info.substr(from, info.find_first_of("\r\n", from) - from));
+      }
+      if (run_id.empty()) run_id = "?";  // reachable, run_id unknown: restarts go unnoticed
+    } else if (Reply p = command(c, {"PING"}); p != nullptr && p->type == REDIS_REPLY_STATUS) {
+      run_id = "?";  // INFO refused (renamed command?): reachable, restarts go unnoticed
+    }
   }
   if (c != nullptr) redisFree(c);
-  return ok;
+  return run_id;
 }
 
 void RedisL2::health_loop() {
@@ -139,15 +152,31 @@ void RedisL2::health_loop() {
     int wait_ms = config_.health_interval_ms;
     {
       lock.unlock();
-      const bool ok = ping_once();
+      const std::string run_id = ping_once();
       lock.lock();
-      if (ok) {
+      if (!run_id.empty()) {
+        bool back = false;
         if (!up()) {
-          reconnects_.fetch_add(1);
           TS_LOG(kInfo) << "redis=" << config_.host << ":" << config_.port << " | reachable; L2 back on";
+          back = true;
+        } else if (run_id != run_id_ && run_id_ != "?" && !run_id_.empty()) {
+          TS_LOG(kWarn) << "redis=" << config_.host << ":" << config_.port << " | restarted (run_id changed); it may have lost its data";
+          std::lock_guard pool(pool_mu_);  // the pooled connections went with the old server
+          for (redisContext* c : idle_) redisFree(c);
+          idle_.clear();
+          back = true;
         }
+        run_id_ = run_id;
         up_.store(true, std::memory_order_release);
         backoff_ms = 100;
+        if (back) {
+          reconnects_.fetch_add(1);
+          if (on_back_) {
+            lock.unlock();  // on_back talks to Redis; nothing here may wait on it under health_mu_
+            on_back_();
+            lock.lock();
+          }
+        }
       } else {
         if (up()) go_down("health check failed");  // health_mu_ is held: no mark_down
         wait_ms = backoff_ms;

@@ -26,10 +26,34 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
     RedisConfig rc = *s->config_.redis;
     rc.ttl_s = s->config_.default_ttl_s;
     Store* self = s.get();
-    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(rc, s->config_.secret,
-                                                [self](std::string_view event) { self->on_event(event); }));
+    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(
+                                    rc, s->config_.secret, [self](std::string_view event) { self->on_event(event); },
+                                    [self] { self->write_back_l1(); }));
   }
   return s;
+}
+
+uint64_t Store::write_back_l1() {
+  if (l2_ == nullptr) return 0;
+  const std::vector<L1Cache::Item> items = l1_.snapshot();
+  uint64_t written = 0, failed = 0;
+  const auto now = Clock::now();
+  for (const L1Cache::Item& it : items) {
+    auto present = l2_->exists(it.key);
+    if (present.ok() && *present) continue;  // another node (or a put since) wrote it: never overwrite
+    const auto left_s = std::chrono::duration_cast<std::chrono::seconds>(it.expires_at - now).count();
+    if (left_s < 1) continue;
+    const uint32_t ttl = static_cast<uint32_t>(std::min<int64_t>(left_s, config_.default_ttl_s));
+    if (present.ok() && l2_->put(it.key, *it.blob, ttl).ok()) {
+      ++written;
+    } else {
+      ++failed;
+    }
+  }
+  write_backs_.fetch_add(written);
+  TS_LOG(kInfo) << "redis back: wrote " << written << " of " << items.size() << " L1 entries back to Redis"
+      << (failed > 0 ? " (" + std::to_string(failed) + " failed; they stay in L1)" : std::string());
+  return written;
 }
 
 GetResult Store::get_l1(const BlobKey& key) {
@@ -209,8 +233,10 @@ void Store::export_metrics(metrics::Registry& reg) const {
           {{"reason", "user_quota"}});
   counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.expired), {{"reason", "expired"}});
   gauge("tessera_kvstore_redis_up", "1 when Redis (L2) answers, 0 when down or not configured.", l2_up() ? 1.0 : 0.0);
-  counter("tessera_kvstore_redis_reconnects_total", "Times Redis came back after being down.",
+  counter("tessera_kvstore_redis_reconnects_total", "Times Redis came back after being down (or restarted).",
           static_cast<double>(l2.reconnects));
+  counter("tessera_kvstore_l2_write_backs_total", "L1 entries written back to Redis after it came back without them.",
+          static_cast<double>(write_backs_.load()));
   counter("tessera_kvstore_l2_errors_total", "Failed Redis operations (I/O or server errors).", static_cast<double>(l2.errors));
   counter("tessera_kvstore_l2_puts_total", "Values written to Redis.", static_cast<double>(l2.puts));
   counter("tessera_kvstore_l2_bytes_written_total", "Bytes of sealed values written to Redis.",

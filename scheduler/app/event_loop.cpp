@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 
 namespace tessera::scheduler_app {
 namespace {
@@ -45,7 +46,8 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
       requests_(*sockets_, m_),
       failover_(workers_, requests_, m_),
       driver_(workers_, requests_, *sockets_, m_, config.audit),
-      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)} {
+      frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)},
+      heartbeat_(std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count()) {
   workers_.set_kv_events(kv_events_.get());
   driver_.set_kv_events(kv_events_.get());
 }
@@ -76,6 +78,8 @@ void EventLoop::run(const std::atomic<bool>& stop) {
       kv_events_->flush();  // this iteration's index changes, as one message
       if (items[2].revents & ZMQ_POLLIN) kv_events_->serve_snapshots(workers_);
     }
+    heartbeat_.store(std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count(),
+                     std::memory_order_relaxed);
   }
   shutdown_all();
 }
@@ -89,13 +93,19 @@ void EventLoop::read_workers() {
     auto env = zmqu::parse_router(std::move(*frames));
     if (!env.ok()) {
       m_.bad_worker->inc();
-      TS_LOG(kWarn) << "worker socket: " << env.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "worker socket: " << env.error().to_string();
+      }
       continue;
     }
     auto msg = protocol::decode(env->body);
     if (!msg.ok()) {
       m_.bad_worker->inc();
-      TS_LOG(kWarn) << "worker=" << env->identity << " | undecodable message: " << msg.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "worker=" << env->identity << " | undecodable message: " << msg.error().to_string();
+      }
       continue;
     }
     on_worker(env->identity, std::move(*msg));
@@ -118,7 +128,10 @@ void EventLoop::on_worker(const std::string& name, protocol::Message msg) {
   } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
     failover_.worker_dead(name, "worker '" + name + "' shut down");
   } else {
-    TS_LOG(kWarn) << "worker=" << name << " | ignoring '" << protocol::message_type(msg) << "'";
+    {
+      static log::RateLimit limit;  // a peer can send these at will
+      TS_LOG_LIMITED(kWarn, limit) << "worker=" << name << " | ignoring '" << protocol::message_type(msg) << "'";
+    }
   }
 }
 
@@ -155,7 +168,10 @@ void EventLoop::read_frontends() {
     auto env = zmqu::parse_router(std::move(*frames));
     if (!env.ok()) {
       m_.bad_frontend->inc();
-      TS_LOG(kWarn) << "frontend socket: " << env.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "frontend socket: " << env.error().to_string();
+      }
       continue;
     }
     const auto now = Clock::now();
@@ -167,7 +183,10 @@ void EventLoop::read_frontends() {
     auto msg = protocol::decode(env->body);
     if (!msg.ok()) {
       m_.bad_frontend->inc();
-      TS_LOG(kWarn) << "frontend message: " << msg.error().to_string();
+      {
+        static log::RateLimit limit;  // a peer can send these at will
+        TS_LOG_LIMITED(kWarn, limit) << "frontend message: " << msg.error().to_string();
+      }
       (void)zmqu::send(sock,
                        zmqu::router_reply(*env, protocol::encode_error(protocol::peek_id(env->body), msg.error().code,
                                                                        msg.error().message)),

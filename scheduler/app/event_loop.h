@@ -44,6 +44,8 @@ class EventLoop {
   const KvEvents* kv_events() const { return kv_events_.get(); }
   // Serves until `stop` is true, then fails the requests still live with kUnavailable.
   void run(const std::atomic<bool>& stop);
+  // See Service::loop_heartbeat (the only member read by another thread).
+  const std::atomic<int64_t>& heartbeat() const { return heartbeat_; }
 
  private:
   // ---- workers ----
@@ -76,6 +78,7 @@ class EventLoop {
   std::map<std::string, PeerLiveness> frontends_;  // by routing id: every frontend heard from
   Clock::time_point last_stats_{};                  // of the last stats line (or start-up)
   double last_stats_tokens_ = 0;                     // generated_tokens then
+  std::atomic<int64_t> heartbeat_;  // see heartbeat(); set at construction, then every iteration
 };
 
 }  // namespace tessera::scheduler_app

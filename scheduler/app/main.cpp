@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<scheduler_app::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
-    auto ms = scheduler_app::MetricsServer::start(config.metrics_host, config.metrics_port, registry);
+    auto ms = scheduler_app::MetricsServer::start(
+        config.metrics_host, config.metrics_port, registry,
+        {.loop_heartbeat = &(*service)->loop_heartbeat(), .stall_ms = config.health_stall_ms});
     if (!ms.ok()) {
       std::fprintf(stderr, "tessera-scheduler: %s\n", ms.error().to_string().c_str());
       return 1;

@@ -24,22 +24,44 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = net::ip::tcp;
 
-constexpr auto kReadTimeout = std::chrono::seconds(5);
+constexpr auto kReadTimeout = std::chrono::seconds(2);
+constexpr auto kWriteTimeout = std::chrono::seconds(5);
+constexpr int kMaxConnections = 128;
 
-http::response<http::string_body> answer(const http::request<http::string_body>& req, const metrics::Registry& registry) {
+struct Shared {
+  const metrics::Registry& registry;
+  LoopHealth health;
+  int open = 0;  // connections being served (the io_context's one thread only)
+};
+
+std::string health_body(const LoopHealth& h, bool* ok) {
+  *ok = true;
+  if (h.loop_heartbeat == nullptr) return "{\"status\":\"ok\"}";
+  const int64_t last = h.loop_heartbeat->load(std::memory_order_relaxed);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t age = now - last;
+  *ok = age <= h.stall_ms;
+  return std::string("{\"status\":\"") + (*ok ? "ok" : "stalled") + "\",\"event_loop_ms_since_iteration\":" + std::to_string(age) +
+         ",\"stall_ms\":" + std::to_string(h.stall_ms) + "}";
+}
+
+http::response<http::string_body> answer(const http::request<http::string_body>& req, const Shared& shared) {
   http::response<http::string_body> res;
   res.version(req.version());
   res.keep_alive(false);
   const std::string_view target(req.target().data(), req.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
-  if (req.method() == http::verb::get && path == "/metrics") {
+  const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  if (get && path == "/metrics") {
     res.result(http::status::ok);
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.body() = registry.render();
-  } else if (req.method() == http::verb::get && path == "/health") {
-    res.result(http::status::ok);
+    res.body() = shared.registry.render();
+  } else if (get && path == "/health") {
+    bool ok = true;
+    res.body() = health_body(shared.health, &ok);
+    res.result(ok ? http::status::ok : http::status::service_unavailable);
     res.set(http::field::content_type, "application/json");
-    res.body() = "{\"status\":\"ok\"}";
   } else {
     res.result(http::status::not_found);
     res.set(http::field::content_type, "application/json");
@@ -49,20 +71,36 @@ http::response<http::string_body> answer(const http::request<http::string_body>&
   return res;
 }
 
-net::awaitable<void> session(tcp::socket socket, const metrics::Registry& registry) {
+net::awaitable<void> session(tcp::socket socket, Shared& shared) {
+  struct Count {  // the connection counts as open until this coroutine ends, however it ends
+    Shared& s;
+    explicit Count(Shared& sh) : s(sh) { ++s.open; }
+    ~Count() { --s.open; }
+  } count(shared);
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
-  http::request<http::string_body> req;
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(16 * 1024);
+  parser.body_limit(16 * 1024);
   boost::system::error_code ec;
+  // The whole request (however slowly it trickles) within kReadTimeout: Beast's expiry is a
+  // deadline for every read of the composed operation, not a per-read idle timer.
   stream.expires_after(kReadTimeout);
-  co_await http::async_read(stream, buffer, req, net::redirect_error(net::use_awaitable, ec));
+  co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
   if (ec) co_return;  // timeout, reset or not HTTP: a scrape endpoint owes no answer
-  auto res = answer(req, registry);
-  co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+  const auto& req = parser.get();
+  auto res = answer(req, shared);
+  stream.expires_after(kWriteTimeout);
+  if (req.method() == http::verb::head) {
+    http::response<http::empty_body> header_only{std::move(res.base())};
+    co_await http::async_write(stream, header_only, net::redirect_error(net::use_awaitable, ec));
+  } else {
+    co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
+  }
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
 }
 
-net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const metrics::Registry& registry) {
+net::awaitable<void> accept_loop(tcp::acceptor& acceptor, Shared& shared) {
   for (;;) {
     boost::system::error_code ec;
     tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
@@ -71,7 +109,11 @@ net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const metrics::Registr
       TS_LOG(kWarn) << "metrics accept: " << ec.message();
       continue;
     }
-    net::co_spawn(acceptor.get_executor(), session(std::move(socket), registry), net::detached);
+    if (shared.open >= kMaxConnections) {  // (not logged: that would be a log flood)
+      socket.close(ec);
+      continue;
+    }
+    net::co_spawn(acceptor.get_executor(), session(std::move(socket), shared), net::detached);
   }
 }
 
@@ -91,16 +133,16 @@ Result<tcp::endpoint> endpoint_for(net::io_context& ioc, const std::string& host
 }  // namespace
 
 struct MetricsServer::State {
-  explicit State(const metrics::Registry& r) : registry(r) {}
-  const metrics::Registry& registry;
+  State(const metrics::Registry& r, LoopHealth h) : shared{r, h} {}
+  Shared shared;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   std::thread thread;
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
-                                                            const metrics::Registry& registry) {
-  auto state = std::make_unique<State>(registry);
+                                                            const metrics::Registry& registry, LoopHealth health) {
+  auto state = std::make_unique<State>(registry, health);
   TS_ASSIGN_OR_RETURN(tcp::endpoint ep, endpoint_for(state->ioc, host, port));
   boost::system::error_code ec;
   tcp::acceptor& a = state->acceptor;
@@ -111,7 +153,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
     return make_error(ErrorCode::kUnavailable, "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
-  net::co_spawn(state->ioc, accept_loop(state->acceptor, state->registry), net::detached);
+  net::co_spawn(state->ioc, accept_loop(state->acceptor, state->shared), net::detached);
   State* s = state.get();
   s->thread = std::thread([s] { s->ioc.run(); });
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));

@@ -17,6 +17,10 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
   o.add(c.metrics_port, {.name = "metrics-port",
                          .help = "port of the Prometheus /metrics endpoint (0 = any free port, -1 = off)",
                          .env = "TESSERA_SCHEDULER_METRICS_PORT", .min = -1, .max = 65535});
+  o.add(c.health_stall_ms, {.name = "health-stall-ms",
+                            .help = "/health answers 503 when the event loop has not completed an iteration for this "
+                                    "long (it iterates at least every 50 ms when healthy)",
+                            .env = "TESSERA_SCHEDULER_HEALTH_STALL_MS", .min = 100, .max = 3600000});
   o.add(c.service.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval the workers are told to use",
                                  .env = "TESSERA_SCHEDULER_HEARTBEAT_MS", .min = 10, .max = 60000});
   o.add(c.service.worker_dead_ms, {.name = "worker-dead-ms",

@@ -16,6 +16,7 @@ struct SchedulerOptions {
   ServiceConfig service;
   std::string metrics_host = "127.0.0.1";  // Prometheus /metrics address
   int metrics_port = 8102;                 // 0 = any free port, -1 = off
+  int health_stall_ms = 5000;              // /health is 503 when the event loop has not iterated for this long
 };
 
 void declare_options(config::Options& options, SchedulerOptions& config);

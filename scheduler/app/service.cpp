@@ -32,5 +32,6 @@ std::string Service::kv_events_snapshot_endpoint() const {
 }
 
 void Service::run(const std::atomic<bool>& stop) { loop_->run(stop); }
+const std::atomic<int64_t>& Service::loop_heartbeat() const { return loop_->heartbeat(); }
 
 }  // namespace tessera::scheduler_app

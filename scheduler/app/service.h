@@ -88,6 +88,9 @@ class Service {
   // Serves until `stop` becomes true (checked at least every 50 ms), then tells every worker
   // nothing more and fails in-flight requests with kUnavailable.
   void run(const std::atomic<bool>& stop);
+  // Steady-clock milliseconds (since its epoch) at the end of the event loop's latest iteration;
+  // the loop's construction before run(). Written by the loop thread, read by any (the /health server).
+  const std::atomic<int64_t>& loop_heartbeat() const;
 
  private:
   explicit Service(std::unique_ptr<EventLoop> loop);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 
@@ -200,7 +201,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       if (!msg.ok()) {
         // A plan that fails validation still needs an answer, or the scheduler's batcher waits.
         const uint64_t id = protocol::peek_id(body);
-        TS_LOG(kWarn) << "undecodable message from scheduler (id " << id << "): " << msg.error().to_string();
+        {
+          static log::RateLimit limit;  // a peer can send these at will
+          TS_LOG_LIMITED(kWarn, limit) << "undecodable message from scheduler (id " << id << "): " << msg.error().to_string();
+        }
         if (registered && id != 0 && !compute.busy())
           send(protocol::StepResultMsg{.id = id, .result = error_result(id, msg.error())});
         continue;
@@ -231,7 +235,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
         TS_LOG(kInfo) << protocol::message_type(*msg) << " requested by the scheduler";
         exiting = true;
       } else {
-        TS_LOG(kWarn) << "ignoring '" << protocol::message_type(*msg) << "' from the scheduler";
+        {
+          static log::RateLimit limit;  // a peer can send these at will
+          TS_LOG_LIMITED(kWarn, limit) << "ignoring '" << protocol::message_type(*msg) << "' from the scheduler";
+        }
       }
     }
   }

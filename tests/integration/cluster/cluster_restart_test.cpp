@@ -1,5 +1,5 @@
-// A scheduler that restarts faster than the frontend's --scheduler-dead-ms: the frontend sees a
-// new `instance` in its heartbeats (docs/protocol.md, "Heartbeats and failure") and ends the old
+// A scheduler that restarts faster than the frontend's --scheduler-dead-ms: the frontend sees its
+// connection drop (a socket monitor) or a new `instance` in its heartbeats (docs/protocol.md, "Heartbeats and failure") and ends the old
 // instance's in-flight requests with an error at once, instead of leaving the clients hanging
 // until the request timeout. New requests are served once the worker has registered again.
 #include <signal.h>
@@ -59,7 +59,10 @@ TEST(ClusterSchedulerRestart, InFlightRequestEndsWithErrorAtOnceAndNewOnesSuccee
   ASSERT_TRUE(restarted) << cluster.logs();
   EXPECT_TRUE(error_event) << "the in-flight request did not end with an error event\n" << cluster.logs();
   EXPECT_FALSE(done && !error_event);
-  EXPECT_NE(error_text.find("restarted"), std::string::npos) << error_text;
+  // Noticed by the dropped connection (the kill closes the scheduler's sockets) or, when the
+  // new instance answers first, by its new `instance`.
+  EXPECT_TRUE(error_text.find("restarted") != std::string::npos || error_text.find("was lost") != std::string::npos)
+      << error_text;
   const double took = std::chrono::duration<double>(end - killed).count();
   EXPECT_LT(took, 3.0) << "the frontend noticed the restart only after " << took << " s\n" << cluster.logs();
   std::cout << "in-flight request ended " << took << " s after the scheduler's kill -9\n";

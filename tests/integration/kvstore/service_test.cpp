@@ -345,8 +345,35 @@ TEST_F(KvServiceRedis, RedisKilledMidTestServiceContinuesFromL1ThenReconnects) {
   ASSERT_TRUE(wait_until([&] { return c->stats()->redis_up; }, 10s)) << "did not reconnect";
   EXPECT_NE(c->stats()->metrics.find("tessera_kvstore_redis_reconnects_total 1\n"), std::string::npos);
   EXPECT_TRUE(c->put(k2, blob_of(4, 4))->l2);
-  EXPECT_EQ(redis_->command({"DBSIZE"}), "2");  // the value and alice's index
+  // Both values (k1 written back from L1 when Redis came back empty; k2) and alice's index.
+  EXPECT_TRUE(wait_until([&] { return redis_->command({"DBSIZE"}) == "3"; }, 10s)) << redis_->command({"DBSIZE"});
   EXPECT_TRUE(n->alive());
+}
+
+// Redis restarted without persistence comes back empty; the node writes its L1 entries back
+// (issue 18, finding 10), so a second node with an empty L1 finds the preference in Redis.
+TEST_F(KvServiceRedis, L1EntriesAreWrittenBackWhenRedisComesBackEmpty) {
+  auto n1 = start_node();
+  ASSERT_NE(n1, nullptr);
+  auto c1 = client_for(*n1);
+  const BlobKey k{kFp, "alice", "pref"};
+  const std::string blob = blob_of(6, 5);
+  ASSERT_TRUE(c1->put(k, blob)->l2);
+  redis_->kill();
+  ASSERT_TRUE(redis_->restart());
+  ASSERT_EQ(redis_->command({"DBSIZE"}), "0");  // no persistence: the data is gone
+  // Noticed by the health check (down, or a new run_id), then written back.
+  ASSERT_TRUE(wait_until([&] { return redis_->command({"DBSIZE"}) == "2"; }, 10s))  // the value and alice's index
+      << "never written back; DBSIZE " << redis_->command({"DBSIZE"});
+  EXPECT_NE(c1->stats()->metrics.find("tessera_kvstore_l2_write_backs_total 1\n"), std::string::npos)
+      << c1->stats()->metrics;
+  auto n2 = start_node();
+  ASSERT_NE(n2, nullptr);
+  auto got = client_for(*n2)->get(k);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_TRUE(got->found);
+  EXPECT_EQ(got->tier, Tier::kL2);
+  EXPECT_EQ(got->blob, blob);
 }
 
 TEST_F(KvServiceRedis, InvalidateUserClearsEveryTier) {

@@ -71,6 +71,7 @@ TEST(OpenAIFields, EveryCompletionsFieldIsHonouredOrRefused) {
                       EXPECT_EQ(p.request.sampling.top_logprobs, 2);
                     }});
   fields.push_back({"suffix", "end", nullptr});
+  fields.push_back({"logprobs", -2, nullptr});  // a negative count is refused, not read as "off" (issue 18)
   fields.push_back({"stream_options", json{{"include_usage", true}}, nullptr});  // without stream: true, refused
   check(RequestKind::kCompletion, base, fields);
   // With stream: true, stream_options.include_usage is honoured.
@@ -117,7 +118,8 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
   json with_lp = base;
   with_lp["logprobs"] = true;
   check(RequestKind::kChat, with_lp,
-        {{"top_logprobs", 3, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.top_logprobs, 3); }}});
+        {{"top_logprobs", 3, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.top_logprobs, 3); }},
+         {"top_logprobs", -2, nullptr}});
   // The plain-text values of refused features ask for nothing and are accepted.
   check(RequestKind::kChat, base,
         {{"response_format", json{{"type", "text"}}, [](const ParsedRequest&) {}},

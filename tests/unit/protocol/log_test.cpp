@@ -5,6 +5,7 @@
 #include <string>
 
 #include "tessera/common/log.h"
+#include "tessera/common/log_limit.h"
 
 namespace tessera {
 namespace {
@@ -50,6 +51,23 @@ TEST(LogTest, JsonEventIsOneJsonObject) {
   EXPECT_LE(nl, log::kMaxLineBytes + 64);
   auto line = nlohmann::json::parse(out.substr(nl + 1, out.find('\n', nl + 1) - nl - 1));
   EXPECT_EQ(line["msg"], "binary \\x00\\x01\\xfe");
+}
+
+TEST(LogTest, RateLimitWritesABurstPerWindowAndCountsTheRest) {
+  log::RateLimit limit(3, std::chrono::seconds(10));
+  const auto t0 = log::RateLimit::Clock::now();
+  uint64_t suppressed = 99;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(limit.allow(&suppressed, t0));
+    EXPECT_EQ(suppressed, 0u);
+  }
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(limit.allow(&suppressed, t0 + std::chrono::seconds(5)));
+  // The next window: allowed again, and the first line says how many were dropped.
+  EXPECT_TRUE(limit.allow(&suppressed, t0 + std::chrono::seconds(11)));
+  EXPECT_EQ(suppressed, 1000u);
+  EXPECT_EQ(log::suppressed_note(suppressed), "(1000 similar lines suppressed) ");
+  EXPECT_TRUE(limit.allow(&suppressed, t0 + std::chrono::seconds(11)));
+  EXPECT_EQ(suppressed, 0u);
 }
 
 }  // namespace

@@ -2,9 +2,19 @@
 // get, on IPv4, IPv6 and the dual-stack "::".
 #include "metrics_http.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tessera/http/client.h"
 
@@ -72,6 +82,85 @@ TEST_F(MetricsHttp, ABusyPortIsUnavailable) {
   auto second = MetricsServer::start("127.0.0.1", (*first)->port(), registry);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.error().code, ErrorCode::kUnavailable);
+}
+
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// /health follows the event loop (issue 18, finding 8): 200 while its latest iteration is within
+// stall_ms, 503 "stalled" once it is older.
+TEST_F(MetricsHttp, HealthIs503WhenTheEventLoopHasNotIteratedWithinTheBound) {
+  std::atomic<int64_t> beat{steady_ms()};
+  auto server = MetricsServer::start("127.0.0.1", 0, registry, {.loop_heartbeat = &beat, .stall_ms = 1000});
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  const int port = (*server)->port();
+  const Reply ok = fetch("127.0.0.1", port, "GET", "/health");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_NE(ok.body.find("\"status\":\"ok\""), std::string::npos) << ok.body;
+  EXPECT_NE(ok.body.find("\"stall_ms\":1000"), std::string::npos) << ok.body;
+  beat.store(steady_ms() - 1500);  // the loop's latest iteration 1.5 s ago
+  const Reply stalled = fetch("127.0.0.1", port, "GET", "/health");
+  EXPECT_EQ(stalled.status, 503);
+  EXPECT_NE(stalled.body.find("\"status\":\"stalled\""), std::string::npos) << stalled.body;
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics").status, 200);  // metrics still render
+  beat.store(steady_ms());
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/health").status, 200);
+  // HEAD: the status and Content-Length of GET, no body.
+  auto head = http::request({.host = "127.0.0.1", .port = port, .method = "HEAD", .path = "/health", .timeout_ms = 10000});
+  ASSERT_TRUE(head.ok()) << head.error().to_string();
+  EXPECT_EQ(head->status, 200);
+  EXPECT_TRUE(head->body.empty());
+}
+
+// Clients trickling one byte every 0.5 s hold their connections, yet scrapes and health checks
+// keep being answered within a deadline, and the slow connections are closed after the read
+// timeout.
+TEST_F(MetricsHttp, SlowClientsDoNotBlockScrapes) {
+  auto server = MetricsServer::start("127.0.0.1", 0, registry);
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  const int port = (*server)->port();
+  std::vector<int> slow;
+  for (int i = 0; i < 8; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    for (size_t i = 0; i < req.size() && !done.load(); ++i) {
+      for (int fd : slow) (void)::send(fd, req.data() + i, 1, MSG_NOSIGNAL);
+      pollfd p{slow[0], POLLIN, 0};
+      (void)::poll(&p, 1, 500);  // paces the client: one byte per 0.5 s
+    }
+  });
+  for (int i = 0; i < 4; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto m = http::request({.host = "127.0.0.1", .port = port, .path = "/metrics", .timeout_ms = 1000});
+    auto h = http::request({.host = "127.0.0.1", .port = port, .path = "/health", .timeout_ms = 1000});
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    ASSERT_TRUE(h.ok()) << h.error().to_string();
+    EXPECT_EQ(m->status, 200);
+    EXPECT_EQ(h->status, 200);
+    EXPECT_LT(ms, 1000) << "scrape " << i;
+  }
+  // The slow connections are closed (no answer owed) once the read timeout (2 s) passes.
+  for (int fd : slow) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 6000), 1);
+    char c;
+    EXPECT_LE(::recv(fd, &c, 1, MSG_DONTWAIT), 0);
+  }
+  done.store(true);
+  trickle.join();
+  for (int fd : slow) ::close(fd);
 }
 
 }  // namespace

@@ -116,6 +116,7 @@ struct Client::Impl {
     bhttp::response_parser<bhttp::buffer_body> parser;
     parser.header_limit(1 << 20);
     parser.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser.skip(verb == bhttp::verb::head);  // a HEAD answer has no body, whatever its Content-Length
     beast::error_code ec = run([&](auto handler) { bhttp::async_read_header(*stream, buffer, parser, handler); });
     if (ec) {
       *nothing_received = !parser.got_some();

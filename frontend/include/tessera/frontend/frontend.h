@@ -46,8 +46,18 @@ struct FrontendConfig {
   int32_t max_queued_requests = 1024;
   int32_t default_max_tokens = 256;
   int64_t request_timeout_ms = 300000;
+  // Slow clients (docs/security.md "Slow clients"): a request's header must arrive within
+  // http_header_timeout_ms of its first byte and its body within http_body_timeout_ms after the
+  // header (408 otherwise); one write (a response, or one SSE chunk) that the client does not
+  // take within http_write_timeout_ms (or the request's deadline, whichever is first) closes the
+  // connection and cancels its request. The kernel send buffer of each connection is
+  // http_send_buffer_bytes.
+  int http_header_timeout_ms = 10000;
+  int http_body_timeout_ms = 30000;
+  int http_write_timeout_ms = 30000;
+  int http_send_buffer_bytes = 262144;
   int heartbeat_ms = 500;
-  int scheduler_dead_ms = 1500;
+  int scheduler_dead_ms = 5000;  // a dropped connection is noticed at once (scheduler_links.h)
   // Admin endpoints (docs/api.md "Admin"): "" = disabled (they answer 403).
   std::string admin_token;
   // tessera-kvstore endpoint for stored preferences and invalidation ("" = none).

@@ -6,6 +6,11 @@
 // - a heartbeat is due every heartbeat interval; any message from the scheduler counts as heard;
 // - a scheduler never heard from is not alive (a fresh link does not count as alive);
 // - one silent for dead_after is dead: check_dead() says so exactly once, its figures reset;
+// - one whose connection dropped is dead at once (a socket monitor on the DEALER reports the
+//   TCP disconnect: a killed scheduler is noticed in milliseconds, not after dead_after; its
+//   in-flight requests are lost anyway, as a reconnection gets a new routing id):
+//   check_disconnected() says so once, like check_dead(); the heartbeat timeout then only has
+//   to catch a frozen or cut-off scheduler, so it can be generous (--scheduler-dead-ms);
 // - a heartbeat whose `instance` differs from the one it sent before means it restarted (an
 //   absent instance, i.e. an old scheduler, is ignored);
 // - usable() = alive and reporting live_workers >= 1;
@@ -59,6 +64,7 @@ class SchedulerLink {
 
   // Connects a DEALER to `endpoint` (throws zmq::error_t on a bad endpoint).
   SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry);
+  ~SchedulerLink();
   SchedulerLink(const SchedulerLink&) = delete;
   SchedulerLink& operator=(const SchedulerLink&) = delete;
 
@@ -72,6 +78,10 @@ class SchedulerLink {
   bool on_heartbeat(const protocol::Heartbeat& heartbeat);
   // True exactly once when the scheduler goes silent for dead_after (figures and gauges reset).
   bool check_dead(Clock::time_point now);
+  // Reads the socket monitor's events (never blocks); true exactly once when the connection to
+  // an alive scheduler dropped (figures and gauges reset, as check_dead).
+  bool check_disconnected();
+  zmq::socket_t& monitor() { return monitor_; }  // polled by the hub for ZMQ_POLLIN
   // Sends our heartbeat when one is due (never blocks); true when it did.
   bool beat_if_due(Clock::time_point now, uint64_t seq, const std::string& name);
   std::chrono::milliseconds until_beat(Clock::time_point now) const { return liveness_.until_beat(now); }
@@ -82,9 +92,11 @@ class SchedulerLink {
 
  private:
   void publish_worker_gauges();
+  void mark_dead(const std::string& why);
 
   std::string endpoint_;
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;  // PAIR: the DEALER's ZMQ_EVENT_DISCONNECTED events
   PeerLiveness liveness_;
   bool heard_ = false;     // something arrived at least once
   uint64_t instance_ = 0;  // from its heartbeats; 0 = not seen yet (or an old scheduler)

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
@@ -69,6 +70,14 @@ class L1Cache {
   // pred must not call back into the cache). Returns entries removed.
   uint64_t erase_users_if(const std::function<bool(const std::string&)>& pred);
   uint64_t clear();                              // returns entries removed
+  struct Item {
+    BlobKey key;
+    Blob blob;
+    Clock::time_point expires_at;
+  };
+  // Every live (unexpired) entry, without touching the LRU order (the write-back to Redis after
+  // it came back, store.h). O(entries) under the lock; the blobs are shared, not copied.
+  std::vector<Item> snapshot() const;
   L1Stats stats() const;
   const L1Config& config() const { return config_; }
 

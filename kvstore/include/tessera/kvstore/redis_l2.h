@@ -16,6 +16,11 @@
 // itself never goes over the wire. Events published while this node is cut off from Redis are
 // not replayed: its L1 copies then live until their TTL or LRU eviction (docs/kvstore.md).
 //
+// Redis coming back: the health thread notices (a) the server reachable again after being down
+// and (b) a server that restarted between two health checks (its INFO run_id changed; it may
+// have come back empty). Either way it calls `on_back` on the health thread (the Store writes
+// its L1 entries back, store.h) and counts a reconnect.
+//
 // Thread-safety: all methods may be called concurrently. Counters are atomics.
 #pragma once
 
@@ -62,8 +67,10 @@ class RedisL2 {
  public:
   // Fails only on bad configuration (an empty secret); an unreachable server is not an error.
   // `on_event` runs on the subscriber thread (may be empty).
+  // `on_back` runs on the health thread each time Redis is back (may be empty; see above).
   static Result<std::unique_ptr<RedisL2>> create(const RedisConfig& config, std::string secret,
-                                                 std::function<void(std::string_view)> on_event = {});
+                                                 std::function<void(std::string_view)> on_event = {},
+                                                 std::function<void()> on_back = {});
   ~RedisL2();
   RedisL2(const RedisL2&) = delete;
   RedisL2& operator=(const RedisL2&) = delete;
@@ -90,7 +97,7 @@ class RedisL2 {
   void release(redisContext* c, bool healthy);
   void go_down(const std::string& why);    // up_ = false, drop idle connections
   void mark_down(const std::string& why);  // go_down + wake the health thread; not under health_mu_
-  bool ping_once();
+  std::string ping_once();  // the server's run_id ("" when unreachable)
   void health_loop();
   void subscriber_loop();
 
@@ -105,6 +112,8 @@ class RedisL2 {
   bool check_now_ = false;     // GUARDED_BY(health_mu_)
   std::thread health_;
   std::function<void(std::string_view)> on_event_;
+  std::function<void()> on_back_;
+  std::string run_id_;  // GUARDED_BY(health_mu_) after create(): the server's, at the last good check
   std::thread subscriber_;
   redisContext* sub_ctx_ = nullptr;  // GUARDED_BY(health_mu_); shut down to unblock the subscriber
   bool subscribed_ = false;          // GUARDED_BY(health_mu_); create() waits for it when Redis is up

@@ -12,6 +12,11 @@
 //   invalidate_user and clear also publish an event on Redis so every other kvstore node drops
 //   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h). Event payload:
 //   "<node id>|user:<user index key>" or "<node id>|clear".
+// - write-back: each time Redis is back (reachable again after being down, or restarted between
+//   two health checks: redis_l2.h), every live L1 entry that Redis lacks is written back to it
+//   with the entry's remaining TTL (an entry Redis has is never overwritten). So a Redis that
+//   lost its data (no persistence, or a flush) gets this node's preferences again and other
+//   nodes — or this one after a restart — find them. Counted in tessera_kvstore_l2_write_backs_total.
 //
 // Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
 // the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
@@ -73,6 +78,9 @@ class Store {
   bool l2_up() const { return l2_ != nullptr && l2_->up(); }
   L1Stats l1_stats() const { return l1_.stats(); }
   RedisL2* l2() { return l2_.get(); }  // nullptr when L1 only
+  // The write-back above (called by RedisL2's health thread; callable by tests). Returns the
+  // entries written.
+  uint64_t write_back_l1();
   // Every store metric (docs/kvstore.md lists them) as its current value, into `reg` (a registry
   // made for one rendering: counters are added to, so each is exported once per registry).
   void export_metrics(metrics::Registry& reg) const;
@@ -90,6 +98,7 @@ class Store {
   L1Cache l1_;
   std::unique_ptr<RedisL2> l2_;
   std::atomic<uint64_t> l1_hits_{0}, l1_misses_{0}, l2_hits_{0}, l2_misses_{0}, misses_{0};
+  std::atomic<uint64_t> write_backs_{0};
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
 };
 
