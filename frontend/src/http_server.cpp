@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "access_log.h"
+#include "choice_set.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
 #include "tessera/frontend/generation.h"
@@ -166,50 +167,74 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   access.user = r.user;
   // The user only as far as the key allows (403 names the user, never its stored preference).
   if (auto denied = ApiKeys::authorize(principal, r)) co_return co_await refuse(*denied);
-  // Admission first: a refused request costs no tokenization and no kvstore lookup.
+  // Admission first: a refused request costs no tokenization and no kvstore lookup. One slot per
+  // HTTP request, whatever its number of sequences (docs/api.md "Several choices").
   auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
   const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
-  if (Status st = s.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
-                                         .seed_given = parsed->seed_given});
-      !st.ok()) {
-    const Error& e = st.error();
-    // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
-    if (e.code == ErrorCode::kTooLarge)
-      co_return co_await respond(400, "application/json",
-                                 error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
-                                                                                                                             : (kind == protocol::RequestKind::kChat ? "messages" : "prompt"),
-                                            "context_length_exceeded"));
-    co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : "");
+  // One prepared request per prompt (a completions prompt list runs one per prompt).
+  std::vector<protocol::GenerateRequest> prompts;
+  std::vector<std::string> echo;
+  const size_t num_prompts = kind == protocol::RequestKind::kChat ? 1 : parsed->prompts.size();
+  for (size_t k = 0; k < num_prompts; ++k) {
+    protocol::GenerateRequest one = r;
+    if (kind == protocol::RequestKind::kCompletion) {
+      one.prompt = parsed->prompts[k].text;
+      one.prompt_tokens = parsed->prompts[k].tokens;
+    }
+    if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
+                                             .seed_given = parsed->seed_given});
+        !st.ok()) {
+      const Error& e = st.error();
+      const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
+      // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
+      if (e.code == ErrorCode::kTooLarge)
+        co_return co_await respond(400, "application/json",
+                                   error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
+                                                                                                                               : prompt_param,
+                                              "context_length_exceeded"));
+      co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param : "");
+    }
+    if (parsed->echo)
+      echo.push_back(parsed->prompts[k].tokens.empty() ? parsed->prompts[k].text : s.preparer.tokenizer().decode(parsed->prompts[k].tokens));
+    prompts.push_back(std::move(one));
   }
   if (!s.hub.ready())
     co_return co_await error(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
-  if (s.preferences.wants_lookup(r))
-    s.preferences.apply(r, co_await stored_preference(r, std::min(deadline, s.preferences.deadline_from(Clock::now()))));
-  s.preparer.finish(r);
-  r.id = s.hub.next_id();
+  if (s.preferences.wants_lookup(prompts.front())) {
+    const auto stored = co_await stored_preference(prompts.front(), std::min(deadline, s.preferences.deadline_from(Clock::now())));
+    for (auto& one : prompts) s.preferences.apply(one, stored);
+  }
+  for (auto& one : prompts) s.preparer.finish(one);
 
-  const uint64_t id = r.id;
   const bool streaming = r.stream;
-  const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
                     .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex_id(),
                     .model = s.preparer.model_name(),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                     .logprobs = parsed->logprobs,
                     .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
-  Generation gen(s.preparer.tokenizer(), r.stop, parsed->logprobs);
-  auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
-  s.hub.submit(std::move(r), channel);
+  ChoiceSet set(s.preparer.tokenizer(), meta,
+                {.n = parsed->n, .best_of = parsed->best_of, .streaming = streaming, .logprobs = parsed->logprobs, .page_size = limits.page_size},
+                std::move(prompts), std::move(echo), [this] { return s.hub.next_id(); });
+  access.sequences = set.sequences();
+  auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);  // the sink of every sequence
+  for (auto& one : set.start()) s.hub.submit(std::move(one), channel);
+  auto abandon_all = [&] {
+    for (uint64_t id : set.live_ids()) s.hub.abandon(id);
+  };
+  auto ended = [&](std::string reason) {
+    end_generation(clock, std::move(reason), set.prompt_tokens(), 0, set.completion_tokens());
+  };
 
-  bool events_started = false, first_chunk = true, cancel_sent = false;
+  bool events_started = false;
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) {
-      s.hub.abandon(id);
+      abandon_all();
       slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
       s.metrics.timeouts.inc();
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      ended("error");
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
       if (!events_started) co_return co_await error(e);
@@ -218,62 +243,55 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     std::optional<Message> msg = co_await channel->next(std::min(deadline, now + kDisconnectCheck));
     if (!msg) {
       if (peer_closed(stream)) {
-        s.hub.abandon(id);
+        abandon_all();
         s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        TS_LOG(kInfo) << "req=" << id << " | client went away; cancelled";
+        ended("disconnect");
+        TS_LOG(kInfo) << "req=" << request_id << " | client went away; cancelled";
         co_return false;
       }
       continue;
     }
-    if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) {
-      clock.on_token(s.metrics);
-      Generation::Delta d = gen.on_tokens(*tok);
-      if (gen.stop_hit() && !cancel_sent) {
-        s.hub.cancel(id);  // the scheduler answers with a final event
-        cancel_sent = true;
-      }
-      if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
-      if (!events_started && !(events_started = co_await start_events())) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        co_return false;
-      }
-      if (!co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr))) {
-        s.hub.abandon(id);
-        s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        co_return false;
-      }
-      first_chunk = false;
-      continue;
+    if (std::holds_alternative<protocol::TokenEvent>(*msg)) clock.on_token(s.metrics);
+    ChoiceSet::Output out = set.on_message(*msg);
+    for (uint64_t id : out.cancel) s.hub.cancel(id);
+    for (auto& one : out.submit) s.hub.submit(std::move(one), channel);
+    if (out.finished) {
+      s.metrics.stripped(out.stripped);
+      s.metrics.finished(*out.finished);  // every sequence: its prompt (cached part included) and completion tokens
     }
-    if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
+    if (out.error) {
+      abandon_all();
       slot.value().reset();
-      std::string tail = gen.finish();
-      s.metrics.stripped(gen.stripped_calls());
-      protocol::FinalEvent f = *fin;
-      std::string reason = gen.stop_hit() ? "stop" : f.finish_reason;
-      if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();
-      if (f.usage.prompt_tokens == 0) f.usage.prompt_tokens = prompt_tokens;
-      s.metrics.finished(f);
-      end_generation(clock, reason, f.usage.prompt_tokens, f.usage.cached_tokens, f.usage.completion_tokens, f.timings.queue_ms);
-      if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
-      if (!events_started && !(events_started = co_await start_events())) co_return false;
-      std::string last = stream_chunk(meta, tail, {}, first_chunk, reason, &f);
-      if (meta.stream_usage == StreamUsage::kSeparateChunk) last += usage_chunk(meta, f);
+      ended("error");
+      if (!events_started) co_return co_await error(*out.error);
+      co_return co_await end_events("data: " + error_json(*out.error) + "\n\n");
+    }
+    if (!out.sse.empty() || (streaming && set.done())) {
+      if (!events_started && !(events_started = co_await start_events())) {
+        abandon_all();
+        s.metrics.disconnects.inc();
+        ended("disconnect");
+        co_return false;
+      }
+    }
+    if (set.done()) {
+      slot.value().reset();
+      const protocol::FinalEvent total = set.total();
+      // The metrics' finish_reason label: the first choice's; the access line lists them all.
+      const std::string reasons = set.finish_reasons();
+      end_generation(clock, reasons.substr(0, reasons.find(',')), total.usage.prompt_tokens, total.usage.cached_tokens,
+                     total.usage.completion_tokens, total.timings.queue_ms);
+      access.finish_reason = reasons;
+      if (!streaming) co_return co_await respond(200, "application/json", set.response_body());
+      std::string last = out.sse;
+      if (meta.stream_usage == StreamUsage::kSeparateChunk) last += usage_chunk(meta, total);
       co_return co_await end_events(last);
     }
-    if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
-      slot.value().reset();
-      // The scheduler names the frontend's internal request number; the client never saw it.
-      std::string message = err->message;
-      if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
-      Error e = make_error(err->code, std::move(message));
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
-      if (!events_started) co_return co_await error(e);
-      co_return co_await end_events("data: " + error_json(e) + "\n\n");
+    if (!out.sse.empty() && !co_await write_chunk(out.sse)) {
+      abandon_all();
+      s.metrics.disconnects.inc();
+      ended("disconnect");
+      co_return false;
     }
   }
 }

@@ -87,7 +87,7 @@ TEST(OpenAIParse, BadInputNamesTheParam) {
       {R"({"prompt":5})", ErrorCode::kInvalidArgument, "prompt"},
       {R"({"prompt":[1,"a"]})", ErrorCode::kInvalidArgument, "prompt"},
       {R"({"prompt":[-1]})", ErrorCode::kOutOfRange, "prompt"},
-      {R"({"prompt":[[1],[2]]})", ErrorCode::kUnsupported, "prompt"},
+      {R"({"prompt":[[1],["a"]]})", ErrorCode::kInvalidArgument, "prompt"},
       {R"({"prompt":"x","max_tokens":"10"})", ErrorCode::kInvalidArgument, "max_tokens"},
       {R"({"prompt":"x","max_tokens":1.5})", ErrorCode::kInvalidArgument, "max_tokens"},
       {R"({"prompt":"x","max_tokens":-3})", ErrorCode::kOutOfRange, "max_tokens"},
