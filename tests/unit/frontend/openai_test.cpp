@@ -100,7 +100,7 @@ TEST(OpenAIParse, BadInputNamesTheParam) {
       {R"({"prompt":"x","stream":"yes"})", ErrorCode::kInvalidArgument, "stream"},
       {R"({"prompt":"x","stop":[1]})", ErrorCode::kInvalidArgument, "stop"},
       {R"({"prompt":"x","logprobs":21})", ErrorCode::kOutOfRange, "top_logprobs"},
-      {R"({"prompt":"x","n":2})", ErrorCode::kUnsupported, "n"},
+      {R"({"prompt":"x","n":20})", ErrorCode::kOutOfRange, "n"},
       {R"({"prompt":"x","model":7})", ErrorCode::kInvalidArgument, "model"},
       {R"({"prompt":"x","seed":-1})", ErrorCode::kOutOfRange, "seed"},
       {R"({"messages":"hi"})", ErrorCode::kInvalidArgument, "messages", RequestKind::kChat},
