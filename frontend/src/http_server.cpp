@@ -187,13 +187,18 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         !st.ok()) {
       const Error& e = st.error();
       const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
+      // Named strings, not temporaries inside a co_await expression (GCC mishandles those).
       // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
-      if (e.code == ErrorCode::kTooLarge)
-        co_return co_await respond(400, "application/json",
-                                   error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
-                                                                                                                               : prompt_param,
-                                              "context_length_exceeded"));
-      co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param : "");
+      if (e.code == ErrorCode::kTooLarge) {
+        const std::string body = error_json(
+            e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? std::string("max_tokens") : prompt_param,
+            "context_length_exceeded");
+        co_return co_await respond(400, "application/json", body);
+      }
+      const std::string param = e.code == ErrorCode::kNotFound                             ? std::string("model")
+                                : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param
+                                                                                       : std::string();
+      co_return co_await error(e, param);
     }
     if (parsed->echo)
       echo.push_back(parsed->prompts[k].tokens.empty() ? parsed->prompts[k].text : s.preparer.tokenizer().decode(parsed->prompts[k].tokens));

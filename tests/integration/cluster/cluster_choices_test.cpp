@@ -76,7 +76,9 @@ class ClusterChoicesTest : public SharedClusterTest {
                               return true;
                             }});
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
-    if (r.ok()) EXPECT_EQ(r->status, 200) << r->body;
+    if (r.ok()) {
+      EXPECT_EQ(r->status, 200) << r->body;
+    }
     return s;
   }
   double frontend_metric(const std::string& name) { return cluster_->metric(cluster_->http_port(), name); }
