@@ -257,6 +257,29 @@ TEST_F(ClusterChoicesTest, PromptListsAreBatchedPromptMajor) {
   EXPECT_EQ(bad["error"]["param"], "prompt");
 }
 
+// A stop string ends each choice on its own (the frontend cancels that sequence only): greedy
+// choices stop at the same place, sampled ones where each meets it, or run to max_tokens.
+TEST_F(ClusterChoicesTest, StopStringsEndEachChoice) {
+  const json greedy = completion({{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}});
+  const std::string full = greedy["choices"][0]["text"].get<std::string>();
+  const std::string stop = "Lily";
+  const size_t at = full.find(stop);
+  ASSERT_NE(at, std::string::npos) << full;
+  json body = {{"prompt", "Once upon a time"}, {"n", 2}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}, {"stop", stop}};
+  const json a = completion(body);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(a["choices"][i]["text"], full.substr(0, at));
+    EXPECT_EQ(a["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_LT(a["usage"]["completion_tokens"].get<int>(), 80);
+  body["stream"] = true;
+  Streamed s = stream("/v1/completions", body);
+  EXPECT_EQ(s.text[0], full.substr(0, at));
+  EXPECT_EQ(s.text[1], full.substr(0, at));
+  EXPECT_EQ(s.finish_reason[0], "stop");
+  EXPECT_EQ(s.finish_reason[1], "stop");
+}
+
 TEST_F(ClusterChoicesTest, LimitsAreNamed) {
   EXPECT_EQ(post("/v1/completions", {{"prompt", "a"}, {"n", 17}}, 400)["error"]["param"], "n");
   EXPECT_EQ(post("/v1/completions", {{"prompt", "a"}, {"n", 2}, {"best_of", 1}}, 400)["error"]["param"], "best_of");
