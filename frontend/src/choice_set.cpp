@@ -69,7 +69,8 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
   Output out;
   Seq* s = find(protocol::message_id(m));
   if (s == nullptr || s->done) return out;
-  if (s->candidate == 0) release_candidates(s->prompt, out);  // its prompt's pages are in the cache now
+  // Its prompt's pages are in the cache now (an error releases nothing: the request fails).
+  if (s->candidate == 0 && !std::holds_alternative<protocol::ErrorEvent>(m)) release_candidates(s->prompt, out);
   if (const auto* tok = std::get_if<protocol::TokenEvent>(&m)) {
     Generation::Delta d = s->gen->on_tokens(*tok);
     for (size_t i = 0; i < d.tokens.size() && i < tok->logprobs.size(); ++i) s->cumulative_logprob += tok->logprobs[i];
