@@ -38,6 +38,7 @@ void log_access(const AccessRecord& a, double duration_ms) {
     f.push_back({"prompt_tokens", std::to_string(a.prompt_tokens), true});
     f.push_back({"cached_tokens", std::to_string(a.cached_tokens), true});
     f.push_back({"completion_tokens", std::to_string(a.completion_tokens), true});
+    if (a.sequences > 1) f.push_back({"sequences", std::to_string(a.sequences), true});
     f.push_back({"ttft_ms", a.ttft_ms ? fixed(*a.ttft_ms, 1) : "", a.ttft_ms.has_value()});
   }
   f.push_back({"duration_ms", fixed(duration_ms, 1), true});

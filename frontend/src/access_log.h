@@ -20,6 +20,7 @@ struct AccessRecord {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t sequences = 1;   // scheduler requests behind it (n, best_of, a prompt list); logged when > 1
   std::optional<double> ttft_ms;
   std::string finish_reason;  // stop | length | cancelled | error | disconnect ("" if refused before submission)
   std::string user;           // raw; written as user_hash(user)

@@ -207,6 +207,12 @@ void ClientApi::on_request(zmqu::Envelope env, protocol::GenerateRequest r) {
   if (env.delimiter && r.stream)
     return refuse(ErrorCode::kInvalidArgument,
                   "stream must be false on a REQ socket (it takes one reply per request); send \"stream\": false or use a DEALER");
+  // OpenAI's several-choice fields are HTTP only (docs/protocol.md): refused by name, never ignored.
+  for (const char* key : {"n", "best_of", "echo", "suffix"})
+    if (protocol::peek_has_key(env.body, key))
+      return refuse(ErrorCode::kUnsupported, std::string(key) +
+                                                 " is not a field of the ZeroMQ API (HTTP only); send one request per sample, each with "
+                                                 "its own id and seed (requests with the same prompt share its cached pages)");
   auto job = std::make_shared<Job>();
   job->client_id = client_id;
   job->max_tokens_given = protocol::peek_has_key(env.body, "max_tokens");

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "access_log.h"
+#include "choice_set.h"
 #include "read_deadline.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
@@ -193,74 +194,104 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   access.user = r.user;
   // The user only as far as the key allows (403 names the user, never its stored preference).
   if (auto denied = ApiKeys::authorize(principal, r)) co_return co_await refuse(*denied);
-  // Admission first: a refused request costs no tokenization and no kvstore lookup.
+  // Admission first: a refused request costs no tokenization and no kvstore lookup. One slot per
+  // HTTP request, whatever its number of sequences (docs/api.md "Several choices").
   auto slot = s.admission.admit(s.hub.waiting());
   if (!slot.ok()) co_return co_await error(slot.error());
   const ServingLimits limits = s.preparer.limits(s.hub.schedulers());
-  if (Status st = s.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
-                                         .seed_given = parsed->seed_given});
-      !st.ok()) {
-    const Error& e = st.error();
-    // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
-    if (e.code == ErrorCode::kTooLarge)
-      co_return co_await respond(400, "application/json",
-                                 error_json(e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? "max_tokens"
-                                                                                                                             : (kind == protocol::RequestKind::kChat ? "messages" : "prompt"),
-                                            "context_length_exceeded"));
-    co_return co_await error(e, e.code == ErrorCode::kNotFound ? "model" : "");
+  // One prepared request per prompt (a completions prompt list runs one per prompt).
+  std::vector<protocol::GenerateRequest> prompts;
+  std::vector<std::string> echo;
+  const size_t num_prompts = kind == protocol::RequestKind::kChat ? 1 : parsed->prompts.size();
+  for (size_t k = 0; k < num_prompts; ++k) {
+    protocol::GenerateRequest one = r;
+    if (kind == protocol::RequestKind::kCompletion) {
+      one.prompt = parsed->prompts[k].text;
+      one.prompt_tokens = parsed->prompts[k].tokens;
+    }
+    if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
+                                             .seed_given = parsed->seed_given});
+        !st.ok()) {
+      const Error& e = st.error();
+      const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
+      // Named strings, not temporaries inside a co_await expression (GCC mishandles those).
+      // Over the context or the prompt limit: 400 context_length_exceeded, as OpenAI and vLLM answer.
+      if (e.code == ErrorCode::kTooLarge) {
+        const std::string body = error_json(
+            e, parsed->max_tokens_given && e.message.find("max_tokens") != std::string::npos ? std::string("max_tokens") : prompt_param,
+            "context_length_exceeded");
+        co_return co_await respond(400, "application/json", body);
+      }
+      const std::string param = e.code == ErrorCode::kNotFound                             ? std::string("model")
+                                : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param
+                                                                                       : std::string();
+      co_return co_await error(e, param);
+    }
+    if (parsed->echo)
+      echo.push_back(parsed->prompts[k].tokens.empty() ? parsed->prompts[k].text : s.preparer.tokenizer().decode(parsed->prompts[k].tokens));
+    prompts.push_back(std::move(one));
   }
   if (!s.hub.ready())
     co_return co_await error(make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
-  if (s.preferences.wants_lookup(r))
-    s.preferences.apply(r, co_await stored_preference(r, std::min(deadline, s.preferences.deadline_from(Clock::now()))));
-  s.preparer.finish(r);
-  r.id = s.hub.next_id();
+  if (s.preferences.wants_lookup(prompts.front())) {
+    const auto stored = co_await stored_preference(prompts.front(), std::min(deadline, s.preferences.deadline_from(Clock::now())));
+    for (auto& one : prompts) s.preferences.apply(one, stored);
+  }
+  for (auto& one : prompts) s.preparer.finish(one);
 
-  uint64_t id = r.id;
   const bool streaming = r.stream;
-  const int32_t prompt_tokens = static_cast<int32_t>(r.prompt_tokens.size());
   ResponseMeta meta{.kind = kind,
                     .id = (kind == protocol::RequestKind::kChat ? "chatcmpl-" : "cmpl-") + random_hex_id(),
                     .model = s.preparer.model_name(),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
                     .logprobs = parsed->logprobs,
                     .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
-  std::optional<Generation> generation;
-  generation.emplace(s.preparer.tokenizer(), r.stop, parsed->logprobs);
-  Generation& gen = *generation;  // emplace() below re-creates it in place
-  // Kept to submit again when the request's worker (or scheduler) dies before anything reached
-  // the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
+  const ChoiceSetOptions choice_options{.n = parsed->n, .best_of = parsed->best_of, .streaming = streaming,
+                                          .logprobs = parsed->logprobs, .page_size = limits.page_size};
+  // Kept to run the whole request again when a worker (or scheduler) dies before anything
+  // reached the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
   constexpr int kMaxResubmits = 2;
   int resubmits = 0;
-  const protocol::GenerateRequest original = r;
-  auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);
-  s.hub.submit(std::move(r), channel);
+  const std::vector<protocol::GenerateRequest> original_prompts = prompts;
+  const std::vector<std::string> original_echo = echo;
+  std::optional<ChoiceSet> choices;
+  choices.emplace(s.preparer.tokenizer(), meta, choice_options, std::move(prompts), std::move(echo),
+                  [this] { return s.hub.next_id(); });
+  access.sequences = choices->sequences();
+  auto channel = std::make_shared<Channel>(co_await net::this_coro::executor);  // the sink of every sequence
+  for (auto& one : choices->start()) s.hub.submit(std::move(one), channel);
   // A write the client does not take ends at the request's deadline at the latest (a client that
   // stops reading cannot hold its slot and its K/V pages past it).
   write_cap = deadline;
+  auto abandon_all = [&] {
+    for (uint64_t id : choices->live_ids()) s.hub.abandon(id);
+  };
+  auto ended = [&](std::string reason) {
+    end_generation(clock, std::move(reason), choices->prompt_tokens(), 0, choices->completion_tokens());
+  };
   // A chunk could not be written: the client went away, or did not read within the write
-  // timeout. Either way the request is cancelled (its pages freed) and the slot released on return.
+  // timeout. Either way every sequence is cancelled (pages freed) and the slot released on return.
   auto write_failed = [&] {
-    s.hub.abandon(id);
+    abandon_all();
     if (write_timed_out) {
       s.metrics.timeouts.inc();
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
-      TS_LOG(kWarn) << "req=" << id << " | client did not take a write within " << s.config.http_write_timeout_ms
+      ended("error");
+      TS_LOG(kWarn) << "req=" << request_id << " | client did not take a write within " << s.config.http_write_timeout_ms
                     << " ms (or the request timeout); connection closed, request cancelled";
     } else {
       s.metrics.disconnects.inc();
-      end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
+      ended("disconnect");
     }
   };
 
-  bool events_started = false, first_chunk = true, cancel_sent = false;
+  bool events_started = false;
   for (;;) {
     const auto now = Clock::now();
     if (now >= deadline) {
-      s.hub.abandon(id);
+      abandon_all();
       slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
       s.metrics.timeouts.inc();
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      ended("error");
       Error e = make_error(ErrorCode::kDeadlineExceeded,
                            "request did not finish within " + std::to_string(s.config.request_timeout_ms) + " ms");
       write_cap = Clock::time_point::max();  // the 504 itself gets the write timeout
@@ -270,78 +301,75 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     std::optional<Message> msg = co_await channel->next(std::min(deadline, now + kDisconnectCheck));
     if (!msg) {
       if (peer_closed(stream)) {
-        s.hub.abandon(id);
+        abandon_all();
         s.metrics.disconnects.inc();
-        end_generation(clock, "disconnect", prompt_tokens, 0, gen.completion_tokens());
-        TS_LOG(kInfo) << "req=" << id << " | client went away; cancelled";
+        ended("disconnect");
+        TS_LOG(kInfo) << "req=" << request_id << " | client went away; cancelled";
         co_return false;
       }
       continue;
     }
-    if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) {
-      clock.on_token(s.metrics);
-      Generation::Delta d = gen.on_tokens(*tok);
-      if (gen.stop_hit() && !cancel_sent) {
-        s.hub.cancel(id);  // the scheduler answers with a final event
-        cancel_sent = true;
-      }
-      if (!streaming || (d.text.empty() && d.logprobs.empty())) continue;
-      // (No co_await inside a short-circuit condition: GCC has evaluated such operands out of order.)
-      bool ok = events_started;
-      if (!ok) ok = events_started = co_await start_events();
-      if (ok) ok = co_await write_chunk(stream_chunk(meta, d.text, d.logprobs, first_chunk, "", nullptr));
-      if (!ok) {
+    if (std::holds_alternative<protocol::TokenEvent>(*msg)) clock.on_token(s.metrics);
+    ChoiceSet& set = *choices;
+    ChoiceSet::Output out = set.on_message(*msg);
+    for (uint64_t id : out.cancel) s.hub.cancel(id);
+    for (auto& one : out.submit) s.hub.submit(std::move(one), channel);
+    if (out.finished) {
+      s.metrics.stripped(out.stripped);
+      s.metrics.finished(*out.finished);  // every sequence: its prompt (cached part included) and completion tokens
+    }
+    if (out.error && out.error->code == ErrorCode::kPeerDead && !events_started && resubmits < kMaxResubmits &&
+        s.hub.ready() && Clock::now() < deadline) {
+      // Nothing reached the client yet (a non-streamed request, or a stream before its first
+      // chunk): run every sequence again from the start, on whichever worker the scheduler picks.
+      abandon_all();
+      ++resubmits;
+      s.metrics.requeued.inc();
+      choices.emplace(s.preparer.tokenizer(), meta, choice_options, original_prompts, original_echo,
+                      [this] { return s.hub.next_id(); });
+      const net::any_io_executor strand = co_await net::this_coro::executor;
+      channel = std::make_shared<Channel>(strand);
+      TS_LOG(kInfo) << "req=" << request_id << " | its worker died before the client saw anything: submitted again ("
+                    << resubmits << " of " << kMaxResubmits << ")";
+      for (auto& one : choices->start()) s.hub.submit(std::move(one), channel);
+      continue;
+    }
+    if (out.error) {
+      abandon_all();
+      slot.value().reset();
+      write_cap = Clock::time_point::max();
+      ended("error");
+      if (!events_started) co_return co_await error(*out.error);
+      co_return co_await end_events("data: " + error_json(*out.error) + "\n\n");
+    }
+    if (!out.sse.empty() || (streaming && set.done())) {
+      bool started = events_started;
+      if (!started) started = events_started = co_await start_events();
+      if (!started) {
         write_failed();
         co_return false;
       }
-      first_chunk = false;
-      continue;
     }
-    if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
+    if (set.done()) {
       slot.value().reset();
       write_cap = Clock::time_point::max();  // finished: the last writes get the write timeout
-      std::string tail = gen.finish();
-      s.metrics.stripped(gen.stripped_calls());
-      protocol::FinalEvent f = *fin;
-      std::string reason = gen.stop_hit() ? "stop" : f.finish_reason;
-      if (gen.stop_hit()) f.usage.completion_tokens = gen.completion_tokens();
-      if (f.usage.prompt_tokens == 0) f.usage.prompt_tokens = prompt_tokens;
-      s.metrics.finished(f);
-      end_generation(clock, reason, f.usage.prompt_tokens, f.usage.cached_tokens, f.usage.completion_tokens, f.timings.queue_ms);
-      if (!streaming) co_return co_await respond(200, "application/json", response_json(meta, gen.text(), gen.logprobs(), f, reason));
-      if (!events_started && !(events_started = co_await start_events())) co_return false;
-      std::string last = stream_chunk(meta, tail, {}, first_chunk, reason, &f);
-      if (meta.stream_usage == StreamUsage::kSeparateChunk) last += usage_chunk(meta, f);
+      const protocol::FinalEvent total = set.total();
+      // The metrics' finish_reason label: the first choice's; the access line lists them all.
+      const std::string reasons = set.finish_reasons();
+      end_generation(clock, reasons.substr(0, reasons.find(',')), total.usage.prompt_tokens, total.usage.cached_tokens,
+                     total.usage.completion_tokens, total.timings.queue_ms);
+      access.finish_reason = reasons;
+      if (!streaming) co_return co_await respond(200, "application/json", set.response_body());
+      std::string last = out.sse;
+      if (meta.stream_usage == StreamUsage::kSeparateChunk) last += usage_chunk(meta, total);
       co_return co_await end_events(last);
     }
-    if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
-      if (err->code == ErrorCode::kPeerDead && !events_started && resubmits < kMaxResubmits && s.hub.ready() &&
-          Clock::now() < deadline) {
-        // Nothing reached the client yet (a non-streamed request, or a stream before its first
-        // chunk): run it again from the start, on whichever worker the scheduler picks now.
-        ++resubmits;
-        s.metrics.requeued.inc();
-        protocol::GenerateRequest again = original;
-        again.id = id = s.hub.next_id();
-        generation.emplace(s.preparer.tokenizer(), original.stop, parsed->logprobs);
-        first_chunk = true;
-        cancel_sent = false;
-        const net::any_io_executor strand = co_await net::this_coro::executor;
-        channel = std::make_shared<Channel>(strand);
-        TS_LOG(kInfo) << "req=" << id << " | its worker died before the client saw anything: submitted again (" << resubmits
-                      << " of " << kMaxResubmits << ")";
-        s.hub.submit(std::move(again), channel);
-        continue;
+    if (!out.sse.empty()) {
+      const bool written = co_await write_chunk(out.sse);
+      if (!written) {
+        write_failed();
+        co_return false;
       }
-      slot.value().reset();
-      write_cap = Clock::time_point::max();
-      // The scheduler names the frontend's internal request number; the client never saw it.
-      std::string message = err->message;
-      if (const std::string own = "request " + std::to_string(id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
-      Error e = make_error(err->code, std::move(message));
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
-      if (!events_started) co_return co_await error(e);
-      co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
   }
 }

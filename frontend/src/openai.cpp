@@ -7,7 +7,8 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "tessera/grammar/grammar.h"
+#include "response_format.h"
+#include "tessera/common/hash.h"
 
 namespace tessera::frontend {
 namespace {
@@ -121,49 +122,72 @@ Result<std::string> message_content(const json& c, size_t i, std::string* bad_pa
   return make_error(ErrorCode::kInvalidArgument, param + " must be a string (got " + json_type(c) + ")");
 }
 
-Status parse_prompt(const json& body, protocol::GenerateRequest* r, std::string* bad_param) {
-  auto it = body.find("prompt");
-  if (it == body.end() || it->is_null()) {
-    *bad_param = "prompt";
-    return make_error(ErrorCode::kInvalidArgument, "'prompt' is required");
+// One element of a `prompt` list of token-id lists (element `i`).
+Status token_prompt(const json& p, const std::string& at, std::vector<int32_t>* out, std::string* bad_param) {
+  *bad_param = "prompt";
+  if (p.empty()) return make_error(ErrorCode::kInvalidArgument, "'" + at + "' must not be an empty array");
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_number_integer())
+      return make_error(ErrorCode::kInvalidArgument, "'" + at + "' must be an array of token ids (element " + std::to_string(i) +
+                                                         " is " + json_type(p[i]) + ")");
+    const int64_t t = p[i].get<int64_t>();
+    if (t < 0 || t > INT32_MAX) return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is out of range");
+    out->push_back(static_cast<int32_t>(t));
   }
+  bad_param->clear();
+  return ok_status();
+}
+
+// `prompt`: a string, an array of token ids, an array of strings, or an array of token-id arrays
+// (as OpenAI). A list of several prompts runs one request per prompt (ParsedRequest::prompts).
+Status parse_prompt(const json& body, ParsedRequest* out, std::string* bad_param) {
+  auto it = body.find("prompt");
+  auto fail = [&](ErrorCode code, std::string message) -> Status {
+    *bad_param = "prompt";
+    return make_error(code, std::move(message));
+  };
+  if (it == body.end() || it->is_null()) return fail(ErrorCode::kInvalidArgument, "'prompt' is required");
   const json& p = *it;
   if (p.is_string()) {
-    r->prompt = p.get<std::string>();
-    return ok_status();
-  }
-  if (p.is_array()) {
-    if (p.size() == 1 && p[0].is_string()) {
-      r->prompt = p[0].get<std::string>();
-      return ok_status();
+    out->prompts.push_back({p.get<std::string>(), {}});
+  } else if (!p.is_array()) {
+    return fail(ErrorCode::kInvalidArgument, std::string("'prompt' must be a string, an array of strings, an array of token ids or "
+                                                         "an array of token-id arrays (got ") + json_type(p) + ")");
+  } else if (p.empty()) {
+    return fail(ErrorCode::kInvalidArgument, "'prompt' must not be an empty array");
+  } else {
+    // One element type throughout: the first element's decides.
+    const json& first = p[0];
+    const bool ids = first.is_number_integer(), strings = first.is_string(), lists = first.is_array();
+    if (!ids && !strings && !lists)
+      return fail(ErrorCode::kInvalidArgument, std::string("'prompt' must be a string, an array of strings, an array of token ids or "
+                                                           "an array of token-id arrays (prompt[0] is ") + json_type(first) + ")");
+    for (size_t i = 1; i < p.size(); ++i) {
+      const bool same = ids ? p[i].is_number_integer() : strings ? p[i].is_string() : p[i].is_array();
+      if (!same)
+        return fail(ErrorCode::kInvalidArgument, "'prompt' mixes element types: prompt[0] is " + std::string(json_type(first)) +
+                                                     " but prompt[" + std::to_string(i) + "] is " + json_type(p[i]) +
+                                                     " (a prompt list holds only strings or only token-id arrays)");
     }
-    if (!p.empty() && (p[0].is_array() || p[0].is_string())) {
-      *bad_param = "prompt";
-      return make_error(ErrorCode::kUnsupported, "prompt: batched prompts (a list of " + std::to_string(p.size()) +
-                                                     " prompts) are not supported; send one prompt per request");
-    }
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (!p[i].is_number_integer()) {
-        *bad_param = "prompt";
-        return make_error(ErrorCode::kInvalidArgument, "'prompt' must be a string or an array of token ids (element " +
-                                                           std::to_string(i) + " is " + json_type(p[i]) + ")");
+    if (ids) {
+      PromptInput one;
+      TS_TRY(token_prompt(p, "prompt", &one.tokens, bad_param));
+      out->prompts.push_back(std::move(one));
+    } else {
+      if (p.size() > static_cast<size_t>(kMaxPrompts))
+        return fail(ErrorCode::kOutOfRange, "'prompt' lists " + std::to_string(p.size()) + " prompts; at most " +
+                                                std::to_string(kMaxPrompts) + " per request");
+      for (size_t i = 0; i < p.size(); ++i) {
+        PromptInput one;
+        if (strings) one.text = p[i].get<std::string>();
+        else TS_TRY(token_prompt(p[i], "prompt[" + std::to_string(i) + "]", &one.tokens, bad_param));
+        out->prompts.push_back(std::move(one));
       }
-      int64_t t = p[i].get<int64_t>();
-      if (t < 0 || t > INT32_MAX) {
-        *bad_param = "prompt";
-        return make_error(ErrorCode::kOutOfRange, "prompt token id " + std::to_string(t) + " is out of range");
-      }
-      r->prompt_tokens.push_back(static_cast<int32_t>(t));
     }
-    if (r->prompt_tokens.empty()) {
-      *bad_param = "prompt";
-      return make_error(ErrorCode::kInvalidArgument, "'prompt' must not be an empty array");
-    }
-    return ok_status();
   }
-  *bad_param = "prompt";
-  return make_error(ErrorCode::kInvalidArgument, std::string("'prompt' must be a string or an array of token ids (got ") +
-                                                     json_type(p) + ")");
+  out->request.prompt = out->prompts.front().text;
+  out->request.prompt_tokens = out->prompts.front().tokens;
+  return ok_status();
 }
 
 Status parse_messages(const json& body, protocol::GenerateRequest* r, std::string* bad_param) {
@@ -281,49 +305,30 @@ Status parse_logit_bias(const Reader& rd, SamplingParams* sp) {
   return ok_status();
 }
 
-// response_format (OpenAI): {"type": "text"} | {"type": "json_object"} |
-// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}.
-// The schema is compiled here so that a schema outside the supported subset is a 400 naming
-// the keyword (tessera/grammar/grammar.h); the worker compiles the same text again.
-Status parse_response_format(const Reader& rd, std::string_view body_text, SamplingParams* sp) {
-  const json* rf = rd.find("response_format");
-  if (!rf) return ok_status();
-  if (!rf->is_object()) return rd.type_error("response_format", "an object", *rf);
-  const auto type = rf->find("type");
-  if (type == rf->end() || !type->is_string())
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
-  const std::string t = type->get<std::string>();
-  if (t == "text") return ok_status();
-  if (t == "json_object") {
-    sp->grammar = std::string(grammar::kJsonObjectSchema);
-    return ok_status();
+// n (both endpoints), best_of and echo (completions), suffix (refused unless empty).
+Status parse_choices(const Reader& rd, RequestKind kind, ParsedRequest* out) {
+  TS_TRY(rd.integer("n", &out->n));
+  if (out->n < 1 || out->n > kMaxChoices)
+    return rd.fail("n", ErrorCode::kOutOfRange, "n must be in [1, " + std::to_string(kMaxChoices) + "] (got " + std::to_string(out->n) + ")");
+  out->best_of = out->n;
+  if (kind != RequestKind::kCompletion) return ok_status();
+  if (rd.find("best_of") != nullptr) {
+    TS_TRY(rd.integer("best_of", &out->best_of));
+    if (out->best_of < out->n || out->best_of > kMaxChoices)
+      return rd.fail("best_of", ErrorCode::kOutOfRange, "best_of must be in [n, " + std::to_string(kMaxChoices) + "] (got " +
+                                                            std::to_string(out->best_of) + " with n = " + std::to_string(out->n) + ")");
+    if (out->best_of > 1 && out->request.stream)
+      return rd.fail("best_of", ErrorCode::kInvalidArgument, "best_of > 1 cannot be streamed (as OpenAI); send stream: false");
   }
-  if (t != "json_schema")
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.type '" + t + "' is not one of text, json_object, json_schema");
-  const auto js = rf->find("json_schema");
-  if (js == rf->end() || !js->is_object())
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema must be an object with a 'schema'");
-  const auto name = js->find("name");
-  if (name != js->end() && !name->is_string())
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.name must be a string");
-  const auto strict = js->find("strict");
-  if (strict != js->end() && !strict->is_boolean() && !strict->is_null())
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.strict must be a boolean");
-  const auto schema = js->find("schema");
-  if (schema == js->end() || !(schema->is_object() || schema->is_boolean()))
-    return rd.fail("response_format", ErrorCode::kInvalidArgument, "response_format.json_schema.schema must be a JSON Schema object");
-  // Properties are generated in the schema's order: re-read the body keeping object key order
-  // (the request's json sorts keys).
-  const auto ordered = nlohmann::ordered_json::parse(body_text, nullptr, /*allow_exceptions=*/false);
-  std::string text = schema->dump();
-  if (!ordered.is_discarded()) text = ordered["response_format"]["json_schema"]["schema"].dump();
-  if (text.size() > kMaxGrammarBytes)
-    return rd.fail("response_format", ErrorCode::kTooLarge, "response_format.json_schema.schema is " + std::to_string(text.size()) +
-                                                                " bytes; at most " + std::to_string(kMaxGrammarBytes) + " are allowed");
-  auto compiled = grammar::compile_json_schema(text);
-  if (!compiled.ok())
-    return rd.fail("response_format", compiled.error().code, "response_format.json_schema.schema" + compiled.error().message);
-  sp->grammar = std::move(text);
+  const int64_t sequences = static_cast<int64_t>(out->prompts.size()) * out->best_of;
+  if (sequences > kMaxSequences)
+    return rd.fail(rd.find("best_of") != nullptr ? "best_of" : "n", ErrorCode::kOutOfRange,
+                   std::to_string(out->prompts.size()) + " prompts x " + std::to_string(out->best_of) + " candidates = " +
+                       std::to_string(sequences) + " sequences; at most " + std::to_string(kMaxSequences) + " per request");
+  TS_TRY(rd.boolean("echo", &out->echo));
+  std::string suffix;
+  TS_TRY(rd.str("suffix", &suffix));
+  if (!suffix.empty()) return rd.fail("suffix", ErrorCode::kUnsupported, "suffix: insertion (a non-empty suffix) is not supported");
   return ok_status();
 }
 
@@ -344,7 +349,7 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   TS_TRY(check_fields(body, kind, bad_param));
   TS_TRY(rd.str("model", &r.model));
   if (kind == RequestKind::kChat) TS_TRY(parse_messages(body, &r, bad_param));
-  else TS_TRY(parse_prompt(body, &r, bad_param));
+  else TS_TRY(parse_prompt(body, &out, bad_param));
   out.max_tokens_given = rd.find("max_tokens") != nullptr || (kind == RequestKind::kChat && rd.find("max_completion_tokens") != nullptr);
   TS_TRY(rd.integer("max_tokens", &r.max_tokens));
   if (kind == RequestKind::kChat) TS_TRY(rd.integer("max_completion_tokens", &r.max_tokens));
@@ -377,24 +382,16 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
       r.stop_token_ids.push_back(static_cast<int32_t>(v));
     }
   }
-  int32_t n = 1;
-  TS_TRY(rd.integer("n", &n));
-  if (n != 1) return rd.fail("n", ErrorCode::kUnsupported, "n: only n = 1 is supported (got " + std::to_string(n) + ")");
-  if (kind == RequestKind::kCompletion) {
-    int32_t best_of = 1;
-    TS_TRY(rd.integer("best_of", &best_of));
-    if (best_of != 1) return rd.fail("best_of", ErrorCode::kUnsupported, "best_of: only best_of = 1 is supported (got " + std::to_string(best_of) + ")");
-    bool echo = false;
-    TS_TRY(rd.boolean("echo", &echo));
-    if (echo) return rd.fail("echo", ErrorCode::kUnsupported, "echo: echo = true is not supported");
-    std::string suffix;
-    TS_TRY(rd.str("suffix", &suffix));
-    if (!suffix.empty()) return rd.fail("suffix", ErrorCode::kUnsupported, "suffix: insertion (a non-empty suffix) is not supported");
-  }
+  TS_TRY(parse_choices(rd, kind, &out));
   out.seed_given = rd.find("seed") != nullptr;
   TS_TRY(parse_stream_options(rd, r.stream, &out.include_usage));
   TS_TRY(parse_logit_bias(rd, &r.sampling));
-  TS_TRY(parse_response_format(rd, body_text, &r.sampling));
+  if (const json* rf = rd.find("response_format")) {
+    if (Status st = parse_response_format(*rf, body_text, &r.sampling); !st.ok()) {
+      *bad_param = "response_format";
+      return st.error();
+    }
+  }
   if (kind == RequestKind::kCompletion) {
     // completions: "logprobs": n (number of alternatives, 0..20)
     int32_t lp = -1;
@@ -407,6 +404,11 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
       r.sampling.logprobs = true;
       r.sampling.top_logprobs = lp;
     }
+    // Prompt log-probabilities need the logits of every prompt position, which the workers do
+    // not return (docs/api.md, field table).
+    if (out.echo && out.logprobs)
+      return rd.fail("echo", ErrorCode::kUnsupported,
+                     "echo together with logprobs (prompt log-probabilities) is not supported; send echo or logprobs, not both");
   } else {
     TS_TRY(rd.boolean("logprobs", &out.logprobs));
     r.sampling.logprobs = out.logprobs;
@@ -511,25 +513,33 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 }  // namespace
 
-std::string response_json(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
-                          const protocol::FinalEvent& final_event, std::string_view finish_reason) {
-  json choice = {{"index", 0}, {"finish_reason", std::string(finish_reason)}};
-  choice["logprobs"] = meta.logprobs ? logprobs_json(meta.kind, logprobs) : json(nullptr);
-  if (meta.kind == RequestKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else choice["text"] = text;
+std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const protocol::FinalEvent& final_event) {
+  json out = json::array();
+  for (const ChoiceOut& c : choices) {
+    json choice = {{"index", c.index}, {"finish_reason", c.finish_reason}};
+    choice["logprobs"] = meta.logprobs ? logprobs_json(meta.kind, c.logprobs) : json(nullptr);
+    if (meta.kind == RequestKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else choice["text"] = c.text;
+    out.push_back(std::move(choice));
+  }
   json j = {{"id", meta.id},
             {"object", meta.kind == RequestKind::kChat ? "chat.completion" : "text_completion"},
             {"created", meta.created},
             {"model", meta.model},
-            {"choices", json::array({choice})},
+            {"choices", std::move(out)},
             {"usage", usage_json(final_event)},
             {"timings", timings_json(final_event)}};
   return dump(j);
 }
 
+std::string response_json(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                          const protocol::FinalEvent& final_event, std::string_view finish_reason) {
+  return response_json(meta, {ChoiceOut{0, text, logprobs, std::string(finish_reason)}}, final_event);
+}
+
 std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
-                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event) {
-  json choice = {{"index", 0}};
+                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index) {
+  json choice = {{"index", index}};
   choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(std::string(finish_reason));
   choice["logprobs"] = meta.logprobs && !logprobs.empty() ? logprobs_json(meta.kind, logprobs) : json(nullptr);
   if (meta.kind == RequestKind::kChat) {
@@ -577,6 +587,10 @@ std::string models_json(const std::string& model, int64_t created, int32_t max_m
 
 std::string model_json(const std::string& model, int64_t created, int32_t max_model_len) {
   return dump(model_object(model, created, max_model_len));
+}
+
+uint64_t candidate_seed(uint64_t seed, int32_t candidate) {
+  return candidate == 0 ? seed : hash_combine(seed, static_cast<uint64_t>(candidate));
 }
 
 std::string random_hex_id() {

@@ -278,5 +278,30 @@ TEST_F(ClusterZmqApi, HttpLogitBiasAndSeed) {
   EXPECT_NE(complete(sampled)["choices"][0]["text"], complete(sampled)["choices"][0]["text"]);
 }
 
+// n, best_of, echo and suffix are OpenAI HTTP fields: the ZeroMQ API refuses them by name
+// (docs/protocol.md), whatever the value, and goes on serving the connection.
+TEST_F(ClusterZmqApi, OpenAiChoiceFieldsAreRefusedByName) {
+  Client c(cluster_->zmq_endpoint());
+  uint64_t id = 7000;
+  for (const char* key : {"n", "best_of", "echo", "suffix"}) {
+    SCOPED_TRACE(key);
+    Map m = completion(++id, "Once upon a time").add("stream", false);
+    if (std::string(key) == "echo") m.add(key, true);
+    else if (std::string(key) == "suffix") m.add(key, "x");
+    else m.add(key, int64_t{1});
+    c.send(m.bytes());
+    auto replies = c.until_end(id);
+    ASSERT_EQ(replies.size(), 1u);
+    auto* err = std::get_if<protocol::ErrorEvent>(&replies.back().msg);
+    ASSERT_NE(err, nullptr);
+    EXPECT_EQ(err->code, ErrorCode::kUnsupported);
+    EXPECT_EQ(err->message.rfind(std::string(key) + " is not a field of the ZeroMQ API", 0), 0u) << err->message;
+  }
+  c.send(completion(++id, "Once upon a time").add("stream", false).add("max_tokens", int64_t{3}).bytes());
+  auto replies = c.until_end(id);
+  ASSERT_FALSE(replies.empty());
+  EXPECT_TRUE(std::holds_alternative<protocol::FinalEvent>(replies.back().msg));
+}
+
 }  // namespace
 }  // namespace tessera::testing::cluster_test

@@ -1,6 +1,6 @@
 // The official `openai` npm client against a real cluster (issue 11 item 3), for the features
 // the HTTP API has today (docs/api.md "Fields"): completions and chat, streamed and not, logprobs,
-// stream_options.include_usage, seed, logit_bias, stop, GET /v1/models/{id}, and the error
+// stream_options.include_usage, seed, logit_bias, stop, n / best_of / echo / prompt lists, GET /v1/models/{id}, and the error
 // classes the client raises for 400 / 401 / 404 / 429. Texts are checked against the ZeroMQ API
 // (tessera-client) for the same greedy request: both APIs must agree.
 //
@@ -175,10 +175,35 @@ describe("official openai client", { concurrency: false }, () => {
     await raises(oa.models.retrieve("no-such-model"), openaiModule.NotFoundError, 404);
   });
 
+  test("n, best_of, echo and prompt lists (docs/api.md \"Several choices\")", async () => {
+    const base = { model, prompt: "Once upon a time", max_tokens: 8, temperature: 1.0, seed: 11, ignore_eos: true };
+    const r = await oa.completions.create({ ...base, n: 3 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+    assert.equal(r.usage.completion_tokens, 24);
+    const again = await oa.completions.create({ ...base, n: 3 });
+    assert.deepEqual(again.choices.map((c) => c.text), r.choices.map((c) => c.text));
+    const chunks = await collect(await oa.completions.create({ ...base, n: 3, stream: true, stream_options: { include_usage: true } }));
+    const streamed = ["", "", ""];
+    for (const ch of chunks) for (const c of ch.choices) streamed[c.index] += c.text;
+    assert.deepEqual(streamed, r.choices.map((c) => c.text));
+    assert.equal(chunks.at(-1).usage.completion_tokens, 24);
+    const chat = await oa.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], n: 2, max_tokens: 4, seed: 3 });
+    assert.deepEqual(chat.choices.map((c) => c.index), [0, 1]);
+    const best = await oa.completions.create({ ...base, n: 1, best_of: 3 });
+    assert.equal(best.choices.length, 1);
+    assert.equal(best.usage.completion_tokens, 24);
+    const echo = await oa.completions.create({ ...base, temperature: 0, echo: true });
+    assert.ok(echo.choices[0].text.startsWith("Once upon a time"), echo.choices[0].text);
+    const list = await oa.completions.create({ ...base, prompt: ["Once", "The cat"], n: 2 });
+    assert.deepEqual(list.choices.map((c) => c.index), [0, 1, 2, 3]);
+    const e = await raises(oa.completions.create({ ...base, best_of: 2, stream: true }), openaiModule.BadRequestError, 400);
+    assert.equal(e.param, "best_of");
+  });
+
   test("errors: 400 BadRequestError, 401 AuthenticationError, 404 NotFoundError, 429 RateLimitError", async () => {
     const e400 = await raises(oa.completions.create({ model, prompt: "Once", max_tokens: 0 }), openaiModule.BadRequestError, 400);
     assert.match(e400.message, /max_tokens/);
-    await raises(oa.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], n: 2 }),
+    await raises(oa.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], n: 17 }),
                  openaiModule.BadRequestError, 400);
     await raises(oa.completions.create({ model: "no-such-model", prompt: "Once" }), openaiModule.NotFoundError, 404);
     const keyedUrl = `${cluster.http[1]}/v1`;

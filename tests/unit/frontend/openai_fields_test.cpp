@@ -51,7 +51,7 @@ std::vector<Field> common_fields() {
          EXPECT_EQ(p.request.sampling.logit_bias[0], std::make_pair(int32_t{7}, 5.0f));
        }},
       {"max_tokens", 7, [](const ParsedRequest& p) { EXPECT_EQ(p.request.max_tokens, 7); EXPECT_TRUE(p.max_tokens_given); }},
-      {"n", 2, nullptr},
+      {"n", 2, [](const ParsedRequest& p) { EXPECT_EQ(p.n, 2); EXPECT_EQ(p.best_of, 2); }},
       {"seed", 42, [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.seed, 42u); EXPECT_TRUE(p.seed_given); }},
       {"stop", "x", [](const ParsedRequest& p) { EXPECT_EQ(p.request.stop, std::vector<std::string>{"x"}); }},
       {"stream", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.request.stream); }},
@@ -64,8 +64,8 @@ std::vector<Field> common_fields() {
 TEST(OpenAIFields, EveryCompletionsFieldIsHonouredOrRefused) {
   const json base = {{"model", "m"}, {"prompt", "Once"}};
   std::vector<Field> fields = common_fields();
-  fields.push_back({"best_of", 3, nullptr});
-  fields.push_back({"echo", true, nullptr});
+  fields.push_back({"best_of", 3, [](const ParsedRequest& p) { EXPECT_EQ(p.best_of, 3); EXPECT_EQ(p.n, 1); }});
+  fields.push_back({"echo", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.echo); }});
   fields.push_back({"logprobs", 2, [](const ParsedRequest& p) {
                       EXPECT_TRUE(p.logprobs);
                       EXPECT_EQ(p.request.sampling.top_logprobs, 2);
@@ -77,14 +77,63 @@ TEST(OpenAIFields, EveryCompletionsFieldIsHonouredOrRefused) {
   // With stream: true, stream_options.include_usage is honoured.
   check(RequestKind::kCompletion, json{{"prompt", "Once"}, {"stream", true}},
         {{"stream_options", json{{"include_usage", true}}, [](const ParsedRequest& p) { EXPECT_TRUE(p.include_usage); }}});
-  // model and prompt are the base: honoured (model checked by the request preparer). A list of
-  // several string prompts is refused by name (batched prompts are not implemented).
+  // model and prompt are the base: honoured (model checked by the request preparer).
+}
+
+// Refusals of n, best_of, echo and prompt lists name the field and say why.
+TEST(OpenAIFields, SeveralChoicesAreCheckedByName) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* says;
+  };
+  const Case cases[] = {
+      {R"({"prompt":"a","n":0})", "n", "n must be in [1, 16] (got 0)"},
+      {R"({"prompt":"a","n":17})", "n", "n must be in [1, 16] (got 17)"},
+      {R"({"messages":[{"role":"user","content":"a"}],"n":17})", "n", "n must be in [1, 16]"},
+      {R"({"prompt":"a","n":3,"best_of":2})", "best_of", "best_of must be in [n, 16] (got 2 with n = 3)"},
+      {R"({"prompt":"a","best_of":17})", "best_of", "best_of must be in [n, 16]"},
+      {R"({"prompt":"a","best_of":2,"stream":true})", "best_of", "best_of > 1 cannot be streamed"},
+      {R"({"prompt":"a","echo":true,"logprobs":1})", "echo", "echo together with logprobs"},
+      {R"({"prompt":"a","suffix":"b"})", "suffix", "suffix"},
+      {R"({"prompt":["a",[1,2]]})", "prompt", "prompt[0] is string but prompt[1] is array"},
+      {R"({"prompt":[1,"a"]})", "prompt", "prompt[0] is integer but prompt[1] is string"},
+      {R"({"prompt":[[1,2],[]]})", "prompt", "'prompt[1]' must not be an empty array"},
+      {R"({"prompt":[[1,"x"]]})", "prompt", "'prompt[0]' must be an array of token ids (element 1 is string)"},
+      {R"({"prompt":[]})", "prompt", "'prompt' must not be an empty array"},
+      {R"({"prompt":[{"a":1}]})", "prompt", "prompt[0] is object"},
+      {R"({"prompt":["a","b","c","d","e"],"n":4,"best_of":16})", "best_of", "5 prompts x 16 candidates = 80 sequences; at most 64"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body);
+    std::string param;
+    const RequestKind kind = std::string(c.body).find("messages") != std::string::npos ? RequestKind::kChat : RequestKind::kCompletion;
+    auto r = parse_request(c.body, kind, {}, &param);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(http_status(r.error().code), 400);
+    EXPECT_EQ(param, c.param);
+    EXPECT_NE(r.error().message.find(c.says), std::string::npos) << r.error().message;
+  }
+  // Lists: strings, token-id lists; one prompt of ids stays one prompt.
   std::string param;
-  auto batched = parse_request(R"({"prompt":["a","b"]})", RequestKind::kCompletion, {}, &param);
-  ASSERT_FALSE(batched.ok());
-  EXPECT_EQ(batched.error().code, ErrorCode::kUnsupported);
-  EXPECT_EQ(param, "prompt");
-  EXPECT_NE(batched.error().message.find("a list of 2 prompts"), std::string::npos) << batched.error().message;
+  auto strings = parse_request(R"({"prompt":["a","b"],"n":2})", RequestKind::kCompletion, {}, &param);
+  ASSERT_TRUE(strings.ok()) << strings.error().to_string();
+  ASSERT_EQ(strings->prompts.size(), 2u);
+  EXPECT_EQ(strings->prompts[1].text, "b");
+  EXPECT_EQ(strings->request.prompt, "a");
+  auto lists = parse_request(R"({"prompt":[[1,2],[3]]})", RequestKind::kCompletion, {}, &param);
+  ASSERT_TRUE(lists.ok()) << lists.error().to_string();
+  ASSERT_EQ(lists->prompts.size(), 2u);
+  EXPECT_EQ(lists->prompts[1].tokens, std::vector<int32_t>{3});
+  EXPECT_EQ(lists->request.prompt_tokens, (std::vector<int32_t>{1, 2}));
+  auto ids = parse_request(R"({"prompt":[1,2,3]})", RequestKind::kCompletion, {}, &param);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(ids->prompts.size(), 1u);
+  // Seeds: candidate 0 keeps the request's seed; the others differ from it and from each other.
+  EXPECT_EQ(candidate_seed(42, 0), 42u);
+  EXPECT_NE(candidate_seed(42, 1), 42u);
+  EXPECT_NE(candidate_seed(42, 1), candidate_seed(42, 2));
+  EXPECT_EQ(candidate_seed(42, 3), candidate_seed(42, 3));
 }
 
 TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {

@@ -21,13 +21,33 @@ struct ParseOptions {
   int32_t default_max_tokens = 256;  // when the request gives none
 };
 
+// Limits of a request that fans out into several sequences (docs/api.md "Several choices").
+inline constexpr int32_t kMaxChoices = 16;     // n and best_of: each in [1, 16]
+inline constexpr int32_t kMaxPrompts = 64;     // entries of a list `prompt`
+inline constexpr int32_t kMaxSequences = 64;   // prompts x best_of
+
+// One prompt of a completions request: text, or token ids (non-empty) when given as ids.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
 struct ParsedRequest {
-  protocol::GenerateRequest request;
+  protocol::GenerateRequest request;  // completions: prompt/prompt_tokens of prompts[0]
   bool logprobs = false;  // client asked for logprobs (completions: `logprobs: n`; chat: `logprobs: true`)
   bool max_tokens_given = false;  // false: request.max_tokens is the default (PrepareOptions)
   bool seed_given = false;        // false: the request preparer draws a random seed
   bool include_usage = false;     // stream_options.include_usage
+  // Several choices (completions and chat: n; completions only: best_of, echo, a prompt list).
+  int32_t n = 1;                   // choices returned per prompt
+  int32_t best_of = 1;             // candidates generated per prompt (>= n; > n only without stream)
+  bool echo = false;               // completions: each choice's text starts with its prompt
+  std::vector<PromptInput> prompts;  // completions: one per prompt (>= 1); chat: empty
 };
+
+// The seed of candidate `candidate` of a request whose seed is `seed`: candidate 0 keeps it (so
+// n = 1 is unchanged), the others get a mix of both (so choices differ, reproducibly).
+uint64_t candidate_seed(uint64_t seed, int32_t candidate);
 
 // POST /v1/completions (kind = kCompletion) or /v1/chat/completions (kind = kChat).
 Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind kind, const ParseOptions& options,
@@ -63,10 +83,20 @@ struct ResponseMeta {
 // Whole (non-streamed) response.
 std::string response_json(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
                           const protocol::FinalEvent& final_event, std::string_view finish_reason);
-// One server-sent event "data: {...}\n\n". finish_reason empty = not the last chunk; the last
+// One choice of a response with several (n, best_of, a prompt list): `index` as OpenAI numbers
+// them (prompt_index * n + i).
+struct ChoiceOut {
+  int32_t index = 0;
+  std::string text;
+  std::vector<TokenLogprobText> logprobs;
+  std::string finish_reason;
+};
+// Whole response with these choices; `final_event` gives usage (summed by the caller) and timings.
+std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const protocol::FinalEvent& final_event);
+// One server-sent event "data: {...}\n\n" for choice `index`. finish_reason empty = not the last chunk; the last
 // chunk carries `usage` and `timings` too. first: chat chunks announce the assistant role.
 std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
-                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event);
+                         bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
 // OpenAI's usage chunk: "data: {..., "choices": [], "usage": {...}}\n\n".
 std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event);
 // /v1/models and /v1/models/{id}; max_model_len = the context length (omitted when 0: unknown).

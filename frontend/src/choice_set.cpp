@@ -1,0 +1,189 @@
+#include "choice_set.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tessera::frontend {
+
+ChoiceSet::ChoiceSet(const Tokenizer& tokenizer, ResponseMeta meta, ChoiceSetOptions options,
+                     std::vector<protocol::GenerateRequest> prompts, std::vector<std::string> echo,
+                     const std::function<uint64_t()>& next_id)
+    : meta_(std::move(meta)), options_(options), echo_(std::move(echo)) {
+  echo_.resize(prompts.size());
+  seqs_.reserve(prompts.size() * static_cast<size_t>(options_.best_of));
+  for (size_t k = 0; k < prompts.size(); ++k) {
+    for (int32_t c = 0; c < options_.best_of; ++c) {
+      Seq s;
+      s.id = next_id();
+      s.prompt = static_cast<int32_t>(k);
+      s.candidate = c;
+      s.request = prompts[k];
+      s.prompt_len = static_cast<int32_t>(prompts[k].prompt_tokens.size());
+      s.request.id = s.id;
+      s.request.sampling.seed = candidate_seed(prompts[k].sampling.seed, c);
+      // Ranking candidates needs each token's log-probability, asked or not.
+      if (options_.best_of > options_.n) s.request.sampling.logprobs = true;
+      s.gen = std::make_unique<Generation>(tokenizer, s.request.stop, options_.logprobs);
+      s.echo = echo_[k];
+      seqs_.push_back(std::move(s));
+    }
+  }
+}
+
+std::vector<protocol::GenerateRequest> ChoiceSet::start() {
+  std::vector<protocol::GenerateRequest> out;
+  for (Seq& s : seqs_) {
+    const bool short_prompt = options_.page_size > 0 && s.prompt_len <= options_.page_size;
+    if (s.candidate == 0 || short_prompt) {
+      s.submitted = true;
+      out.push_back(std::move(s.request));
+    }
+  }
+  return out;
+}
+
+ChoiceSet::Seq* ChoiceSet::find(uint64_t id) {
+  for (Seq& s : seqs_)
+    if (s.id == id) return &s;
+  return nullptr;
+}
+
+void ChoiceSet::release_candidates(int32_t prompt, Output& out) {
+  for (Seq& s : seqs_) {
+    if (s.prompt != prompt || s.submitted) continue;
+    s.submitted = true;
+    out.submit.push_back(std::move(s.request));
+  }
+}
+
+std::string ChoiceSet::chunk(Seq& s, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
+                             std::string_view reason, const protocol::FinalEvent* final_event) {
+  // Streaming means best_of == n: candidate c is choice c of its prompt.
+  std::string c = stream_chunk(meta_, s.echo + text, logprobs, s.first_chunk, reason, final_event, s.prompt * options_.n + s.candidate);
+  s.echo.clear();
+  s.first_chunk = false;
+  return c;
+}
+
+ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
+  Output out;
+  Seq* s = find(protocol::message_id(m));
+  if (s == nullptr || s->done) return out;
+  // Its prompt's pages are in the cache now (an error releases nothing: the request fails).
+  if (s->candidate == 0 && !std::holds_alternative<protocol::ErrorEvent>(m)) release_candidates(s->prompt, out);
+  if (const auto* tok = std::get_if<protocol::TokenEvent>(&m)) {
+    Generation::Delta d = s->gen->on_tokens(*tok);
+    for (size_t i = 0; i < d.tokens.size() && i < tok->logprobs.size(); ++i) s->cumulative_logprob += tok->logprobs[i];
+    if (s->gen->stop_hit() && !s->cancel_sent) {
+      s->cancel_sent = true;
+      out.cancel.push_back(s->id);  // the scheduler answers with a final event
+    }
+    if (options_.streaming && (!d.text.empty() || !d.logprobs.empty())) out.sse = chunk(*s, d.text, d.logprobs, "", nullptr);
+    return out;
+  }
+  if (const auto* fin = std::get_if<protocol::FinalEvent>(&m)) {
+    const std::string tail = s->gen->finish();
+    out.stripped = s->gen->stripped_calls();
+    s->done = true;
+    s->final = *fin;
+    s->finish_reason = s->gen->stop_hit() ? "stop" : fin->finish_reason;
+    if (s->gen->stop_hit()) s->final.usage.completion_tokens = s->gen->completion_tokens();
+    if (s->final.usage.prompt_tokens == 0) s->final.usage.prompt_tokens = s->prompt_len;
+    out.finished = s->final;
+    if (options_.streaming) {
+      // The last choice to end carries the request's timings.
+      protocol::FinalEvent t;
+      if (done()) t = total();
+      out.sse = chunk(*s, tail, {}, s->finish_reason, done() ? &t : nullptr);
+    }
+    return out;
+  }
+  if (const auto* err = std::get_if<protocol::ErrorEvent>(&m)) {
+    s->done = true;
+    // The scheduler names the frontend's internal request number; the client never saw it.
+    std::string message = err->message;
+    if (const std::string own = "request " + std::to_string(s->id) + ": "; message.rfind(own, 0) == 0) message.erase(0, own.size());
+    out.error = make_error(err->code, std::move(message));
+  }
+  return out;
+}
+
+bool ChoiceSet::done() const {
+  return std::all_of(seqs_.begin(), seqs_.end(), [](const Seq& s) { return s.done; });
+}
+
+std::vector<uint64_t> ChoiceSet::live_ids() const {
+  std::vector<uint64_t> ids;
+  for (const Seq& s : seqs_)
+    if (s.submitted && !s.done) ids.push_back(s.id);
+  return ids;
+}
+
+int32_t ChoiceSet::completion_tokens() const {
+  int32_t sum = 0;
+  for (const Seq& s : seqs_) sum += s.done ? s.final.usage.completion_tokens : s.gen->completion_tokens();
+  return sum;
+}
+
+int32_t ChoiceSet::prompt_tokens() const {
+  int32_t sum = 0;
+  for (const Seq& s : seqs_)
+    if (s.candidate == 0) sum += s.done && s.final.usage.prompt_tokens > 0 ? s.final.usage.prompt_tokens
+                                                                           : s.prompt_len;
+  return sum;
+}
+
+protocol::FinalEvent ChoiceSet::total() const {
+  protocol::FinalEvent t;
+  bool first = true;
+  for (const Seq& s : seqs_) {
+    const protocol::FinalEvent& f = s.final;
+    t.usage.completion_tokens += f.usage.completion_tokens;
+    if (s.candidate == 0) {
+      t.usage.prompt_tokens += f.usage.prompt_tokens;
+      t.usage.cached_tokens += f.usage.cached_tokens;
+      if (t.usage.preference_source.empty()) {
+        t.usage.preference_source = f.usage.preference_source;
+        t.usage.preference_kv_bytes = f.usage.preference_kv_bytes;
+        t.usage.preference_transfer_ms = f.usage.preference_transfer_ms;
+      }
+    }
+    t.timings.queue_ms = first ? f.timings.queue_ms : std::min(t.timings.queue_ms, f.timings.queue_ms);
+    t.timings.ttft_ms = first ? f.timings.ttft_ms : std::min(t.timings.ttft_ms, f.timings.ttft_ms);
+    t.timings.decode_ms = std::max(t.timings.decode_ms, f.timings.decode_ms);
+    t.timings.total_ms = std::max(t.timings.total_ms, f.timings.total_ms);
+    first = false;
+  }
+  return t;
+}
+
+std::string ChoiceSet::response_body() const {
+  std::vector<ChoiceOut> choices;
+  const int32_t prompts = static_cast<int32_t>(echo_.size());
+  for (int32_t k = 0; k < prompts; ++k) {
+    std::vector<const Seq*> cands;
+    for (const Seq& s : seqs_)
+      if (s.prompt == k) cands.push_back(&s);
+    // best_of: the n candidates with the highest cumulative log-probability (stable: ties keep
+    // candidate order); with best_of == n every candidate, in order.
+    if (options_.best_of > options_.n)
+      std::stable_sort(cands.begin(), cands.end(), [](const Seq* a, const Seq* b) { return a->cumulative_logprob > b->cumulative_logprob; });
+    for (int32_t i = 0; i < options_.n && i < static_cast<int32_t>(cands.size()); ++i) {
+      const Seq& s = *cands[static_cast<size_t>(i)];
+      choices.push_back(ChoiceOut{k * options_.n + i, echo_[static_cast<size_t>(k)] + s.gen->text(), s.gen->logprobs(), s.finish_reason});
+    }
+  }
+  return response_json(meta_, choices, total());
+}
+
+std::string ChoiceSet::finish_reasons() const {
+  std::set<std::string> seen;
+  std::string out;
+  for (const Seq& s : seqs_) {
+    if (s.finish_reason.empty() || !seen.insert(s.finish_reason).second) continue;
+    out += (out.empty() ? "" : ",") + s.finish_reason;
+  }
+  return out;
+}
+
+}  // namespace tessera::frontend
