@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "metrics_http.h"
+#include "tessera/common/metrics_http.h"
 #include "scheduler_options.h"
 #include "service.h"
 #include "tessera/common/config.h"
@@ -38,9 +38,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-scheduler: %s\n", service.error().to_string().c_str());
     return 1;
   }
-  std::unique_ptr<scheduler_app::MetricsServer> metrics_server;
+  std::unique_ptr<metrics_http::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
-    auto ms = scheduler_app::MetricsServer::start(config.metrics_host, config.metrics_port, registry);
+    auto ms = metrics_http::MetricsServer::start(config.metrics_host, config.metrics_port, registry);
     if (!ms.ok()) {
       std::fprintf(stderr, "tessera-scheduler: %s\n", ms.error().to_string().c_str());
       return 1;

@@ -1,14 +1,16 @@
-// The scheduler's /metrics server (Boost.Beast): what a Prometheus scrape and a health check
-// get, on IPv4, IPv6 and the dual-stack "::".
-#include "metrics_http.h"
+// The /metrics server of the scheduler, worker and kvstore (tessera_metrics_http, Boost.Beast):
+// what a Prometheus scrape, a health and a readiness check get, on IPv4, IPv6 and the
+// dual-stack "::".
+#include "tessera/common/metrics_http.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <string>
 
 #include "tessera/http/client.h"
 
-namespace tessera::scheduler_app {
+namespace tessera::metrics_http {
 namespace {
 
 struct Reply {
@@ -66,6 +68,30 @@ TEST_F(MetricsHttp, ListensOnIpv6AndDualStack) {
   EXPECT_EQ(fetch("127.0.0.1", (*any)->port(), "GET", "/metrics").status, 200);  // IPv4 too
 }
 
+// The worker's and kvstore's use: metrics rendered per scrape, their own /health and /ready.
+TEST_F(MetricsHttp, ServesCallbacksForMetricsHealthAndReady) {
+  std::atomic<int> scrapes{0};
+  std::atomic<bool> ready{false};
+  auto server = MetricsServer::start(
+      "127.0.0.1", 0,
+      Endpoints{.metrics = [&] { return "tessera_test_scrapes " + std::to_string(++scrapes) + "\n"; },
+                .health = [] { return Answer{.status = 200, .body = "{\"status\":\"ok\",\"instance\":\"x1\"}"}; },
+                .ready = [&] { return ready ? Answer{} : Answer{.status = 503, .body = "{\"ready\":false}"}; }});
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  const int port = (*server)->port();
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics").body, "tessera_test_scrapes 1\n");
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics").body, "tessera_test_scrapes 2\n");
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/health").body, "{\"status\":\"ok\",\"instance\":\"x1\"}");
+  const Reply not_ready = fetch("127.0.0.1", port, "GET", "/ready");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(not_ready.body, "{\"ready\":false}");
+  ready = true;
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/ready").status, 200);
+  const Reply nf = fetch("127.0.0.1", port, "GET", "/nope");
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_NE(nf.body.find("/ready"), std::string::npos) << nf.body;
+}
+
 TEST_F(MetricsHttp, ABusyPortIsUnavailable) {
   auto first = MetricsServer::start("127.0.0.1", 0, registry);
   ASSERT_TRUE(first.ok()) << first.error().to_string();
@@ -75,4 +101,4 @@ TEST_F(MetricsHttp, ABusyPortIsUnavailable) {
 }
 
 }  // namespace
-}  // namespace tessera::scheduler_app
+}  // namespace tessera::metrics_http

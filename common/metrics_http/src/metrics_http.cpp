@@ -1,4 +1,4 @@
-#include "metrics_http.h"
+#include "tessera/common/metrics_http.h"
 
 #include <chrono>
 #include <thread>
@@ -16,7 +16,7 @@
 
 #include "tessera/common/log.h"
 
-namespace tessera::scheduler_app {
+namespace tessera::metrics_http {
 namespace {
 
 namespace net = boost::asio;
@@ -26,7 +26,7 @@ using tcp = net::ip::tcp;
 
 constexpr auto kReadTimeout = std::chrono::seconds(5);
 
-http::response<http::string_body> answer(const http::request<http::string_body>& req, const metrics::Registry& registry) {
+http::response<http::string_body> answer(const http::request<http::string_body>& req, const Endpoints& endpoints) {
   http::response<http::string_body> res;
   res.version(req.version());
   res.keep_alive(false);
@@ -35,21 +35,23 @@ http::response<http::string_body> answer(const http::request<http::string_body>&
   if (req.method() == http::verb::get && path == "/metrics") {
     res.result(http::status::ok);
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.body() = registry.render();
-  } else if (req.method() == http::verb::get && path == "/health") {
-    res.result(http::status::ok);
+    res.body() = endpoints.metrics();
+  } else if (req.method() == http::verb::get && (path == "/health" || (path == "/ready" && endpoints.ready))) {
+    const Answer a = path == "/ready" ? endpoints.ready() : endpoints.health ? endpoints.health() : Answer{};
+    res.result(static_cast<http::status>(a.status));
     res.set(http::field::content_type, "application/json");
-    res.body() = "{\"status\":\"ok\"}";
+    res.body() = a.body;
   } else {
     res.result(http::status::not_found);
     res.set(http::field::content_type, "application/json");
-    res.body() = "{\"error\":\"not found: GET /metrics or /health\"}";
+    res.body() = endpoints.ready ? "{\"error\":\"not found: GET /metrics, /health or /ready\"}"
+                                 : "{\"error\":\"not found: GET /metrics or /health\"}";
   }
   res.prepare_payload();
   return res;
 }
 
-net::awaitable<void> session(tcp::socket socket, const metrics::Registry& registry) {
+net::awaitable<void> session(tcp::socket socket, const Endpoints& endpoints) {
   beast::tcp_stream stream(std::move(socket));
   beast::flat_buffer buffer;
   http::request<http::string_body> req;
@@ -57,12 +59,12 @@ net::awaitable<void> session(tcp::socket socket, const metrics::Registry& regist
   stream.expires_after(kReadTimeout);
   co_await http::async_read(stream, buffer, req, net::redirect_error(net::use_awaitable, ec));
   if (ec) co_return;  // timeout, reset or not HTTP: a scrape endpoint owes no answer
-  auto res = answer(req, registry);
+  auto res = answer(req, endpoints);
   co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
 }
 
-net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const metrics::Registry& registry) {
+net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const Endpoints& endpoints) {
   for (;;) {
     boost::system::error_code ec;
     tcp::socket socket = co_await acceptor.async_accept(net::redirect_error(net::use_awaitable, ec));
@@ -71,7 +73,7 @@ net::awaitable<void> accept_loop(tcp::acceptor& acceptor, const metrics::Registr
       TS_LOG(kWarn) << "metrics accept: " << ec.message();
       continue;
     }
-    net::co_spawn(acceptor.get_executor(), session(std::move(socket), registry), net::detached);
+    net::co_spawn(acceptor.get_executor(), session(std::move(socket), endpoints), net::detached);
   }
 }
 
@@ -91,8 +93,8 @@ Result<tcp::endpoint> endpoint_for(net::io_context& ioc, const std::string& host
 }  // namespace
 
 struct MetricsServer::State {
-  explicit State(const metrics::Registry& r) : registry(r) {}
-  const metrics::Registry& registry;
+  explicit State(Endpoints e) : endpoints(std::move(e)) {}
+  const Endpoints endpoints;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   std::thread thread;
@@ -100,7 +102,11 @@ struct MetricsServer::State {
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
                                                             const metrics::Registry& registry) {
-  auto state = std::make_unique<State>(registry);
+  return start(host, port, Endpoints{.metrics = [&registry] { return registry.render(); }});
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port, Endpoints endpoints) {
+  auto state = std::make_unique<State>(std::move(endpoints));
   TS_ASSIGN_OR_RETURN(tcp::endpoint ep, endpoint_for(state->ioc, host, port));
   boost::system::error_code ec;
   tcp::acceptor& a = state->acceptor;
@@ -111,7 +117,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& h
   if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
   if (ec)
     return make_error(ErrorCode::kUnavailable, "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
-  net::co_spawn(state->ioc, accept_loop(state->acceptor, state->registry), net::detached);
+  net::co_spawn(state->ioc, accept_loop(state->acceptor, state->endpoints), net::detached);
   State* s = state.get();
   s->thread = std::thread([s] { s->ioc.run(); });
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(state)));
@@ -129,4 +135,4 @@ int MetricsServer::port() const {
   return state_->acceptor.local_endpoint(ec).port();
 }
 
-}  // namespace tessera::scheduler_app
+}  // namespace tessera::metrics_http
