@@ -87,7 +87,7 @@ struct UpConfig {
     return w;
   }();
   scheduler_app::SchedulerOptions scheduler;  // prefix-cache
-  std::string synth_like = "stories260k";
+  std::string synth_like;  // "" = the demo model when found, else "stories260k"
   int zmq_port = 8001;
   int scheduler_port = 8100;  // +1 workers, +2 /metrics
   int kvstore_port = 8103;
@@ -100,8 +100,8 @@ struct UpConfig {
   int restart_window_s = 300;
   int64_t ready_timeout_ms = 120000;
   int drain_timeout_s = 30;
-  int kvstore_metrics_port = 8104;
-  int worker_metrics_port = 8110;  // worker i: + i
+  int kvstore_metrics_port = 0;  // 0 = scheduler-port + 4
+  int worker_metrics_port = 0;   // worker i: this + i; 0 = scheduler-port + 10
 };
 
 // The children's option tables, bound to scratch configs: the source of the shared declarations
@@ -140,7 +140,9 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   tokenizer.help = "tokenizer file when the model has none embedded (llama2.c: tokenizer.bin)";
   o.add(c.frontend.tokenizer, std::move(tokenizer));
   o.add(c.synth_like, {.name = "synth-like",
-                       .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
+                       .help = "with no --model: synthesize a random-weight model of this shape (tessera model synth "
+                               "--like) instead of serving the stories260K demo model (\"\" = the demo model when "
+                               "found, else stories260k)",
                        .env = "TESSERA_UP_SYNTH_LIKE"});
   o.add(c.frontend.host, shared(t.frontend, "host"));
   config::Option http_port = shared(t.frontend, "http-port");
@@ -184,11 +186,11 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
                             .help = "on Ctrl-C/SIGTERM the frontend, then the workers drain: live requests may run "
                                     "this long (forwarded to both; each gets it plus 10 s before SIGKILL)",
                             .env = "TESSERA_UP_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
-  o.add(c.kvstore_metrics_port, {.name = "kvstore-metrics-port", .help = "kvstore /metrics port",
-                                 .env = "TESSERA_UP_KVSTORE_METRICS_PORT", .min = 1, .max = 65535});
+  o.add(c.kvstore_metrics_port, {.name = "kvstore-metrics-port", .help = "kvstore /metrics port (0 = scheduler-port + 4)",
+                                 .env = "TESSERA_UP_KVSTORE_METRICS_PORT", .min = 0, .max = 65535});
   o.add(c.worker_metrics_port, {.name = "worker-metrics-port",
-                                .help = "/metrics port of worker0; worker i listens on this + i",
-                                .env = "TESSERA_UP_WORKER_METRICS_PORT", .min = 1, .max = 65535 - 64});
+                                .help = "/metrics port of worker0; worker i listens on this + i (0 = scheduler-port + 10)",
+                                .env = "TESSERA_UP_WORKER_METRICS_PORT", .min = 0, .max = 65535 - 64});
 }
 
 // The arguments `up` passes to one child, each checked against the child's own table (its name
@@ -359,7 +361,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     ChildArgs k = start(t.kvstore);
     TS_TRY(k.forward(o, shared));
     TS_TRY(k.set("listen", kvstore_endpoint));
-    TS_TRY(k.set("metrics-port", std::to_string(c.kvstore_metrics_port)));
+    TS_TRY(k.set("metrics-port", std::to_string(c.kvstore_metrics_port)));  // resolved by run_up
     children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"), .args = k.take()});
   }
 
@@ -428,7 +430,9 @@ int run_up(const std::vector<std::string>& args) {
       return 2;
     }
   }
-  if (model.empty()) {
+  if (c.kvstore_metrics_port == 0) c.kvstore_metrics_port = c.scheduler_port + 4;
+  if (c.worker_metrics_port == 0) c.worker_metrics_port = c.scheduler_port + 10;
+  if (model.empty() && c.synth_like.empty()) {
     if (const std::string demo = find_demo_model(bin_dir); !demo.empty()) {
       model = demo + "/stories260K.bin";
       c.frontend.tokenizer = demo + "/tok512.bin";
@@ -441,7 +445,7 @@ int run_up(const std::vector<std::string>& args) {
     std::string dir = c.data_dir;
     if (dir.empty()) dir = (fs::temp_directory_path() / ("tessera-up-" + std::to_string(::getuid()))).string();
     fs::create_directories(dir, ec);
-    const std::string& like = c.synth_like;
+    const std::string like = c.synth_like.empty() ? "stories260k" : c.synth_like;
     model = dir + "/" + like + "-random.gguf";
     if (!fs::exists(model)) {
       TS_LOG(kInfo) << "synthesizing a " << like << "-shaped model with random weights: " << model;
