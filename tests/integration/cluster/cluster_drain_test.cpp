@@ -2,7 +2,8 @@
 // SIGTERM to the frontend during 16 streams ends every one with [DONE] (or an error event),
 // never a cut; past --drain-timeout-s the streams left end with an error event, new requests
 // and /ready get 503 meanwhile; POST /admin/v1/drain does the same as SIGTERM; SIGTERM to the
-// worker lets its streams finish (no peer_dead); a worker that cannot register says why.
+// worker lets its streams finish (no peer_dead); a worker that cannot register says why;
+// `tessera bench` shows progress.
 #include <signal.h>
 
 #include <atomic>
@@ -190,6 +191,21 @@ TEST(ClusterDrainTest, AWorkerThatCannotRegisterSaysWhy) {
   auto r = cluster.post("/v1/completions", R"({"prompt": "Still here", "max_tokens": 4})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 200) << r->body;
+}
+
+// `tessera bench` reports progress on stderr while it runs (stdout keeps the report).
+TEST(ClusterDrainTest, BenchShowsProgress) {
+  Cluster cluster;
+  ASSERT_TRUE(cluster.ok());
+  const std::string log = make_temp_dir("tessera-bench") + "/bench.log";
+  Process bench(bin_path("tessera"),
+                {"bench", "--port", std::to_string(cluster.http_port()), "--num-requests", "32", "--concurrency", "4",
+                 "--max-tokens", "64", "--prompt-words", "8", "--progress-s", "0.05"},
+                log);
+  ASSERT_EQ(bench.wait_exit(milliseconds(60000)), 0) << read_all(log);
+  const std::string err = read_all(log);
+  EXPECT_NE(err.find("/32 requests done (0 failed) in "), std::string::npos) << err;
+  EXPECT_NE(err.find("generated tokens/s"), std::string::npos) << err;
 }
 
 }  // namespace
