@@ -33,14 +33,8 @@
 // everything down and `tessera up` exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order
 // (the frontend and the workers drain: --drain-timeout-s, forwarded), grace 10 s (+ the drain
 // timeout for those two) each, then SIGKILL; exit 0.
-#include <netdb.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <random>
 
 #include <algorithm>
 #include <cctype>
@@ -65,6 +59,7 @@
 #include "tessera/http/client.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
+#include "bench/up_checks.h"
 #include "worker_options.h"
 
 namespace tessera::tools {
@@ -272,53 +267,6 @@ void stop_all(std::vector<ChildSpec>& children, int drain_timeout_s) {
   }
 }
 
-// A random instance id for the frontend (--instance-id): `up` counts /ready as its own only when
-// the answer echoes it.
-std::string new_instance_id() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
-  return std::string("up-") + buf;
-}
-
-// True when `host:port` cannot be bound because something listens there (EADDRINUSE), with
-// SO_REUSEADDR as the children bind. Any other failure (a name, no IPv6) is left to the child.
-bool port_taken(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return false;
-  bool taken = false;
-  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    const int one = 1;
-    (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    taken = ::bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE;
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return taken;
-}
-
-// The stories260K demo model of the test data (../shared, docs: README "Bring up the cluster"):
-// its directory when found, else "".
-std::string find_demo_model(const fs::path& bin_dir) {
-  std::vector<fs::path> roots;
-  if (const char* env = std::getenv("TESSERA_SHARED_DIR"); env != nullptr && *env != '\0') roots.emplace_back(env);
-#ifdef TESSERA_DEFAULT_SHARED_DIR
-  roots.emplace_back(TESSERA_DEFAULT_SHARED_DIR);
-#endif
-  roots.push_back(fs::current_path() / ".." / "shared");
-  roots.push_back(bin_dir / ".." / ".." / ".." / "shared");  // <repo>/build/bin -> <repo>/../shared
-  for (const fs::path& r : roots) {
-    std::error_code ec;
-    const fs::path dir = r / "models" / "stories260K";
-    if (fs::exists(dir / "stories260K.bin", ec) && fs::exists(dir / "tok512.bin", ec)) return fs::weakly_canonical(dir, ec).string();
-  }
-  return "";
-}
-
 // tessera_scheduler_live_workers from the scheduler's /metrics; -1 when unreadable.
 int live_workers(int metrics_port) {
   auto r = http::request({.port = metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 1000});
@@ -433,7 +381,7 @@ int run_up(const std::vector<std::string>& args) {
   if (c.kvstore_metrics_port == 0) c.kvstore_metrics_port = c.scheduler_port + 4;
   if (c.worker_metrics_port == 0) c.worker_metrics_port = c.scheduler_port + 10;
   if (model.empty() && c.synth_like.empty()) {
-    if (const std::string demo = find_demo_model(bin_dir); !demo.empty()) {
+    if (const std::string demo = up::find_demo_model(bin_dir); !demo.empty()) {
       model = demo + "/stories260K.bin";
       c.frontend.tokenizer = demo + "/tok512.bin";
       model_name = "stories260K";
@@ -461,7 +409,7 @@ int run_up(const std::vector<std::string>& args) {
   }
 
   const bool with_kvstore = c.kvstore && fs::exists(bin("tessera-kvstore"));
-  const std::string instance = new_instance_id();
+  const std::string instance = up::new_instance_id();
   auto planned = plan_children(o, c, tables, model, model_name, instance, bin, with_kvstore);
   if (!planned.ok()) {
     std::fprintf(stderr, "tessera up: %s\n", planned.error().message.c_str());
@@ -486,7 +434,7 @@ int run_up(const std::vector<std::string>& args) {
     ports.emplace_back("--worker-metrics-port (+" + std::to_string(i) + ")", c.worker_metrics_port + i);
   for (const auto& [what, port] : ports) {
     const std::string host = what == "--http-port" ? c.frontend.host : "127.0.0.1";
-    if (port_taken(host, port)) {
+    if (up::port_taken(host, port)) {
       std::fprintf(stderr,
                    "tessera up: port %d (%s) on %s is already in use by another process: stop it, or choose another "
                    "port\n",
@@ -566,6 +514,9 @@ int run_up(const std::vector<std::string>& args) {
                     c.frontend.host.c_str(), http_port, lo.c_str(), static_cast<long long>(c.zmq_port), sp + 2,
                     http_port);
         if (num_workers > 1) std::printf("tessera up: %d workers registered (worker0 .. worker%d)\n", num_workers, num_workers - 1);
+        std::printf("tessera up: worker metrics http://127.0.0.1:%d/metrics%s%s\n", c.worker_metrics_port,
+                    num_workers > 1 ? " (+1 per worker)" : "",
+                    with_kvstore ? (", kvstore metrics http://127.0.0.1:" + std::to_string(c.kvstore_metrics_port) + "/metrics").c_str() : "");
         std::fflush(stdout);
       } else if (Clock::now() > ready_deadline) {
         TS_LOG(kError) << "the cluster did not become ready within " << c.ready_timeout_ms << " ms";
