@@ -163,7 +163,8 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
   bool exiting = false;  // leave once no plan is in flight
   bool draining = false;  // told the scheduler; waiting for its `shutdown`
   bool stop_seen = false;
-  bool connected = false;  // the monitor saw the TCP connection up
+  bool connected = false;   // the monitor's last word: the TCP connection is up
+  bool reached = false;     // it came up at least once since the worker last lost its registration
   int heartbeat_ms = config.heartbeat_ms;
   uint64_t beat_seq = 0;
   auto last_heard = Clock::now();
@@ -174,7 +175,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
   Clock::time_point drain_deadline{};
   auto set_registered = [&](bool r) {
     registered = r;
-    if (!r) unregistered_since = Clock::now();
+    if (!r) {
+      unregistered_since = Clock::now();
+      reached = connected;
+    }
     if (metrics != nullptr) metrics->set_registered(r);
   };
   // Drain: tell the scheduler (it stops routing to us and answers `shutdown` once our requests
@@ -214,7 +218,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     }
     if (!registered && now >= next_register_warning) {
       const long waited = static_cast<long>(std::chrono::duration_cast<milliseconds>(now - unregistered_since).count());
-      if (connected) {
+      if (connected || reached) {
         TS_LOG(kWarn) << "not registered after " << waited << " ms: connected to " << config.scheduler_endpoint
                       << " but no register_ack; another worker may already use the name '" << config.name
                       << "' (the scheduler ignores a second peer with the same name: give each worker its own --name), "
@@ -257,7 +261,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
         if (!ev.ok() || ev->empty()) break;
         uint16_t id = 0;
         if ((*ev)[0].size() >= sizeof id) std::memcpy(&id, (*ev)[0].data(), sizeof id);
-        if (id == ZMQ_EVENT_CONNECTED) connected = true;
+        if (id == ZMQ_EVENT_CONNECTED) connected = reached = true;
         if (id == ZMQ_EVENT_DISCONNECTED) connected = false;
       }
     }
