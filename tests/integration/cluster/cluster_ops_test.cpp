@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessera/common/metrics.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
@@ -205,17 +206,30 @@ TEST_F(ClusterOpsTest, StopStringCountsAsStopAndIsLogged) {
   EXPECT_EQ(std::stoi(st["pages_free"]) + std::stoi(st["pages_held"]) + std::stoi(st["pages_cached"]), 512);
 }
 
-// After a request: the worker counted its steps and tokens.
+// After a request: the worker counted its steps and tokens. One scrape per look (the worker may
+// still run a release-only step after the answer, and a scrape may fall between two updates of
+// one step): wait until a scrape is consistent.
 TEST_F(ClusterOpsTest, WorkerMetricsCountSteps) {
   auto r = cluster_->post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": true})");
   ASSERT_TRUE(r.ok() && r->status == 200);
-  const int wp = worker_metrics_port_;
-  const double steps = cluster_->metric(wp, "tessera_worker_steps_total", "result=\"ok\"");
-  EXPECT_GE(steps, 12.0);  // a prefill step, then one decode step per token (at least)
-  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_step_seconds_count"), steps);
-  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_batch_size_count"), steps);
-  EXPECT_GE(cluster_->metric(wp, "tessera_worker_tokens_total"), 12.0);
-  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_steps_total", "result=\"error\""), 0.0);
+  std::map<std::string, double> m;
+  const bool consistent = wait_until(
+      [&] {
+        auto scrape = cluster_->get("/metrics", worker_metrics_port_);
+        if (!scrape.ok()) return false;
+        auto samples = metrics::parse_text(scrape->body);
+        if (!samples.ok()) return false;
+        m.clear();
+        for (const auto& smp : *samples) m[smp.name + (smp.labels.find("result=\"error\"") != std::string::npos ? ":error" : "")] += smp.value;
+        const double steps = m["tessera_worker_steps_total"];
+        return steps >= 12.0 && m["tessera_worker_step_seconds_count"] == steps && m["tessera_worker_batch_size_count"] == steps &&
+               m["tessera_worker_step_tokens_count"] == steps;
+      },
+      milliseconds(5000));
+  EXPECT_TRUE(consistent) << "steps " << m["tessera_worker_steps_total"] << ", step_seconds_count "
+                          << m["tessera_worker_step_seconds_count"] << ", batch_size_count " << m["tessera_worker_batch_size_count"];
+  EXPECT_GE(m["tessera_worker_tokens_total"], 12.0);  // a prefill step, then one decode step per token (at least)
+  EXPECT_EQ(m["tessera_worker_steps_total:error"], 0.0);
 }
 
 TEST_F(ClusterOpsTest, ClientDisconnectCountsAsDisconnect) {
