@@ -5,7 +5,12 @@
 #   tests/run.sh                 # Release-ish build in build/, all tests
 #   BUILD_DIR=build-asan TESSERA_SANITIZE="address;undefined" tests/run.sh
 #   TEST_FILTER=scheduler tests/run.sh   # only tests whose name matches
+#   tests/run.sh --build-only    # packages + the five binaries only (README: a fresh clone's run
+#                                # command is `tests/run.sh --build-only && build/bin/tessera up`)
 set -euo pipefail
+
+build_only=0
+[[ "${1:-}" == "--build-only" ]] && build_only=1
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$root/build}"
@@ -49,6 +54,13 @@ fi
 # ---- end of node step -------------------------------------------------------------------
 
 shared="${TESSERA_SHARED_DIR:-$root/../shared}"
+if ((build_only)); then
+  # No tests, so no test data needed (`tessera up` then synthesizes a model if ../shared is absent).
+  cmake -S "$root" -B "$build_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared"
+  cmake --build "$build_dir" -j "$jobs" --target tessera tessera-scheduler tessera-worker tessera-frontend tessera-kvstore
+  echo "tests/run.sh: built $build_dir/bin (run: $build_dir/bin/tessera up)"
+  exit 0
+fi
 if [[ ! -d "$shared/models" ]]; then
   echo "tests/run.sh: test data not found at $shared (set TESSERA_SHARED_DIR)" >&2
   exit 1

@@ -25,12 +25,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   // One machine-readable line for supervisors and tests (ports may have been chosen by the OS).
-  std::printf("LISTENING http=%d zmq=%s\n", (*fe)->http_port(), (*fe)->zmq_endpoint().c_str());
+  std::printf("LISTENING http=%d instance=%s zmq=%s\n", (*fe)->http_port(), (*fe)->instance_id().c_str(),
+              (*fe)->zmq_endpoint().c_str());
   std::fflush(stdout);
   TS_LOG(kInfo) << "serving http on port " << (*fe)->http_port() << ", zmq client api on " << (*fe)->zmq_endpoint();
 
   frontend::Frontend* raw = fe->get();
+  // The first SIGTERM/SIGINT drains (docs/operations.md "Drain"), a second one stops at once.
   signals::OnStop on_stop([raw](int sig) {
+    if (raw->drain()) {
+      TS_LOG(kInfo) << "signal " << sig << ": draining (a second signal stops at once)";
+      return;
+    }
     TS_LOG(kInfo) << "signal " << sig << ": shutting down";
     raw->stop();
   });

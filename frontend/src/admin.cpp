@@ -58,6 +58,12 @@ std::variant<AdminReply, AdminApi::Call> AdminApi::route(std::string_view method
   if (token.size() != token_.size() || CRYPTO_memcmp(token.data(), token_.data(), token.size()) != 0)
     return fail(401, make_error(ErrorCode::kPermissionDenied,
                                 "missing or wrong admin token (send 'Authorization: Bearer <token>')"));
+  if (path == "/admin/v1/drain") {
+    if (method != "POST")
+      return fail(405, make_error(ErrorCode::kInvalidArgument, "method " + std::string(method) + " is not allowed on " + std::string(path)));
+    const bool started = drain_ && drain_();
+    return reply(202, json{{"draining", true}, {"started", started}});
+  }
   // /admin/v1/users/{user}/{preference|invalidate}
   constexpr std::string_view kPrefix = "/admin/v1/users/";
   const bool under_users = path.substr(0, kPrefix.size()) == kPrefix;
@@ -65,7 +71,7 @@ std::variant<AdminReply, AdminApi::Call> AdminApi::route(std::string_view method
   const size_t slash = rest.rfind('/');
   if (!under_users || slash == std::string_view::npos || slash == 0)
     return fail(404, make_error(ErrorCode::kNotFound, "unknown admin route " + std::string(path) +
-                                                          " (routes: /admin/v1/users/{user}/preference, /admin/v1/users/{user}/invalidate)"));
+                                                          " (routes: /admin/v1/users/{user}/preference, /admin/v1/users/{user}/invalidate, /admin/v1/drain)"));
   const std::string_view action = rest.substr(slash + 1);
   auto user = percent_decode(rest.substr(0, slash));
   if (!user) return fail(400, make_error(ErrorCode::kInvalidArgument, "user in the path has a malformed %-escape"));

@@ -1,7 +1,8 @@
 // Private: the admin endpoints (docs/api.md, "Admin"): a user's stored preference (GET, PUT,
 // DELETE /admin/v1/users/{user}/preference) and per-user invalidation of the preference K/V in
 // every tier (POST /admin/v1/users/{user}/invalidate: kvstore L1 + Redis, and the schedulers'
-// radix pages through an InvalidateUser broadcast).
+// radix pages through an InvalidateUser broadcast), and POST /admin/v1/drain (the frontend's
+// graceful shutdown, as on SIGTERM: docs/operations.md "Drain"; answered 202 at once).
 //
 // Two steps so that no kvstore call runs on an I/O thread: route() does the cheap checks
 // (token, route, user, method, kvstore configured) and either answers or returns the Call;
@@ -14,6 +15,7 @@
 // another admin write).
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -51,6 +53,9 @@ class AdminApi {
   std::variant<AdminReply, Call> route(std::string_view method, std::string_view path, std::string_view token,
                                        const std::string& body) const;
   AdminReply run(const Call& call, kvstore::Client& kv);
+  // What POST /admin/v1/drain starts (Frontend::drain; false when already draining). Set once,
+  // before the I/O threads run.
+  void set_drain(std::function<bool()> drain) { drain_ = std::move(drain); }
 
  private:
   const std::string token_;
@@ -58,6 +63,7 @@ class AdminApi {
   Hub& hub_;
   metrics::Registry& registry_;
   std::mutex mu_;  // serializes run()
+  std::function<bool()> drain_;
 };
 
 }  // namespace tessera::frontend

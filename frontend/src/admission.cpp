@@ -5,6 +5,10 @@
 namespace tessera::frontend {
 
 Result<std::unique_ptr<Admission::Slot>> Admission::admit(int32_t scheduler_waiting) {
+  if (draining())
+    return make_error(ErrorCode::kUnavailable,
+                      "this frontend is draining (shutting down) and takes no new requests; send them to another "
+                      "frontend");
   if (scheduler_waiting >= config_.max_queued)
     return make_error(ErrorCode::kOverloaded, "scheduler queues are full (" + std::to_string(scheduler_waiting) + " waiting)");
   if (in_flight_.fetch_add(1) + 1 > config_.max_concurrent) {

@@ -3,6 +3,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "admin.h"
@@ -13,6 +14,7 @@
 #include "tessera/common/log.h"
 #include "tessera/frontend/admission.h"
 #include "tessera/frontend/hub.h"
+#include "tessera/frontend/openai.h"
 #include "tessera/frontend/request_preparer.h"
 #include "tessera/frontend/stored_preferences.h"
 
@@ -41,6 +43,8 @@ struct Frontend::Impl {
   std::unique_ptr<HttpServer> http;
   std::vector<std::thread> threads;  // I/O threads besides the one in run()
   std::atomic<bool> stopped{false};
+  std::mutex drain_mu;
+  std::thread drainer;  // GUARDED_BY(drain_mu): started by drain(), joined by the destructor
 };
 
 Frontend::Frontend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -49,6 +53,10 @@ Frontend::~Frontend() {
   stop();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->drain_mu);
+    if (impl_->drainer.joinable()) impl_->drainer.join();
+  }
   // In-flight sinks are failed on the hub thread while everything they reach is still whole.
   if (impl_->hub) impl_->hub->stop();
 }
@@ -58,6 +66,7 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   auto impl = std::make_unique<Impl>();
   Impl& f = *impl;
   f.config = config;
+  if (f.config.instance_id.empty()) f.config.instance_id = random_hex_id();
   TS_ASSIGN_OR_RETURN(f.api_keys, ApiKeys::create(config));
   TS_ASSIGN_OR_RETURN(f.preparer, RequestPreparer::create(config));
   f.metrics = std::make_unique<FrontendMetrics>(f.registry, f.preparer->model_name());
@@ -90,7 +99,9 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
                         ? " (the model's own, rendered by tessera_jinja)"
                         : " (recognized)")
                 << (f.api_keys.enabled() ? " | " + std::to_string(f.api_keys.size()) + " API key(s)" : std::string(" | no API keys (open)"));
-  return std::unique_ptr<Frontend>(new Frontend(std::move(impl)));
+  std::unique_ptr<Frontend> fe(new Frontend(std::move(impl)));
+  fe->impl_->admin->set_drain([raw = fe.get()] { return raw->drain(); });  // POST /admin/v1/drain
+  return fe;
 }
 
 int Frontend::http_port() const { return impl_->http->port(); }
@@ -103,6 +114,40 @@ void Frontend::run() {
   impl_->ioc.run();
   for (auto& t : impl_->threads)
     if (t.joinable()) t.join();
+}
+
+const std::string& Frontend::instance_id() const { return impl_->config.instance_id; }
+
+bool Frontend::drain() {
+  Impl& f = *impl_;
+  if (!f.admission->begin_drain()) return false;
+  const int timeout_s = f.config.drain_timeout_s;
+  TS_LOG(kInfo) << "draining: new requests get 503; " << f.admission->in_flight() << " in flight may run for up to "
+                << timeout_s << " s";
+  std::lock_guard<std::mutex> lock(f.drain_mu);
+  f.drainer = std::thread([this, timeout_s] {
+    Impl& d = *impl_;
+    using namespace std::chrono;
+    auto idle = [&] { return d.admission->in_flight() == 0 && d.admission->active() == 0; };
+    // Polls (the counters are atomics shared with every I/O thread); stop() ends the wait early.
+    auto wait_idle = [&](steady_clock::time_point until) {
+      while (!idle() && !d.stopped.load() && steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(20));
+      return idle();
+    };
+    if (!wait_idle(steady_clock::now() + seconds(timeout_s))) {
+      TS_LOG(kWarn) << "drain timeout (" << timeout_s << " s): ending " << d.admission->in_flight()
+                    << " requests still running with an error";
+      d.admission->expire_drain();
+      // Each generation notices within its disconnect check (200 ms) and writes its error event.
+      // ZeroMQ client-API requests get theirs from the hub's shutdown.
+      if (!wait_idle(steady_clock::now() + seconds(5))) {
+        TS_LOG(kWarn) << "drain: " << d.admission->in_flight() << " requests still running at exit";
+      }
+    }
+    TS_LOG(kInfo) << "drained: stopping";
+    stop();
+  });
+  return true;
 }
 
 void Frontend::stop() {

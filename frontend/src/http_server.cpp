@@ -184,6 +184,7 @@ net::awaitable<std::optional<StoredPreference>> HttpServer::Conn::stored_prefere
 }
 
 net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::RequestKind kind) {
+  const Admission::Activity active(s.admission);  // until the last byte of the answer (drain)
   RequestClock clock;
   const auto deadline = clock.arrival() + std::chrono::milliseconds(s.config.request_timeout_ms);
   std::string bad_param;
@@ -287,6 +288,15 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   bool events_started = false;
   for (;;) {
     const auto now = Clock::now();
+    if (s.admission.drain_expired()) {  // drain timeout: end with an error, never a silent cut
+      s.hub.abandon(id);
+      slot.value().reset();
+      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      Error e = make_error(ErrorCode::kUnavailable, "this frontend is shutting down: the request did not finish within "
+                                                    "the drain timeout (" + std::to_string(s.config.drain_timeout_s) + " s)");
+      if (!events_started) co_return co_await error(e);
+      co_return co_await end_events("data: " + error_json(e) + "\n\n");
+    }
     if (now >= deadline) {
       abandon_all();
       slot.value().reset();  // free the slot before the answer: a client that got it may send again at once
@@ -376,13 +386,20 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
 
 namespace {
 
-std::string ready_json(const Hub& hub, bool* ready) {
+// Readiness: a scheduler with a live worker, and not draining. "instance" is --instance-id.
+std::string ready_json(const HttpServer::Deps& s, bool* ready) {
   nlohmann::json sched = nlohmann::json::array();
-  for (const auto& st : hub.schedulers())
+  for (const auto& st : s.hub.schedulers())
     sched.push_back({{"endpoint", st.endpoint}, {"alive", st.alive}, {"live_workers", st.live_workers}, {"running", st.running},
                      {"waiting", st.waiting}});
-  *ready = hub.ready();
-  return nlohmann::json{{"ready", *ready}, {"schedulers", sched}}.dump();
+  const bool draining = s.admission.draining();
+  *ready = s.hub.ready() && !draining;
+  return nlohmann::json{{"ready", *ready}, {"draining", draining}, {"instance", s.config.instance_id}, {"schedulers", sched}}
+      .dump();
+}
+
+std::string health_json(const HttpServer::Deps& s) {
+  return nlohmann::json{{"status", "ok"}, {"instance", s.config.instance_id}}.dump();
 }
 
 std::string peer_address(beast::tcp_stream& stream) {
@@ -407,6 +424,7 @@ net::awaitable<bool> handle(const HttpServer::Deps& s, beast::tcp_stream& stream
   c.access.client = peer_address(stream);
   c.access.method = std::string(req.method_string());
   c.access.route = path;
+  if (s.admission.draining()) c.keep_alive = false;  // the client's next request goes elsewhere
   const bool keep = co_await route_request(c, req);
   c.access.request_id = c.request_id;
   log_access(c.access, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -432,10 +450,11 @@ net::awaitable<bool> route_request(HttpServer::Conn& c, const Request& req) {
   }
   if (path == "/v1/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kCompletion);
   if (path == "/v1/chat/completions" && post) co_return co_await c.generate(req, protocol::RequestKind::kChat);
-  if (path == "/health" && get) co_return co_await c.respond(200, "application/json", "{\"status\":\"ok\"}");
+  if (path == "/health" && get)  // liveness: 200 while the process serves, draining or not
+    co_return co_await c.respond(200, "application/json", health_json(s));
   if (path == "/ready" && get) {
     bool ready = false;
-    std::string body = ready_json(s.hub, &ready);
+    std::string body = ready_json(s, &ready);
     co_return co_await c.respond(ready ? 200 : 503, "application/json", body);
   }
   if (path == "/metrics" && get) {

@@ -90,6 +90,14 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                           .help = "file of API keys, one per line: '<key> <tenant> [<user>,... or *]' (tenant = prefix-cache "
                                   "scope; users the key may name; docs/api.md)",
                           .env = "TESSERA_API_KEYS_FILE"});
+  o.add(c.drain_timeout_s, {.name = "drain-timeout-s",
+                            .help = "on SIGTERM or POST /admin/v1/drain: new requests get 503 and live ones may run "
+                                    "this long; those left then end with an error event, and the process exits 0",
+                            .env = "TESSERA_FRONTEND_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
+  o.add(c.instance_id, {.name = "instance-id",
+                        .help = "id echoed as \"instance\" by /health and /ready (\"\" = random): lets a "
+                                "supervisor check that the process answering is its own",
+                        .env = "TESSERA_FRONTEND_INSTANCE_ID"});
 }
 
 }  // namespace tessera::frontend

@@ -90,6 +90,10 @@ Result<TokenizerSource> load_tokenizer_for(const FrontendConfig& c) {
 
 Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendConfig& config) {
   std::unique_ptr<RequestPreparer> p(new RequestPreparer());
+  // A missing model is an error even when --tokenizer makes the file unnecessary here: the
+  // frontend would serve a name no worker can ever load.
+  if (!config.model.empty() && !fs::exists(config.model))
+    return make_error(ErrorCode::kNotFound, "--model " + config.model + ": no such file or directory");
   TS_ASSIGN_OR_RETURN(TokenizerSource src, load_tokenizer_for(config));
   p->tokenizer_ = std::move(src.tokenizer);
   std::string jinja = src.chat_template;

@@ -2,11 +2,13 @@
 // tessera/kvstore/options.h; --help, flags, the config file ([kvstore] section) and the
 // environment come from it.
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/metrics_http.h"
 #include "tessera/common/signals.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/kvstore/server.h"
@@ -50,10 +52,28 @@ int main(int argc, char** argv) {
     return 1;
   }
   kvstore::Server* raw = server->get();
+  // GET /metrics (the same text as the `stats` message) and /health; /health reports Redis.
+  std::unique_ptr<metrics_http::MetricsServer> metrics_server;
+  if (config.metrics_port >= 0) {
+    kvstore::Store* st = store->get();
+    auto ms = metrics_http::MetricsServer::start(
+        config.metrics_host, config.metrics_port,
+        {.metrics = [raw] { return raw->metrics_text(); },
+         .health = [st] {
+           const char* redis = !st->l2_configured() ? "off" : st->l2_up() ? "up" : "down";
+           return metrics_http::Answer{.status = 200, .body = std::string("{\"status\":\"ok\",\"redis\":\"") + redis + "\"}"};
+         }});
+    if (!ms.ok()) {
+      std::fprintf(stderr, "tessera-kvstore: --metrics-port: %s\n", ms.error().to_string().c_str());
+      return 1;
+    }
+    metrics_server = std::move(*ms);
+  }
   signals::OnStop on_stop([raw](int) { raw->stop(); });
   // Tests and `tessera up` read this line to learn the bound endpoint.
-  std::printf("tessera-kvstore listening on %s redis=%s\n", (*server)->endpoint().c_str(),
-              sc.redis ? (sc.redis->host + ":" + std::to_string(sc.redis->port)).c_str() : "off");
+  std::printf("tessera-kvstore listening on %s redis=%s metrics=%d\n", (*server)->endpoint().c_str(),
+              sc.redis ? (sc.redis->host + ":" + std::to_string(sc.redis->port)).c_str() : "off",
+              metrics_server ? metrics_server->port() : -1);
   std::fflush(stdout);
   const Status st = (*server)->run();
   if (!st.ok()) {

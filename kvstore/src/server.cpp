@@ -83,6 +83,8 @@ std::string Server::Impl::metrics() const {
   return reg.render();
 }
 
+std::string Server::metrics_text() const { return impl_->metrics(); }
+
 Outgoing Server::Impl::handle(const wire::Request& req) {
   Outgoing out;
   Blob keep;  // holds a get's blob until the reply is encoded (r.blob_view points into it)

@@ -125,6 +125,14 @@ void EventLoop::on_worker(const std::string& name, protocol::Message msg) {
                                                   .unix_ms = unix_ms(), .instance = instance_});
   } else if (auto* res = std::get_if<protocol::StepResultMsg>(&msg)) {
     driver_.on_result(*w, res->result);
+  } else if (std::holds_alternative<protocol::Drain>(msg)) {
+    if (!w->draining) {
+      workers_.begin_drain(name);
+      TS_LOG(kInfo) << "worker=" << name << " | draining: no new requests; " << w->batcher->num_running() << " running and "
+                    << w->batcher->num_waiting() << " waiting finish here";
+      workers_.publish();
+    }
+    finish_drains();
   } else if (std::holds_alternative<protocol::Shutdown>(msg)) {
     failover_.worker_dead(name, "worker '" + name + "' shut down");
   } else {
@@ -292,8 +300,18 @@ void EventLoop::on_cancel(const std::string& frontend, uint64_t client_id) {
 
 // ---- periodic ----
 
+void EventLoop::finish_drains() {
+  for (const std::string& name : workers_.drained()) {
+    sockets_->to_worker(name, protocol::Shutdown{.id = 1});
+    TS_LOG(kInfo) << "worker=" << name << " | drained: every request done; told it to exit";
+    workers_.remove(name);
+    workers_.publish();
+  }
+}
+
 void EventLoop::tick() {
   const auto now = Clock::now();
+  finish_drains();
   for (const std::string& name : workers_.check_dead(now))
     failover_.worker_dead(name, "worker '" + name + "' stopped heartbeating (silent for more than " +
                                     std::to_string(config_.worker_dead_ms) + " ms)");

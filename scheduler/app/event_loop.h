@@ -1,7 +1,7 @@
 // The scheduler's event loop: the one thread that owns every piece of scheduler state and
 // joins the components, each iteration being
 //   poll both sockets (at most 50 ms, less when a tick is due)
-//   -> read_workers():   register / heartbeat / step_result / shutdown (dispatch to
+//   -> read_workers():   register / heartbeat / step_result / drain / shutdown (dispatch to
 //                        WorkerRegistry, StepDriver, Failover)
 //   -> read_frontends(): completion/chat (Intake -> WorkerRegistry::place -> RequestTable),
 //                        cancel, heartbeat (answered with cluster figures), invalidate_user
@@ -52,6 +52,8 @@ class EventLoop {
   void read_workers();
   void on_worker(const std::string& name, protocol::Message msg);
   void on_register(const std::string& name, const protocol::RegisterWorker& reg);
+  // Draining workers whose requests are all done get `shutdown` and are forgotten.
+  void finish_drains();
   // ---- frontends ----
   void read_frontends();
   void on_frontend(const zmqu::Envelope& env, protocol::Message msg);

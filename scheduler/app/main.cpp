@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "metrics_http.h"
+#include "tessera/common/metrics_http.h"
 #include "scheduler_options.h"
 #include "service.h"
 #include "tessera/common/config.h"
@@ -38,11 +38,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-scheduler: %s\n", service.error().to_string().c_str());
     return 1;
   }
-  std::unique_ptr<scheduler_app::MetricsServer> metrics_server;
+  std::unique_ptr<metrics_http::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
-    auto ms = scheduler_app::MetricsServer::start(
-        config.metrics_host, config.metrics_port, registry,
-        {.loop_heartbeat = &(*service)->loop_heartbeat(), .stall_ms = config.health_stall_ms});
+    const std::atomic<int64_t>* heartbeat = &(*service)->loop_heartbeat();
+    const int64_t stall_ms = config.health_stall_ms;
+    auto ms = metrics_http::MetricsServer::start(
+        config.metrics_host, config.metrics_port,
+        metrics_http::Endpoints{.metrics = [&registry] { return registry.render(); },
+                                .health = [heartbeat, stall_ms] { return metrics_http::loop_health(*heartbeat, stall_ms); }});
     if (!ms.ok()) {
       std::fprintf(stderr, "tessera-scheduler: %s\n", ms.error().to_string().c_str());
       return 1;

@@ -60,6 +60,21 @@ bool WorkerRegistry::remove(const std::string& name) {
   return true;
 }
 
+bool WorkerRegistry::begin_drain(const std::string& name) {
+  WorkerEntry* w = find(name);
+  if (w == nullptr || w->draining) return w != nullptr;
+  w->draining = true;
+  (void)router_.remove_worker(name);
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::drained() const {
+  std::vector<std::string> out;
+  for (const auto& [name, w] : workers_)
+    if (w.draining && !w.in_flight && w.batcher->num_running() == 0 && w.batcher->num_waiting() == 0) out.push_back(name);
+  return out;
+}
+
 WorkerEntry* WorkerRegistry::find(const std::string& name) {
   auto it = workers_.find(name);
   return it == workers_.end() ? nullptr : &it->second;
@@ -80,6 +95,7 @@ Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
   std::vector<scheduler::WorkerSnapshot> snaps;
   snaps.reserve(workers_.size());
   for (const auto& [name, w] : workers_) {
+    if (w.draining) continue;  // off the ring
     const std::vector<std::string>& has = w.info.capabilities;
     bool eligible = true;
     for (std::string_view need : needs) {
@@ -95,6 +111,8 @@ Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
                      .cached_tokens = w.batcher->cached_prefix_tokens(req),
                      .eligible = eligible});
   }
+  if (snaps.empty() && !workers_.empty())
+    return make_error(ErrorCode::kUnavailable, "every worker of this scheduler is draining (shutting down)");
   auto routed = router_.route(router_.routing_key(req), snaps);
   if (!routed.ok() && routed.error().code == ErrorCode::kUnsupported) {
     return make_error(ErrorCode::kUnsupported, "no live worker can serve this request: " + lacking +
@@ -132,7 +150,10 @@ void WorkerRegistry::publish() {
     waiting += w.batcher->num_waiting();
     preempt += w.batcher->stats().preemptions;
   }
-  m_.live_workers->set(static_cast<double>(workers_.size()));
+  const auto draining = std::count_if(workers_.begin(), workers_.end(), [](const auto& kv) { return kv.second.draining; });
+  m_.live_workers->set(static_cast<double>(static_cast<int64_t>(workers_.size()) - draining));
+  m_.registry->gauge("tessera_scheduler_draining_workers", "workers draining: no new requests, the running ones finish")
+      .set(static_cast<double>(draining));
   m_.running->set(static_cast<double>(running));
   m_.waiting->set(static_cast<double>(waiting));
   m_.pages_free = free;
@@ -146,7 +167,7 @@ void WorkerRegistry::publish() {
 
 void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {
   for (const auto& [name, w] : workers_) {
-    hb.live_workers += 1;
+    if (!w.draining) hb.live_workers += 1;  // a frontend is ready only with a worker taking requests
     // Limits a frontend passes on to its clients (docs/protocol.md): the smallest over the workers.
     const int32_t context = limits_.max_context > 0 ? std::min(limits_.max_context, w.info.max_seq_len) : w.info.max_seq_len;
     hb.context_length = hb.context_length == 0 ? context : std::min(hb.context_length, context);

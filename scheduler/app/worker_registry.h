@@ -10,7 +10,9 @@
 //   * liveness: a worker is dead once silent for more than dead_after (check_dead(): each death
 //     reported once); anything it sends counts as heard;
 //   * placement: place() routes a Request over every live worker (Router::route with each
-//     Batcher's load and cached prefix) and queues it on the chosen one, or keeps nothing.
+//     Batcher's load and cached prefix) and queues it on the chosen one, or keeps nothing;
+//   * drain: a draining worker is off the ring (place() never picks it) and is not counted as
+//     live, but keeps its Batcher until its requests are done (docs/operations.md "Drain").
 //
 // What it does NOT own: the requests themselves (RequestTable) and what happens to a removed
 // worker's requests (Failover).
@@ -42,6 +44,7 @@ struct WorkerEntry {
   protocol::RegisterWorker info;
   std::unique_ptr<scheduler::Batcher> batcher;
   PeerLiveness liveness;
+  bool draining = false;   // off the ring: keeps its requests, gets no new ones (its `drain`)
   bool in_flight = false;  // a step plan was sent and its result has not come back
   uint64_t step_id = 0;    // of the plan in flight
   PeerLiveness::Clock::time_point sent_at{};
@@ -68,6 +71,10 @@ class WorkerRegistry {
   Result<scheduler::BatcherConfig> add(const std::string& name, const protocol::RegisterWorker& reg);
   // Takes a worker off the ring and forgets its Batcher; false when it was not registered.
   bool remove(const std::string& name);
+  // Takes a worker off the ring, keeping its Batcher and requests; false when not registered.
+  bool begin_drain(const std::string& name);
+  // Draining workers with no request left (running or waiting) and no plan in flight.
+  std::vector<std::string> drained() const;
 
   WorkerEntry* find(const std::string& name);
   bool empty() const { return workers_.empty(); }

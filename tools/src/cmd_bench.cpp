@@ -51,6 +51,10 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                       .max = 1e18});
   o.add(c.load.timeout_ms, {.name = "timeout-ms", .help = "per-request timeout", .env = "TESSERA_BENCH_TIMEOUT_MS",
                             .min = 100, .max = 86400000});
+  o.add(c.load.progress_s, {.name = "progress-s",
+                            .help = "print a progress line (requests done, failures, tokens/s) on stderr this often; 0 "
+                                    "= none",
+                            .env = "TESSERA_BENCH_PROGRESS_S", .min = 0, .max = 3600});
   o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)", .env = "TESSERA_BENCH_JSON"});
 }
 

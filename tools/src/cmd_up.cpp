@@ -13,9 +13,16 @@
 // itself sets only what links the processes (endpoints, model, ports, pool size): those come
 // from the [up] section or flags and win over the children's sections.
 //
-// No --model: a small random-weight model is synthesized once (tessera model synth, cached in
-// --data-dir) and served under a name ending in "-random-weights"; logs say so and say how to
-// serve a real model (--model PATH).
+// No --model: the stories260K demo model of the test data (../shared/models/stories260K, found
+// through $TESSERA_SHARED_DIR, the build's TESSERA_SHARED_DIR, ./../shared or next to the
+// checkout) is served as "stories260K"; without it, a small random-weight model is synthesized
+// once (tessera model synth, cached in --data-dir) and served under a name ending in
+// "-random-weights"; logs say so and say how to serve a real model (--model PATH).
+//
+// Honest start-up: a --model or --tokenizer path that does not exist fails at once (exit 2); a
+// port a child must bind that another process holds fails at once (exit 1); the readiness probe
+// counts only answers that echo the frontend's --instance-id (random per run), so a foreign
+// process on the HTTP port is reported, never taken for the cluster.
 //
 // Supervision: a child that exits on its own is reported (name, pid, status). With
 // --restart on-failure (default) it is restarted after a 1 s back-off, at most --max-restarts
@@ -23,8 +30,9 @@
 // over days is always restarted). A worker past its budget is left stopped while another worker
 // still runs (one flapping worker never stops the healthy ones); the scheduler, the frontend,
 // the kvstore or the last worker past its budget, or any child with --restart never, shuts
-// everything down and `tessera up` exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order, 10 s
-// grace each, then SIGKILL; exit 0.
+// everything down and `tessera up` exits 1. SIGINT/SIGTERM: SIGTERM to frontend, worker, kvstore, scheduler in that order
+// (the frontend and the workers drain: --drain-timeout-s, forwarded), grace 10 s (+ the drain
+// timeout for those two) each, then SIGKILL; exit 0.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +59,7 @@
 #include "tessera/http/client.h"
 #include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
+#include "bench/up_checks.h"
 #include "worker_options.h"
 
 namespace tessera::tools {
@@ -73,7 +82,7 @@ struct UpConfig {
     return w;
   }();
   scheduler_app::SchedulerOptions scheduler;  // prefix-cache
-  std::string synth_like = "stories260k";
+  std::string synth_like;  // "" = the demo model when found, else "stories260k"
   int zmq_port = 8001;
   int scheduler_port = 8100;  // +1 workers, +2 /metrics
   int kvstore_port = 8103;
@@ -85,6 +94,9 @@ struct UpConfig {
   int max_restarts = 3;
   int restart_window_s = 300;
   int64_t ready_timeout_ms = 120000;
+  int drain_timeout_s = 30;
+  int kvstore_metrics_port = 0;  // 0 = scheduler-port + 4
+  int worker_metrics_port = 0;   // worker i: this + i; 0 = scheduler-port + 10
 };
 
 // The children's option tables, bound to scratch configs: the source of the shared declarations
@@ -123,7 +135,9 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   tokenizer.help = "tokenizer file when the model has none embedded (llama2.c: tokenizer.bin)";
   o.add(c.frontend.tokenizer, std::move(tokenizer));
   o.add(c.synth_like, {.name = "synth-like",
-                       .help = "shape of the synthesized model when no --model is given (tessera model synth --like)",
+                       .help = "with no --model: synthesize a random-weight model of this shape (tessera model synth "
+                               "--like) instead of serving the stories260K demo model (\"\" = the demo model when "
+                               "found, else stories260k)",
                        .env = "TESSERA_UP_SYNTH_LIKE"});
   o.add(c.frontend.host, shared(t.frontend, "host"));
   config::Option http_port = shared(t.frontend, "http-port");
@@ -163,6 +177,15 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
                              .env = "TESSERA_UP_RESTART_WINDOW_S", .min = 1, .max = 86400 * 7});
   o.add(c.ready_timeout_ms, {.name = "ready-timeout-ms", .help = "how long to wait for /ready before giving up",
                              .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100, .max = 3600000});
+  o.add(c.drain_timeout_s, {.name = "drain-timeout-s",
+                            .help = "on Ctrl-C/SIGTERM the frontend, then the workers drain: live requests may run "
+                                    "this long (forwarded to both; each gets it plus 10 s before SIGKILL)",
+                            .env = "TESSERA_UP_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
+  o.add(c.kvstore_metrics_port, {.name = "kvstore-metrics-port", .help = "kvstore /metrics port (0 = scheduler-port + 4)",
+                                 .env = "TESSERA_UP_KVSTORE_METRICS_PORT", .min = 0, .max = 65535});
+  o.add(c.worker_metrics_port, {.name = "worker-metrics-port",
+                                .help = "/metrics port of worker0; worker i listens on this + i (0 = scheduler-port + 10)",
+                                .env = "TESSERA_UP_WORKER_METRICS_PORT", .min = 0, .max = 65535 - 64});
 }
 
 // The arguments `up` passes to one child, each checked against the child's own table (its name
@@ -224,16 +247,20 @@ int run_sync(const std::string& binary, const std::vector<std::string>& args) {
   return p->wait().code();
 }
 
-void stop_all(std::vector<ChildSpec>& children) {
-  // Reverse dependency order: frontend (stops taking requests), worker, kvstore, scheduler.
+void stop_all(std::vector<ChildSpec>& children, int drain_timeout_s) {
+  // Reverse dependency order: frontend (drains: refuses new requests, finishes its streams),
+  // workers (drain: finish what they hold), kvstore, scheduler. docs/operations.md "Drain".
   for (const char* name : {"frontend", "worker", "kvstore", "scheduler"}) {
+    const bool drains = std::string_view(name) == "frontend" || std::string_view(name) == "worker";
+    const milliseconds grace = milliseconds(10000) + (drains ? std::chrono::seconds(drain_timeout_s) : milliseconds(0));
     for (auto& c : children) {
       const std::string_view kind = c.worker ? std::string_view("worker") : std::string_view(c.name);
       if (kind != name || !c.process.running()) continue;
       bool killed = false;
-      const ExitStatus st = c.process.terminate(milliseconds(10000), &killed);
+      const ExitStatus st = c.process.terminate(grace, &killed);
       if (killed) {
-        TS_LOG(kWarn) << c.name << " (pid " << c.process.pid() << ") ignored SIGTERM for 10 s: SIGKILL";
+        TS_LOG(kWarn) << c.name << " (pid " << c.process.pid() << ") ignored SIGTERM for " << grace.count() / 1000
+                      << " s: SIGKILL";
       }
       TS_LOG(kInfo) << c.name << " (pid " << c.process.pid() << ") stopped: " << st.describe();
     }
@@ -256,6 +283,7 @@ int live_workers(int metrics_port) {
 // goes to every child, which reads its own section.
 Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpConfig& c, ChildTables& t,
                                              const std::string& model, const std::string& model_name,
+                                             const std::string& instance,
                                              const std::function<std::string(const char*)>& bin, bool with_kvstore) {
   const std::string lo = "tcp://127.0.0.1:";
   const int sp = c.scheduler_port;
@@ -281,6 +309,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     ChildArgs k = start(t.kvstore);
     TS_TRY(k.forward(o, shared));
     TS_TRY(k.set("listen", kvstore_endpoint));
+    TS_TRY(k.set("metrics-port", std::to_string(c.kvstore_metrics_port)));  // resolved by run_up
     children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"), .args = k.take()});
   }
 
@@ -294,6 +323,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     TS_TRY(w.set("scheduler", sched_we));
     TS_TRY(w.set("threads", std::to_string(threads)));
     TS_TRY(w.set("name", "worker" + std::to_string(i)));
+    TS_TRY(w.set("metrics-port", std::to_string(c.worker_metrics_port + i)));
+    TS_TRY(w.set("drain-timeout-s", std::to_string(c.drain_timeout_s)));
     // dki: the worker fetches and stores preference K/V there (docs/preference.md).
     if (with_kvstore) TS_TRY(w.set("kvstore", kvstore_endpoint));
     children.push_back(
@@ -305,6 +336,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   TS_TRY(f.set("zmq-endpoint", lo + std::to_string(c.zmq_port)));
   TS_TRY(f.set("schedulers", sched_fe));
   TS_TRY(f.set("model", model));
+  TS_TRY(f.set("instance-id", instance));
+  TS_TRY(f.set("drain-timeout-s", std::to_string(c.drain_timeout_s)));
   if (!c.frontend.tokenizer.empty()) TS_TRY(f.set("tokenizer", c.frontend.tokenizer));
   if (!model_name.empty()) TS_TRY(f.set("model-name", model_name));
   // dki: stored preferences and admin invalidation (docs/api.md "Admin"; token: TESSERA_ADMIN_TOKEN).
@@ -338,11 +371,29 @@ int run_up(const std::vector<std::string>& args) {
 
   std::string model = c.frontend.model;
   std::string model_name;
+  // Fail fast on a path that is not there: no child would ever load it (no restarts, no retries).
+  for (const auto& [flag, path] : {std::pair<const char*, std::string>{"--model", model}, {"--tokenizer", c.frontend.tokenizer}}) {
+    if (!path.empty() && !fs::exists(path, ec)) {
+      std::fprintf(stderr, "tessera up: %s %s: no such file or directory\n", flag, path.c_str());
+      return 2;
+    }
+  }
+  if (c.kvstore_metrics_port == 0) c.kvstore_metrics_port = c.scheduler_port + 4;
+  if (c.worker_metrics_port == 0) c.worker_metrics_port = c.scheduler_port + 10;
+  if (model.empty() && c.synth_like.empty()) {
+    if (const std::string demo = up::find_demo_model(bin_dir); !demo.empty()) {
+      model = demo + "/stories260K.bin";
+      c.frontend.tokenizer = demo + "/tok512.bin";
+      model_name = "stories260K";
+      TS_LOG(kInfo) << "no --model given: serving the stories260K demo model (" << model
+                    << "; it writes short children's stories). Serve another with --model PATH";
+    }
+  }
   if (model.empty()) {
     std::string dir = c.data_dir;
     if (dir.empty()) dir = (fs::temp_directory_path() / ("tessera-up-" + std::to_string(::getuid()))).string();
     fs::create_directories(dir, ec);
-    const std::string& like = c.synth_like;
+    const std::string like = c.synth_like.empty() ? "stories260k" : c.synth_like;
     model = dir + "/" + like + "-random.gguf";
     if (!fs::exists(model)) {
       TS_LOG(kInfo) << "synthesizing a " << like << "-shaped model with random weights: " << model;
@@ -358,7 +409,8 @@ int run_up(const std::vector<std::string>& args) {
   }
 
   const bool with_kvstore = c.kvstore && fs::exists(bin("tessera-kvstore"));
-  auto planned = plan_children(o, c, tables, model, model_name, bin, with_kvstore);
+  const std::string instance = up::new_instance_id();
+  auto planned = plan_children(o, c, tables, model, model_name, instance, bin, with_kvstore);
   if (!planned.ok()) {
     std::fprintf(stderr, "tessera up: %s\n", planned.error().message.c_str());
     return 2;
@@ -367,6 +419,29 @@ int run_up(const std::vector<std::string>& args) {
   const std::string lo = "tcp://127.0.0.1:";
   const int sp = c.scheduler_port;
   const int num_workers = c.workers;
+  // Every port a child will bind must be free: another process there would either make a child
+  // fail or, worse, answer the readiness probe in its place.
+  std::vector<std::pair<std::string, int>> ports = {{"--http-port", c.frontend.http_port},
+                                                    {"--zmq-port", c.zmq_port},
+                                                    {"--scheduler-port", sp},
+                                                    {"--scheduler-port (+1, workers)", sp + 1},
+                                                    {"--scheduler-port (+2, metrics)", sp + 2}};
+  if (with_kvstore) {
+    ports.emplace_back("--kvstore-port", c.kvstore_port);
+    ports.emplace_back("--kvstore-metrics-port", c.kvstore_metrics_port);
+  }
+  for (int i = 0; i < num_workers; ++i)
+    ports.emplace_back("--worker-metrics-port (+" + std::to_string(i) + ")", c.worker_metrics_port + i);
+  for (const auto& [what, port] : ports) {
+    const std::string host = what == "--http-port" ? c.frontend.host : "127.0.0.1";
+    if (up::port_taken(host, port)) {
+      std::fprintf(stderr,
+                   "tessera up: port %d (%s) on %s is already in use by another process: stop it, or choose another "
+                   "port\n",
+                   port, what.c_str(), host.c_str());
+      return 1;
+    }
+  }
 
   signals::install();  // no thread of ours runs yet; the children get SIGINT/SIGTERM back (ChildProcess)
   for (auto& child : children) start_child(child);
@@ -422,7 +497,16 @@ int run_up(const std::vector<std::string>& args) {
     }
     if (!ready) {
       auto r = http::request({.port = http_port, .method = "GET", .path = "/ready", .timeout_ms = 1000});
-      if (r.ok() && r->status == 200 && live_workers(sp + 2) >= num_workers) {
+      // Only our frontend echoes our instance id; any other answer is a foreign process.
+      const bool ours = r.ok() && r->body.find("\"instance\":\"" + instance + "\"") != std::string::npos;
+      if (r.ok() && !ours) {
+        TS_LOG(kError) << "another process answers on http port " << http_port << " (HTTP " << r->status
+                       << ", not our frontend's instance id " << instance
+                       << "): stop it or choose another --http-port; not reporting the cluster ready";
+        exit_code = 1;
+        break;
+      }
+      if (ours && r->status == 200 && live_workers(sp + 2) >= num_workers) {
         ready = true;
         std::printf("tessera up: cluster ready — http://%s:%d (OpenAI API), zmq %s%lld (msgpack API), scheduler metrics "
                     "http://127.0.0.1:%d/metrics\n  try: curl -s http://127.0.0.1:%d/v1/completions -H 'Content-Type: "
@@ -430,6 +514,9 @@ int run_up(const std::vector<std::string>& args) {
                     c.frontend.host.c_str(), http_port, lo.c_str(), static_cast<long long>(c.zmq_port), sp + 2,
                     http_port);
         if (num_workers > 1) std::printf("tessera up: %d workers registered (worker0 .. worker%d)\n", num_workers, num_workers - 1);
+        std::printf("tessera up: worker metrics http://127.0.0.1:%d/metrics%s%s\n", c.worker_metrics_port,
+                    num_workers > 1 ? " (+1 per worker)" : "",
+                    with_kvstore ? (", kvstore metrics http://127.0.0.1:" + std::to_string(c.kvstore_metrics_port) + "/metrics").c_str() : "");
         std::fflush(stdout);
       } else if (Clock::now() > ready_deadline) {
         TS_LOG(kError) << "the cluster did not become ready within " << c.ready_timeout_ms << " ms";
@@ -445,7 +532,7 @@ int run_up(const std::vector<std::string>& args) {
   if (signals::stop_flag()) {
     TS_LOG(kInfo) << "signal " << signals::received_signal() << ": stopping the cluster";
   }
-  stop_all(children);
+  stop_all(children, c.drain_timeout_s);
   return exit_code;
 }
 

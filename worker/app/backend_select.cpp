@@ -16,6 +16,7 @@ class CpuServing final : public ServingBackend {
     return "cpu backend, " + std::to_string(engine_->threads()) + " threads, kernels " + kernels::isa_name(engine_->isa()) +
            ", " + std::to_string(engine_->pool().bytes() >> 20) + " MiB of K/V pages";
   }
+  std::string kernel_isa() const override { return kernels::isa_name(engine_->isa()); }
 
  private:
   std::unique_ptr<worker::Engine> engine_;

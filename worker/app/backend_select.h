@@ -39,6 +39,8 @@ class ServingBackend {
   virtual worker::StepExecutor& executor() = 0;
   // One line for the start-up log (device, dtype, threads, pool size).
   virtual std::string describe() const = 0;
+  // The kernel path in use, for tessera_worker_info: "scalar", "avx2", "avx512" (cpu), "cuda".
+  virtual std::string kernel_isa() const { return "cuda"; }
 };
 
 // "cpu", "cuda" or "auto" -> "cpu" or "cuda", checked before the model is loaded. `needs_kv_fill`:

@@ -6,11 +6,14 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/common/config.h"
 #include "tessera/common/log.h"
+#include "tessera/common/metrics_http.h"
 #include "tessera/common/signals.h"
 #include "tessera/grammar/grammar.h"
 #include "tessera/tokenizer/tokenizer.h"
@@ -19,6 +22,7 @@
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
 #include "worker_options.h"
+#include "worker_metrics.h"
 #include "worker_service.h"
 
 namespace {
@@ -119,8 +123,36 @@ int main(int argc, char** argv) {
   sc.eos_id = eos != -2 ? eos : ((*model)->vocab.eos_id >= 0 ? (*model)->vocab.eos_id : (llama2c ? 2 : -1));
 
   const worker::PoolGeometry pool = executor.backend().geometry();
-  std::printf("READY worker=%s pages=%d page_size=%d backend=%s\n", sc.name.c_str(), pool.num_pages, pool.page_size,
-              std::string(executor.backend().name()).c_str());
+  // /metrics, /health, /ready (worker_metrics.h); every series exists before the first step.
+  metrics::Registry registry;
+  worker_app::WorkerMetrics wm(registry, {.worker = sc.name,
+                                          .model = std::filesystem::path(config.model).filename().string(),
+                                          .backend = std::string(executor.backend().name()),
+                                          .kernel_isa = (*backend)->kernel_isa(),
+                                          .num_pages = pool.num_pages});
+  std::unique_ptr<metrics_http::MetricsServer> metrics_server;
+  if (config.metrics_port >= 0) {
+    const std::string health = "{\"status\":\"ok\",\"worker\":\"" + sc.name + "\"}";
+    auto ms = metrics_http::MetricsServer::start(
+        config.metrics_host, config.metrics_port,
+        {.metrics = [&wm] { return wm.render(); },
+         .health = [health] { return metrics_http::Answer{.status = 200, .body = health}; },
+         .ready = [&wm] {
+           const bool ready = wm.registered() && !wm.draining();
+           return metrics_http::Answer{.status = ready ? 200 : 503,
+                                       .body = std::string("{\"ready\":") + (ready ? "true" : "false") +
+                                               ",\"registered\":" + (wm.registered() ? "true" : "false") +
+                                               ",\"draining\":" + (wm.draining() ? "true" : "false") + "}"};
+         }});
+    if (!ms.ok()) {
+      std::fprintf(stderr, "tessera-worker: --metrics-port: %s\n", ms.error().to_string().c_str());
+      return 1;
+    }
+    metrics_server = std::move(*ms);
+  }
+  std::printf("READY worker=%s pages=%d page_size=%d backend=%s metrics=%d\n", sc.name.c_str(), pool.num_pages,
+              pool.page_size, std::string(executor.backend().name()).c_str(),
+              metrics_server ? metrics_server->port() : -1);
   std::fflush(stdout);
   std::string caps;
   for (const std::string& c : executor.capabilities()) caps += (caps.empty() ? "" : ",") + c;
@@ -132,7 +164,7 @@ int main(int argc, char** argv) {
     TS_LOG(kWarn) << "worker=" << sc.name << " | the " << executor.backend().name()
                   << " backend lacks kv_fill: step plans with preference K/V fills are refused (error names the capability)";
   }
-  Status st = worker_app::run_service(sc, **model, executor, signals::stop_flag());
+  Status st = worker_app::run_service(sc, **model, executor, signals::stop_flag(), &wm);
   if (!st.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", st.error().to_string().c_str());
     return 1;

@@ -53,6 +53,18 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                                .help = "kvstore request timeout; after a failure gets pause 5 s (preferences are "
                                        "computed meanwhile)",
                                .env = "TESSERA_WORKER_KVSTORE_TIMEOUT_MS", .min = 10, .max = 600000});
+  o.add(c.metrics_host, {.name = "metrics-host",
+                         .help = "address of the worker's /metrics, /health and /ready endpoint (IPv4 or IPv6; :: = "
+                                 "every address, both)",
+                         .env = "TESSERA_WORKER_METRICS_HOST"});
+  o.add(c.metrics_port, {.name = "metrics-port",
+                         .help = "port of that endpoint (0 = any free port, printed in the READY line; -1 = off)",
+                         .env = "TESSERA_WORKER_METRICS_PORT", .min = -1, .max = 65535});
+  o.add(c.service.drain_timeout_s, {.name = "drain-timeout-s",
+                                    .help = "on SIGTERM the worker drains: no new requests, the running ones finish; "
+                                            "after this long it exits anyway (the scheduler re-queues or fails what is "
+                                            "left)",
+                                    .env = "TESSERA_WORKER_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
   o.add({.name = "kv-codec", .help = "codec of preference K/V put to the kvstore (int8/int4 use group 64)",
          .env = "TESSERA_WORKER_KV_CODEC", .choices = {"none", "zstd", "int8", "int4"}},
         kvstore::codec_name(c.injector.codec.codec),

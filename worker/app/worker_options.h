@@ -28,6 +28,8 @@ struct WorkerOptions {
   int32_t eos_id = -2;  // -2 = the model file's (else 2 for llama2.c), -1 = none
   kvstore::ClientConfig kvstore{.endpoint = "", .timeout_ms = 2000};  // "" = no kvstore
   worker::InjectorConfig injector;
+  std::string metrics_host = "127.0.0.1";  // GET /metrics, /health, /ready (worker_metrics.h)
+  int metrics_port = 0;                    // 0 = any free port (in the READY line), -1 = off
 };
 
 void declare_options(config::Options& options, WorkerOptions& config);

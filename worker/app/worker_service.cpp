@@ -1,6 +1,8 @@
 #include "worker_service.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -11,6 +13,7 @@
 #include "tessera/common/log_limit.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
+#include "worker_metrics.h"
 
 namespace tessera::worker_app {
 namespace {
@@ -26,7 +29,8 @@ int64_t unix_ms() {
 // step_result over its end of the inproc PAIR.
 class Compute {
  public:
-  Compute(zmq::context_t& ctx, worker::StepExecutor& executor) : executor_(executor), out_(ctx, zmq::socket_type::pair) {
+  Compute(zmq::context_t& ctx, worker::StepExecutor& executor, WorkerMetrics* metrics)
+      : executor_(executor), metrics_(metrics), out_(ctx, zmq::socket_type::pair) {
     out_.connect("inproc://worker-results");
     thread_ = std::thread([this] { loop(); });
   }
@@ -78,6 +82,7 @@ class Compute {
       if (reset) {
         TS_LOG(kInfo) << "registered again: dropping the state of " << executor_.num_request_states() << " requests";
         executor_.reset_requests();
+        if (metrics_ != nullptr) metrics_->reset_requests();
       }
       const auto t0 = Clock::now();
       auto r = executor_.execute(plan);
@@ -91,12 +96,14 @@ class Compute {
         TS_LOG(kWarn) << "step=" << plan.step_id << " | plan rejected: " << r.error().to_string();
       }
       result.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (metrics_ != nullptr) metrics_->on_step(plan, result.compute_ms / 1000.0, r.ok());
       std::string body = protocol::encode(protocol::StepResultMsg{.id = plan.step_id, .result = std::move(result)});
       (void)zmqu::send(out_, {std::move(body)});
     }
   }
 
   worker::StepExecutor& executor_;
+  WorkerMetrics* metrics_;  // may be null
   zmq::socket_t out_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -118,21 +125,25 @@ StepResult error_result(uint64_t step_id, const Error& e) {
 }  // namespace
 
 Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
-                   const std::atomic<bool>& stop_requested) {
+                   const std::atomic<bool>& stop_requested, WorkerMetrics* metrics) {
   zmq::context_t ctx(1);
   zmq::socket_t results(ctx, zmq::socket_type::pair);
   zmq::socket_t sched(ctx, zmq::socket_type::dealer);
+  zmq::socket_t monitor(ctx, zmq::socket_type::pair);  // connection events of `sched`
   try {
     results.bind("inproc://worker-results");
     sched.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(sched);
     sched.set(zmq::sockopt::routing_id, config.name);
+    if (zmq_socket_monitor(sched.handle(), "inproc://worker-monitor", ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+      throw zmq::error_t();
+    monitor.connect("inproc://worker-monitor");
     sched.connect(config.scheduler_endpoint);
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kInvalidArgument,
                       "cannot connect to scheduler '" + config.scheduler_endpoint + "': " + e.what());
   }
-  Compute compute(ctx, executor);
+  Compute compute(ctx, executor, metrics);
 
   const auto& mc = model.config();
   const worker::PoolGeometry pool = executor.backend().geometry();
@@ -150,20 +161,75 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
 
   bool registered = false;
   int registrations = 0;  // accepted register_acks
-  bool exiting = false;  // drain/shutdown/signal: leave once no plan is in flight
+  bool exiting = false;  // leave once no plan is in flight
+  bool draining = false;  // told the scheduler; waiting for its `shutdown`
+  bool stop_seen = false;
+  bool connected = false;   // the monitor's last word: the TCP connection is up
+  bool reached = false;     // it came up at least once since the worker last lost its registration
   int heartbeat_ms = config.heartbeat_ms;
   uint64_t beat_seq = 0;
   auto last_heard = Clock::now();
   auto next_register = Clock::now();
   auto next_beat = Clock::now();
+  auto unregistered_since = Clock::now();
+  auto next_register_warning = Clock::now() + milliseconds(config.dead_after_ms);
+  Clock::time_point drain_deadline{};
+  auto set_registered = [&](bool r) {
+    registered = r;
+    if (!r) {
+      unregistered_since = Clock::now();
+      reached = connected;
+    }
+    if (metrics != nullptr) metrics->set_registered(r);
+  };
+  // Drain: tell the scheduler (it stops routing to us and answers `shutdown` once our requests
+  // are done); not registered, there is nothing to drain.
+  auto begin_drain = [&](const char* why) {
+    if (draining || exiting) return;
+    if (!registered) {
+      TS_LOG(kInfo) << why << ": not registered, exiting";
+      exiting = true;
+      return;
+    }
+    TS_LOG(kInfo) << why << ": draining (no new requests; the running ones finish, up to " << config.drain_timeout_s
+                  << " s)";
+    draining = true;
+    drain_deadline = Clock::now() + std::chrono::seconds(config.drain_timeout_s);
+    if (metrics != nullptr) metrics->set_draining(true);
+    send(protocol::Drain{.id = ++beat_seq});
+  };
 
   while (true) {
-    if (stop_requested.load() && !exiting) {
-      TS_LOG(kInfo) << "signal: finishing the current step, then exiting";
-      exiting = true;
+    if (stop_requested.load() && !stop_seen) {
+      stop_seen = true;
+      begin_drain("signal");
     }
     if (exiting && !compute.busy()) break;
     const auto now = Clock::now();
+    if (draining && !exiting && now >= drain_deadline) {
+      TS_LOG(kWarn) << "drain timeout (" << config.drain_timeout_s
+                    << " s): exiting; the scheduler re-queues or fails the requests still here";
+      exiting = true;
+    }
+    // While draining, a scheduler that stops answering heartbeats is gone: nothing left to finish.
+    const int silent_ms = draining ? std::min(config.dead_after_ms, std::max(500, 4 * heartbeat_ms)) : config.dead_after_ms;
+    if (draining && !exiting && now - last_heard > milliseconds(silent_ms)) {
+      TS_LOG(kInfo) << "drain: the scheduler is silent; exiting";
+      exiting = true;
+    }
+    if (!registered && now >= next_register_warning) {
+      const long waited = static_cast<long>(std::chrono::duration_cast<milliseconds>(now - unregistered_since).count());
+      if (connected || reached) {
+        TS_LOG(kWarn) << "not registered after " << waited << " ms: connected to " << config.scheduler_endpoint
+                      << " but no register_ack; another worker may already use the name '" << config.name
+                      << "' (the scheduler ignores a second peer with the same name: give each worker its own --name), "
+                         "or the peer is not a tessera-scheduler's worker endpoint";
+      } else {
+        TS_LOG(kWarn) << "not registered after " << waited << " ms: no connection to " << config.scheduler_endpoint
+                      << " (is tessera-scheduler running with that --worker-endpoint?)";
+      }
+      next_register_warning = now + std::chrono::seconds(30);
+    }
     if (!registered && now >= next_register) {
       send(reg);
       next_register = now + milliseconds(1000);
@@ -172,19 +238,33 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       send(protocol::Heartbeat{.id = ++beat_seq, .role = "worker", .name = config.name, .unix_ms = unix_ms()});
       next_beat = now + milliseconds(heartbeat_ms);
     }
-    if (registered && now - last_heard > milliseconds(config.dead_after_ms)) {
+    if (registered && !draining && now - last_heard > milliseconds(config.dead_after_ms)) {
       TS_LOG(kWarn) << "scheduler silent for " << config.dead_after_ms << " ms: registering again";
-      registered = false;
+      set_registered(false);
       next_register = now;
+      next_register_warning = now + milliseconds(config.dead_after_ms);
       continue;
     }
 
-    zmq::pollitem_t items[] = {{sched.handle(), 0, ZMQ_POLLIN, 0}, {results.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{sched.handle(), 0, ZMQ_POLLIN, 0},
+                               {results.handle(), 0, ZMQ_POLLIN, 0},
+                               {monitor.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, milliseconds(std::min(heartbeat_ms, 100)));
+      zmq::poll(items, 3, milliseconds(std::min(heartbeat_ms, 100)));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return make_error(ErrorCode::kInternal, std::string("zmq poll: ") + e.what());
+    }
+    if (items[2].revents & ZMQ_POLLIN) {
+      // A monitor event: frame 1 = uint16 event id + uint32 value, frame 2 = the address.
+      for (;;) {
+        auto ev = zmqu::recv(monitor, true);
+        if (!ev.ok() || ev->empty()) break;
+        uint16_t id = 0;
+        if ((*ev)[0].size() >= sizeof id) std::memcpy(&id, (*ev)[0].data(), sizeof id);
+        if (id == ZMQ_EVENT_CONNECTED) connected = reached = true;
+        if (id == ZMQ_EVENT_DISCONNECTED) connected = false;
+      }
     }
     if (items[1].revents & ZMQ_POLLIN) {
       auto frames = zmqu::recv(results, true);
@@ -218,7 +298,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
           // ids): nothing keyed by a request id may survive from before.
           if (registrations++ > 0) compute.reset_requests();
         }
-        registered = true;
+        set_registered(true);
         heartbeat_ms = std::max(1, ack->heartbeat_ms);
         next_beat = Clock::now();
       } else if (auto* plan = std::get_if<protocol::StepPlanMsg>(&*msg)) {
@@ -231,8 +311,11 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
         }
       } else if (std::holds_alternative<protocol::Heartbeat>(*msg)) {
         // liveness only (last_heard updated above)
-      } else if (std::holds_alternative<protocol::Drain>(*msg) || std::holds_alternative<protocol::Shutdown>(*msg)) {
-        TS_LOG(kInfo) << protocol::message_type(*msg) << " requested by the scheduler";
+      } else if (std::holds_alternative<protocol::Drain>(*msg)) {
+        begin_drain("drain requested by the scheduler");
+      } else if (std::holds_alternative<protocol::Shutdown>(*msg)) {
+        TS_LOG(kInfo) << (draining ? "drained: the scheduler has no request left here; exiting"
+                                   : "shutdown requested by the scheduler");
         exiting = true;
       } else {
         {

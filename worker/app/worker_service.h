@@ -11,8 +11,21 @@
 // a scheduler silent for dead_after_ms is presumed restarted: the worker registers again, and on
 // every accepted register_ack after the first it drops all per-request executor state
 // (StepExecutor::reset_requests, before the next plan) since the scheduler starts it afresh and a
-// restarted scheduler reuses request ids. `drain` finishes the current step and exits; `shutdown` and
-// request_stop() (SIGTERM/SIGINT) do the same.
+// restarted scheduler reuses request ids.
+//
+// Drain (docs/operations.md "Drain"): SIGTERM/SIGINT (`stop_requested`) or a `drain` from the
+// scheduler make the worker send `drain` to the scheduler, which routes nothing new to it and
+// keeps planning the requests it holds; once they are all done the scheduler answers `shutdown`
+// and the worker exits. It also exits at drain_timeout_s (its requests are then re-queued or
+// failed by the scheduler, as for a dead worker), when the scheduler goes silent while it
+// drains, or at once when it is not registered. `shutdown` from the scheduler: finish the
+// current step and exit.
+//
+// Registration trouble is logged, naming the likely cause (watching the connection with a
+// ZeroMQ socket monitor): no register_ack within dead_after_ms of trying logs a warning — "no
+// connection" (nothing listens at the endpoint) or "connected but no answer" (another worker
+// already uses this name: the scheduler's ROUTER ignores a second peer with the same routing
+// id; or the peer is not a tessera-scheduler); repeated every 30 s while it lasts.
 //
 // Threads: the service thread (run()) owns the ZeroMQ sockets; one compute thread runs
 // StepExecutor::execute so that heartbeats keep flowing during a long prefill. Plans go to the compute
@@ -38,11 +51,15 @@ struct ServiceConfig {
   int32_t eos_id = -1;            // sent in register; -1 = none
   int heartbeat_ms = 500;         // until the ack says otherwise
   int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
+  int drain_timeout_s = 30;       // longest drain before exiting with requests still held
 };
 
-// Runs until drain/shutdown/request_stop(). Borrowed model and executor must outlive the call.
-// Returns an error only for setup failures (bad endpoint) or a rejected registration.
+class WorkerMetrics;
+
+// Runs until drained, `shutdown` or the drain timeout. Borrowed model, executor and metrics
+// (may be null) must outlive the call. Returns an error only for setup failures (bad endpoint)
+// or a rejected registration.
 Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
-                   const std::atomic<bool>& stop_requested);
+                   const std::atomic<bool>& stop_requested, WorkerMetrics* metrics = nullptr);
 
 }  // namespace tessera::worker_app

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tessera/common/metrics.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 
@@ -113,6 +114,8 @@ class ClusterOpsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     cluster_ = new Cluster(ClusterOptions{.scheduler_args = {"--stats-interval-s", "1", "--name", "s0"}});
+    if (cluster_->ok())  // the worker's /metrics: --metrics-port 0 by default, bound port in READY
+      worker_metrics_port_ = std::atoi(line_field(cluster_->worker().wait_line("READY", milliseconds(5000)), "metrics").c_str());
   }
   static void TearDownTestSuite() {
     delete cluster_;
@@ -122,6 +125,7 @@ class ClusterOpsTest : public ::testing::Test {
     if (!cluster_->ok()) GTEST_SKIP() << "cluster did not start";
   }
   static Cluster* cluster_;
+  static inline int worker_metrics_port_ = 0;
 };
 Cluster* ClusterOpsTest::cluster_ = nullptr;
 
@@ -136,6 +140,22 @@ TEST_F(ClusterOpsTest, EverySeriesExistsAtStartUp) {
         << reason;
   EXPECT_EQ(cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_kv_cache_usage_ratio"), 0.0);
   EXPECT_EQ(cluster_->metric(cluster_->metrics_port(), "tessera_scheduler_generation_tokens_total"), 0.0);
+  // The worker's series (docs/operations.md "Worker metrics"), before its first step.
+  ASSERT_GT(worker_metrics_port_, 0);
+  const int wp = worker_metrics_port_;
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_info", "kernel_isa=\""), 1.0);
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_info", "model=\"stories260K.bin\""), 1.0);
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_kv_pages", "state=\"total\""), 512.0);
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_kv_pages", "state=\"used\""), 0.0);
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_registered", "worker=\"w0\""), 1.0);
+  EXPECT_EQ(cluster_->metric(wp, "tessera_worker_draining"), 0.0);
+  EXPECT_GT(cluster_->metric(wp, "tessera_worker_resident_memory_bytes"), 1e6);
+  for (const char* name : {"tessera_worker_step_seconds_count", "tessera_worker_batch_size_count",
+                           "tessera_worker_step_tokens_count", "tessera_worker_steps_total", "tessera_worker_tokens_total"})
+    EXPECT_EQ(cluster_->metric(wp, name), 0.0) << name;
+  auto ready = cluster_->get("/ready", wp);
+  ASSERT_TRUE(ready.ok());
+  EXPECT_EQ(ready->status, 200) << ready->body;
   // The bucket of the end-to-end histogram reaches an hour (the request timeout is 300 s).
   EXPECT_EQ(cluster_->metric(cluster_->http_port(), "tessera_frontend_request_seconds_bucket", "le=\"3600\""), 0.0);
 }
@@ -186,6 +206,32 @@ TEST_F(ClusterOpsTest, StopStringCountsAsStopAndIsLogged) {
   EXPECT_EQ(std::stoi(st["pages_free"]) + std::stoi(st["pages_held"]) + std::stoi(st["pages_cached"]), 512);
 }
 
+// After a request: the worker counted its steps and tokens. One scrape per look (the worker may
+// still run a release-only step after the answer, and a scrape may fall between two updates of
+// one step): wait until a scrape is consistent.
+TEST_F(ClusterOpsTest, WorkerMetricsCountSteps) {
+  auto r = cluster_->post("/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": true})");
+  ASSERT_TRUE(r.ok() && r->status == 200);
+  std::map<std::string, double> m;
+  const bool consistent = wait_until(
+      [&] {
+        auto scrape = cluster_->get("/metrics", worker_metrics_port_);
+        if (!scrape.ok()) return false;
+        auto samples = metrics::parse_text(scrape->body);
+        if (!samples.ok()) return false;
+        m.clear();
+        for (const auto& smp : *samples) m[smp.name + (smp.labels.find("result=\"error\"") != std::string::npos ? ":error" : "")] += smp.value;
+        const double steps = m["tessera_worker_steps_total"];
+        return steps >= 12.0 && m["tessera_worker_step_seconds_count"] == steps && m["tessera_worker_batch_size_count"] == steps &&
+               m["tessera_worker_step_tokens_count"] == steps;
+      },
+      milliseconds(5000));
+  EXPECT_TRUE(consistent) << "steps " << m["tessera_worker_steps_total"] << ", step_seconds_count "
+                          << m["tessera_worker_step_seconds_count"] << ", batch_size_count " << m["tessera_worker_batch_size_count"];
+  EXPECT_GE(m["tessera_worker_tokens_total"], 12.0);  // a prefill step, then one decode step per token (at least)
+  EXPECT_EQ(m["tessera_worker_steps_total:error"], 0.0);
+}
+
 TEST_F(ClusterOpsTest, ClientDisconnectCountsAsDisconnect) {
   std::atomic<int> events{0};
   const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 480}, {"temperature", 0}, {"stream", true},
@@ -209,7 +255,21 @@ TEST_F(ClusterOpsTest, ClientDisconnectCountsAsDisconnect) {
 
 TEST_F(ClusterOpsTest, PromtoolAcceptsEveryMetricsEndpoint) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not installed";
-  for (int port : {cluster_->http_port(), cluster_->metrics_port()}) {
+  // A kvstore too, its endpoint on the dual-stack "::" (scraped over IPv6 and IPv4).
+  Process kv(bin_path("tessera-kvstore"), {"--listen", "tcp://127.0.0.1:*", "--metrics-host", "::"},
+             make_temp_dir("tessera-kv-metrics") + "/kvstore.log");
+  const int kv_port = std::atoi(line_field(kv.wait_line("tessera-kvstore listening", milliseconds(10000)), "metrics").c_str());
+  ASSERT_GT(kv_port, 0);
+  auto kv6 = http::request({.host = "::1", .port = kv_port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+  ASSERT_TRUE(kv6.ok()) << kv6.error().to_string();
+  for (const char* series : {"tessera_kvstore_l1_entries 0", "tessera_kvstore_l1_bytes 0", "tessera_kvstore_hits_total{tier=\"l1\"} 0",
+                             "tessera_kvstore_misses_total{tier=\"l2\"} 0", "tessera_kvstore_put_bytes_total 0",
+                             "tessera_kvstore_get_bytes_total 0", "tessera_kvstore_redis_up 0", "tessera_kvstore_l2_errors_total 0"})
+    EXPECT_NE(kv6->body.find(series), std::string::npos) << series << " missing from the kvstore's /metrics";
+  auto kvh = http::request({.port = kv_port, .method = "GET", .path = "/health", .timeout_ms = 5000});
+  ASSERT_TRUE(kvh.ok());
+  EXPECT_EQ(kvh->body, "{\"status\":\"ok\",\"redis\":\"off\"}");
+  for (int port : {cluster_->http_port(), cluster_->metrics_port(), worker_metrics_port_, kv_port}) {
     auto r = cluster_->get("/metrics", port);
     ASSERT_TRUE(r.ok() && r->status == 200);
     const std::string path = make_temp_dir("tessera-promtool") + "/metrics.txt";

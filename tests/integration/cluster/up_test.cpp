@@ -1,7 +1,9 @@
-// `tessera up` end to end: with no --model it synthesizes a random-weight model, labels it so in
-// /v1/models, answers a completion, and stops every child on SIGTERM; with --workers 2 both
-// workers register and get traffic; a worker that keeps failing is left stopped while the other
-// serves (the restart budget is per child and per window).
+// `tessera up` end to end: with --synth-like it synthesizes a random-weight model, labels it so in
+// /v1/models, answers a completion, and stops every child on SIGTERM; with no --model it serves
+// the stories260K demo model, its workers and kvstore serve /metrics, and its shutdown drains a
+// live stream; with --workers 2 both workers register and get traffic; a worker that keeps
+// failing is left stopped while the other serves (the restart budget is per child and per
+// window); a taken port or a missing model fails at once, never "cluster ready".
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,6 +12,8 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -38,13 +42,15 @@ bool port_free(int port) {
   return ok;
 }
 
-// A base port with base .. base+5 free (tessera up needs http, zmq, scheduler x3, kvstore).
+// A base port with base .. base+13 free (tessera up with --scheduler-port base+2 needs http,
+// zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore metrics (scheduler-port + 4) and
+// worker metrics (scheduler-port + 10 + i)).
 int free_port_block() {
-  std::mt19937 rng(static_cast<unsigned>(::getpid()));
+  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int base = 20000 + static_cast<int>(rng() % 30000);
     bool ok = true;
-    for (int p = base; p < base + 6 && ok; ++p) ok = port_free(p);
+    for (int p = base; p < base + 14 && ok; ++p) ok = port_free(p);
     if (ok) return base;
   }
   return -1;
@@ -91,7 +97,7 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
   Process up(testing::bin_path("tessera"),
-           {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+           {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
             std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
             "--num-pages", "256", "--restart", "never"},
            dir + "/up.log");
@@ -208,6 +214,96 @@ TEST(TesseraUp, AFlappingWorkerIsLeftStoppedWhileTheOtherServes) {
   EXPECT_TRUE(up.alive());
   up.signal(SIGTERM);
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
+}
+
+// No --model: the stories260K demo model (readable stories); the workers and the kvstore serve
+// /metrics on their derived ports; SIGTERM to `up` drains: a stream in flight still ends with
+// [DONE] and its finish reason.
+TEST(TesseraUp, DemoModelMetricsAndDrainingShutdown) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up");
+  Process up(testing::bin_path("tessera"),
+             {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+              std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+              "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
+             dir + "/up.log");
+  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << "never ready";
+  auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
+  ASSERT_TRUE(models.ok());
+  EXPECT_NE(models->body.find("\"stories260K\""), std::string::npos) << models->body;
+  const GreedyCase g = greedy_cases().at(0);
+  auto r = http::request({.port = base, .method = "POST", .path = "/v1/completions",
+                          .body = nlohmann::json{{"prompt", g.prompt}, {"max_tokens", g.steps}, {"temperature", 0}}.dump(),
+                          .timeout_ms = 20000});
+  ASSERT_TRUE(r.ok() && r->status == 200);
+  const std::string text = nlohmann::json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(text.substr(0, g.completion.size()), g.completion) << "the demo model should write its story";
+
+  for (int port : {base + 6, base + 12}) {  // kvstore: scheduler-port + 4; worker0: scheduler-port + 10
+    auto m = http::request({.port = port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+    ASSERT_TRUE(m.ok()) << "port " << port << ": " << m.error().to_string();
+    EXPECT_EQ(m->status, 200);
+    EXPECT_NE(m->body.find(port == base + 6 ? "tessera_kvstore_l1_entries" : "tessera_worker_info{"), std::string::npos)
+        << m->body;
+  }
+
+  // A stream in flight when `up` gets SIGTERM: the frontend drains it to the end.
+  std::atomic<int> chunks{0};
+  std::string last_event;
+  std::thread stream([&] {
+    http::SseParser sse;
+    (void)http::request({.port = base, .method = "POST", .path = "/v1/completions",
+                         .body = R"({"prompt": "Once upon a time", "max_tokens": 300, "ignore_eos": true, "stream": true})",
+                         .timeout_ms = 60000,
+                         .on_body = [&](std::string_view bytes) {
+                           sse.feed(bytes, [&](const std::string& data) {
+                             last_event = data;
+                             ++chunks;
+                           });
+                           return true;
+                         }});
+  });
+  ASSERT_TRUE(wait_until([&] { return chunks.load() >= 2; }, milliseconds(20000)));
+  up.signal(SIGTERM);
+  stream.join();
+  EXPECT_EQ(last_event, "[DONE]");
+  EXPECT_GT(chunks.load(), 200) << "the stream was cut short";
+  EXPECT_EQ(up.wait_exit(milliseconds(60000)), 0);
+}
+
+// Another process on the HTTP port: `up` says so and exits 1 at once, never "cluster ready".
+TEST(TesseraUp, ATakenHttpPortFailsClearly) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(base));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);  // a foreign listener: it accepts connections, answers nothing
+  const std::string dir = testing::make_temp_dir("tessera-up");
+  Process up(testing::bin_path("tessera"),
+             {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+              std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+              "--worker-threads", "1", "--num-pages", "64"},
+             dir + "/up.log");
+  EXPECT_EQ(up.wait_exit(milliseconds(10000)), 1);
+  EXPECT_TRUE(up.wait_line("tessera up: cluster ready", milliseconds(100)).empty());
+  EXPECT_TRUE(file_contains(dir + "/up.log", "port " + std::to_string(base) + " (--http-port) on 127.0.0.1 is already in use"))
+      << "no clear message in " << dir << "/up.log";
+  ::close(fd);
+}
+
+// A --model path that does not exist: exit 2 at once naming it (no child started, no retries).
+TEST(TesseraUp, AMissingModelFailsFast) {
+  const std::string dir = testing::make_temp_dir("tessera-up");
+  const auto t0 = std::chrono::steady_clock::now();
+  Process up(testing::bin_path("tessera"), {"up", "--model", dir + "/no-such-model.gguf"}, dir + "/up.log");
+  EXPECT_EQ(up.wait_exit(milliseconds(10000)), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_TRUE(file_contains(dir + "/up.log", "--model " + dir + "/no-such-model.gguf: no such file or directory"));
 }
 
 }  // namespace

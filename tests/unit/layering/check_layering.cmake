@@ -5,13 +5,13 @@
 # Each rule (fields split by |, lists by commas): a binary; the tessera libraries it may link
 # (any other libtessera_*.a on its link line fails); the shared libraries it must not load.
 set(rules
-  "tessera-scheduler|tessera_scheduler,tessera_scheduler_service,tessera_scheduler_options,tessera_common|hiredis,pcre2,zstd,cudart,cublas,nccl"
+  "tessera-scheduler|tessera_scheduler,tessera_scheduler_service,tessera_scheduler_options,tessera_metrics_http,tessera_common|hiredis,pcre2,zstd,cudart,cublas,nccl"
   "tessera-frontend|tessera_frontend,tessera_common,tessera_tokenizer,tessera_jinja,tessera_grammar,tessera_loaders,tessera_kvstore_client,tessera_http|hiredis,cudart,cublas,nccl"
-  "tessera-kvstore|tessera_kvstore,tessera_kvstore_client,tessera_common|pcre2,cudart,cublas,nccl"
+  "tessera-kvstore|tessera_kvstore,tessera_kvstore_client,tessera_metrics_http,tessera_common|pcre2,cudart,cublas,nccl"
   # The C++ client library (clients/cpp): its own objects and common's wire codec, no archive of
   # ours, and neither OpenSSL, hiredis, PCRE2, zstd nor CUDA (a "lib:" rule: a shared library).
   "lib:tessera_client|tessera_client_objects,tessera_protocol|hiredis,pcre2,zstd,crypto,ssl,cudart,cublas,nccl"
-  "tessera-worker|tessera_worker_options,tessera_worker,tessera_worker_cuda,tessera_worker_tp,tessera_kernels,tessera_kernels_cuda,tessera_loaders,tessera_tokenizer,tessera_grammar,tessera_preference,tessera_kvstore_client,tessera_common|hiredis"
+  "tessera-worker|tessera_worker_options,tessera_worker,tessera_worker_cuda,tessera_worker_tp,tessera_kernels,tessera_kernels_cuda,tessera_loaders,tessera_tokenizer,tessera_grammar,tessera_preference,tessera_kvstore_client,tessera_metrics_http,tessera_common|hiredis"
 )
 
 if(NOT BUILD_DIR OR NOT BIN_DIR)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <condition_variable>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -280,10 +281,37 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     std::lock_guard<std::mutex> lock(mu);
     for (auto& r : recs) rep.requests.push_back(std::move(r));
   };
+  // Progress on stderr (stdout may carry the JSON report): requests done, failures, tokens/s.
+  auto progress_line = [&](Clock::time_point since) {
+    size_t done = 0, failed = 0;
+    double tokens = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = rep.requests.size();
+      for (const auto& r : rep.requests) {
+        failed += r.ok ? 0 : 1;
+        tokens += r.completion_tokens;
+      }
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - since).count();
+    std::fprintf(stderr, "tessera bench: %zu/%d requests done (%zu failed) in %.1f s, %.0f generated tokens/s\n", done,
+                 c.num_requests, failed, s, s > 0 ? tokens / s : 0.0);
+  };
 
   double prompt0 = 0, cached0 = 0;
   const bool have_before = read_counters(c, &prompt0, &cached0);
   const auto t0 = Clock::now();
+  std::mutex progress_mu;
+  std::condition_variable progress_cv;
+  bool finished = false;  // GUARDED_BY(progress_mu)
+  std::thread progress;
+  if (c.progress_s > 0) {
+    progress = std::thread([&] {
+      std::unique_lock<std::mutex> lock(progress_mu);
+      const auto every = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(c.progress_s));
+      while (!progress_cv.wait_for(lock, every, [&] { return finished; })) progress_line(t0);
+    });
+  }
   std::vector<std::thread> threads;
   if (c.request_rate > 0.0) {
     std::exponential_distribution<double> gap(c.request_rate);
@@ -306,6 +334,14 @@ Result<LoadReport> run_load(const LoadConfig& c) {
   }
   for (auto& t : threads) t.join();
   rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (progress.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(progress_mu);
+      finished = true;
+    }
+    progress_cv.notify_all();
+    progress.join();
+  }
 
   std::vector<double> ttft, tpot, itl, e2e;
   for (const auto& r : rep.requests) {

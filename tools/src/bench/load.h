@@ -36,6 +36,7 @@ struct LoadConfig {
   bool ignore_eos = true;           // fixed output lengths
   uint64_t seed = 1;
   int timeout_ms = 600000;
+  double progress_s = 2.0;          // a progress line on stderr this often while it runs; 0 = none
 };
 
 struct RequestRecord {

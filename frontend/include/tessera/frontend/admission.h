@@ -45,14 +45,35 @@ class Admission {
   // `in_flight_gauge` mirrors in_flight() (tessera_frontend_inflight_requests).
   Admission(AdmissionConfig config, metrics::Gauge& in_flight_gauge) : config_(config), gauge_(in_flight_gauge) {}
 
+  class Activity {
+   public:
+    explicit Activity(Admission& owner) : owner_(&owner) { owner_->active_.fetch_add(1); }
+    ~Activity() { owner_->active_.fetch_sub(1); }
+    Activity(const Activity&) = delete;
+    Activity& operator=(const Activity&) = delete;
+
+   private:
+    Admission* owner_;
+  };
+
   // `scheduler_waiting`: requests queued at the schedulers (Hub::waiting()).
   Result<std::unique_ptr<Slot>> admit(int32_t scheduler_waiting);
   int32_t in_flight() const { return in_flight_.load(); }
+  int32_t active() const { return active_.load(); }
+
+  // True the first time only (the caller that starts the drain).
+  bool begin_drain() { return !draining_.exchange(true); }
+  bool draining() const { return draining_.load(); }
+  void expire_drain() { drain_expired_.store(true); }
+  bool drain_expired() const { return drain_expired_.load(); }
 
  private:
   const AdmissionConfig config_;
   metrics::Gauge& gauge_;
   std::atomic<int32_t> in_flight_{0};
+  std::atomic<int32_t> active_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> drain_expired_{false};
 };
 
 }  // namespace tessera::frontend

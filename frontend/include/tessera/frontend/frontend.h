@@ -16,7 +16,7 @@
 //
 // Ownership/threads: Frontend owns every component, the io_context and its threads. create()
 // builds every component, then starts the hub thread; run() starts the I/O threads and blocks
-// until stop() (thread-safe, also from a signal-handling thread).
+// until stop() (thread-safe, also from a signal-handling thread) or the end of a drain().
 #pragma once
 
 #include <cstdint>
@@ -67,6 +67,12 @@ struct FrontendConfig {
   // request is tenant "default" and may name any user).
   std::string api_key;        // one key: tenant "default", any user
   std::string api_keys_file;  // lines "<key> <tenant> [<user>,...|*]"
+  // Drain (docs/operations.md "Drain"): how long live requests may run on after SIGTERM or
+  // POST /admin/v1/drain before they are ended with an error event.
+  int drain_timeout_s = 30;
+  // Echoed as "instance" by /health and /ready, so a supervisor (`tessera up`) can tell its own
+  // frontend from another process on the port; "" = a random one.
+  std::string instance_id;
 };
 
 // Declares every frontend option (flag, config key [frontend], env var, check), each bound to
@@ -84,6 +90,11 @@ class Frontend {
   std::string zmq_endpoint() const;          // as bound ("" when off)
   void run();                                // serves until stop()
   void stop();
+  // Graceful shutdown (thread-safe): new requests get 503, /ready 503; the live ones run on for
+  // up to drain_timeout_s, then those left end with an error event; then stop(). False when a
+  // drain was already under way (the caller may then stop() at once).
+  bool drain();
+  const std::string& instance_id() const;
 
   struct Impl;
 

@@ -19,6 +19,8 @@ struct KvstoreOptions {
   StoreConfig store;   // store.redis is set from `redis` by the binary
   ServerConfig server;
   std::string redis;   // host:port of the L2; "" = L1 only
+  std::string metrics_host = "127.0.0.1";  // GET /metrics and /health over HTTP
+  int metrics_port = 0;                    // 0 = any free port (in the listening line), -1 = off
 };
 
 inline void declare_options(config::Options& o, KvstoreOptions& c) {
@@ -41,6 +43,13 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
                            .env = "TESSERA_KVSTORE_THREADS", .min = 1, .max = 256});
   o.add(c.store.max_blob_bytes, {.name = "max-blob-bytes", .help = "largest blob accepted by put",
                                  .env = "TESSERA_KVSTORE_MAX_BLOB_BYTES", .min = 64, .max = 2147483647.0});
+  o.add(c.metrics_host, {.name = "metrics-host",
+                         .help = "address of the HTTP /metrics and /health endpoint (IPv4 or IPv6; :: = every "
+                                 "address, both)",
+                         .env = "TESSERA_KVSTORE_METRICS_HOST"});
+  o.add(c.metrics_port, {.name = "metrics-port",
+                         .help = "port of that endpoint (0 = any free port, printed in the listening line; -1 = off)",
+                         .env = "TESSERA_KVSTORE_METRICS_PORT", .min = -1, .max = 65535});
 }
 
 }  // namespace tessera::kvstore

@@ -43,6 +43,9 @@ class Server {
   const std::string& endpoint() const;
   Status run();
   void stop();
+  // Every store and service metric as Prometheus text (what `stats` and GET /metrics serve);
+  // thread-safe (atomics), rendered afresh at each call.
+  std::string metrics_text() const;
 
   struct Impl;
 

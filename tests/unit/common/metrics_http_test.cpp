@@ -1,6 +1,7 @@
-// The scheduler's /metrics server (Boost.Beast): what a Prometheus scrape and a health check
-// get, on IPv4, IPv6 and the dual-stack "::".
-#include "metrics_http.h"
+// The /metrics server of the scheduler, worker and kvstore (tessera_metrics_http, Boost.Beast):
+// what a Prometheus scrape, a health and a readiness check get, on IPv4, IPv6 and the
+// dual-stack "::".
+#include "tessera/common/metrics_http.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,7 +19,7 @@
 
 #include "tessera/http/client.h"
 
-namespace tessera::scheduler_app {
+namespace tessera::metrics_http {
 namespace {
 
 struct Reply {
@@ -76,6 +77,30 @@ TEST_F(MetricsHttp, ListensOnIpv6AndDualStack) {
   EXPECT_EQ(fetch("127.0.0.1", (*any)->port(), "GET", "/metrics").status, 200);  // IPv4 too
 }
 
+// The worker's and kvstore's use: metrics rendered per scrape, their own /health and /ready.
+TEST_F(MetricsHttp, ServesCallbacksForMetricsHealthAndReady) {
+  std::atomic<int> scrapes{0};
+  std::atomic<bool> ready{false};
+  auto server = MetricsServer::start(
+      "127.0.0.1", 0,
+      Endpoints{.metrics = [&] { return "tessera_test_scrapes " + std::to_string(++scrapes) + "\n"; },
+                .health = [] { return Answer{.status = 200, .body = "{\"status\":\"ok\",\"instance\":\"x1\"}"}; },
+                .ready = [&] { return ready ? Answer{} : Answer{.status = 503, .body = "{\"ready\":false}"}; }});
+  ASSERT_TRUE(server.ok()) << server.error().to_string();
+  const int port = (*server)->port();
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics").body, "tessera_test_scrapes 1\n");
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/metrics").body, "tessera_test_scrapes 2\n");
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/health").body, "{\"status\":\"ok\",\"instance\":\"x1\"}");
+  const Reply not_ready = fetch("127.0.0.1", port, "GET", "/ready");
+  EXPECT_EQ(not_ready.status, 503);
+  EXPECT_EQ(not_ready.body, "{\"ready\":false}");
+  ready = true;
+  EXPECT_EQ(fetch("127.0.0.1", port, "GET", "/ready").status, 200);
+  const Reply nf = fetch("127.0.0.1", port, "GET", "/nope");
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_NE(nf.body.find("/ready"), std::string::npos) << nf.body;
+}
+
 TEST_F(MetricsHttp, ABusyPortIsUnavailable) {
   auto first = MetricsServer::start("127.0.0.1", 0, registry);
   ASSERT_TRUE(first.ok()) << first.error().to_string();
@@ -92,7 +117,9 @@ int64_t steady_ms() {
 // stall_ms, 503 "stalled" once it is older.
 TEST_F(MetricsHttp, HealthIs503WhenTheEventLoopHasNotIteratedWithinTheBound) {
   std::atomic<int64_t> beat{steady_ms()};
-  auto server = MetricsServer::start("127.0.0.1", 0, registry, {.loop_heartbeat = &beat, .stall_ms = 1000});
+  auto server = MetricsServer::start(
+      "127.0.0.1", 0,
+      Endpoints{.metrics = [this] { return registry.render(); }, .health = [&beat] { return loop_health(beat, 1000); }});
   ASSERT_TRUE(server.ok()) << server.error().to_string();
   const int port = (*server)->port();
   const Reply ok = fetch("127.0.0.1", port, "GET", "/health");
@@ -164,4 +191,4 @@ TEST_F(MetricsHttp, SlowClientsDoNotBlockScrapes) {
 }
 
 }  // namespace
-}  // namespace tessera::scheduler_app
+}  // namespace tessera::metrics_http

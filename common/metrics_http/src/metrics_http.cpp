@@ -1,4 +1,4 @@
-#include "metrics_http.h"
+#include "tessera/common/metrics_http.h"
 
 #include <chrono>
 #include <thread>
@@ -16,7 +16,7 @@
 
 #include "tessera/common/log.h"
 
-namespace tessera::scheduler_app {
+namespace tessera::metrics_http {
 namespace {
 
 namespace net = boost::asio;
@@ -29,22 +29,9 @@ constexpr auto kWriteTimeout = std::chrono::seconds(5);
 constexpr int kMaxConnections = 128;
 
 struct Shared {
-  const metrics::Registry& registry;
-  LoopHealth health;
+  const Endpoints endpoints;
   int open = 0;  // connections being served (the io_context's one thread only)
 };
-
-std::string health_body(const LoopHealth& h, bool* ok) {
-  *ok = true;
-  if (h.loop_heartbeat == nullptr) return "{\"status\":\"ok\"}";
-  const int64_t last = h.loop_heartbeat->load(std::memory_order_relaxed);
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  const int64_t age = now - last;
-  *ok = age <= h.stall_ms;
-  return std::string("{\"status\":\"") + (*ok ? "ok" : "stalled") + "\",\"event_loop_ms_since_iteration\":" + std::to_string(age) +
-         ",\"stall_ms\":" + std::to_string(h.stall_ms) + "}";
-}
 
 http::response<http::string_body> answer(const http::request<http::string_body>& req, const Shared& shared) {
   http::response<http::string_body> res;
@@ -53,19 +40,21 @@ http::response<http::string_body> answer(const http::request<http::string_body>&
   const std::string_view target(req.target().data(), req.target().size());
   const std::string_view path = target.substr(0, target.find('?'));
   const bool get = req.method() == http::verb::get || req.method() == http::verb::head;
+  const Endpoints& e = shared.endpoints;
   if (get && path == "/metrics") {
     res.result(http::status::ok);
     res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
-    res.body() = shared.registry.render();
-  } else if (get && path == "/health") {
-    bool ok = true;
-    res.body() = health_body(shared.health, &ok);
-    res.result(ok ? http::status::ok : http::status::service_unavailable);
+    res.body() = e.metrics();
+  } else if (get && (path == "/health" || (path == "/ready" && e.ready))) {
+    const Answer a = path == "/ready" ? e.ready() : e.health ? e.health() : Answer{};
+    res.result(static_cast<http::status>(a.status));
     res.set(http::field::content_type, "application/json");
+    res.body() = a.body;
   } else {
     res.result(http::status::not_found);
     res.set(http::field::content_type, "application/json");
-    res.body() = "{\"error\":\"not found: GET /metrics or /health\"}";
+    res.body() = e.ready ? "{\"error\":\"not found: GET /metrics, /health or /ready\"}"
+                         : "{\"error\":\"not found: GET /metrics or /health\"}";
   }
   res.prepare_payload();
   return res;
@@ -132,8 +121,19 @@ Result<tcp::endpoint> endpoint_for(net::io_context& ioc, const std::string& host
 
 }  // namespace
 
+Answer loop_health(const std::atomic<int64_t>& heartbeat, int64_t stall_ms) {
+  const int64_t last = heartbeat.load(std::memory_order_relaxed);
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t age = now - last;
+  const bool ok = age <= stall_ms;
+  return {.status = ok ? 200 : 503,
+          .body = std::string("{\"status\":\"") + (ok ? "ok" : "stalled") + "\",\"event_loop_ms_since_iteration\":" +
+                  std::to_string(age) + ",\"stall_ms\":" + std::to_string(stall_ms) + "}"};
+}
+
 struct MetricsServer::State {
-  State(const metrics::Registry& r, LoopHealth h) : shared{r, h} {}
+  explicit State(Endpoints e) : shared{std::move(e)} {}
   Shared shared;
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
@@ -141,8 +141,12 @@ struct MetricsServer::State {
 };
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port,
-                                                            const metrics::Registry& registry, LoopHealth health) {
-  auto state = std::make_unique<State>(registry, health);
+                                                            const metrics::Registry& registry) {
+  return start(host, port, Endpoints{.metrics = [&registry] { return registry.render(); }});
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, int port, Endpoints endpoints) {
+  auto state = std::make_unique<State>(std::move(endpoints));
   TS_ASSIGN_OR_RETURN(tcp::endpoint ep, endpoint_for(state->ioc, host, port));
   boost::system::error_code ec;
   tcp::acceptor& a = state->acceptor;
@@ -171,4 +175,4 @@ int MetricsServer::port() const {
   return state_->acceptor.local_endpoint(ec).port();
 }
 
-}  // namespace tessera::scheduler_app
+}  // namespace tessera::metrics_http
