@@ -289,9 +289,10 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   for (;;) {
     const auto now = Clock::now();
     if (s.admission.drain_expired()) {  // drain timeout: end with an error, never a silent cut
-      s.hub.abandon(id);
+      abandon_all();
       slot.value().reset();
-      end_generation(clock, "error", prompt_tokens, 0, gen.completion_tokens());
+      ended("error");
+      write_cap = Clock::time_point::max();
       Error e = make_error(ErrorCode::kUnavailable, "this frontend is shutting down: the request did not finish within "
                                                     "the drain timeout (" + std::to_string(s.config.drain_timeout_s) + " s)");
       if (!events_started) co_return co_await error(e);
