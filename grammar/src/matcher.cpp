@@ -12,6 +12,7 @@
 //            5 after value | 6 key after ','; count = index of the next property
 //   free obj 0 expect '{' | 1 first key or '}' | 2 key open | 3 expect ':' | 4 value open | 5 after value | 6 after ','
 #include <algorithm>
+#include <climits>
 
 #include "schema.h"
 #include "tessera/grammar/grammar.h"
@@ -375,6 +376,14 @@ int32_t Matcher::frame_remaining(const Frame& f) const {
       }
   }
   return kInfinite;
+}
+
+Matcher::StringRoom Matcher::free_string_room() const {
+  if (dead_ || stack_.empty()) return {};
+  const Frame& f = stack_.back();
+  if (f.node->kind != Kind::kString || f.stage != 1) return {};
+  return {.room = f.node->max_len < 0 ? INT32_MAX : std::max(0, f.node->max_len - f.count),
+          .short_by = std::max(0, f.node->min_len - f.count)};
 }
 
 int32_t Matcher::min_remaining() const {

@@ -62,6 +62,14 @@ class Matcher {
   bool complete() const;
   // Bytes of the shortest completion of the text so far (0 when complete; -1 when dead).
   int32_t min_remaining() const;
+  // When the innermost open value is a string between two characters (not inside an escape or
+  // a UTF-8 sequence): `room`, how many more characters it may take (INT32_MAX when unbounded),
+  // and `short_by`, how many it still needs to reach its minLength. Else room = -1.
+  struct StringRoom {
+    int32_t room = -1;
+    int32_t short_by = 0;
+  };
+  StringRoom free_string_room() const;
 
   struct Frame {
     const Node* node = nullptr;
@@ -95,6 +103,9 @@ class TokenVocabulary {
   // text a prefix of an accepted value, plus `end_tokens` once the value is complete. With
   // budget > 0 (tokens still allowed, this one included), only tokens after which the value
   // can be completed in budget - 1 single-byte tokens (end tokens always, when complete).
+  // Cost: inside a string (the widest masks) the "plain" tokens — printable text without '"',
+  // '\\' or an incomplete UTF-8 sequence — are taken as one precomputed run, and only the
+  // others walk the trie; elsewhere the trie walk stops at the first byte the grammar refuses.
   void allowed_tokens(const Matcher& m, int32_t budget, std::span<const int32_t> end_tokens,
                       std::vector<int32_t>* out) const;
 
@@ -103,9 +114,15 @@ class TokenVocabulary {
     std::vector<std::pair<uint8_t, int32_t>> children;  // byte -> node index, sorted by byte
     std::vector<int32_t> tokens;                        // tokens whose bytes end here
   };
+  static void insert(std::vector<TrieNode>& trie, const std::string& bytes, int32_t id);
+  void walk(const std::vector<TrieNode>& trie, const Matcher& m, int32_t budget, std::vector<int32_t>* out) const;
+
   int32_t size_ = 0;
   std::vector<std::string> bytes_;
-  std::vector<TrieNode> trie_;  // [0] is the root (the empty prefix)
+  std::vector<TrieNode> trie_;          // every token; [0] is the root (the empty prefix)
+  std::vector<TrieNode> special_trie_;  // the tokens that are not plain string text
+  std::vector<int32_t> plain_;          // plain string tokens, by character count ascending
+  std::vector<int32_t> plain_chars_;    // their character counts (parallel to plain_)
 };
 
 }  // namespace tessera::grammar
