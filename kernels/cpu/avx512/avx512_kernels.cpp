@@ -365,6 +365,10 @@ void attend_group_nv(const AttnGroup& g) {
 // head_dim 64 and 128 (the Llama family's) get the register-resident AVX-512 path, others the
 // portable one.
 void attend_group_avx512(const AttnGroup& g) {
+  if (g.softcap > 0.0f || g.window > 0) {  // the explicit kernels have neither
+    attend_group(g);
+    return;
+  }
   switch (g.head_dim) {
     case 64: attend_group_nv<4>(g); return;
     case 128: attend_group_nv<8>(g); return;

@@ -67,6 +67,10 @@ Status check_model(const Model& model) {
     TS_TRY(check_linear(w.w_gate, p + "ffn_gate", c.hidden_dim, c.dim));
     TS_TRY(check_linear(w.w_up, p + "ffn_up", c.hidden_dim, c.dim));
     TS_TRY(check_linear(w.w_down, p + "ffn_down", c.dim, c.hidden_dim));
+    if (c.post_norms) {
+      TS_TRY(check_tensor(w.attn_post_norm, p + "post_attention_norm", 1, c.dim, true));
+      TS_TRY(check_tensor(w.ffn_post_norm, p + "post_ffw_norm", 1, c.dim, true));
+    }
     if (c.attn_bias) {
       TS_TRY(check_tensor(w.bq, p + "attn_q.bias", 1, q_dim, true));
       TS_TRY(check_tensor(w.bk, p + "attn_k.bias", 1, kv_dim, true));
