@@ -138,8 +138,19 @@ void gelu_tanh_mul(const float* gate, int64_t gate_stride, const float* up, int6
     const float* u = up + t * up_stride;
     float* o = out + t * out_stride;
     for (int64_t i = 0; i < cols; ++i) {
+      // As ggml's ggml_vec_gelu_f32 (GGML_GELU_FP16): the input rounded to fp16, gelu of it
+      // rounded to fp16 (its lookup table); identity above 10, zero below -10.
       const float x = g[i];
-      o[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))) * u[i];
+      float y;
+      if (x <= -10.0f) {
+        y = 0.0f;
+      } else if (x >= 10.0f) {
+        y = x;
+      } else {
+        const float h = fp16_to_f32(f32_to_fp16(x));
+        y = fp16_to_f32(f32_to_fp16(0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + 0.044715f * h * h)))));
+      }
+      o[i] = y * u[i];
     }
   }
 }

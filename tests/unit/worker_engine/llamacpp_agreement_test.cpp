@@ -3,11 +3,15 @@
 //
 // Each fixture (fixtures/llamacpp/<shape>.<dtype>.txt) is what llama.cpp computed on that file
 // with an f32 K/V cache, one token per llama_decode (docs/models.md, "Agreement with
-// llama.cpp"): the prompt, its 64 greedy tokens, and per position its top-5 log-probabilities.
-// The Engine is fed the same tokens one at a time (teacher forcing), and must
-//   - pick llama.cpp's greedy token at every one of the 64 positions (its own argmax), and
-//   - give the recorded top-5 tokens log-probabilities within a per-type bound of llama.cpp's
-//     (about 3x the measured maximum |delta|, at least 2e-4).
+// llama.cpp"): a 24-token prompt (BOS, then varied ids, so that positions and the sliding
+// window matter), its 64 greedy tokens, and at every position (prompt and generated) the top-5
+// log-probabilities. The Engine is fed the same tokens one at a time (teacher forcing), and must
+//   - pick llama.cpp's greedy token (its own argmax) at least as often over the 64 generated
+//     positions as when the fixture was recorded (64/64 for f32/f16; a quantized file can have
+//     a near-tie that the 8-bit activations of the two programs round apart), and
+//   - keep the max |delta log-prob| of the recorded top-5 tokens, over every position, within
+//     1.5x the recorded value (at least 2e-5).
+// The engine's integer paths give the same results on every ISA, so the figures are stable.
 //
 // Recording (needs llama.cpp's logits, not run in CI): with TESSERA_LLAMACPP_DUMPS=DIR holding
 // <shape>.<dtype>.lc files from the dump program in docs/models.md, the test also measures the
@@ -36,8 +40,10 @@ constexpr int kTopK = 5;
 struct Fixture {
   std::string shape, dtype;
   int32_t n_prompt = 0;
+  int32_t greedy_recorded = 64;    // "agreement" line: what Tessera reached when recorded
+  double top5_max_recorded = 0.0;
   std::vector<int32_t> tokens;                                  // prompt then greedy tokens
-  std::vector<std::vector<std::pair<int32_t, double>>> top;     // per greedy position
+  std::vector<std::vector<std::pair<int32_t, double>>> top;     // per fed position (0 .. tokens - 2)
 };
 
 std::string fixture_dir() { return testing::source_path("tests/unit/worker_engine/fixtures/llamacpp"); }
@@ -54,6 +60,9 @@ Fixture read_fixture(const std::string& path) {
     ls >> key;
     if (key == "case") {
       ls >> f.shape >> f.dtype;
+    } else if (key == "agreement") {
+      std::string g, t;
+      ls >> g >> f.greedy_recorded >> t >> f.top5_max_recorded;
     } else if (key == "prompt") {
       ls >> f.n_prompt;
     } else if (key == "tokens") {
@@ -110,13 +119,6 @@ std::vector<float> teacher_forced_logits(const Model& model, const std::vector<i
   return out;
 }
 
-// Bound on max |delta log-prob| of the top 5, by weight type: ~3x the worst measured (the
-// measured values are in docs/models.md), at least 2e-4.
-double bound_for(const std::string& dtype) {
-  if (dtype == "f32") return 2e-4;
-  if (dtype == "f16" || dtype == "bf16") return 5e-4;
-  return 2e-2;
-}
 
 struct Measured {
   int32_t greedy_equal = 0, positions = 0;
@@ -140,18 +142,22 @@ std::unique_ptr<Model> synth_and_load(const std::string& shape, const std::strin
 Measured compare(const Model& model, const Fixture& f, const std::string& what, bool expect) {
   Measured m;
   const auto vocab = static_cast<size_t>(model.config().vocab_size);
-  const size_t from = static_cast<size_t>(f.n_prompt) - 1;
+  const size_t first_greedy = static_cast<size_t>(f.n_prompt) - 1;
   const std::vector<int32_t> fed(f.tokens.begin(), f.tokens.end() - 1);  // the last greedy token is never fed
-  const std::vector<float> logits = teacher_forced_logits(model, fed, from);
+  const std::vector<float> logits = teacher_forced_logits(model, fed, 0);
   EXPECT_EQ(logits.size(), f.top.size() * vocab) << what;
   if (logits.size() != f.top.size() * vocab) return m;
   for (size_t i = 0; i < f.top.size(); ++i) {
     const std::span<const float> row(logits.data() + i * vocab, vocab);
     const auto argmax = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-    const int32_t want = f.tokens[from + i + 1];
-    ++m.positions;
-    if (argmax == want) ++m.greedy_equal;
-    if (expect) EXPECT_EQ(argmax, want) << what << ": greedy token at position " << from + i;
+    if (i >= first_greedy) {
+      const int32_t want = f.tokens[i + 1];
+      ++m.positions;
+      if (argmax == want) ++m.greedy_equal;
+      if (expect && f.greedy_recorded == 64) {
+        EXPECT_EQ(argmax, want) << what << ": greedy token at position " << i;
+      }
+    }
     const std::vector<double> lp = log_softmax(row);
     for (const auto& [id, ref] : f.top[i]) {
       const double d = std::fabs(lp[static_cast<size_t>(id)] - ref);
@@ -161,7 +167,8 @@ Measured compare(const Model& model, const Fixture& f, const std::string& what, 
     }
   }
   if (expect) {
-    EXPECT_LE(m.max_delta, bound_for(f.dtype)) << what << ": max |delta log-prob| of llama.cpp's top 5";
+    EXPECT_GE(m.greedy_equal, f.greedy_recorded) << what << ": greedy tokens equal to llama.cpp's";
+    EXPECT_LE(m.max_delta, std::max(2e-5, 1.5 * f.top5_max_recorded)) << what << ": max |delta log-prob| of llama.cpp's top 5";
   }
   return m;
 }
@@ -181,8 +188,8 @@ TEST(LlamaCppAgreement, EveryCommittedFamilyAndTypeAgrees) {
   const std::string dir = testing::make_temp_dir("llamacpp-agreement");
   for (const std::string& path : files) {
     const Fixture f = read_fixture(path);
-    ASSERT_EQ(f.top.size(), 64u) << path;
     ASSERT_EQ(f.tokens.size(), static_cast<size_t>(f.n_prompt) + 64) << path;
+    ASSERT_EQ(f.top.size(), f.tokens.size() - 1) << path;
     const auto model = synth_and_load(f.shape, f.dtype, dir);
     ASSERT_TRUE(model != nullptr) << path;
     const Measured m = compare(*model, f, f.shape + " " + f.dtype, /*expect=*/true);
@@ -218,7 +225,7 @@ TEST(LlamaCppAgreement, RecordFromLlamaCppDumps) {
     ASSERT_TRUE(in.good()) << item;
     Fixture f{.shape = shape, .dtype = dtype, .n_prompt = n_prompt, .tokens = seq, .top = {}};
     const auto vocab = static_cast<size_t>(n_vocab);
-    for (int32_t p = n_prompt - 1; p < total; ++p) {
+    for (int32_t p = 0; p < total; ++p) {
       const std::vector<double> lp = log_softmax({ref.data() + static_cast<size_t>(p) * vocab, vocab});
       std::vector<int32_t> ids(vocab);
       for (size_t i = 0; i < vocab; ++i) ids[i] = static_cast<int32_t>(i);
@@ -233,9 +240,9 @@ TEST(LlamaCppAgreement, RecordFromLlamaCppDumps) {
     Measured m = compare(*model, f, item, /*expect=*/false);
     // KL(llama.cpp || Tessera) over the whole vocabulary, per position.
     const std::vector<int32_t> fed(seq.begin(), seq.end() - 1);
-    const std::vector<float> ours = teacher_forced_logits(*model, fed, static_cast<size_t>(n_prompt) - 1);
+    const std::vector<float> ours = teacher_forced_logits(*model, fed, 0);
     for (size_t i = 0; i < f.top.size(); ++i) {
-      const std::vector<double> p = log_softmax({ref.data() + (static_cast<size_t>(n_prompt) - 1 + i) * vocab, vocab});
+      const std::vector<double> p = log_softmax({ref.data() + i * vocab, vocab});
       const std::vector<double> q = log_softmax({ours.data() + i * vocab, vocab});
       double kl = 0.0;
       for (size_t v = 0; v < vocab; ++v) kl += std::exp(p[v]) * (p[v] - q[v]);
@@ -252,12 +259,14 @@ TEST(LlamaCppAgreement, RecordFromLlamaCppDumps) {
           << "# tessera model synth --like " << shape << " --dtype " << dtype << " (seed 0).\n"
           << "# Tessera's agreement when recorded: greedy " << m.greedy_equal << "/" << m.positions << ", top-5 max |dlogp| "
           << m.max_delta << ", KL max " << m.max_kl << "\n";
-      out << "case " << shape << " " << dtype << "\nprompt " << n_prompt << "\ntokens";
+      char agreement[96];
+      std::snprintf(agreement, sizeof agreement, "agreement greedy %d top5_max %.3e\n", m.greedy_equal, m.max_delta);
+      out << "case " << shape << " " << dtype << "\n" << agreement << "prompt " << n_prompt << "\ntokens";
       for (int32_t t : seq) out << " " << t;
       out << "\n";
       char buf[64];
       for (size_t i = 0; i < f.top.size(); ++i) {
-        out << "top " << static_cast<size_t>(n_prompt) - 1 + i;
+        out << "top " << i;
         for (const auto& [id, l] : f.top[i]) {
           std::snprintf(buf, sizeof buf, " %d:%.6f", id, l);
           out << buf;
