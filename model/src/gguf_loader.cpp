@@ -1,6 +1,8 @@
 // GGUF -> Model: architecture metadata (llama, mistral, qwen2, gemma2, phi3) with each family's
 // features (docs/models.md, "Model families"), tensors by their GGUF names,
 // and the embedded tokenizer.ggml.* vocabulary.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -200,6 +202,19 @@ Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& pa
   return ok_status();
 }
 
+std::string family_of(const ModelConfig& c, std::string name) {
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* f : {"smollm2", "mistral", "qwen2.5", "llama3", "llama-3", "gemma2", "gemma-2", "phi3", "phi-3"}) {
+    if (name.find(f) != std::string::npos) {
+      std::string out(f);
+      out.erase(std::remove(out.begin(), out.end(), '-'), out.end());
+      return out;
+    }
+  }
+  if (c.architecture == "llama" && !c.rope_freq_factors.empty()) return "llama3";
+  return c.architecture;
+}
+
 // GGUF tensor shape (ggml ne, innermost first) -> RawTensor shape (outermost first).
 std::vector<int64_t> to_shape(const std::vector<uint64_t>& ne) {
   std::vector<int64_t> shape(ne.rbegin(), ne.rend());
@@ -280,6 +295,8 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
     }
   }
   if (auto f = tensors.find("rope_freqs.weight"); f != tensors.end()) TS_TRY(read_rope_freqs(f->second, c, path));
+  TS_ASSIGN_OR_RETURN(std::string name, m.string("general.name", std::string()));
+  c.family = family_of(c, name);
   auto emb = tensors.find("token_embd.weight");
   if (emb == tensors.end()) return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor token_embd.weight is missing");
   if (emb->second.shape.size() != 2 || emb->second.shape[0] <= 0 ||

@@ -55,6 +55,10 @@ enum class FfnActivation : uint8_t {
 
 struct ModelConfig {
   std::string architecture = "llama";  // llama | mistral | qwen2 | gemma2 | phi3
+  // The model family as far as the file tells (for display): gemma2, phi3, qwen2, llama3 (a
+  // llama with rope_freqs), or from general.name (smollm2, mistral, qwen2.5, llama3...), else
+  // the architecture.
+  std::string family;
   int32_t dim = 0;                     // hidden size
   int32_t hidden_dim = 0;              // MLP intermediate size
   int32_t n_layers = 0;
