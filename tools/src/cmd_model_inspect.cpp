@@ -69,12 +69,14 @@ std::vector<std::string> features(const Model& m) {
   }
   if (c.rope_freq_scale != 1.0f) out.push_back("linear RoPE scaling x" + std::to_string(c.rope_freq_scale));
   if (c.attn_bias) out.emplace_back("Q/K/V biases");
-  if (!m.layers.empty() && m.layers[0].wk.data == static_cast<const uint8_t*>(m.layers[0].wq.data) +
-                                                      m.layers[0].wq.rows * dtype_row_bytes(m.layers[0].wq.dtype, m.layers[0].wq.cols)) {
+  // Phi-3's fused tensors are loaded as adjacent row views of one tensor.
+  auto adjacent = [](const Tensor& a, const Tensor& b) {
+    return b.data == static_cast<const uint8_t*>(a.data) + a.rows * dtype_row_bytes(a.dtype, a.cols);
+  };
+  if (c.architecture == "phi3" && !m.layers.empty() && adjacent(m.layers[0].wq, m.layers[0].wk)) {
     out.emplace_back("fused attn_qkv");
   }
-  if (!m.layers.empty() && m.layers[0].w_up.data == static_cast<const uint8_t*>(m.layers[0].w_gate.data) +
-                                                        m.layers[0].w_gate.rows * dtype_row_bytes(m.layers[0].w_gate.dtype, m.layers[0].w_gate.cols)) {
+  if (c.architecture == "phi3" && !m.layers.empty() && adjacent(m.layers[0].w_gate, m.layers[0].w_up)) {
     out.emplace_back("fused gate/up (ffn_up)");
   }
   if (c.embedding_scale != 1.0f) {

@@ -3,6 +3,7 @@
 // tensors become row views; unsupported RoPE scaling is refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "gguf_writer.h"
