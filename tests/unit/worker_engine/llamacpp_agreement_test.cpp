@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "tessera/model/model_synth.h"
@@ -97,10 +98,11 @@ std::vector<double> log_softmax(std::span<const float> x) {
 
 // Logits after each of `tokens` (one Engine::forward per token, as the llama.cpp run did),
 // for positions [from, tokens.size()): [count, vocab].
-std::vector<float> teacher_forced_logits(const Model& model, const std::vector<int32_t>& tokens, size_t from) {
+std::vector<float> teacher_forced_logits(const Model& model, const std::vector<int32_t>& tokens, size_t from,
+                                         std::optional<kernels::Isa> isa = std::nullopt) {
   const int32_t page = 16;
   const auto n = static_cast<int32_t>(tokens.size());
-  auto engine = Engine::create(model, {.pool = {.num_pages = n / page + 2, .page_size = page}, .threads = 2});
+  auto engine = Engine::create(model, {.pool = {.num_pages = n / page + 2, .page_size = page}, .threads = 2, .isa = isa});
   EXPECT_TRUE(engine.ok()) << engine.error().to_string();
   if (!engine.ok()) return {};
   std::vector<int32_t> table;
@@ -195,6 +197,35 @@ TEST(LlamaCppAgreement, EveryCommittedFamilyAndTypeAgrees) {
     const Measured m = compare(*model, f, f.shape + " " + f.dtype, /*expect=*/true);
     std::printf("%-22s %-7s greedy %d/%d  top5 |dlogp| max %.2e mean %.2e\n", f.shape.c_str(), f.dtype.c_str(),
                 m.greedy_equal, m.positions, m.max_delta, m.sum_delta / static_cast<double>(std::max<int64_t>(1, m.n_delta)));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The family features on every kernel path against the plain-loop oracle (reference_forward:
+// f32 math, its own RoPE, windowed softmax, soft-caps, post-norms, exact GELU): 40 positions,
+// so Gemma 2's and Phi-3's 16-key windows slide.
+TEST(LlamaCppAgreement, FamilyFeaturesOnEveryKernelPathMatchTheReference) {
+  const std::string dir = testing::make_temp_dir("family-paths");
+  std::vector<int32_t> tokens = {1};
+  for (int32_t i = 1; i < 40; ++i) tokens.push_back((i * 397 + 11) % 1000 + 3);
+  for (const char* shape : {"gemma2-2b-reduced", "phi3-mini-reduced", "llama3.2-1b-reduced", "qwen2.5-0.5b-reduced"}) {
+    const auto model = synth_and_load(shape, "f32", dir);
+    ASSERT_TRUE(model != nullptr) << shape;
+    const auto ref = reference_forward(*model, tokens);
+    ASSERT_TRUE(ref.ok()) << ref.error().to_string();
+    for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+      if (!kernels::isa_supported(isa)) continue;
+      const std::vector<float> got = teacher_forced_logits(*model, tokens, 0, isa);
+      ASSERT_EQ(got.size(), ref->size());
+      double worst = 0.0, scale = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - (*ref)[i]));
+        scale = std::max(scale, std::fabs(static_cast<double>((*ref)[i])));
+      }
+      // Gemma 2's GELU goes through fp16 in the engine (as ggml), exactly in the reference.
+      EXPECT_LT(worst / scale, std::string(shape).starts_with("gemma2") ? 2e-2 : 1e-4)
+          << shape << " on " << kernels::isa_name(isa);
+    }
   }
   std::filesystem::remove_all(dir);
 }
