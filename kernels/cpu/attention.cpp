@@ -83,7 +83,8 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
                            .token_stride = token_stride,
                            .kv_offset = static_cast<int64_t>(kv_head) * a.head_dim,
                            .v_offset = static_cast<int64_t>(a.page_size) * token_stride,
-                           .head_dim = a.head_dim, .scale = a.scale, .scratch = scratch.data()};
+                           .head_dim = a.head_dim, .scale = a.scale, .softcap = a.softcap,
+                           .window = a.window, .scratch = scratch.data()};
     k.attend_group(g);
   };
   auto task = [&](int64_t i) {

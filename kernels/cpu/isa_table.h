@@ -48,6 +48,8 @@ struct AttnGroup {
   int64_t v_offset = 0;           // floats from a K slot to its V slot
   int32_t head_dim = 0;
   float scale = 1.0f;
+  float softcap = 0.0f;           // > 0: scores = softcap * tanh(scores / softcap)
+  int32_t window = 0;             // > 0: row r sees keys (pos[r] - window, pos[r]] only
   float* scratch = nullptr;       // attn_scratch_floats(head_dim, n_rows) floats
 };
 inline int64_t attn_scratch_floats(int32_t head_dim, int32_t n_rows) {

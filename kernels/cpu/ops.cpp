@@ -87,12 +87,14 @@ void rmsnorm(const float* x, int64_t x_stride, const float* weight, float* out, 
   }
 }
 
-void rope_table(const int32_t* positions, int64_t n, int64_t head_dim, float theta, float* cos_sin) {
+void rope_table(const int32_t* positions, int64_t n, int64_t head_dim, float theta, float* cos_sin,
+                const float* freq_factors, float freq_scale) {
   const int64_t half = head_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      const double angle = static_cast<double>(positions[t]) * freq;
+      double freq = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+      if (freq_factors != nullptr) freq /= static_cast<double>(freq_factors[i]);
+      const double angle = static_cast<double>(freq_scale) * static_cast<double>(positions[t]) * freq;
       cos_sin[t * head_dim + 2 * i] = static_cast<float>(std::cos(angle));
       cos_sin[t * head_dim + 2 * i + 1] = static_cast<float>(std::sin(angle));
     }
@@ -126,6 +128,40 @@ void silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t u
     float* o = out + t * out_stride;
     for (int64_t i = 0; i < cols; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
   }
+}
+
+void gelu_tanh_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
+                   int64_t out_stride, int64_t n, int64_t cols) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* g = gate + t * gate_stride;
+    const float* u = up + t * up_stride;
+    float* o = out + t * out_stride;
+    for (int64_t i = 0; i < cols; ++i) {
+      // As ggml's ggml_vec_gelu_f32 (GGML_GELU_FP16): the input rounded to fp16, gelu of it
+      // rounded to fp16 (its lookup table); identity above 10, zero below -10.
+      const float x = g[i];
+      float y;
+      if (x <= -10.0f) {
+        y = 0.0f;
+      } else if (x >= 10.0f) {
+        y = x;
+      } else {
+        const float h = fp16_to_f32(f32_to_fp16(x));
+        y = fp16_to_f32(f32_to_fp16(0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + 0.044715f * h * h)))));
+      }
+      o[i] = y * u[i];
+    }
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+void scale_inplace(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void softmax(float* x, int64_t n) {

@@ -79,8 +79,8 @@ void quantize_activations_q8(const float* x, int64_t cols, int8_t* q, float* d) 
   for (int64_t b = 0; b < cols / 32; ++b) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::fmax(amax, std::fabs(x[b * 32 + i]));
-    const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float db = fp16_to_f32(f32_to_fp16(amax / 127.0f));  // ggml block_q8_0: fp16 scale
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;        // ggml quantize_row_q8_0
     d[b] = db;
     for (int i = 0; i < 32; ++i) {
       const int v = static_cast<int>(std::nearbyint(x[b * 32 + i] * id));

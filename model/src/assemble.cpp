@@ -82,6 +82,13 @@ class Assembler {
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
 
+  // Rows [row0, row0 + rows) of a fused matrix (Phi-3 attn_qkv, ffn_up), as a view.
+  static Tensor rows_of(const Tensor& fused, int64_t row0, int64_t rows) {
+    const size_t rb = dtype_row_bytes(fused.dtype, fused.cols);
+    return Tensor{.dtype = fused.dtype, .rows = rows, .cols = fused.cols,
+                  .data = static_cast<const uint8_t*>(fused.data) + static_cast<size_t>(row0) * rb};
+  }
+
  private:
   Result<const RawTensor*> find(const std::string& name) {
     auto it = tensors_.find(name);
@@ -129,6 +136,11 @@ uint8_t* LoadedModel::allocate(size_t bytes) {
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 
+bool architecture_supported(const std::string& a) {
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "gemma2" || a == "phi3";
+}
+std::string supported_architectures() { return "llama, mistral, qwen2, gemma2, phi3"; }
+
 Status validate_config(const ModelConfig& c, const std::string& file) {
   TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));
   TS_TRY(check_positive(file, "hidden_dim", c.hidden_dim, 1 << 20));
@@ -149,9 +161,14 @@ Status validate_config(const ModelConfig& c, const std::string& file) {
   if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f)) {
     return corrupt(file, "model config rope_theta = " + std::to_string(c.rope_theta) + " must be a positive number");
   }
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2") {
-    return make_error(ErrorCode::kUnsupported, file + ": architecture '" + c.architecture +
-                                                   "' is not supported (llama, mistral, qwen2)");
+  if (!architecture_supported(c.architecture)) {
+    return make_error(ErrorCode::kUnsupported, file + ": architecture '" + c.architecture + "' is not supported (" +
+                                                   supported_architectures() + ")");
+  }
+  if (c.sliding_window < 0 || c.swa_every < 1) return corrupt(file, "model config sliding window is negative");
+  if (!c.rope_freq_factors.empty() && static_cast<int64_t>(c.rope_freq_factors.size()) != c.head_dim / 2) {
+    return corrupt(file, "model config has " + std::to_string(c.rope_freq_factors.size()) +
+                             " RoPE frequency factors, head_dim / 2 is " + std::to_string(c.head_dim / 2));
   }
   return ok_status();
 }
@@ -174,9 +191,16 @@ Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::s
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& w = model.layers[static_cast<size_t>(l)];
     TS_ASSIGN_OR_RETURN(w.attn_norm, a.vector_f32(p + "attn_norm.weight", c.dim));
-    TS_ASSIGN_OR_RETURN(w.wq, a.matrix(p + "attn_q.weight", q_dim, c.dim));
-    TS_ASSIGN_OR_RETURN(w.wk, a.matrix(p + "attn_k.weight", kv_dim, c.dim));
-    TS_ASSIGN_OR_RETURN(w.wv, a.matrix(p + "attn_v.weight", kv_dim, c.dim));
+    if (a.has(p + "attn_qkv.weight") && !a.has(p + "attn_q.weight")) {  // Phi-3: Q, K, V rows in one tensor
+      TS_ASSIGN_OR_RETURN(Tensor qkv, a.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, c.dim));
+      w.wq = Assembler::rows_of(qkv, 0, q_dim);
+      w.wk = Assembler::rows_of(qkv, q_dim, kv_dim);
+      w.wv = Assembler::rows_of(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      TS_ASSIGN_OR_RETURN(w.wq, a.matrix(p + "attn_q.weight", q_dim, c.dim));
+      TS_ASSIGN_OR_RETURN(w.wk, a.matrix(p + "attn_k.weight", kv_dim, c.dim));
+      TS_ASSIGN_OR_RETURN(w.wv, a.matrix(p + "attn_v.weight", kv_dim, c.dim));
+    }
     TS_ASSIGN_OR_RETURN(w.wo, a.matrix(p + "attn_output.weight", c.dim, q_dim));
     if (c.attn_bias) {
       TS_ASSIGN_OR_RETURN(w.bq, a.vector_f32(p + "attn_q.bias", q_dim));
@@ -184,9 +208,19 @@ Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::s
       TS_ASSIGN_OR_RETURN(w.bv, a.vector_f32(p + "attn_v.bias", kv_dim));
     }
     TS_ASSIGN_OR_RETURN(w.ffn_norm, a.vector_f32(p + "ffn_norm.weight", c.dim));
-    TS_ASSIGN_OR_RETURN(w.w_gate, a.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim));
-    TS_ASSIGN_OR_RETURN(w.w_up, a.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim));
+    if (!a.has(p + "ffn_gate.weight") && c.architecture == "phi3") {  // ffn_up holds gate rows, then up rows
+      TS_ASSIGN_OR_RETURN(Tensor gate_up, a.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.hidden_dim), c.dim));
+      w.w_gate = Assembler::rows_of(gate_up, 0, c.hidden_dim);
+      w.w_up = Assembler::rows_of(gate_up, c.hidden_dim, c.hidden_dim);
+    } else {
+      TS_ASSIGN_OR_RETURN(w.w_gate, a.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim));
+      TS_ASSIGN_OR_RETURN(w.w_up, a.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim));
+    }
     TS_ASSIGN_OR_RETURN(w.w_down, a.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim));
+    if (c.post_norms) {
+      TS_ASSIGN_OR_RETURN(w.attn_post_norm, a.vector_f32(p + "post_attention_norm.weight", c.dim));
+      TS_ASSIGN_OR_RETURN(w.ffn_post_norm, a.vector_f32(p + "post_ffw_norm.weight", c.dim));
+    }
   }
   model.fingerprint = compute_fingerprint(model);
   return ok_status();

@@ -1,6 +1,10 @@
-// GGUF -> Model: architecture metadata (llama, mistral, qwen2), tensors by their GGUF names,
+// GGUF -> Model: architecture metadata (llama, mistral, qwen2, gemma2, phi3) with each family's
+// features (docs/models.md, "Model families"), tensors by their GGUF names,
 // and the embedded tokenizer.ggml.* vocabulary.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "gguf.h"
@@ -137,6 +141,80 @@ Status load_vocab(const Meta& m, VocabSpec& v, int32_t n_vocab_rows, const std::
   return ok_status();
 }
 
+// Family features from <arch>.* keys, with llama.cpp's defaults (src/llama-model.cpp, load_hparams).
+Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a) {
+  // Linear RoPE scaling (positions * 1 / factor); YaRN and LongRoPE change the rotation in ways
+  // not implemented here: refuse rather than compute something else.
+  TS_ASSIGN_OR_RETURN(std::string scaling, m.string(a + "rope.scaling.type", std::string("none")));
+  if (scaling != "none" && scaling != "linear") {
+    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "rope.scaling.type = '" + scaling +
+                                                   "' is not supported (none, linear; Llama 3 scaling comes as rope_freqs.weight)");
+  }
+  TS_ASSIGN_OR_RETURN(float factor, m.real(a + "rope.scaling.factor", 0.0f));
+  if (factor == 0.0f) {
+    TS_ASSIGN_OR_RETURN(factor, m.real(a + "rope.scale_linear", 0.0f));
+  }
+  if (!(std::isfinite(factor) && factor >= 0.0f)) return m.wrong(a + "rope.scaling.factor", "must be a positive number");
+  c.rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+  if (c.architecture == "gemma2") {
+    c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+    // Queries are scaled by 1/sqrt(query_pre_attn_scalar): head_dim for 2B/9B, dim/heads for 27B
+    // (46 layers), as llama.cpp's build_gemma2 chooses by model size.
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_layers == 46 ? c.dim / c.n_heads : c.head_dim));
+    TS_ASSIGN_OR_RETURN(c.attn_softcap, m.real(a + "attn_logit_softcapping", 50.0f));
+    TS_ASSIGN_OR_RETURN(c.final_softcap, m.real(a + "final_logit_softcapping", 30.0f));
+    TS_ASSIGN_OR_RETURN(c.sliding_window, m.int32(a + "attention.sliding_window", 4096));
+    c.swa_every = 2;
+    c.post_norms = true;
+    c.ffn_act = FfnActivation::kGeluTanh;
+  } else if (c.architecture == "phi3") {
+    // llama.cpp's defaults for Phi-3 files written before the key existed.
+    int32_t fallback = 0;
+    if ((c.n_layers == 32 || c.n_layers == 40) && c.max_seq_len == 4096) fallback = 2047;
+    if (c.n_layers == 32 && c.n_kv_heads == 32 && c.max_seq_len == 131072) fallback = 262144;
+    if (c.n_layers == 40 && c.max_seq_len == 131072) fallback = 131072;
+    TS_ASSIGN_OR_RETURN(c.sliding_window, m.int32(a + "attention.sliding_window", fallback));
+  } else {
+    // Mistral v0.1 style files may state a window; llama.cpp's llama graph ignores it, Tessera applies it.
+    TS_ASSIGN_OR_RETURN(c.sliding_window, m.int32(a + "attention.sliding_window", 0));
+  }
+  if (c.sliding_window < 0) return m.wrong(a + "attention.sliding_window", "must not be negative");
+  for (float cap : {c.attn_softcap, c.final_softcap}) {
+    if (!(std::isfinite(cap) && cap >= 0.0f)) return m.wrong(a + "*_logit_softcapping", "must be a non-negative number");
+  }
+  return ok_status();
+}
+
+Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& path) {
+  const int64_t n = c.head_dim / 2;
+  const int64_t count = t.shape.empty() ? 0 : t.shape.back();
+  if (t.dtype != DType::kF32 || count != n || t.nbytes != static_cast<size_t>(n) * 4) {
+    return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor rope_freqs.weight must be " + std::to_string(n) +
+                                                   " f32 values (head_dim / 2)");
+  }
+  c.rope_freq_factors.resize(static_cast<size_t>(n));
+  std::memcpy(c.rope_freq_factors.data(), t.data, static_cast<size_t>(n) * 4);
+  for (float f : c.rope_freq_factors) {
+    if (!(std::isfinite(f) && f > 0.0f)) {
+      return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor rope_freqs.weight holds a non-positive factor");
+    }
+  }
+  return ok_status();
+}
+
+std::string family_of(const ModelConfig& c, std::string name) {
+  for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* f : {"smollm2", "mistral", "qwen2.5", "llama3", "llama-3", "gemma2", "gemma-2", "phi3", "phi-3"}) {
+    if (name.find(f) != std::string::npos) {
+      std::string out(f);
+      out.erase(std::remove(out.begin(), out.end(), '-'), out.end());
+      return out;
+    }
+  }
+  if (c.architecture == "llama" && !c.rope_freq_factors.empty()) return "llama3";
+  return c.architecture;
+}
+
 // GGUF tensor shape (ggml ne, innermost first) -> RawTensor shape (outermost first).
 std::vector<int64_t> to_shape(const std::vector<uint64_t>& ne) {
   std::vector<int64_t> shape(ne.rbegin(), ne.rend());
@@ -147,7 +225,8 @@ std::vector<int64_t> to_shape(const std::vector<uint64_t>& ne) {
 }
 
 bool is_model_tensor(const std::string& name) {
-  return name.rfind("blk.", 0) == 0 || name.rfind("token_embd.", 0) == 0 || name.rfind("output", 0) == 0;
+  return name.rfind("blk.", 0) == 0 || name.rfind("token_embd.", 0) == 0 || name.rfind("output", 0) == 0 ||
+         name.rfind("rope_", 0) == 0;
 }
 
 }  // namespace
@@ -159,19 +238,19 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
   auto model = std::make_unique<LoadedModel>(ModelFormat::kGguf, path);
   ModelConfig& c = model->mutable_config();
   TS_ASSIGN_OR_RETURN(c.architecture, m.string("general.architecture"));
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2") {
+  if (!architecture_supported(c.architecture)) {
     return make_error(ErrorCode::kUnsupported, path + ": GGUF general.architecture '" + c.architecture +
-                                                   "' is not supported (llama, mistral, qwen2)");
+                                                   "' is not supported (" + supported_architectures() + ")");
   }
   const std::string a = c.architecture + ".";
-  const bool qwen = c.architecture == "qwen2";
+  const bool qwen = c.architecture == "qwen2", gemma2 = c.architecture == "gemma2";
   TS_ASSIGN_OR_RETURN(c.dim, m.int32(a + "embedding_length"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, m.int32(a + "feed_forward_length"));
   TS_ASSIGN_OR_RETURN(c.n_layers, m.int32(a + "block_count"));
   TS_ASSIGN_OR_RETURN(c.n_heads, m.int32(a + "attention.head_count"));
   TS_ASSIGN_OR_RETURN(c.n_kv_heads, m.int32(a + "attention.head_count_kv", c.n_heads));
   TS_ASSIGN_OR_RETURN(c.max_seq_len, m.int32(a + "context_length"));
-  TS_ASSIGN_OR_RETURN(c.rms_eps, m.real(a + "attention.layer_norm_rms_epsilon", qwen ? 1e-6f : 1e-5f));
+  TS_ASSIGN_OR_RETURN(c.rms_eps, m.real(a + "attention.layer_norm_rms_epsilon", qwen || gemma2 ? 1e-6f : 1e-5f));
   TS_ASSIGN_OR_RETURN(c.rope_theta, m.real(a + "rope.freq_base", qwen ? 1000000.0f : 10000.0f));
   if (c.n_heads <= 0) return m.wrong(a + "attention.head_count", "= " + std::to_string(c.n_heads) + " must be positive");
   if (c.dim % c.n_heads != 0 && g.find(a + "attention.key_length") == nullptr) {
@@ -191,7 +270,9 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
                                                    std::to_string(rope_dims) + " (partial rotary) is not supported; head_dim is " +
                                                    std::to_string(c.head_dim));
   }
-  c.rope_layout = qwen ? RopeLayout::kHalves : RopeLayout::kInterleaved;
+  // llama.cpp's rope type per architecture: NORM (adjacent pairs) for llama, NEOX (halves) for the others.
+  c.rope_layout = c.architecture == "llama" || c.architecture == "mistral" ? RopeLayout::kInterleaved : RopeLayout::kHalves;
+  TS_TRY(read_family_features(m, c, a));
 
   TensorMap tensors;
   for (const GgufTensorInfo& t : g.tensors) {
@@ -205,11 +286,17 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
     tensors.emplace(t.name, RawTensor{.name = t.name, .dtype = *dt, .shape = to_shape(t.ne), .data = t.data,
                                       .nbytes = t.nbytes});
   }
-  // Llama 3.x RoPE scaling (frequency factors) changes every position's rotation.
-  if (tensors.count("rope_freqs.weight") != 0 || g.find(a + "rope.scaling.type") != nullptr) {
-    TS_LOG(kWarn) << path << ": not implemented yet: RoPE scaling (rope_freqs.weight / " << a
-                  << "rope.scaling.*) is ignored; outputs will differ from the reference";
+  // Llama 3.x RoPE scaling: the frequency factors tensor (llama.cpp's rope_freqs, one per
+  // rotated pair; every layer uses it). Phi-3 128k's LongRoPE factors are not supported.
+  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (tensors.count(longrope) != 0) {
+      return make_error(ErrorCode::kUnsupported, path + ": GGUF tensor " + longrope +
+                                                     " (LongRoPE, Phi-3 128k context) is not supported");
+    }
   }
+  if (auto f = tensors.find("rope_freqs.weight"); f != tensors.end()) TS_TRY(read_rope_freqs(f->second, c, path));
+  TS_ASSIGN_OR_RETURN(std::string name, m.string("general.name", std::string()));
+  c.family = family_of(c, name);
   auto emb = tensors.find("token_embd.weight");
   if (emb == tensors.end()) return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor token_embd.weight is missing");
   if (emb->second.shape.size() != 2 || emb->second.shape[0] <= 0 ||
@@ -218,6 +305,9 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
   }
   c.vocab_size = static_cast<int32_t>(emb->second.shape[0]);
   c.attn_bias = tensors.count("blk.0.attn_q.bias") != 0;
+  if (c.architecture == "phi3" && c.head_dim * c.n_heads != c.dim) {
+    return make_error(ErrorCode::kCorruptFile, path + ": phi3 needs head_dim * heads == embedding_length (llama.cpp's layout)");
+  }
   c.tied_embeddings = tensors.count("output.weight") == 0;
   TS_TRY(validate_config(c, path));
   TS_TRY(load_vocab(m, model->vocab, c.vocab_size, path));

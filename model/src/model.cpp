@@ -79,7 +79,7 @@ int64_t Model::parameter_count() const {
   if (output.data != tok_embeddings.data) total += n(output);
   for (const LayerWeights& w : layers) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
-                            &w.w_up, &w.w_down}) {
+                            &w.w_up, &w.w_down, &w.attn_post_norm, &w.ffn_post_norm}) {
       total += n(*t);
     }
   }
@@ -98,6 +98,17 @@ uint64_t compute_fingerprint(const Model& model) {
   h.value<uint8_t>(static_cast<uint8_t>(c.rope_layout));
   h.value<uint8_t>(c.attn_bias);
   h.value<uint8_t>(c.tied_embeddings);
+  // Family features: hashed only when set, so plain Llama fingerprints stay what they were.
+  const ModelConfig plain;
+  if (!c.rope_freq_factors.empty()) {
+    for (float f : c.rope_freq_factors) h.value(std::bit_cast<uint32_t>(f));
+  }
+  for (float v : {c.rope_freq_scale, c.embedding_scale, c.attn_scale, c.attn_softcap, c.final_softcap}) {
+    if (v != 0.0f && v != 1.0f) h.value(std::bit_cast<uint32_t>(v));
+  }
+  if (c.sliding_window != plain.sliding_window) h.value(c.sliding_window * 16 + c.swa_every);
+  if (c.post_norms) h.value<uint8_t>(1);
+  if (c.ffn_act != plain.ffn_act) h.value<uint8_t>(static_cast<uint8_t>(c.ffn_act));
   hash_tensor(h, model.tok_embeddings);
   hash_tensor(h, model.final_norm);
   if (!c.tied_embeddings) hash_tensor(h, model.output);
@@ -105,6 +116,10 @@ uint64_t compute_fingerprint(const Model& model) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
                             &w.w_up, &w.w_down}) {
       hash_tensor(h, *t);
+    }
+    if (c.post_norms) {
+      hash_tensor(h, w.attn_post_norm);
+      hash_tensor(h, w.ffn_post_norm);
     }
   }
   return h.finish();

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numbers>
 #include <sstream>
 
 #include "gguf_writer.h"
@@ -182,21 +183,41 @@ uint32_t file_type(DType t, SynthMix mix) {
 struct PlannedTensor {
   std::string name;
   std::vector<uint64_t> ne;
-  int kind;  // 0 matrix, 1 norm, 2 bias
+  int kind;  // 0 matrix, 1 norm, 2 bias, 3 rope_freqs
   DType dtype;
 };
 
 }  // namespace
 
-void synth_values(uint64_t seed, const std::string& name, int kind, size_t n, float* out) {
+void synth_values(uint64_t seed, const std::string& name, int kind, size_t n, float* out, float std_dev) {
   const uint64_t base = splitmix64(seed ^ name_hash(name));
-  const float half_width = kind == 1 ? 0.05f : 0.02f * std::sqrt(3.0f);
+  const float half_width = kind == 1 ? 0.05f : (kind == 0 ? std_dev : 0.02f) * std::sqrt(3.0f);
   const float center = kind == 1 ? 1.0f : 0.0f;
   for (size_t i = 0; i < n; ++i) {
     const uint64_t r = splitmix64(base + i);
     const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     out[i] = center + (2.0f * u - 1.0f) * half_width;
   }
+}
+
+std::vector<float> llama3_rope_factors(float theta, int32_t head_dim, float factor) {
+  constexpr double kLow = 1.0, kHigh = 4.0, kOld = 8192.0;
+  const double low_wavelen = kOld / kLow, high_wavelen = kOld / kHigh;
+  std::vector<float> out;
+  for (int32_t i = 0; i < head_dim; i += 2) {
+    // torch: 1.0 / (base ** (arange(0, dim, 2, float32) / dim)), in float32
+    const float freq = 1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(head_dim));
+    const double wavelen = 2.0 * std::numbers::pi / static_cast<double>(freq);
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(factor);
+    } else {
+      const double smooth = (kOld / wavelen - kLow) / (kHigh - kLow);
+      out.push_back(static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth)));
+    }
+  }
+  return out;
 }
 
 void quantize_q8_0(const float* x, int64_t n, uint8_t* out) {
@@ -218,12 +239,57 @@ void quantize_q8_0(const float* x, int64_t n, uint8_t* out) {
 namespace tessera {
 
 const std::vector<SynthShape>& synth_shapes() {
-  static const std::vector<SynthShape> kShapes = {
-      {"smollm2-135m", "llama", 576, 1536, 30, 9, 3, 49152, 8192, 100000.0f, 1e-5f, true, false},
-      {"llama-1b", "llama", 2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, 1e-5f, true, false},
-      {"stories260k", "llama", 64, 172, 5, 8, 4, 512, 512, 10000.0f, 1e-5f, true, false},
-      {"qwen2-0.5b", "qwen2", 896, 4864, 24, 14, 2, 151936, 32768, 1000000.0f, 1e-6f, true, true},
-  };
+  static const std::vector<SynthShape> kShapes = [] {
+    std::vector<SynthShape> v;
+    auto add = [&](SynthShape s) { v.push_back(std::move(s)); };
+    add({.like = "smollm2-135m", .architecture = "llama", .dim = 576, .hidden_dim = 1536, .n_layers = 30, .n_heads = 9,
+         .n_kv_heads = 3, .vocab_size = 49152, .context_length = 8192, .rope_theta = 100000.0f, .tied = true,
+         .family = "smollm2"});
+    add({.like = "llama-1b", .architecture = "llama", .dim = 2048, .hidden_dim = 8192, .n_layers = 16, .n_heads = 32,
+         .n_kv_heads = 8, .vocab_size = 128256, .context_length = 131072, .rope_theta = 500000.0f, .tied = true,
+         .family = "llama3"});
+    add({.like = "stories260k", .architecture = "llama", .dim = 64, .hidden_dim = 172, .n_layers = 5, .n_heads = 8,
+         .n_kv_heads = 4, .vocab_size = 512, .context_length = 512, .tied = true, .family = "llama"});
+    add({.like = "qwen2-0.5b", .architecture = "qwen2", .dim = 896, .hidden_dim = 4864, .n_layers = 24, .n_heads = 14,
+         .n_kv_heads = 2, .vocab_size = 151936, .context_length = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+         .tied = true, .attn_bias = true, .family = "qwen2"});
+    // The families' real shapes (Hugging Face config.json values).
+    add({.like = "llama3.2-1b", .architecture = "llama", .dim = 2048, .hidden_dim = 8192, .n_layers = 16, .n_heads = 32,
+         .n_kv_heads = 8, .vocab_size = 128256, .context_length = 131072, .rope_theta = 500000.0f, .tied = true,
+         .llama3_rope_factor = 32.0f, .family = "llama3"});
+    add({.like = "qwen2.5-0.5b", .architecture = "qwen2", .dim = 896, .hidden_dim = 4864, .n_layers = 24, .n_heads = 14,
+         .n_kv_heads = 2, .vocab_size = 151936, .context_length = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+         .tied = true, .attn_bias = true, .family = "qwen2.5"});
+    add({.like = "gemma2-2b", .architecture = "gemma2", .dim = 2304, .hidden_dim = 9216, .n_layers = 26, .n_heads = 8,
+         .n_kv_heads = 4, .vocab_size = 256000, .context_length = 8192, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
+         .sliding_window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f, .family = "gemma2"});
+    add({.like = "phi3-mini", .architecture = "phi3", .dim = 3072, .hidden_dim = 8192, .n_layers = 32, .n_heads = 32,
+         .n_kv_heads = 32, .vocab_size = 32064, .context_length = 4096, .sliding_window = 2047, .family = "phi3"});
+    add({.like = "mistral-7b", .architecture = "llama", .dim = 4096, .hidden_dim = 14336, .n_layers = 32, .n_heads = 32,
+         .n_kv_heads = 8, .vocab_size = 32768, .context_length = 32768, .rope_theta = 1000000.0f, .family = "mistral"});
+    // Reduced shapes: the same family features at test size. Matrices std 0.08 (peaked
+    // distributions, so that agreement is measured on logits that matter).
+    add({.like = "smollm2-135m-reduced", .architecture = "llama", .dim = 192, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 3, .n_kv_heads = 1, .vocab_size = 1024, .context_length = 8192, .rope_theta = 100000.0f,
+         .tied = true, .weight_std = 0.08f, .family = "smollm2"});
+    add({.like = "llama3.2-1b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 131072, .rope_theta = 500000.0f,
+         .tied = true, .llama3_rope_factor = 32.0f, .weight_std = 0.08f, .family = "llama3"});
+    add({.like = "qwen2.5-0.5b-reduced", .architecture = "qwen2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .tied = true, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2.5"});
+    add({.like = "gemma2-2b-reduced", .architecture = "gemma2", .dim = 256, .hidden_dim = 256, .n_layers = 26,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 8192, .rms_eps = 1e-6f, .tied = true,
+         .head_dim = 128, .sliding_window = 16, .attn_softcap = 1.0f, .final_softcap = 3.0f, .weight_std = 0.08f,
+         .family = "gemma2"});
+    add({.like = "phi3-mini-reduced", .architecture = "phi3", .dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4,
+         .n_kv_heads = 4, .vocab_size = 1024, .context_length = 4096, .sliding_window = 16, .weight_std = 0.08f,
+         .family = "phi3"});
+    add({.like = "mistral-7b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 1, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
+         .weight_std = 0.08f, .family = "mistral"});
+    return v;
+  }();
   return kShapes;
 }
 
@@ -303,8 +369,13 @@ DType synth_tensor_type(const SynthOptions& o, const SynthShape& shape, const st
     const bool attn_v = name.find("attn_v.weight") != std::string::npos;
     const bool ffn_down = name.find("ffn_down") != std::string::npos;
     const bool attn_out = name.find("attn_output.weight") != std::string::npos;
+    const bool attn_qkv = name.find("attn_qkv.weight") != std::string::npos;
     if (is_output) {
       t = cols % 256 == 0 ? DType::kQ6_K : DType::kQ8_0;
+    } else if (attn_qkv) {  // llama.cpp: Q3_K_M -> Q4_K, Q4_K_M -> Q5_K, Q5_K_M -> Q6_K
+      if (o.mix == SynthMix::kQ3_K_M) t = DType::kQ4_K;
+      if (o.mix == SynthMix::kQ4_K_M) t = DType::kQ5_K;
+      if (o.mix == SynthMix::kQ5_K_M) t = DType::kQ6_K;
     } else if (o.mix == SynthMix::kQ4_K_M || o.mix == SynthMix::kQ5_K_M) {
       if ((attn_v || ffn_down) && more_bits) t = DType::kQ6_K;
     } else if (o.mix == SynthMix::kQ4_K_S) {
@@ -327,38 +398,56 @@ Status synth_model(const SynthOptions& o) {
   Vocab vocab;
   if (o.vocab_from.empty()) {
     vocab = synthetic_spm_vocab(s.vocab_size);
+    if (s.architecture == "phi3") {  // llama.cpp looks this token up in any model named "phi3"
+      vocab.tokens.back() = "<|endoftext|>";
+      vocab.types.back() = 3;
+      vocab.scores.back() = 0.0f;
+    }
   } else {
-    const std::string pre = s.like == "smollm2-135m" ? "smollm" : s.like == "llama-1b" ? "llama-bpe"
-                                                                : s.like == "qwen2-0.5b" ? "qwen2" : "default";
+    const std::string pre = s.family == "smollm2" ? "smollm" : s.family == "llama3" ? "llama-bpe"
+                            : s.family == "qwen2" || s.family == "qwen2.5"          ? "qwen2"
+                                                                                     : "default";
     TS_ASSIGN_OR_RETURN(vocab, hf_vocab(o.vocab_from, s.vocab_size, pre));
   }
 
-  const int32_t head_dim = s.dim / s.n_heads;
+  const int32_t head_dim = s.head_size();
   const uint64_t dim = static_cast<uint64_t>(s.dim), hidden = static_cast<uint64_t>(s.hidden_dim);
   const uint64_t q_dim = static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(head_dim);
   const uint64_t kv_dim = static_cast<uint64_t>(s.n_kv_heads) * static_cast<uint64_t>(head_dim);
+  const bool phi3 = s.architecture == "phi3", gemma2 = s.architecture == "gemma2";
   std::vector<PlannedTensor> plan;
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
     plan.push_back({name, {cols, rows}, 0, synth_tensor_type(o, s, name, cols)});
   };
   auto vec = [&](const std::string& name, uint64_t n, int kind) { plan.push_back({name, {n}, kind, DType::kF32}); };
   matrix("token_embd.weight", dim, static_cast<uint64_t>(s.vocab_size));
+  if (s.llama3_rope_factor > 0.0f) vec("rope_freqs.weight", static_cast<uint64_t>(head_dim / 2), 3);
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", dim, 1);
-    matrix(p + "attn_q.weight", dim, q_dim);
-    matrix(p + "attn_k.weight", dim, kv_dim);
-    matrix(p + "attn_v.weight", dim, kv_dim);
+    if (phi3) {
+      matrix(p + "attn_qkv.weight", dim, q_dim + 2 * kv_dim);
+    } else {
+      matrix(p + "attn_q.weight", dim, q_dim);
+      matrix(p + "attn_k.weight", dim, kv_dim);
+      matrix(p + "attn_v.weight", dim, kv_dim);
+    }
     if (s.attn_bias) {
       vec(p + "attn_q.bias", q_dim, 2);
       vec(p + "attn_k.bias", kv_dim, 2);
       vec(p + "attn_v.bias", kv_dim, 2);
     }
     matrix(p + "attn_output.weight", q_dim, dim);
+    if (gemma2) vec(p + "post_attention_norm.weight", dim, 1);
     vec(p + "ffn_norm.weight", dim, 1);
-    matrix(p + "ffn_gate.weight", dim, hidden);
-    matrix(p + "ffn_up.weight", dim, hidden);
+    if (phi3) {
+      matrix(p + "ffn_up.weight", dim, 2 * hidden);
+    } else {
+      matrix(p + "ffn_gate.weight", dim, hidden);
+      matrix(p + "ffn_up.weight", dim, hidden);
+    }
     matrix(p + "ffn_down.weight", hidden, dim);
+    if (gemma2) vec(p + "post_ffw_norm.weight", dim, 1);
   }
   vec("output_norm.weight", dim, 1);
   if (!s.tied) matrix("output.weight", dim, static_cast<uint64_t>(s.vocab_size));
@@ -381,6 +470,13 @@ Status synth_model(const SynthOptions& o) {
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set_f32(a + "rope.freq_base", s.rope_theta);
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
+  if (s.head_dim > 0) {
+    w.set_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+  }
+  if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.attn_softcap > 0.0f) w.set_f32(a + "attn_logit_softcapping", s.attn_softcap);
+  if (s.final_softcap > 0.0f) w.set_f32(a + "final_logit_softcapping", s.final_softcap);
   w.set_string("tokenizer.ggml.model", vocab.model);
   w.set_string("tokenizer.ggml.pre", vocab.pre);
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
@@ -401,7 +497,11 @@ Status synth_model(const SynthOptions& o) {
     uint64_t n = 1;
     for (uint64_t d : t.ne) n *= d;
     values.resize(static_cast<size_t>(n));
-    synth_values(o.seed, t.name, t.kind, values.size(), values.data());
+    if (t.kind == 3) {  // rope_freqs.weight
+      values = llama3_rope_factors(s.rope_theta, head_dim, s.llama3_rope_factor);
+    } else {
+      synth_values(o.seed, t.name, t.kind, values.size(), values.data(), s.weight_std);
+    }
     switch (t.dtype) {
       case DType::kF32:
         out.resize(values.size() * 4);

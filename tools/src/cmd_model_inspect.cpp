@@ -1,5 +1,6 @@
 // `tessera model inspect PATH [--json]`: format, architecture, shapes, dtypes, parameter
 // count, fingerprint and vocabulary summary of a model file or directory.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -55,6 +56,48 @@ std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
   return out;
 }
 
+// The family features a model uses, in words (empty for a plain Llama).
+std::vector<std::string> features(const Model& m) {
+  const ModelConfig& c = m.config();
+  std::vector<std::string> out;
+  char buf[160];
+  if (!c.rope_freq_factors.empty()) {
+    std::snprintf(buf, sizeof buf, "RoPE frequency factors (rope_freqs, %zu values, %.3g..%.3g)", c.rope_freq_factors.size(),
+                  *std::min_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()),
+                  *std::max_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()));
+    out.emplace_back(buf);
+  }
+  if (c.rope_freq_scale != 1.0f) out.push_back("linear RoPE scaling x" + std::to_string(c.rope_freq_scale));
+  if (c.attn_bias) out.emplace_back("Q/K/V biases");
+  // Phi-3's fused tensors are loaded as adjacent row views of one tensor.
+  auto adjacent = [](const Tensor& a, const Tensor& b) {
+    return b.data == static_cast<const uint8_t*>(a.data) + a.rows * dtype_row_bytes(a.dtype, a.cols);
+  };
+  if (c.architecture == "phi3" && !m.layers.empty() && adjacent(m.layers[0].wq, m.layers[0].wk)) {
+    out.emplace_back("fused attn_qkv");
+  }
+  if (c.architecture == "phi3" && !m.layers.empty() && adjacent(m.layers[0].w_gate, m.layers[0].w_up)) {
+    out.emplace_back("fused gate/up (ffn_up)");
+  }
+  if (c.embedding_scale != 1.0f) {
+    std::snprintf(buf, sizeof buf, "embeddings x %g", c.embedding_scale);
+    out.emplace_back(buf);
+  }
+  if (c.attn_scale > 0.0f) {
+    std::snprintf(buf, sizeof buf, "attention scale %g", c.attn_scale);
+    out.emplace_back(buf);
+  }
+  if (c.attn_softcap > 0.0f) out.push_back("attention soft-cap " + std::to_string(c.attn_softcap).substr(0, 6));
+  if (c.final_softcap > 0.0f) out.push_back("final logit soft-cap " + std::to_string(c.final_softcap).substr(0, 6));
+  if (c.sliding_window > 0) {
+    out.push_back("sliding window " + std::to_string(c.sliding_window) +
+                  (c.swa_every == 1 ? " (every layer)" : " (every " + std::to_string(c.swa_every) + "nd layer from 0)"));
+  }
+  if (c.post_norms) out.emplace_back("post-attention and post-MLP norms");
+  out.emplace_back(c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU (gelu-tanh)" : "SwiGLU");
+  return out;
+}
+
 std::string token_text(const VocabSpec& v, int32_t id) {
   if (id < 0 || id >= static_cast<int32_t>(v.tokens.size())) return "";
   return v.tokens[static_cast<size_t>(id)];
@@ -99,6 +142,8 @@ int run_inspect(const std::vector<std::string>& args) {
     j["path"] = path;
     j["format"] = model_format_name(m.format());
     j["architecture"] = c.architecture;
+    j["family"] = c.family.empty() ? c.architecture : c.family;
+    j["features"] = features(m);
     j["config"] = {{"dim", c.dim}, {"hidden_dim", c.hidden_dim}, {"n_layers", c.n_layers}, {"n_heads", c.n_heads},
                    {"n_kv_heads", c.n_kv_heads}, {"head_dim", c.head_dim}, {"vocab_size", c.vocab_size},
                    {"max_seq_len", c.max_seq_len}, {"rms_eps", c.rms_eps}, {"rope_theta", c.rope_theta},
@@ -121,7 +166,12 @@ int run_inspect(const std::vector<std::string>& args) {
   }
   std::printf("path:         %s\n", path.c_str());
   std::printf("format:       %s\n", model_format_name(m.format()));
-  std::printf("architecture: %s\n", c.architecture.c_str());
+  std::printf("architecture: %s (family %s)\n", c.architecture.c_str(), (c.family.empty() ? c.architecture : c.family).c_str());
+  {
+    std::string f;
+    for (const std::string& s : features(m)) f += (f.empty() ? "" : ", ") + s;
+    std::printf("features:     %s\n", f.c_str());
+  }
   std::printf("shape:        dim %d, hidden %d, layers %d, heads %d, kv heads %d, head_dim %d, vocab %d, context %d\n",
               c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.max_seq_len);
   std::printf("              rms_eps %g, rope_theta %g, rope layout %s, qkv bias %s, tied embeddings %s\n", c.rms_eps,

@@ -145,8 +145,9 @@ void quantize_q8(const float* x, int64_t cols, int8_t* q, float* d) {
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-    const float db = _mm_cvtss_f32(m4) / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float amax = _mm_cvtss_f32(m4);
+    const float db = fp16_to_f32(f32_to_fp16(amax / 127.0f));  // ggml block_q8_0: fp16 scale
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;        // ggml quantize_row_q8_0
     const __m256 idv = _mm256_set1_ps(id);
     __m256i i32[4];
     for (int k = 0; k < 4; ++k) i32[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], idv));

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "isa_table.h"
+#include "tessera/kernels/ops.h"
 
 namespace tessera::kernels::cpu {
 namespace {
@@ -169,8 +170,8 @@ void quantize_q8(const float* x, int64_t cols, int8_t* q, float* d) {
     const __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
     const __m512 m = _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_andnot_ps(sign, x1));
     const float amax = _mm512_reduce_max_ps(m);
-    const float db = amax / 127.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float db = fp16_to_f32(f32_to_fp16(amax / 127.0f));  // ggml block_q8_0: fp16 scale
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;        // ggml quantize_row_q8_0
     const __m512 idv = _mm512_set1_ps(id);
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, idv));
     const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, idv));
@@ -365,6 +366,10 @@ void attend_group_nv(const AttnGroup& g) {
 // head_dim 64 and 128 (the Llama family's) get the register-resident AVX-512 path, others the
 // portable one.
 void attend_group_avx512(const AttnGroup& g) {
+  if (g.softcap > 0.0f || g.window > 0) {  // the explicit kernels have neither
+    attend_group(g);
+    return;
+  }
   switch (g.head_dim) {
     case 64: attend_group_nv<4>(g); return;
     case 128: attend_group_nv<8>(g); return;

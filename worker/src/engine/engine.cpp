@@ -67,6 +67,10 @@ Status check_model(const Model& model) {
     TS_TRY(check_linear(w.w_gate, p + "ffn_gate", c.hidden_dim, c.dim));
     TS_TRY(check_linear(w.w_up, p + "ffn_up", c.hidden_dim, c.dim));
     TS_TRY(check_linear(w.w_down, p + "ffn_down", c.dim, c.hidden_dim));
+    if (c.post_norms) {
+      TS_TRY(check_tensor(w.attn_post_norm, p + "post_attention_norm", 1, c.dim, true));
+      TS_TRY(check_tensor(w.ffn_post_norm, p + "post_ffw_norm", 1, c.dim, true));
+    }
     if (c.attn_bias) {
       TS_TRY(check_tensor(w.bq, p + "attn_q.bias", 1, q_dim, true));
       TS_TRY(check_tensor(w.bk, p + "attn_k.bias", 1, kv_dim, true));
@@ -74,6 +78,21 @@ Status check_model(const Model& model) {
     }
   }
   return ok_status();
+}
+
+Status check_plain_llama(const ModelConfig& c, const std::string& backend) {
+  std::string missing;
+  if (!c.rope_freq_factors.empty()) missing = "RoPE frequency factors (Llama 3 rope_freqs)";
+  else if (c.rope_freq_scale != 1.0f) missing = "linear RoPE scaling";
+  else if (c.embedding_scale != 1.0f) missing = "embedding scaling";
+  else if (c.attn_scale > 0.0f) missing = "a custom attention scale";
+  else if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f) missing = "logit soft-capping";
+  else if (c.sliding_window > 0) missing = "sliding-window attention (" + std::to_string(c.sliding_window) + ")";
+  else if (c.post_norms) missing = "post-attention/post-MLP norms";
+  else if (c.ffn_act != FfnActivation::kSilu) missing = "the GeGLU MLP";
+  if (missing.empty()) return ok_status();
+  return make_error(ErrorCode::kUnsupported, backend + ": not implemented yet: " + missing + ", which this " + c.architecture +
+                                                 " model needs (use the cpu backend)");
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

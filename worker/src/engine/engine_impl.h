@@ -62,4 +62,10 @@ struct Engine::Impl {
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.
 Status check_model(const Model& model);
 
+// kUnsupported naming the first family feature (docs/models.md, "Model families") that a
+// backend with only the plain Llama forward pass lacks: RoPE frequency factors or scaling,
+// embedding scaling, a custom attention scale, soft-capping, sliding windows, post-norms,
+// GeGLU. `backend` starts the message ("CUDA backend").
+Status check_plain_llama(const ModelConfig& config, const std::string& backend);
+
 }  // namespace tessera::worker

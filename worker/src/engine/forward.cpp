@@ -73,7 +73,9 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
                             static_cast<const uint8_t*>(model.tok_embeddings.data) + static_cast<size_t>(tokens[static_cast<size_t>(t)]) * emb_row,
                             x + t * dim, dim);
   }
-  kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs);
+  if (c.embedding_scale != 1.0f) kernels::scale_inplace(x, T * dim, c.embedding_scale);
+  kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs,
+                      c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(), c.rope_freq_scale);
   const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
 
   auto args = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
@@ -91,7 +93,8 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   const kernels::PagedAttentionArgs att_base{
       .q = q, .q_stride = q_dim, .out = att, .out_stride = q_dim, .kv = nullptr, .page_size = pool.page_size(),
       .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads, .head_dim = c.head_dim,
-      .scale = 1.0f / std::sqrt(static_cast<float>(hd)), .n_seqs = static_cast<int32_t>(batch.size()),
+      .scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd)),
+      .softcap = c.attn_softcap, .window = 0, .n_seqs = static_cast<int32_t>(batch.size()),
       .token_indptr = s.token_indptr.data(), .start_pos = s.start_pos.data(), .page_indptr = s.page_indptr.data(),
       .page_ids = s.page_ids.data()};
 
@@ -118,8 +121,10 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     }
     kernels::PagedAttentionArgs a = att_base;
     a.kv = pool.layer(l);
+    a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
     kernels::paged_attention(a, tp, isa);
     linear(w.wo, att, q_dim, o, dim);
+    if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);
     // MLP block.
     kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
@@ -127,14 +132,16 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
       const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
       kernels::matmul_batch(gate_up, tp, isa);
     }
+    const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
     if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
       tp->parallel_for(T, [&](int64_t t) {
-        kernels::silu_mul(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
+        act(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
       });
     } else {
-      kernels::silu_mul(gate, hidden, up, hidden, gate, hidden, T, hidden);
+      act(gate, hidden, up, hidden, gate, hidden, T, hidden);
     }
     linear(w.w_down, gate, hidden, o, dim);
+    if (c.post_norms) kernels::rmsnorm(o, dim, w.ffn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);
   }
 
@@ -150,6 +157,7 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   matmul({.w_type = model.output.dtype, .w = model.output.data, .rows = c.vocab_size, .cols = dim, .x = rows,
           .x_stride = dim, .n = n_out, .y = logits, .y_stride = c.vocab_size},
          tp, isa);
+  if (c.final_softcap > 0.0f) kernels::softcap(logits, n_out * c.vocab_size, c.final_softcap);
   return {logits, static_cast<size_t>(n_out * c.vocab_size)};
 }
 

@@ -36,9 +36,11 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
-void rotate(float* v, int64_t hd, int32_t pos, float theta, bool interleaved) {
+void rotate(float* v, int64_t hd, int32_t pos, const ModelConfig& cfg, bool interleaved) {
   for (int64_t i = 0; i < hd / 2; ++i) {
-    const double ang = pos * std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    double ang = pos * std::pow(static_cast<double>(cfg.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    if (!cfg.rope_freq_factors.empty()) ang /= static_cast<double>(cfg.rope_freq_factors[static_cast<size_t>(i)]);
+    ang *= static_cast<double>(cfg.rope_freq_scale);
     const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
     const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
     const float v0 = v[a], v1 = v[b];
@@ -64,7 +66,9 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
   std::vector<float> x(static_cast<size_t>(n * dim));
   for (int64_t t = 0; t < n; ++t) {
     std::copy_n(emb.data() + tokens[static_cast<size_t>(t)] * dim, dim, x.data() + t * dim);
+    for (int64_t i = 0; i < dim; ++i) x[static_cast<size_t>(t * dim + i)] *= c.embedding_scale;
   }
+  const float att_scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> kc(static_cast<size_t>(n * kv_dim)), vc(static_cast<size_t>(n * kv_dim));
   std::vector<float> xn(static_cast<size_t>(dim)), q(static_cast<size_t>(q_dim)), att(static_cast<size_t>(q_dim)),
       o(static_cast<size_t>(dim)), g(static_cast<size_t>(hidden)), u(static_cast<size_t>(hidden)), sc(static_cast<size_t>(n));
@@ -86,44 +90,57 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
           vc[static_cast<size_t>(t * kv_dim + i)] += w.bv.f32()[i];
         }
       }
-      for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c.rope_theta, interleaved);
+      for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c, interleaved);
       for (int32_t h = 0; h < c.n_kv_heads; ++h) {
-        rotate(kc.data() + t * kv_dim + h * hd, hd, static_cast<int32_t>(t), c.rope_theta, interleaved);
+        rotate(kc.data() + t * kv_dim + h * hd, hd, static_cast<int32_t>(t), c, interleaved);
       }
       for (int32_t h = 0; h < c.n_heads; ++h) {
         const int64_t kvh = h / group;
+        // Keys [p0, t]: all of them, or the last `sliding_window` on a sliding-window layer.
+        const int64_t p0 = c.layer_uses_swa(l) ? std::max<int64_t>(0, t - c.sliding_window + 1) : 0;
         float mx = -INFINITY;
-        for (int64_t p = 0; p <= t; ++p) {
+        for (int64_t p = p0; p <= t; ++p) {
           float d = 0.0f;
           for (int64_t i = 0; i < hd; ++i) d += q[static_cast<size_t>(h * hd + i)] * kc[static_cast<size_t>(p * kv_dim + kvh * hd + i)];
-          sc[static_cast<size_t>(p)] = d / std::sqrt(static_cast<float>(hd));
+          d *= att_scale;
+          if (c.attn_softcap > 0.0f) d = c.attn_softcap * std::tanh(d / c.attn_softcap);
+          sc[static_cast<size_t>(p)] = d;
           mx = std::max(mx, sc[static_cast<size_t>(p)]);
         }
         float z = 0.0f;
-        for (int64_t p = 0; p <= t; ++p) z += (sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx));
+        for (int64_t p = p0; p <= t; ++p) z += (sc[static_cast<size_t>(p)] = std::exp(sc[static_cast<size_t>(p)] - mx));
         for (int64_t i = 0; i < hd; ++i) {
           float acc = 0.0f;
-          for (int64_t p = 0; p <= t; ++p) acc += sc[static_cast<size_t>(p)] * vc[static_cast<size_t>(p * kv_dim + kvh * hd + i)];
+          for (int64_t p = p0; p <= t; ++p) acc += sc[static_cast<size_t>(p)] * vc[static_cast<size_t>(p * kv_dim + kvh * hd + i)];
           att[static_cast<size_t>(h * hd + i)] = acc / z;
         }
       }
       matvec(wo, dim, q_dim, att.data(), o.data());
+      if (c.post_norms) rmsnorm(o.data(), w.attn_post_norm.f32(), o.data(), dim, c.rms_eps);
       for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
       rmsnorm(xt, w.ffn_norm.f32(), xn.data(), dim, c.rms_eps);
       matvec(wg, hidden, dim, xn.data(), g.data());
       matvec(wu, hidden, dim, xn.data(), u.data());
       for (int64_t i = 0; i < hidden; ++i) {
         const float gi = g[static_cast<size_t>(i)];
-        g[static_cast<size_t>(i)] = gi / (1.0f + std::exp(-gi)) * u[static_cast<size_t>(i)];
+        const float act = c.ffn_act == FfnActivation::kGeluTanh
+                              ? 0.5f * gi * (1.0f + std::tanh(0.7978845608f * (gi + 0.044715f * gi * gi * gi)))
+                              : gi / (1.0f + std::exp(-gi));
+        g[static_cast<size_t>(i)] = act * u[static_cast<size_t>(i)];
       }
       matvec(wd, dim, hidden, g.data(), o.data());
+      if (c.post_norms) rmsnorm(o.data(), w.ffn_post_norm.f32(), o.data(), dim, c.rms_eps);
       for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
     }
   }
   std::vector<float> logits(static_cast<size_t>(n * c.vocab_size));
   for (int64_t t = 0; t < n; ++t) {
     rmsnorm(x.data() + t * dim, model.final_norm.f32(), xn.data(), dim, c.rms_eps);
-    matvec(out_w, c.vocab_size, dim, xn.data(), logits.data() + t * c.vocab_size);
+    float* row = logits.data() + t * c.vocab_size;
+    matvec(out_w, c.vocab_size, dim, xn.data(), row);
+    if (c.final_softcap > 0.0f) {
+      for (int64_t i = 0; i < c.vocab_size; ++i) row[i] = c.final_softcap * std::tanh(row[i] / c.final_softcap);
+    }
   }
   return logits;
 }

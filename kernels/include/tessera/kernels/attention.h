@@ -6,6 +6,8 @@
 // p % page_size. The K/V of the step's own tokens must already be written (the caller writes
 // them through its slot mapping before calling), so causality within the step follows from
 // each query attending to positions [0, its own position].
+// Sliding window (window > 0): keys at positions <= p - window are masked too (llama.cpp's
+// `pos - kv_pos >= n_swa`).
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads).
 // Softmax is computed online (running max and sum), in f32.
 #pragma once
@@ -29,6 +31,8 @@ struct PagedAttentionArgs {
   int32_t n_kv_heads = 0;       // divides n_heads
   int32_t head_dim = 0;
   float scale = 1.0f;           // usually 1 / sqrt(head_dim)
+  float softcap = 0.0f;         // > 0: score = softcap * tanh(score / softcap) after scaling (Gemma 2)
+  int32_t window = 0;           // > 0: a query at position p sees keys (p - window, p] only (sliding window)
   int32_t n_seqs = 0;
   const int32_t* token_indptr = nullptr;  // [n_seqs + 1] rows of q/out owned by each sequence, from 0
   const int32_t* start_pos = nullptr;     // [n_seqs] position of each sequence's first row

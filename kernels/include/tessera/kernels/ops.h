@@ -28,9 +28,12 @@ void quantize_row_q8_0(const float* x, void* out, int64_t cols);
 void rmsnorm(const float* x, int64_t x_stride, const float* weight, float* out, int64_t out_stride,
              int64_t n, int64_t dim, float eps);
 
-// RoPE tables: cos_sin[t * head_dim + 2 * i] = cos(pos[t] * theta^(-2i/head_dim)),
-// cos_sin[t * head_dim + 2 * i + 1] = sin(...), i in [0, head_dim / 2). [n, head_dim] floats.
-void rope_table(const int32_t* positions, int64_t n, int64_t head_dim, float theta, float* cos_sin);
+// RoPE tables: cos_sin[t * head_dim + 2 * i] = cos(angle), cos_sin[t * head_dim + 2 * i + 1] =
+// sin(angle), angle = freq_scale * pos[t] * theta^(-2i/head_dim) / freq_factors[i], i in
+// [0, head_dim / 2) (ggml_rope_ext without YaRN: freq_factors are Llama 3's rope_freqs, nullptr
+// for all 1; freq_scale is linear scaling). [n, head_dim] floats.
+void rope_table(const int32_t* positions, int64_t n, int64_t head_dim, float theta, float* cos_sin,
+                const float* freq_factors = nullptr, float freq_scale = 1.0f);
 
 // Rotates every head of x in place: x row t is [n_heads, head_dim] at x + t * x_stride.
 // interleaved: pairs (2i, 2i+1) rotate by angle i; otherwise (halves) pairs (i, i + head_dim/2).
@@ -40,6 +43,19 @@ void rope(float* x, int64_t x_stride, int64_t n, int64_t n_heads, int64_t head_d
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i], for n rows of `cols`.
 void silu_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
               int64_t out_stride, int64_t n, int64_t cols);
+
+// out[i] = gelu(gate[i]) * up[i] with the tanh approximation
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Gemma's GeGLU), for n rows of `cols`,
+// rounded as llama.cpp's CPU backend does (x and gelu(x) through fp16; x above 10 passes, below
+// -10 gives 0): this halves the measured Gemma 2 log-probability difference to llama.cpp.
+void gelu_tanh_mul(const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, float* out,
+                   int64_t out_stride, int64_t n, int64_t cols);
+
+// In place: x[i] = cap * tanh(x[i] / cap) (Gemma 2's logit soft-capping).
+void softcap(float* x, int64_t n, float cap);
+
+// In place: x[i] *= s
+void scale_inplace(float* x, int64_t n, float s);
 
 // In place: x = softmax(x) over n elements (max-subtracted).
 void softmax(float* x, int64_t n);

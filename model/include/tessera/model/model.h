@@ -6,6 +6,9 @@
 // - A linear weight is a 2-D Tensor [rows = out_features, cols = in_features], row-major:
 //   y[r] = sum_c W[r, c] * x[c]. Quantized dtypes are blocked along cols.
 // - Norm weights and biases are always F32 (converted at load if stored otherwise).
+// - A fused tensor (Phi-3 attn_qkv, ffn_up holding gate and up) becomes views of its row ranges:
+//   wq/wk/wv and w_gate/w_up point into the one stored tensor (no copy).
+// - Norm weights are used as stored: x / rms(x) * w (Gemma's converter already stores 1 + w).
 // - RoPE: `config.rope_layout` says how the Q/K head dimensions pair up for rotation *as the
 //   weights are stored* (llama2.c and GGUF `llama` interleave pairs; HF and GGUF `qwen2`
 //   rotate halves). The forward pass applies the rotation in that layout.
@@ -44,8 +47,18 @@ enum class RopeLayout : uint8_t {
 enum class ModelFormat : uint8_t { kGguf, kSafetensors, kLlama2c };
 const char* model_format_name(ModelFormat f);
 
+// The MLP's activation: gate' = act(gate) * up.
+enum class FfnActivation : uint8_t {
+  kSilu = 0,      // SwiGLU (Llama, Mistral, Qwen2, Phi-3)
+  kGeluTanh = 1,  // GeGLU with the tanh approximation of GELU (Gemma 2)
+};
+
 struct ModelConfig {
-  std::string architecture = "llama";  // llama | mistral | qwen2
+  std::string architecture = "llama";  // llama | mistral | qwen2 | gemma2 | phi3
+  // The model family as far as the file tells (for display): gemma2, phi3, qwen2, llama3 (a
+  // llama with rope_freqs), or from general.name (smollm2, mistral, qwen2.5, llama3...), else
+  // the architecture.
+  std::string family;
   int32_t dim = 0;                     // hidden size
   int32_t hidden_dim = 0;              // MLP intermediate size
   int32_t n_layers = 0;
@@ -59,6 +72,25 @@ struct ModelConfig {
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   bool attn_bias = false;       // Q/K/V carry biases (qwen2)
   bool tied_embeddings = false;  // output head == token embedding
+
+  // Family features. The defaults are a plain Llama; docs/models.md lists which family sets what.
+  // RoPE frequency i (of head_dim / 2) is theta^(-2i/head_dim) / rope_freq_factors[i] (Llama 3.x
+  // `rope_freqs`; empty = all 1), and positions are multiplied by rope_freq_scale (linear scaling).
+  std::vector<float> rope_freq_factors;
+  float rope_freq_scale = 1.0f;
+  float embedding_scale = 1.0f;  // token embeddings are multiplied by this (Gemma: sqrt(dim))
+  float attn_scale = 0.0f;       // scores = q.k * attn_scale; 0 means 1 / sqrt(head_dim)
+  float attn_softcap = 0.0f;     // scores = cap * tanh(scores / cap) before the softmax; 0 = none
+  float final_softcap = 0.0f;    // logits = cap * tanh(logits / cap); 0 = none
+  // Sliding-window attention: a query at position p sees keys at positions (p - window, p].
+  // 0 = full attention. swa_every: 1 = every layer, 2 = the even layers (Gemma 2: 0, 2, 4, ...).
+  int32_t sliding_window = 0;
+  int32_t swa_every = 1;
+  bool post_norms = false;       // RMSNorm after attention and after the MLP, before each residual add (Gemma 2)
+  FfnActivation ffn_act = FfnActivation::kSilu;
+
+  // Whether layer `l` uses the sliding window.
+  bool layer_uses_swa(int32_t l) const { return sliding_window > 0 && l % swa_every == 0; }
 };
 
 struct LayerWeights {
@@ -68,6 +100,8 @@ struct LayerWeights {
   Tensor ffn_norm;            // [1, dim] F32
   Tensor w_gate, w_up;        // [hidden_dim, dim]  (HF gate_proj/up_proj, llama2.c w1/w3)
   Tensor w_down;              // [dim, hidden_dim]  (HF down_proj, llama2.c w2)
+  Tensor attn_post_norm;      // [1, dim] F32, only when config.post_norms (Gemma 2 post_attention_norm)
+  Tensor ffn_post_norm;       // [1, dim] F32, only when config.post_norms (Gemma 2 post_ffw_norm)
 };
 
 

@@ -16,6 +16,9 @@
 // llama.cpp (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, q2_k/q3_k/iq4_xs -> iq4_nl), and to
 // f32 when even that does not fit. Blocks are bit-identical to ggml's reference quantizers
 // (common/quants.h), so llama.cpp loads the files and reads the same numbers.
+// Family layouts as llama.cpp's converter writes them: phi3 fused attn_qkv and ffn_up (gate rows
+// then up rows), no output head bias; gemma2 post_attention_norm / post_ffw_norm and its
+// soft-capping and sliding-window keys; Llama 3 rope_freqs.weight; Mistral as "llama".
 // Metadata: general.*, <arch>.* hyperparameters, general.alignment = 32, and a vocabulary:
 // by default a synthetic SentencePiece "llama" vocab (<unk>, <s>, </s>, 256 <0xXX> byte
 // tokens, then distinct pieces with scores), or a tokenizer.json's byte-level BPE ("gpt2").
@@ -33,14 +36,26 @@ namespace tessera {
 
 struct SynthShape {
   std::string like;          // "smollm2-135m"
-  std::string architecture;  // llama | qwen2
-  int32_t dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, context_length;
-  float rope_theta, rms_eps;
-  bool tied;
-  bool attn_bias;
+  std::string architecture;  // GGUF general.architecture: llama | qwen2 | gemma2 | phi3
+  int32_t dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, context_length = 0;
+  float rope_theta = 10000.0f, rms_eps = 1e-5f;
+  bool tied = false;
+  bool attn_bias = false;
+  int32_t head_dim = 0;            // 0: dim / n_heads; else written as <arch>.attention.key_length/value_length
+  float llama3_rope_factor = 0.0f; // > 0: a rope_freqs.weight tensor as convert_hf_to_gguf.py computes it
+                                   // for rope_type "llama3" (low 1, high 4, original context 8192)
+  int32_t sliding_window = 0;      // > 0: <arch>.attention.sliding_window
+  float attn_softcap = 0.0f, final_softcap = 0.0f;  // > 0: gemma2 soft-capping keys
+  float weight_std = 0.02f;        // std of the matrices' uniform values
+  std::string family;              // what `model inspect` calls it: llama3, smollm2, qwen2.5, gemma2, phi3, mistral
+
+  int32_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
 };
 
-// The known shapes (smollm2-135m, llama-1b, stories260k, qwen2-0.5b), and lookup by name
+// The known shapes: each family's real shape and a "-reduced" one (2 layers, dim 256 or 192, a
+// 1024-token vocabulary; Gemma 2 keeps 26 layers, the count llama.cpp requires; windows and caps
+// small enough to act within 64 positions): smollm2-135m, llama3.2-1b, qwen2.5-0.5b, gemma2-2b,
+// phi3-mini, mistral-7b (+ -reduced), and the older llama-1b, stories260k, qwen2-0.5b. Lookup by name
 // (kInvalidArgument listing the known names).
 const std::vector<SynthShape>& synth_shapes();
 Result<SynthShape> synth_shape(const std::string& like);

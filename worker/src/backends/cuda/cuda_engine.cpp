@@ -61,6 +61,7 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(const Model& model, const
     return make_error(ErrorCode::kInvalidArgument, "CUDA backend: page_size, max_batch_tokens and max_seqs must be positive");
   }
   TS_TRY(check_model(model));
+  TS_TRY(check_plain_llama(model.config(), "CUDA backend"));
   const ModelConfig& c = model.config();
   if (c.head_dim > kc::kMaxHeadDim) {
     return make_error(ErrorCode::kUnsupported, "not implemented yet: CUDA attention with head_dim " + std::to_string(c.head_dim) +

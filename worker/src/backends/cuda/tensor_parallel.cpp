@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/engine_impl.h"  // check_plain_llama
 #include "tessera/common/check.h"
 
 namespace tessera::worker::tp {
@@ -34,6 +35,7 @@ Result<std::vector<RankShard>> plan_shards(const Model& model, int32_t world) {
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.hidden_dim <= 0) {
     return make_error(ErrorCode::kInvalidArgument, "tensor parallel: model config has bad head counts or hidden_dim");
   }
+  TS_TRY(check_plain_llama(c, "tensor parallel"));
   // Heads: either whole KV heads per rank (n_kv_heads % world == 0), or each KV head
   // replicated on `rep` = world / n_kv_heads ranks that split its query heads.
   const int32_t group = c.n_heads / c.n_kv_heads;

@@ -1,0 +1,141 @@
+// Model families in the GGUF loader: each `model synth --like <family>-reduced` file loads with
+// the family's features (the values synth wrote, llama.cpp's defaults otherwise); Phi-3's fused
+// tensors become row views; unsupported RoPE scaling is refused by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "gguf_writer.h"
+#include "synth.h"
+#include "tessera/model/model.h"
+#include "tessera/model/model_synth.h"
+#include "tessera/testing/paths.h"
+
+namespace tessera {
+namespace {
+
+std::unique_ptr<Model> synth_load(const std::string& like, const std::string& dir) {
+  SynthOptions o;
+  o.like = like;
+  o.dtype = DType::kF32;
+  o.out_path = dir + "/" + like + ".gguf";
+  const Status st = synth_model(o);
+  EXPECT_TRUE(st.ok()) << st.error().to_string();
+  auto m = load_model(o.out_path);
+  EXPECT_TRUE(m.ok()) << m.error().to_string();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+class FamilyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::make_temp_dir("family-test"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(FamilyTest, Llama3RopeFreqs) {
+  const auto m = synth_load("llama3.2-1b-reduced", dir_);
+  ASSERT_TRUE(m);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.family, "llama3");
+  EXPECT_EQ(c.rope_layout, RopeLayout::kInterleaved);
+  ASSERT_EQ(c.rope_freq_factors.size(), 32u);
+  // Factor 32 for the lowest frequencies, 1 for the highest, as convert_hf_to_gguf.py computes.
+  EXPECT_FLOAT_EQ(c.rope_freq_factors.front(), 1.0f);
+  EXPECT_FLOAT_EQ(c.rope_freq_factors.back(), 32.0f);
+  EXPECT_EQ(loaders::llama3_rope_factors(500000.0f, 64, 32.0f), c.rope_freq_factors);
+  EXPECT_EQ(c.sliding_window, 0);
+}
+
+TEST_F(FamilyTest, Gemma2Features) {
+  const auto m = synth_load("gemma2-2b-reduced", dir_);
+  ASSERT_TRUE(m);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.family, "gemma2");
+  EXPECT_EQ(c.rope_layout, RopeLayout::kHalves);
+  EXPECT_EQ(c.head_dim, 128);  // key_length, not dim / heads = 64
+  EXPECT_FLOAT_EQ(c.embedding_scale, 16.0f);
+  EXPECT_FLOAT_EQ(c.attn_scale, 1.0f / std::sqrt(128.0f));
+  EXPECT_FLOAT_EQ(c.attn_softcap, 1.0f);
+  EXPECT_FLOAT_EQ(c.final_softcap, 3.0f);
+  EXPECT_EQ(c.sliding_window, 16);
+  EXPECT_TRUE(c.layer_uses_swa(0));
+  EXPECT_FALSE(c.layer_uses_swa(1));
+  EXPECT_TRUE(c.post_norms);
+  EXPECT_EQ(c.ffn_act, FfnActivation::kGeluTanh);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(m->layers[25].attn_post_norm.empty());
+  EXPECT_FALSE(m->layers[25].ffn_post_norm.empty());
+}
+
+TEST_F(FamilyTest, Phi3FusedTensorsAreRowViews) {
+  const auto m = synth_load("phi3-mini-reduced", dir_);
+  ASSERT_TRUE(m);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.family, "phi3");
+  EXPECT_EQ(c.sliding_window, 16);
+  EXPECT_TRUE(c.layer_uses_swa(1));
+  EXPECT_FALSE(c.tied_embeddings);
+  const LayerWeights& w = m->layers[0];
+  const size_t row = dtype_row_bytes(DType::kF32, c.dim);
+  EXPECT_EQ(w.wq.rows, 256);
+  EXPECT_EQ(w.wk.data, static_cast<const uint8_t*>(w.wq.data) + 256 * row);
+  EXPECT_EQ(w.wv.data, static_cast<const uint8_t*>(w.wk.data) + 256 * row);
+  EXPECT_EQ(w.w_gate.rows, c.hidden_dim);
+  EXPECT_EQ(w.w_up.data, static_cast<const uint8_t*>(w.w_gate.data) + static_cast<size_t>(c.hidden_dim) * row);
+  // The values are the fused tensor's rows: ffn_up's row hidden_dim is w_up's row 0.
+  std::vector<float> fused(static_cast<size_t>(2 * c.hidden_dim * c.dim));
+  loaders::synth_values(0, "blk.0.ffn_up.weight", 0, fused.size(), fused.data(), 0.08f);
+  EXPECT_EQ(w.w_up.f32()[0], fused[static_cast<size_t>(c.hidden_dim) * static_cast<size_t>(c.dim)]);
+}
+
+TEST_F(FamilyTest, Qwen25AndMistralAndSmol) {
+  const auto q = synth_load("qwen2.5-0.5b-reduced", dir_);
+  ASSERT_TRUE(q);
+  EXPECT_EQ(q->config().family, "qwen2.5");
+  EXPECT_TRUE(q->config().attn_bias);
+  EXPECT_EQ(q->config().rope_layout, RopeLayout::kHalves);
+  const auto mi = synth_load("mistral-7b-reduced", dir_);
+  ASSERT_TRUE(mi);
+  EXPECT_EQ(mi->config().family, "mistral");
+  EXPECT_EQ(mi->config().architecture, "llama");
+  EXPECT_EQ(mi->config().n_heads / mi->config().n_kv_heads, 4);
+  const auto s = synth_load("smollm2-135m-reduced", dir_);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->config().family, "smollm2");
+  EXPECT_TRUE(s->config().tied_embeddings);
+}
+
+// A minimal llama GGUF with extra metadata, for the refusals.
+std::string tiny_llama(const std::string& dir, const std::string& key, const std::string& value) {
+  loaders::GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.context_length", 64);
+  w.set_u32("llama.embedding_length", 32);
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.feed_forward_length", 32);
+  w.set_u32("llama.attention.head_count", 2);
+  w.set_string(key, value);
+  for (const char* n : {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+                        "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) {
+    w.add_tensor(n, 0, {32, 32});
+  }
+  for (const char* n : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) w.add_tensor(n, 0, {32});
+  const std::string path = dir + "/tiny.gguf";
+  EXPECT_TRUE(w.write_file(path, [&w](size_t i, std::vector<uint8_t>& out) { out.assign(w.tensor_nbytes(i), 0); }).ok());
+  return path;
+}
+
+TEST_F(FamilyTest, UnsupportedRopeScalingIsRefusedByName) {
+  auto m = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "yarn"));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(m.error().message.find("llama.rope.scaling.type = 'yarn'"), std::string::npos) << m.error().to_string();
+  auto lin = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "linear"));
+  ASSERT_TRUE(lin.ok()) << lin.error().to_string();
+  EXPECT_FLOAT_EQ((*lin)->config().rope_freq_scale, 1.0f);  // no factor key: scale 1
+}
+
+}  // namespace
+}  // namespace tessera
