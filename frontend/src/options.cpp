@@ -74,6 +74,11 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                           .help = "file of API keys, one per line: '<key> <tenant> [<user>,... or *]' (tenant = prefix-cache "
                                   "scope; users the key may name; docs/api.md)",
                           .env = "TESSERA_API_KEYS_FILE"});
+  curve::declare_options(o, c.curve, curve::Role::kFrontend);
+  o.add(c.zmq_curve, {.name = "zmq-curve",
+                      .help = "require CURVE on the ZeroMQ client API: clients need frontend.key and a key pair "
+                              "admitted by client.key / client.d/*.key of --curve-dir (docs/security.md)",
+                      .env = "TESSERA_ZMQ_CURVE"});
 }
 
 }  // namespace tessera::frontend

@@ -41,6 +41,8 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientConfig& config) {
   impl->config = config;
   try {
     impl->sock.set(zmq::sockopt::linger, 0);
+    impl->sock.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
+    curve::make_client(impl->sock, config.curve);
     impl->sock.connect(config.endpoint);
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kInvalidArgument, "kvstore endpoint '" + config.endpoint + "': " + e.what());

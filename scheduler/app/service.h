@@ -44,6 +44,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/result.h"
 #include "tessera/scheduler/batcher.h"
@@ -68,6 +69,7 @@ struct ServiceConfig {
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
   int stats_interval_s = 10;       // a stats log line this often; 0 = none
   scheduler::RouterConfig router;
+  curve::Settings curve;           // --curve-dir / --insecure (docs/security.md)
 };
 
 class Service {

@@ -27,6 +27,7 @@ struct WorkerOptions {
   int32_t eos_id = -2;  // -2 = the model file's (else 2 for llama2.c), -1 = none
   kvstore::ClientConfig kvstore{.endpoint = "", .timeout_ms = 2000};  // "" = no kvstore
   worker::InjectorConfig injector;
+  curve::Settings curve;  // --curve-dir / --insecure (docs/security.md)
 };
 
 void declare_options(config::Options& options, WorkerOptions& config);

@@ -125,6 +125,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     results.bind("inproc://worker-results");
     sched.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(sched);
+    curve::make_client(sched, config.curve);
     sched.set(zmq::sockopt::routing_id, config.name);
     sched.connect(config.scheduler_endpoint);
   } catch (const zmq::error_t& e) {

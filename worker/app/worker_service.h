@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/step_executor.h"
@@ -38,6 +39,7 @@ struct ServiceConfig {
   int32_t eos_id = -1;            // sent in register; -1 = none
   int heartbeat_ms = 500;         // until the ack says otherwise
   int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
+  curve::ClientKeys curve;        // the scheduler's public key and ours; empty = plain socket
 };
 
 // Runs until drain/shutdown/request_stop(). Borrowed model and executor must outlive the call.

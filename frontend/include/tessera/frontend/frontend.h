@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 
 namespace tessera::frontend {
@@ -57,6 +58,10 @@ struct FrontendConfig {
   // request is tenant "default" and may name any user).
   std::string api_key;        // one key: tenant "default", any user
   std::string api_keys_file;  // lines "<key> <tenant> [<user>,...|*]"
+  // Internal sockets (curve.h, docs/security.md): --curve-dir or --insecure; --zmq-curve also
+  // puts the client API behind CURVE.
+  curve::Settings curve;
+  bool zmq_curve = false;
 };
 
 // Declares every frontend option (flag, config key [frontend], env var, check), each bound to

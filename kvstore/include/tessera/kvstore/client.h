@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
 #include "tessera/kvstore/types.h"
@@ -28,6 +29,9 @@ namespace tessera::kvstore {
 struct ClientConfig {
   std::string endpoint = "tcp://127.0.0.1:5557";
   int timeout_ms = 5000;
+  curve::ClientKeys curve;  // the kvstore's public key and ours (curve.h); empty = plain socket
+  // Replies larger than this are refused unread (ZMQ_MAXMSGSIZE): the largest blob plus framing.
+  int64_t max_message_bytes = (int64_t{256} << 20) + 4096;
 };
 
 struct ClientGet {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/kvstore/server.h"
 #include "tessera/kvstore/store.h"
 
@@ -41,6 +42,7 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
                            .env = "TESSERA_KVSTORE_THREADS", .min = 1, .max = 256});
   o.add(c.store.max_blob_bytes, {.name = "max-blob-bytes", .help = "largest blob accepted by put",
                                  .env = "TESSERA_KVSTORE_MAX_BLOB_BYTES", .min = 64, .max = 2147483647.0});
+  curve::declare_options(o, c.server.curve, curve::Role::kKvstore);
 }
 
 }  // namespace tessera::kvstore
