@@ -7,6 +7,7 @@
 // kvstore's part is tests/integration/kvstore/service_curve_test.cpp.)
 #include <zmq.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -105,9 +106,9 @@ TEST_F(ClusterCurve, IntruderWorkersCannotRegisterAndGetNoPrompt) {
                                       .max_batch_tokens = 256, .max_seq_len = 256, .vocab_size = 512});
   EXPECT_EQ(plain.handshake(milliseconds(10000)), -1) << "a plain ZeroMQ peer passed the handshake";
 
-  // The intruder worker's handshakes are refused and counted (it retries, so the count grows).
+  // The intruder worker's handshake is refused and counted (libzmq does not retry a refused one).
   ASSERT_TRUE(wait_until(
-      [&] { return c.metric(c.metrics_port(), "tessera_scheduler_refused_peers_total", "workers") >= refused_before + 2; },
+      [&] { return c.metric(c.metrics_port(), "tessera_scheduler_refused_peers_total", "workers") >= refused_before + 1; },
       milliseconds(15000)))
       << c.logs();
   EXPECT_NE(read_file(c.scheduler().log_path()).find("refused a peer on workers"), std::string::npos) << c.logs();
@@ -118,7 +119,8 @@ TEST_F(ClusterCurve, IntruderWorkersCannotRegisterAndGetNoPrompt) {
     EXPECT_EQ(r->status, 200) << r->body;
   }
   EXPECT_EQ(c.metric(c.metrics_port(), "tessera_scheduler_live_workers"), 1.0);
-  EXPECT_EQ(c.metric(c.metrics_port(), "tessera_scheduler_routed_requests_total", "intruder"), 0.0);
+  const double to_intruder = c.metric(c.metrics_port(), "tessera_scheduler_routed_requests_total", "intruder");
+  EXPECT_TRUE(std::isnan(to_intruder) || to_intruder == 0.0) << to_intruder << " requests routed to the intruder";
   EXPECT_FALSE(plain.receives(milliseconds(10))) << "the scheduler answered a refused peer";
   EXPECT_TRUE(intruder.alive());
 }

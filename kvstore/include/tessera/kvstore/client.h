@@ -4,7 +4,8 @@
 //   TS_TRY(c->put({fp, "alice", hash}, blob));
 //   auto got = c->get({fp, "alice", hash});   // got->found, got->tier, got->blob
 //
-// Every call sends one request and waits for its reply up to `timeout_ms`
+// Every call sends one request (kUnavailable when no connection takes it within `timeout_ms`:
+// the kvstore is down or refused our CURVE key) and waits for its reply up to `timeout_ms`
 // (kDeadlineExceeded after that; a late reply is recognized by its id and dropped). Service
 // errors come back as their ErrorCode and message. ZeroMQ reconnects by itself when the
 // service restarts.
