@@ -150,6 +150,28 @@ TEST_F(ClusterCurve, UnauthenticatedInvalidateUserIsRefused) {
   EXPECT_EQ(log.find(applied + "2)"), std::string::npos) << "an unauthenticated invalidate_user was applied\n" << log;
 }
 
+// --zmq-curve: the frontend's client API admits only client keys; an admitted client is served.
+TEST(ClientApiCurve, OnlyAdmittedClientKeysReachTheClientApi) {
+  Cluster c(ClusterOptions{.frontend_args = {"--zmq-curve", "true"}});
+  ASSERT_TRUE(c.ok()) << c.logs();
+  Peer plain(c.zmq_endpoint(), {});
+  EXPECT_EQ(plain.handshake(milliseconds(10000)), -1);
+  curve::ClientKeys stranger = client_keys(curve::Role::kClient, curve::Role::kFrontend);
+  stranger.own = curve::generate_pair().value();
+  Peer unknown(c.zmq_endpoint(), stranger);
+  EXPECT_EQ(unknown.handshake(milliseconds(10000)), -1);
+  EXPECT_GE(c.metric(c.http_port(), "tessera_frontend_refused_peers_total"), 1.0);
+
+  Peer client(c.zmq_endpoint(), client_keys(curve::Role::kClient, curve::Role::kFrontend));
+  ASSERT_EQ(client.handshake(milliseconds(10000)), 1);
+  protocol::GenerateRequest req;
+  req.id = 1;
+  req.prompt = "Once upon a time";
+  req.max_tokens = 4;
+  client.send(req);
+  EXPECT_TRUE(client.receives(milliseconds(20000))) << "no answer to an admitted client\n" << c.logs();
+}
+
 // A process started with neither --curve-dir nor --insecure refuses to start, naming both.
 TEST(CurveOptions, ServicesRefuseToStartWithoutKeysOrInsecure) {
   for (const char* bin : {"tessera-scheduler", "tessera-kvstore"}) {

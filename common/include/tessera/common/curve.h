@@ -21,8 +21,8 @@
 //   TS_ASSIGN_OR_RETURN(curve::ClientKeys to_sched, keys.client_of(curve::Role::kScheduler));
 //   curve::make_client(socket, to_sched);  // before connect(); a no-op when insecure
 //
-//   auto auth = curve::Authenticator::start(ctx);   // one per zmq context, before any bind
-//   curve::serve(socket, auth->get(), keys, {.domain = "workers", .admit = {curve::Role::kWorker}});
+//   TS_ASSIGN_OR_RETURN(auto auth, curve::Authenticator::start(ctx));  // one per context, before any bind
+//   TS_TRY(curve::serve(socket, auth.get(), keys, {.domain = "workers", .admit = {curve::Role::kWorker}}));
 //
 // Ownership and threading: Keys, ClientKeys and Settings are values (copy freely; read-only use
 // from any thread). The Authenticator owns one thread that answers ZAP requests for its context;
