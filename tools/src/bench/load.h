@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 
 namespace tessera::bench {
@@ -36,6 +37,7 @@ struct LoadConfig {
   bool ignore_eos = true;           // fixed output lengths
   uint64_t seed = 1;
   int timeout_ms = 600000;
+  curve::ClientKeys curve;          // --api zmq against a --zmq-curve frontend; empty = plain
 };
 
 struct RequestRecord {
