@@ -1,6 +1,7 @@
 // The ZAP handler and the server side of CURVE (curve.h).
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
@@ -42,14 +43,26 @@ struct Domain {
   std::atomic<uint64_t> refused{0}, accepted{0};
 };
 
+// A server socket's handshake failures that never reach ZAP (a plain ZeroMQ peer, a wrong
+// server key): its monitor's PAIR end, read by the handler thread.
+struct Watch {
+  std::string domain;
+  zmq::socket_t events;
+};
+
 struct Authenticator::Impl {
+  zmq::context_t& ctx;
   zmq::socket_t rep;
   std::atomic<bool> stop{false};
   mutable std::mutex mu;
   std::map<std::string, std::unique_ptr<Domain>, std::less<>> domains;  // GUARDED_BY(mu); entries never removed
+  std::vector<std::unique_ptr<Watch>> watches;  // GUARDED_BY(mu); used by the handler thread only
   std::thread thread;
 
-  explicit Impl(zmq::context_t& ctx) : rep(ctx, zmq::socket_type::rep) {}
+  explicit Impl(zmq::context_t& c) : ctx(c), rep(c, zmq::socket_type::rep) {}
+  // Counts and (rate-limited) logs one refusal on `d`.
+  void refuse(Domain& d, const std::string& domain_name, const std::string& address, const std::string& why);
+  void read_monitor(Watch& w);
   Domain* find(std::string_view name) const {
     std::lock_guard lock(mu);
     auto it = domains.find(name);
@@ -90,27 +103,56 @@ bool Authenticator::Impl::admit(const std::string& domain_name, const std::strin
     TS_LOG(kError) << "CURVE: handshake on an unknown ZAP domain '" << log::escape(domain_name, 64) << "': refused";
     return false;
   }
-  d->refused.fetch_add(1);
-  if (d->refused_counter != nullptr) d->refused_counter->inc();
-  ++d->unlogged;
-  const auto now = Clock::now();
-  if (d->last_log == Clock::time_point{} || now - d->last_log >= kLogEvery) {
-    TS_LOG(kWarn) << "refused a peer on " << domain_name << " from " << log::escape(address, 80) << ": "
-                  << (key_text.empty() ? "mechanism " + log::escape(mechanism, 16) + " is not CURVE"
-                                       : "public key " + key_text + " is not in the allow-list")
-                  << " (" << d->unlogged << " refused since the last such line, " << d->refused.load() << " in all)";
-    d->last_log = now;
-    d->unlogged = 0;
-  }
+  refuse(*d, domain_name, address,
+         key_text.empty() ? "mechanism " + log::escape(mechanism, 16) + " is not CURVE"
+                          : "public key " + key_text + " is not in the allow-list");
   return false;
 }
 
+void Authenticator::Impl::refuse(Domain& d, const std::string& domain_name, const std::string& address,
+                                 const std::string& why) {
+  d.refused.fetch_add(1);
+  if (d.refused_counter != nullptr) d.refused_counter->inc();
+  ++d.unlogged;
+  const auto now = Clock::now();
+  if (d.last_log == Clock::time_point{} || now - d.last_log >= kLogEvery) {
+    TS_LOG(kWarn) << "refused a peer on " << domain_name << " from " << log::escape(address, 80) << ": " << why << " ("
+                  << d.unlogged << " refused since the last such line, " << d.refused.load() << " in all)";
+    d.last_log = now;
+    d.unlogged = 0;
+  }
+}
+
+// One monitor event: [u16 event, u32 value][endpoint]. Handshakes that failed before ZAP.
+void Authenticator::Impl::read_monitor(Watch& w) {
+  zmq::message_t head, addr;
+  if (!w.events.recv(head, zmq::recv_flags::dontwait)) return;
+  if (!head.more() || !w.events.recv(addr, zmq::recv_flags::dontwait)) return;
+  uint16_t event = 0;
+  if (head.size() >= sizeof event) std::memcpy(&event, head.data(), sizeof event);
+  if (event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) return;
+  Domain* d = find(w.domain);
+  if (d != nullptr) refuse(*d, w.domain, addr.to_string(), "not a valid CURVE handshake (plain ZeroMQ, or a wrong server key)");
+}
+
 void Authenticator::Impl::run() {
-  zmq::pollitem_t item{rep.handle(), 0, ZMQ_POLLIN, 0};
+  std::vector<zmq::pollitem_t> items;
+  std::vector<Watch*> polled;
   while (!stop.load()) {
     try {
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
-      if (!(item.revents & ZMQ_POLLIN)) continue;
+      items.assign(1, {rep.handle(), 0, ZMQ_POLLIN, 0});
+      polled.clear();
+      {
+        std::lock_guard lock(mu);
+        for (auto& w : watches) {
+          items.push_back({w->events.handle(), 0, ZMQ_POLLIN, 0});
+          polled.push_back(w.get());
+        }
+      }
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+      for (size_t i = 0; i < polled.size(); ++i)
+        if (items[i + 1].revents & ZMQ_POLLIN) read_monitor(*polled[i]);
+      if (!(items[0].revents & ZMQ_POLLIN)) continue;
       std::vector<std::string> f;
       zmq::message_t m;
       do {
@@ -144,6 +186,24 @@ Authenticator::Authenticator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 Authenticator::~Authenticator() {
   impl_->stop.store(true);
   if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+Status Authenticator::watch(zmq::socket_t& socket, const std::string& domain) {
+  const std::string endpoint = "inproc://tessera-zap-monitor-" + domain;
+  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    return make_error(ErrorCode::kUnavailable, "cannot monitor the " + domain + " socket: " + zmq_strerror(zmq_errno()));
+  }
+  auto w = std::make_unique<Watch>(Watch{.domain = domain, .events = zmq::socket_t(impl_->ctx, zmq::socket_type::pair)});
+  try {
+    w->events.set(zmq::sockopt::linger, 0);
+    w->events.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return make_error(ErrorCode::kUnavailable, "cannot monitor the " + domain + " socket: " + e.what());
+  }
+  std::lock_guard lock(impl_->mu);  // hands the PAIR to the handler thread
+  impl_->watches.push_back(std::move(w));
+  return ok_status();
 }
 
 Result<std::unique_ptr<Authenticator>> Authenticator::start(zmq::context_t& ctx) {
@@ -190,6 +250,7 @@ Status serve(zmq::socket_t& socket, Authenticator* auth, const Keys& keys, const
   if (!keys.secure()) return ok_status();
   if (auth == nullptr) return make_error(ErrorCode::kInvalidArgument, "CURVE server " + spec.domain + " without an Authenticator");
   TS_TRY(auth->allow(spec.domain, keys, spec.admit, spec.refused));
+  TS_TRY(auth->watch(socket, spec.domain));
   try {
     socket.set(zmq::sockopt::zap_domain, spec.domain);
     socket.set(zmq::sockopt::curve_server, 1);

@@ -144,6 +144,10 @@ class Authenticator {
   // null, is incremented for each refusal (it must outlive the Authenticator). Errors:
   // kInvalidArgument when no key is admitted at all (naming the files looked for).
   Status allow(const std::string& domain, const Keys& keys, std::vector<Role> roles, metrics::Counter* refused);
+  // Also counts (and logs) the handshakes on `socket` that fail before ZAP — a plain ZeroMQ
+  // peer, or a client holding a wrong server key — through a socket monitor read by the
+  // handler thread. Call on the socket's thread, after allow(domain), before bind().
+  Status watch(zmq::socket_t& socket, const std::string& domain);
   uint64_t refused(std::string_view domain) const;  // refusals so far; 0 for an unknown domain
   uint64_t accepted(std::string_view domain) const;
 
@@ -160,7 +164,7 @@ struct ServerSpec {
   metrics::Counter* refused = nullptr;  // optional refusal counter (outlives the Authenticator)
 };
 // Makes `socket` a CURVE server with this process's key pair on `spec.domain` (ZAP required)
-// and registers the domain's allow-list with `auth`. A no-op when !keys.secure() (auth may then
+// and registers the domain's allow-list with `auth` (and watch()es the socket). A no-op when !keys.secure() (auth may then
 // be null). Call before bind(). Errors as Authenticator::allow; zmq errors as kUnavailable.
 Status serve(zmq::socket_t& socket, Authenticator* auth, const Keys& keys, const ServerSpec& spec);
 
