@@ -60,7 +60,7 @@ struct LocalService {
   std::thread thread;
   explicit LocalService(StoreConfig sc) {
     store = Store::create(std::move(sc)).value();
-    server = Server::create({.listen = "tcp://127.0.0.1:*", .threads = 2}, *store).value();
+    server = Server::create({.listen = "tcp://127.0.0.1:*", .threads = 2, .curve = {.insecure = true}}, *store).value();
     thread = std::thread([this] { (void)server->run(); });
   }
   ~LocalService() {

@@ -67,6 +67,14 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   Impl& f = *impl;
   f.config = config;
   if (f.config.instance_id.empty()) f.config.instance_id = random_hex_id();
+  TS_ASSIGN_OR_RETURN(curve::Keys keys, curve::Keys::load(config.curve, curve::Role::kFrontend));
+  if (config.zmq_curve && !keys.secure())
+    return make_error(ErrorCode::kInvalidArgument, "--zmq-curve needs --curve-dir (the frontend's key pair and client.key)");
+  TS_ASSIGN_OR_RETURN(curve::ClientKeys to_schedulers, keys.client_of(curve::Role::kScheduler));
+  curve::ClientKeys to_kvstore;
+  if (!config.kvstore.empty()) {
+    TS_ASSIGN_OR_RETURN(to_kvstore, keys.client_of(curve::Role::kKvstore));
+  }
   TS_ASSIGN_OR_RETURN(f.api_keys, ApiKeys::create(config));
   TS_ASSIGN_OR_RETURN(f.preparer, RequestPreparer::create(config));
   f.metrics = std::make_unique<FrontendMetrics>(f.registry, f.preparer->model_name());
@@ -76,11 +84,15 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
                                                    .client_endpoint = config.zmq_endpoint,
                                                    .heartbeat_ms = config.heartbeat_ms,
                                                    .dead_after_ms = config.scheduler_dead_ms,
-                                                   .name = "frontend"},
+                                                   .name = "frontend",
+                                                   .keys = keys,
+                                                   .to_schedulers = to_schedulers,
+                                                   .client_curve = config.zmq_curve},
                                          f.registry));
   f.dashboard = std::make_unique<Dashboard>(*f.hub, f.preparer->model_name(), f.metrics->inflight, f.registry);
   TS_ASSIGN_OR_RETURN(f.preferences,
-                      StoredPreferences::create({.endpoint = config.kvstore, .timeout_ms = config.kvstore_timeout_ms}, f.registry));
+                      StoredPreferences::create({.endpoint = config.kvstore, .timeout_ms = config.kvstore_timeout_ms, .curve = to_kvstore},
+                                                f.registry));
   f.admin = std::make_unique<AdminApi>(config.admin_token, f.preferences->enabled(), *f.hub, f.registry);
   f.client_api = std::make_unique<ClientApi>(ClientApi::Deps{.ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,
                                                              .admission = *f.admission, .preferences = *f.preferences,

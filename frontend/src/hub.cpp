@@ -25,6 +25,7 @@ struct Hub::Impl {
   HubConfig config;
   metrics::Registry* registry = nullptr;
   zmq::context_t ctx{1};
+  std::unique_ptr<curve::Authenticator> auth;  // client API ZAP handler (client_curve); before ctx dies
   zmq::socket_t wake_pull{ctx, zmq::socket_type::pull};
   std::unique_ptr<zmq::socket_t> router;  // client API; hub thread only
   std::unique_ptr<SchedulerLinks> links;  // hub thread only, except its snapshot
@@ -222,7 +223,7 @@ Result<std::unique_ptr<Hub>> Hub::create(HubConfig config, metrics::Registry& me
                       SchedulerLinks::create(impl->ctx, config.scheduler_endpoints,
                                              LivenessConfig{.interval = std::chrono::milliseconds(config.heartbeat_ms),
                                                             .dead_after = std::chrono::milliseconds(config.dead_after_ms)},
-                                             metrics));
+                                             metrics, config.to_schedulers));
   impl->ring = std::make_unique<SchedulerRing>(impl->links->endpoints());
   std::string endpoint;
   try {
@@ -233,6 +234,14 @@ Result<std::unique_ptr<Hub>> Hub::create(HubConfig config, metrics::Registry& me
       impl->router = std::make_unique<zmq::socket_t>(impl->ctx, zmq::socket_type::router);
       impl->router->set(zmq::sockopt::linger, 0);
       zmqu::limit_message_size(*impl->router);
+      if (config.client_curve) {
+        TS_ASSIGN_OR_RETURN(impl->auth, curve::Authenticator::start(impl->ctx));
+        TS_TRY(curve::serve(*impl->router, impl->auth.get(), config.keys,
+                            {.domain = "clients", .admit = {curve::Role::kClient},
+                             .refused = &metrics.counter("tessera_frontend_refused_peers_total",
+                                                         "client-API connections refused at the CURVE handshake "
+                                                         "(public key not in client.key / client.d/)")}));
+      }
       impl->router->set(zmq::sockopt::router_mandatory, 1);
       // A reply that would block is taken as a client gone (its request is abandoned without an
       // answer), so the queue to one client must hold a burst of many streams' token events

@@ -98,6 +98,11 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                         .help = "id echoed as \"instance\" by /health and /ready (\"\" = random): lets a "
                                 "supervisor check that the process answering is its own",
                         .env = "TESSERA_FRONTEND_INSTANCE_ID"});
+  curve::declare_options(o, c.curve, curve::Role::kFrontend);
+  o.add(c.zmq_curve, {.name = "zmq-curve",
+                      .help = "require CURVE on the ZeroMQ client API: clients need frontend.key and a key pair "
+                              "admitted by client.key / client.d/*.key of --curve-dir (docs/security.md)",
+                      .env = "TESSERA_ZMQ_CURVE"});
 }
 
 }  // namespace tessera::frontend

@@ -14,7 +14,8 @@ int64_t unix_ms() {
 
 }  // namespace
 
-SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry)
+SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry,
+                             const curve::ClientKeys& curve)
     : endpoint_(std::move(endpoint)),
       socket_(ctx, zmq::socket_type::dealer),
       liveness_(liveness),
@@ -22,6 +23,7 @@ SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, Liveness
       up_(registry.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", endpoint_}})) {
   socket_.set(zmq::sockopt::linger, 0);
   zmqu::limit_message_size(socket_);
+  curve::make_client(socket_, curve);
   socket_.set(zmq::sockopt::sndhwm, 100000);
   socket_.set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
   const std::string monitor_endpoint = "inproc://tessera-scheduler-link-" + std::to_string(reinterpret_cast<uintptr_t>(this));
@@ -123,7 +125,8 @@ void SchedulerLink::publish_worker_gauges() {
 }
 
 Result<std::unique_ptr<SchedulerLinks>> SchedulerLinks::create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
-                                                               LivenessConfig liveness, metrics::Registry& registry) {
+                                                               LivenessConfig liveness, metrics::Registry& registry,
+                                                               const curve::ClientKeys& curve) {
   if (endpoints.empty()) return make_error(ErrorCode::kInvalidArgument, "no scheduler endpoint");
   TS_TRY(liveness.validate("--heartbeat-ms/--scheduler-dead-ms"));
   std::unique_ptr<SchedulerLinks> links(new SchedulerLinks());
@@ -131,7 +134,7 @@ Result<std::unique_ptr<SchedulerLinks>> SchedulerLinks::create(zmq::context_t& c
   try {
     for (const auto& ep : endpoints) {
       if (!seen.insert(ep).second) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
-      links->links_.push_back(std::make_unique<SchedulerLink>(ctx, ep, liveness, registry));
+      links->links_.push_back(std::make_unique<SchedulerLink>(ctx, ep, liveness, registry, curve));
     }
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kUnavailable, std::string("zmq setup failed: ") + e.what());

@@ -111,7 +111,7 @@ Result<std::unique_ptr<StoredPreferences>> StoredPreferences::create(const Store
   if (!sp->enabled_) return sp;
   auto ex = std::make_unique<Executor>();
   for (int i = 0; i < std::max(1, config.threads); ++i) {
-    TS_ASSIGN_OR_RETURN(auto client, kvstore::Client::connect({.endpoint = config.endpoint, .timeout_ms = config.timeout_ms}));
+    TS_ASSIGN_OR_RETURN(auto client, kvstore::Client::connect({.endpoint = config.endpoint, .timeout_ms = config.timeout_ms, .curve = config.curve}));
     ex->clients.push_back(std::move(client));
   }
   // Threads last: they read only the executor, now whole.

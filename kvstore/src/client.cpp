@@ -41,6 +41,11 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientConfig& config) {
   impl->config = config;
   try {
     impl->sock.set(zmq::sockopt::linger, 0);
+    impl->sock.set(zmq::sockopt::maxmsgsize, config.max_message_bytes);
+    // A DEALER with no usable connection (kvstore down, or our CURVE key refused) blocks in
+    // send: bound it like the reply.
+    impl->sock.set(zmq::sockopt::sndtimeo, config.timeout_ms);
+    curve::make_client(impl->sock, config.curve);
     impl->sock.connect(config.endpoint);
   } catch (const zmq::error_t& e) {
     return make_error(ErrorCode::kInvalidArgument, "kvstore endpoint '" + config.endpoint + "': " + e.what());
@@ -51,7 +56,11 @@ Result<std::unique_ptr<Client>> Client::connect(const ClientConfig& config) {
 // Caller holds mu.
 Result<std::string> Client::Impl::roundtrip(std::string_view body, uint64_t id) {
   try {
-    sock.send(zmq::message_t(body.data(), body.size()), zmq::send_flags::none);
+    if (!sock.send(zmq::message_t(body.data(), body.size()), zmq::send_flags::none)) {
+      return make_error(ErrorCode::kUnavailable, "kvstore at " + config.endpoint + " took no request within " +
+                                                     std::to_string(config.timeout_ms) +
+                                                     " ms (not connected: down, or it refused our CURVE key)");
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(config.timeout_ms);
     while (true) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());

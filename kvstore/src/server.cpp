@@ -36,6 +36,7 @@ struct Server::Impl {
   ServerConfig config;
   Store* store = nullptr;
   zmq::context_t ctx{1};
+  std::unique_ptr<curve::Authenticator> auth;  // ZAP handler when secure; destroyed before ctx
   zmq::socket_t router{ctx, zmq::socket_type::router};
   zmq::socket_t replies{ctx, zmq::socket_type::pull};
   std::string endpoint;
@@ -80,6 +81,11 @@ std::string Server::Impl::metrics() const {
       .inc(static_cast<double>(bad_requests.load()));
   reg.counter("tessera_kvstore_overloaded_total", "Requests refused because the worker queue was full.")
       .inc(static_cast<double>(overloaded.load()));
+  if (auth) {
+    reg.counter("tessera_kvstore_refused_peers_total",
+                "Connections refused at the CURVE handshake (public key not in the allow-list).")
+        .inc(static_cast<double>(auth->refused("kvstore")));
+  }
   return reg.render();
 }
 
@@ -220,6 +226,12 @@ Result<std::unique_ptr<Server>> Server::create(const ServerConfig& config, Store
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->store = &store;
+  TS_ASSIGN_OR_RETURN(curve::Keys keys, curve::Keys::load(config.curve, curve::Role::kKvstore));
+  if (keys.secure()) {
+    TS_ASSIGN_OR_RETURN(impl->auth, curve::Authenticator::start(impl->ctx));
+    TS_TRY(curve::serve(impl->router, impl->auth.get(), keys,
+                        {.domain = "kvstore", .admit = {curve::Role::kFrontend, curve::Role::kWorker}}));
+  }
   try {
     impl->router.set(zmq::sockopt::linger, 0);
     impl->router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config.max_message_bytes));

@@ -63,6 +63,7 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
                                         .help = "bounded-load slack: no worker takes more than (1 + eps) x the mean "
                                                 "load",
                                         .env = "TESSERA_ROUTE_LOAD_EPSILON", .min = 0.001, .max = 100});
+  curve::declare_options(o, c.service.curve, curve::Role::kScheduler);
 }
 
 }  // namespace tessera::scheduler_app

@@ -15,7 +15,9 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceConfig& config, me
   TS_TRY((LivenessConfig{.interval = beat, .dead_after = milliseconds(config.frontend_dead_ms)}.validate(
       "--heartbeat-ms/--frontend-dead-ms")));
   TS_ASSIGN_OR_RETURN(scheduler::Router router, scheduler::Router::create(config.router));
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<Sockets> sockets, Sockets::bind(config.frontend_endpoint, config.worker_endpoint));
+  TS_ASSIGN_OR_RETURN(curve::Keys keys, curve::Keys::load(config.curve, curve::Role::kScheduler));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Sockets> sockets,
+                      Sockets::bind(config.frontend_endpoint, config.worker_endpoint, keys, registry));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<KvEvents> kv_events,
                       KvEvents::create({.endpoint = config.kv_events_endpoint, .snapshot_endpoint = config.kv_events_snapshot_endpoint},
                                        config.name));

@@ -44,6 +44,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/result.h"
 #include "tessera/scheduler/batcher.h"
@@ -70,6 +71,7 @@ struct ServiceConfig {
   scheduler::RouterConfig router;
   std::string kv_events_endpoint;           // PUB bind for K/V events ("" = off; docs/protocol.md "K/V events")
   std::string kv_events_snapshot_endpoint;  // ROUTER bind answering kv_snapshot (required with the above)
+  curve::Settings curve;           // --curve-dir / --insecure (docs/security.md)
 };
 
 class Service {

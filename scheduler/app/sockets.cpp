@@ -4,8 +4,20 @@
 
 namespace tessera::scheduler_app {
 
-Result<std::unique_ptr<Sockets>> Sockets::bind(const std::string& frontend_endpoint, const std::string& worker_endpoint) {
+Result<std::unique_ptr<Sockets>> Sockets::bind(const std::string& frontend_endpoint, const std::string& worker_endpoint,
+                                               const curve::Keys& keys, metrics::Registry& registry) {
   std::unique_ptr<Sockets> s(new Sockets());
+  s->keys_ = keys;
+  if (keys.secure()) {
+    TS_ASSIGN_OR_RETURN(s->auth_, curve::Authenticator::start(s->ctx_));
+    const char* help = "connections refused at the CURVE handshake (public key not in the socket's allow-list)";
+    TS_TRY(curve::serve(s->frontends_, s->auth_.get(), keys,
+                        {.domain = "frontends", .admit = {curve::Role::kFrontend},
+                         .refused = &registry.counter("tessera_scheduler_refused_peers_total", help, {{"socket", "frontends"}})}));
+    TS_TRY(curve::serve(s->workers_, s->auth_.get(), keys,
+                        {.domain = "workers", .admit = {curve::Role::kWorker},
+                         .refused = &registry.counter("tessera_scheduler_refused_peers_total", help, {{"socket", "workers"}})}));
+  }
   try {
     for (auto* sock : {&s->frontends_, &s->workers_}) {
       sock->set(zmq::sockopt::linger, 0);

@@ -7,6 +7,7 @@
 
 #include "bench/load.h"
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/tools/command.h"
 
 namespace tessera::tools {
@@ -16,6 +17,7 @@ namespace {
 struct BenchArgs {
   bench::LoadConfig load;
   std::string json;  // "" = no JSON report, "-" = stdout
+  std::string curve_dir;  // client key pair + frontend.key for --api zmq with --zmq-curve
 };
 
 void declare_bench_options(config::Options& o, BenchArgs& c) {
@@ -55,6 +57,10 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                             .help = "print a progress line (requests done, failures, tokens/s) on stderr this often; 0 "
                                     "= none",
                             .env = "TESSERA_BENCH_PROGRESS_S", .min = 0, .max = 3600});
+  o.add(c.curve_dir, {.name = "curve-dir",
+                      .help = "with --api zmq against a frontend run with --zmq-curve: a key directory holding "
+                              "client.key_secret and frontend.key (docs/security.md); \"\" = plain",
+                      .env = "TESSERA_BENCH_CURVE_DIR"});
   o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)", .env = "TESSERA_BENCH_JSON"});
 }
 
@@ -65,6 +71,15 @@ int run_bench(const std::vector<std::string>& args) {
   o.describe("Load generator against a running cluster (e.g. `tessera up`): TTFT/TPOT/ITL percentiles, throughput, "
              "prefix-cache hit rate");
   if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
+  if (!args_.curve_dir.empty()) {
+    auto keys = curve::Keys::load({.dir = args_.curve_dir}, curve::Role::kClient);
+    auto to_frontend = keys.ok() ? keys->client_of(curve::Role::kFrontend) : keys.error();
+    if (!to_frontend.ok()) {
+      std::fprintf(stderr, "tessera bench: --curve-dir: %s\n", to_frontend.error().message.c_str());
+      return 2;
+    }
+    args_.load.curve = *to_frontend;
+  }
   const bench::LoadConfig& c = args_.load;
   auto rep = bench::run_load(c);
   if (!rep.ok()) {

@@ -13,6 +13,11 @@
 // itself sets only what links the processes (endpoints, model, ports, pool size): those come
 // from the [up] section or flags and win over the children's sections.
 //
+// Security: every child gets the same --curve-dir (CURVE on every internal socket,
+// docs/security.md). Without --curve-dir, `up` uses <data-dir>/keys and generates a key set
+// there on first start, so a single machine is secure with no configuration; --insecure passes
+// --insecure to every child instead.
+//
 // No --model: the stories260K demo model of the test data (../shared/models/stories260K, found
 // through $TESSERA_SHARED_DIR, the build's TESSERA_SHARED_DIR, ./../shared or next to the
 // checkout) is served as "stories260K"; without it, a small random-weight model is synthesized
@@ -52,6 +57,7 @@
 #include "scheduler_options.h"
 #include "tessera/common/child_process.h"
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/signals.h"
@@ -97,6 +103,7 @@ struct UpConfig {
   int drain_timeout_s = 30;
   int kvstore_metrics_port = 0;  // 0 = scheduler-port + 4
   int worker_metrics_port = 0;   // worker i: this + i; 0 = scheduler-port + 10
+  curve::Settings curve;  // dir "" = <data-dir>/keys, generated on first start
 };
 
 // The children's option tables, bound to scratch configs: the source of the shared declarations
@@ -175,6 +182,14 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   o.add(c.restart_window_s, {.name = "restart-window-s",
                              .help = "the window of the restart budget: only restarts this recent count",
                              .env = "TESSERA_UP_RESTART_WINDOW_S", .min = 1, .max = 86400 * 7});
+  o.add(c.curve.dir, {.name = "curve-dir",
+                      .help = "CURVE key directory given to every child (tessera keys DIR); \"\" = <data-dir>/keys, "
+                              "generated on first start",
+                      .env = "TESSERA_UP_CURVE_DIR"});
+  o.add(c.curve.insecure, {.name = "insecure",
+                           .help = "start every child with --insecure: internal sockets neither authenticated nor "
+                                   "encrypted",
+                           .env = "TESSERA_UP_INSECURE"});
   o.add(c.ready_timeout_ms, {.name = "ready-timeout-ms", .help = "how long to wait for /ready before giving up",
                              .env = "TESSERA_UP_READY_TIMEOUT_MS", .min = 100, .max = 3600000});
   o.add(c.drain_timeout_s, {.name = "drain-timeout-s",
@@ -294,12 +309,15 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     if (!o.config_file().empty()) a.set_config(o.config_file());
     return a;
   };
+  // Every child: the same key directory, or --insecure (resolved by run_up).
+  auto secure = [&](ChildArgs& a) { return c.curve.insecure ? a.set("insecure", "true") : a.set("curve-dir", c.curve.dir); };
   // What `up` shares with its children, forwarded to each child that declares it.
   const std::vector<std::string_view> shared = {"log-level", "log-format", "host", "http-port", "num-pages", "prefix-cache"};
   std::vector<ChildSpec> children;
 
   ChildArgs s = start(t.scheduler);
   TS_TRY(s.forward(o, shared));
+  TS_TRY(secure(s));
   TS_TRY(s.set("frontend-endpoint", sched_fe));
   TS_TRY(s.set("worker-endpoint", sched_we));
   TS_TRY(s.set("metrics-port", std::to_string(sp + 2)));
@@ -308,6 +326,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   if (with_kvstore) {
     ChildArgs k = start(t.kvstore);
     TS_TRY(k.forward(o, shared));
+    TS_TRY(secure(k));
     TS_TRY(k.set("listen", kvstore_endpoint));
     TS_TRY(k.set("metrics-port", std::to_string(c.kvstore_metrics_port)));  // resolved by run_up
     children.push_back({.name = "kvstore", .binary = bin("tessera-kvstore"), .args = k.take()});
@@ -319,6 +338,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   for (int i = 0; i < c.workers; ++i) {
     ChildArgs w = start(t.worker);
     TS_TRY(w.forward(o, shared));
+    TS_TRY(secure(w));
     TS_TRY(w.set("model", model));
     TS_TRY(w.set("scheduler", sched_we));
     TS_TRY(w.set("threads", std::to_string(threads)));
@@ -333,6 +353,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
 
   ChildArgs f = start(t.frontend);
   TS_TRY(f.forward(o, shared));
+  TS_TRY(secure(f));
   TS_TRY(f.set("zmq-endpoint", lo + std::to_string(c.zmq_port)));
   TS_TRY(f.set("schedulers", sched_fe));
   TS_TRY(f.set("model", model));
@@ -369,6 +390,27 @@ int run_up(const std::vector<std::string>& args) {
     }
   }
 
+  std::string data_dir = c.data_dir;
+  if (data_dir.empty()) data_dir = (fs::temp_directory_path() / ("tessera-up-" + std::to_string(::getuid()))).string();
+  if (c.curve.insecure && !c.curve.dir.empty()) {
+    std::fprintf(stderr, "tessera up: --insecure and --curve-dir %s contradict each other; give one\n", c.curve.dir.c_str());
+    return 2;
+  }
+  if (!c.curve.insecure && c.curve.dir.empty()) {
+    c.curve.dir = data_dir + "/keys";
+    if (!curve::key_set_complete(c.curve.dir)) {
+      const Status st = curve::generate_key_set(c.curve.dir);
+      if (!st.ok()) {
+        std::fprintf(stderr, "tessera up: cannot make the cluster's CURVE keys: %s\n", st.error().message.c_str());
+        return 1;
+      }
+      TS_LOG(kInfo) << "generated a CURVE key set in " << c.curve.dir << " (internal sockets authenticated and encrypted)";
+    }
+  }
+  if (c.curve.insecure) {
+    TS_LOG(kWarn) << "--insecure: the cluster's internal sockets are neither authenticated nor encrypted";
+  }
+
   std::string model = c.frontend.model;
   std::string model_name;
   // Fail fast on a path that is not there: no child would ever load it (no restarts, no retries).
@@ -390,8 +432,7 @@ int run_up(const std::vector<std::string>& args) {
     }
   }
   if (model.empty()) {
-    std::string dir = c.data_dir;
-    if (dir.empty()) dir = (fs::temp_directory_path() / ("tessera-up-" + std::to_string(::getuid()))).string();
+    const std::string& dir = data_dir;
     fs::create_directories(dir, ec);
     const std::string like = c.synth_like.empty() ? "stories260k" : c.synth_like;
     model = dir + "/" + like + "-random.gguf";

@@ -72,6 +72,21 @@ int main(int argc, char** argv) {
   }
   signals::install();  // before any thread starts (signals.h); run_service stops on stop_flag()
 
+  // CURVE keys first: a key problem is reported before the (slow) model load.
+  {
+    auto keys = curve::Keys::load(config.curve, curve::Role::kWorker);
+    Result<curve::ClientKeys> to_scheduler = keys.ok() ? keys->client_of(curve::Role::kScheduler) : keys.error();
+    Result<curve::ClientKeys> to_kvstore = curve::ClientKeys{};
+    if (to_scheduler.ok() && !config.kvstore.endpoint.empty()) to_kvstore = keys->client_of(curve::Role::kKvstore);
+    if (!to_scheduler.ok() || !to_kvstore.ok()) {
+      std::fprintf(stderr, "tessera-worker: %s\n",
+                   (to_scheduler.ok() ? to_kvstore.error() : to_scheduler.error()).message.c_str());
+      return 2;
+    }
+    config.service.curve = *to_scheduler;
+    config.kvstore.curve = *to_kvstore;
+  }
+
   // The backend is chosen (and its absence reported) before the model is loaded.
   std::string why;
   auto backend_name = worker_app::resolve_backend(config.backend, !config.kvstore.endpoint.empty(), &why);

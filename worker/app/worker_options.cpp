@@ -70,6 +70,7 @@ void declare_options(config::Options& o, WorkerOptions& c) {
         kvstore::codec_name(c.injector.codec.codec),
         // parse_codec cannot fail here: the value is one of the choices.
         [&c](const std::string& v) { c.injector.codec.codec = kvstore::parse_codec(v).value(); });
+  curve::declare_options(o, c.curve, curve::Role::kWorker);
 }
 
 }  // namespace tessera::worker_app

@@ -30,6 +30,7 @@ struct WorkerOptions {
   worker::InjectorConfig injector;
   std::string metrics_host = "127.0.0.1";  // GET /metrics, /health, /ready (worker_metrics.h)
   int metrics_port = 0;                    // 0 = any free port (in the READY line), -1 = off
+  curve::Settings curve;  // --curve-dir / --insecure (docs/security.md)
 };
 
 void declare_options(config::Options& options, WorkerOptions& config);

@@ -134,6 +134,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     results.bind("inproc://worker-results");
     sched.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(sched);
+    curve::make_client(sched, config.curve);
     sched.set(zmq::sockopt::routing_id, config.name);
     if (zmq_socket_monitor(sched.handle(), "inproc://worker-monitor", ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
       throw zmq::error_t();
@@ -160,6 +161,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
   auto send = [&](const protocol::Message& m) { (void)zmqu::send(sched, {protocol::encode(m)}, /*dontwait=*/true); };
 
   bool registered = false;
+  int unanswered_registers = 0;  // since the last register_ack
   int registrations = 0;  // accepted register_acks
   bool exiting = false;  // leave once no plan is in flight
   bool draining = false;  // told the scheduler; waiting for its `shutdown`
@@ -233,6 +235,11 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     if (!registered && now >= next_register) {
       send(reg);
       next_register = now + milliseconds(1000);
+      if (++unanswered_registers == 10) {
+        TS_LOG(kWarn) << "no register_ack from " << config.scheduler_endpoint << " after 10 attempts: is the scheduler "
+                      << "up, and does it admit this worker's CURVE key (worker.key / worker.d/ in its --curve-dir)? "
+                      << "A refused handshake is not retried: restart the worker once its key is admitted";
+      }
     }
     if (registered && now >= next_beat) {
       send(protocol::Heartbeat{.id = ++beat_seq, .role = "worker", .name = config.name, .unix_ms = unix_ms()});
@@ -299,6 +306,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
           if (registrations++ > 0) compute.reset_requests();
         }
         set_registered(true);
+        unanswered_registers = 0;
         heartbeat_ms = std::max(1, ack->heartbeat_ms);
         next_beat = Clock::now();
       } else if (auto* plan = std::get_if<protocol::StepPlanMsg>(&*msg)) {

@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/step_executor.h"
@@ -52,6 +53,7 @@ struct ServiceConfig {
   int heartbeat_ms = 500;         // until the ack says otherwise
   int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
   int drain_timeout_s = 30;       // longest drain before exiting with requests still held
+  curve::ClientKeys curve;        // the scheduler's public key and ours; empty = plain socket
 };
 
 class WorkerMetrics;

@@ -69,6 +69,9 @@ class Cluster:
         model = os.path.join(shared, "models/stories260K/stories260K.bin")
         tok = os.path.join(shared, "models/stories260K/tok512.bin")
         self.procs: List[Proc] = []
+        # CURVE keys for the internal sockets, as `tessera up` makes them (docs/security.md).
+        self.keys = os.path.join(self.dir, "keys")
+        subprocess.run([os.path.join(bin_dir, "tessera"), "keys", self.keys], check=True, stdout=subprocess.DEVNULL)
         s = self._start([os.path.join(bin_dir, "tessera-scheduler"), "--frontend-endpoint", "tcp://127.0.0.1:*",
                          "--worker-endpoint", "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"],
                         "scheduler")
@@ -97,7 +100,7 @@ class Cluster:
             raise RuntimeError("/ready did not turn 200 within 15 s\n" + self.logs())
 
     def _start(self, args: List[str], name: str) -> Proc:
-        p = Proc(args, os.path.join(self.dir, name + ".log"))
+        p = Proc(args + ["--curve-dir", self.keys], os.path.join(self.dir, name + ".log"))
         self.procs.append(p)
         return p
 

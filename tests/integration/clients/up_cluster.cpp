@@ -77,7 +77,9 @@ UpCluster::UpCluster(bool second_frontend, bool kvstore) {
     second_ = std::make_unique<Process>(
         bin_path("tessera-frontend"),
         std::vector<std::string>{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers",
-                                 "tcp://127.0.0.1:" + std::to_string(base_ + 2), "--model", model, "--tokenizer", tok},
+                                 "tcp://127.0.0.1:" + std::to_string(base_ + 2), "--model", model, "--tokenizer", tok,
+                                 // the key set `tessera up` made in its data dir (docs/security.md)
+                                 "--curve-dir", dir_ + "/keys"},
         dir_ + "/frontend2.log");
     const std::string line = second_->wait_line("LISTENING", milliseconds(15000));
     second_zmq_ = line_field(line, "zmq");

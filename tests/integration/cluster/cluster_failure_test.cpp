@@ -14,6 +14,7 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
@@ -110,10 +111,11 @@ TEST_F(ClusterFailureTest, BadInputGetsClearErrorsAndEveryProcessStaysUp) {
   // Garbage bytes on the frontend's ZeroMQ API, the scheduler's frontend socket and its worker
   // socket: error replies where a reply is possible, and nobody falls over.
   zmq::context_t ctx(1);
-  auto garbage_to = [&](const std::string& endpoint, bool expect_reply) {
+  auto garbage_to = [&](const std::string& endpoint, bool expect_reply, const curve::ClientKeys& keys) {
     SCOPED_TRACE(endpoint);
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    curve::make_client(s, keys);
     s.connect(endpoint);
     ASSERT_TRUE(zmqu::send(s, {std::string("\xc1\xff\x00garbage\x93", 12)}).ok());
     ASSERT_TRUE(zmqu::send(s, {std::string("\x81\xa1v\x01", 4)}).ok());  // a map without type/id
@@ -134,14 +136,15 @@ TEST_F(ClusterFailureTest, BadInputGetsClearErrorsAndEveryProcessStaysUp) {
           << error_code_name(err->code) << ": " << err->message;
     }
   };
-  garbage_to(cluster_->zmq_endpoint(), true);
-  garbage_to(cluster_->scheduler_frontend_endpoint(), true);
-  garbage_to(cluster_->scheduler_worker_endpoint(), false);
+  garbage_to(cluster_->zmq_endpoint(), true, {});
+  garbage_to(cluster_->scheduler_frontend_endpoint(), true, client_keys(curve::Role::kFrontend, curve::Role::kScheduler));
+  garbage_to(cluster_->scheduler_worker_endpoint(), false, client_keys(curve::Role::kWorker, curve::Role::kScheduler));
 
   // A prompt token id outside the vocabulary sent straight to the scheduler: a clear error.
   {
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    secure_client(s, curve::Role::kFrontend, curve::Role::kScheduler);
     s.connect(cluster_->scheduler_frontend_endpoint());
     protocol::GenerateRequest req;
     req.id = 5;

@@ -1,7 +1,9 @@
 // Message-size limits on every inter-process ZeroMQ socket (issue 18, finding 7): a peer that
 // sends one frame far over protocol::kMaxMessageBytes is disconnected by libzmq before the
 // frame is allocated (ZMQ_MAXMSGSIZE, zmqu::limit_message_size), so the receiving process's
-// peak memory does not grow by the frame's size, and it keeps serving.
+// peak memory does not grow by the frame's size, and it keeps serving. The sender is an
+// authenticated peer (CURVE keys of the role the port admits): the limit holds for peers that
+// pass the handshake too.
 #include <zmq.h>
 
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include "tessera/common/protocol.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
@@ -33,10 +36,11 @@ double peak_rss_mib(pid_t pid) {
 }
 
 // Connects a DEALER to `endpoint`, sends one frame of `bytes`, and waits (up to 20 s) for the
-// peer to drop the connection. True when it did.
-bool peer_drops_oversized_frame(const std::string& endpoint, size_t bytes) {
+// peer to drop the connection. True when it did. `keys`: the CURVE client keys (empty = plain).
+bool peer_drops_oversized_frame(const std::string& endpoint, size_t bytes, const curve::ClientKeys& keys) {
   zmq::context_t ctx(1);
   zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  curve::make_client(dealer, keys);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::reconnect_ivl, 60000);  // one connection: its drop is the signal
   const std::string monitor_ep = "inproc://limits-monitor";
@@ -73,16 +77,19 @@ TEST(ClusterLimits, OversizedFramesAreRefusedWithoutGrowingMemoryAndServingGoesO
     const char* what;
     std::string endpoint;
     Process* process;
+    curve::ClientKeys keys;
   };
   const Target targets[] = {
-      {"scheduler, frontend port", cluster.scheduler_frontend_endpoint(), &cluster.scheduler()},
-      {"scheduler, worker port", cluster.scheduler_worker_endpoint(), &cluster.scheduler()},
-      {"frontend, client API", cluster.zmq_endpoint(), &cluster.frontend()},
+      {"scheduler, frontend port", cluster.scheduler_frontend_endpoint(), &cluster.scheduler(),
+       client_keys(curve::Role::kFrontend, curve::Role::kScheduler)},
+      {"scheduler, worker port", cluster.scheduler_worker_endpoint(), &cluster.scheduler(),
+       client_keys(curve::Role::kWorker, curve::Role::kScheduler)},
+      {"frontend, client API", cluster.zmq_endpoint(), &cluster.frontend(), {}},
   };
   for (const Target& t : targets) {
     const double before = peak_rss_mib(t.process->pid());
     ASSERT_GT(before, 0) << t.what;
-    EXPECT_TRUE(peer_drops_oversized_frame(t.endpoint, frame)) << t.what << ": the peer kept the connection";
+    EXPECT_TRUE(peer_drops_oversized_frame(t.endpoint, frame, t.keys)) << t.what << ": the peer kept the connection";
     const double after = peak_rss_mib(t.process->pid());
     EXPECT_LT(after - before, 100.0) << t.what << ": peak RSS " << before << " -> " << after << " MiB";
   }

@@ -17,6 +17,7 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
@@ -195,6 +196,7 @@ TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
   {
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
+    secure_client(s, curve::Role::kFrontend, curve::Role::kScheduler);
     s.connect(cluster.scheduler_frontend_endpoint());
     first = scheduler_tokens(s, seeded_request(1, 400), 8);  // scheduler-internal id 1; still running
     ASSERT_EQ(first.size(), 8u) << cluster.logs();
@@ -205,6 +207,7 @@ TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
       << "the worker did not register with the new scheduler\n" << cluster.logs();
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
+  secure_client(s, curve::Role::kFrontend, curve::Role::kScheduler);
   s.connect(cluster.scheduler_frontend_endpoint());
   const std::vector<int32_t> again = scheduler_tokens(s, seeded_request(1, 16), 16);  // internal id 1 again
   const std::vector<int32_t> fresh = scheduler_tokens(s, seeded_request(2, 16), 16);  // internal id 2

@@ -103,6 +103,9 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
            dir + "/up.log");
   const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
   ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
+  // Secure with no configuration: a CURVE key set was made in the data dir for every child.
+  EXPECT_TRUE(file_contains(dir + "/keys/scheduler.key_secret", "secret-key = "));
+  EXPECT_TRUE(file_contains(dir + "/up.log", "generated a CURVE key set in " + dir + "/keys"));
 
   auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
   ASSERT_TRUE(models.ok()) << models.error().to_string();

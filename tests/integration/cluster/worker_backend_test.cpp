@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::testing::cluster_test {
@@ -29,7 +30,7 @@ class WorkerBackendTest : public ::testing::Test {
     std::vector<std::string> args = {"--model", testing::shared_path("models/stories260K/stories260K.bin"),
                                      "--scheduler", "tcp://127.0.0.1:1", "--threads", "1", "--num-pages", "64"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<Process>(testing::bin_path("tessera-worker"), args, dir_ + "/" + log_name);
+    return std::make_unique<Process>(testing::bin_path("tessera-worker"), testing::with_keys(args), dir_ + "/" + log_name);
   }
 
   std::string dir_;

@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 #include "tessera/tokenizer/tokenizer.h"
 
@@ -42,7 +43,7 @@ struct Kvstore {
 
   Kvstore() {
     proc = std::make_unique<Process>(bin_path("tessera-kvstore"),
-                                     std::vector<std::string>{"--listen", "tcp://127.0.0.1:*", "--log-level", "warn"});
+                                     with_keys({"--listen", "tcp://127.0.0.1:*", "--log-level", "warn"}));
     const std::string marker = "tessera-kvstore listening on ";
     std::string line = proc->wait_line(marker, 15s);
     EXPECT_FALSE(line.empty()) << "tessera-kvstore did not start";
@@ -70,7 +71,7 @@ struct FrontendProc {
                                   "--heartbeat-ms", "50", "--scheduler-dead-ms", "2000", "--max-prompt-tokens", "64",
                                   "--kvstore", kvstore, "--log-level", "error"};
     a.insert(a.end(), extra.begin(), extra.end());
-    proc = std::make_unique<Process>(bin_path("tessera-frontend"), a);
+    proc = std::make_unique<Process>(bin_path("tessera-frontend"), with_keys(a));
     std::string line = proc->wait_line("LISTENING ", 20s);
     EXPECT_FALSE(line.empty()) << "tessera-frontend did not start";
     if (line.empty()) return;

@@ -15,6 +15,7 @@
 #include "tessera/common/child_process.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/zmq_util.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/wait.h"
 #include "tessera/tokenizer/tokenizer.h"
@@ -33,7 +34,7 @@ std::vector<std::string> frontend_args(const std::string& scheduler, std::vector
                                 "--heartbeat-ms", "50", "--scheduler-dead-ms", "400", "--max-prompt-tokens", "64",
                                 "--log-level", "warn"};
   a.insert(a.end(), extra.begin(), extra.end());
-  return a;
+  return with_keys(a);
 }
 
 struct Frontend {

@@ -8,8 +8,10 @@
 
 #include <zmq.hpp>
 
+#include "tessera/common/check.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/http/client.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::testing {
@@ -117,6 +119,11 @@ FakeScheduler::FakeScheduler() {
   auto* ctx = new zmq::context_t(1);
   auto* sock = new zmq::socket_t(*ctx, zmq::socket_type::router);
   sock->set(zmq::sockopt::linger, 0);
+  // A CURVE server with the scheduler's key of the test key set, like the real one.
+  auto keys = curve::Keys::load({.dir = curve_dir()}, curve::Role::kScheduler);
+  TS_CHECK(keys.ok());
+  auth_ = std::move(curve::Authenticator::start(*ctx).value());
+  TS_CHECK(curve::serve(*sock, auth_.get(), *keys, {.domain = "frontends", .admit = {curve::Role::kFrontend}}).ok());
   sock->bind("tcp://127.0.0.1:*");
   endpoint_ = sock->get(zmq::sockopt::last_endpoint);
   context_ = ctx;
@@ -131,6 +138,7 @@ FakeScheduler::~FakeScheduler() {
   }
   thread_.join();
   delete static_cast<zmq::socket_t*>(socket_);
+  auth_.reset();
   delete static_cast<zmq::context_t*>(context_);
 }
 

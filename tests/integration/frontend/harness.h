@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/protocol.h"
 #include "tessera/testing/process.h"
 
@@ -83,6 +85,7 @@ class FakeScheduler {
   std::map<uint64_t, std::pair<std::string, int32_t>> held_;  // id -> (identity, tokens sent)
   void* socket_ = nullptr;  // zmq::socket_t*, owned by the thread
   void* context_ = nullptr;
+  std::unique_ptr<curve::Authenticator> auth_;  // ZAP handler of context_ (test key set)
 };
 
 }  // namespace tessera::testing

@@ -14,6 +14,7 @@
 #include "tessera/common/child_process.h"
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
@@ -29,7 +30,9 @@ using tessera::testing::wait_until;
 constexpr uint64_t kFp = 0xabcdef0123ULL;
 
 std::unique_ptr<Client> client_for(const KvProcess& p, int timeout_ms = 10000) {
-  return Client::connect({.endpoint = p.endpoint(), .timeout_ms = timeout_ms}).value();
+  return Client::connect({.endpoint = p.endpoint(), .timeout_ms = timeout_ms,
+                          .curve = tessera::testing::client_keys(curve::Role::kFrontend, curve::Role::kKvstore)})
+      .value();
 }
 
 std::string blob_of(uint32_t tokens, uint32_t seed, Codec codec = Codec::kZstd, DType dt = DType::kBF16) {
@@ -154,6 +157,7 @@ TEST(KvService, MalformedRequestsGetErrorRepliesAndTheServiceStaysUp) {
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
   s.set(zmq::sockopt::linger, 0);
+  tessera::testing::secure_client(s, curve::Role::kFrontend, curve::Role::kKvstore);
   s.connect(kv->endpoint());
 
   msgpack::zone z;
@@ -221,6 +225,7 @@ TEST(KvService, MalformedRequestsGetErrorRepliesAndTheServiceStaysUp) {
   // Unknown fields are ignored; a REQ-style peer (empty delimiter) is answered too.
   zmq::socket_t req(ctx, zmq::socket_type::req);
   req.set(zmq::sockopt::linger, 0);
+  tessera::testing::secure_client(req, curve::Role::kFrontend, curve::Role::kKvstore);
   req.connect(kv->endpoint());
   const std::string stats = pack_map({{"v", obj(1)}, {"type", obj("stats")}, {"id", obj(99)}, {"extra", obj(1.5)}}, z);
   const RawReply r = parse_reply(raw_call(req, {stats}));
@@ -250,7 +255,7 @@ TEST(KvService, ForeignPythonClient) {
   }
   auto run = run_to_exit({.binary = "/usr/bin/python3",
                           .args = {tessera::testing::source_path("tests/integration/kvstore/py/foreign_client.py"),
-                                   kv->endpoint(), blob_path, std::to_string(kFp)},
+                                   kv->endpoint(), blob_path, std::to_string(kFp), tessera::testing::curve_dir()},
                           .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(run.ok()) << run.error().to_string();

@@ -5,7 +5,7 @@
 //   "admin"  admin token ADMIN_TOKEN and the kvstore (admin operations)
 //   "plain"  no options (e.g. the failover target)
 //   "keyed"  --api-key API_KEY and --max-concurrent-requests 1 (401 and 429 answers)
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, openSync, readFileSync, closeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -83,6 +83,10 @@ export class Cluster {
     const tok = path.join(shared, "models/stories260K/tok512.bin");
     this.procs = [];
     const bin = (n) => path.join(binDir, n);
+    // CURVE keys for the internal sockets, as `tessera up` makes them (docs/security.md).
+    this.keys = path.join(this.dir, "keys");
+    const made = spawnSync(bin("tessera"), ["keys", this.keys], { stdio: "ignore" });
+    if (made.status !== 0) throw new Error("tessera keys failed");
     const s = this._spawn([bin("tessera-scheduler"), "--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
                            "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"], "scheduler");
     const k = this._spawn([bin("tessera-kvstore"), "--listen", "tcp://127.0.0.1:*"], "kvstore");
@@ -121,7 +125,7 @@ export class Cluster {
   }
 
   _spawn(args, name) {
-    const p = new Proc(args, path.join(this.dir, `${name}.log`));
+    const p = new Proc([...args, "--curve-dir", this.keys], path.join(this.dir, `${name}.log`));
     this.procs.push(p);
     return p;
   }

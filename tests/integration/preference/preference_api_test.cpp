@@ -17,6 +17,7 @@
 
 #include "tessera/http/client.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
@@ -82,21 +83,21 @@ struct MiniCluster {
     const std::string model = shared_path("models/stories260K/stories260K.bin");
     const std::string tok = shared_path("models/stories260K/tok512.bin");
     scheduler = std::make_unique<Process>(bin_path("tessera-scheduler"),
-                                        std::vector<std::string>{"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
-                                                                 "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"},
+                                        testing::with_keys({"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
+                                                            "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"}),
                                         dir + "/scheduler.log");
     const std::string sline = scheduler->wait_line("LISTENING", milliseconds(10000));
     if (sline.empty()) return false;
     sched_metrics = std::atoi(line_field(sline, "metrics").c_str());
     worker = std::make_unique<Process>(bin_path("tessera-worker"),
-                                     std::vector<std::string>{"--model", model, "--scheduler", line_field(sline, "workers"),
-                                                              "--threads", "1", "--num-pages", "256", "--name", name + "-w",
-                                                              "--kvstore", kvstore, "--kv-codec", "zstd"},
+                                     testing::with_keys({"--model", model, "--scheduler", line_field(sline, "workers"),
+                                                         "--threads", "1", "--num-pages", "256", "--name", name + "-w",
+                                                         "--kvstore", kvstore, "--kv-codec", "zstd"}),
                                      dir + "/worker.log");
     std::vector<std::string> fargs = {"--http-port", "0", "--zmq-endpoint", "", "--schedulers", line_field(sline, "frontends"),
                                       "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--kvstore", kvstore};
     if (!admin_token.empty()) fargs.insert(fargs.end(), {"--admin-token", admin_token});
-    frontend = std::make_unique<Process>(bin_path("tessera-frontend"), fargs, dir + "/frontend.log");
+    frontend = std::make_unique<Process>(bin_path("tessera-frontend"), testing::with_keys(fargs), dir + "/frontend.log");
     const std::string fline = frontend->wait_line("LISTENING", milliseconds(15000));
     if (fline.empty()) return false;
     http_port = std::atoi(line_field(fline, "http").c_str());

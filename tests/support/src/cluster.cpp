@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/common/metrics.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::testing {
@@ -44,7 +45,7 @@ bool Cluster::start_scheduler(const std::string& frontend_endpoint, const std::s
   // A restarted scheduler appends to the same log.
   const bool first = scheduler_ == nullptr;
   scheduler_.reset();
-  scheduler_ = std::make_unique<Process>(bin_path("tessera-scheduler"), sargs,
+  scheduler_ = std::make_unique<Process>(bin_path("tessera-scheduler"), with_keys(sargs),
                                        dir_ + (first ? "/scheduler.log" : "/scheduler-restarted.log"));
   const std::string sline = scheduler_->wait_line("LISTENING", milliseconds(10000));
   if (sline.empty()) return false;
@@ -76,14 +77,14 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
                                       std::to_string(o.num_pages), "--name", name, "--backend", "cpu"};
     wargs.insert(wargs.end(), o.worker_args.begin(), o.worker_args.end());
     workers_.push_back(std::make_unique<Process>(
-        bin_path("tessera-worker"), wargs,
+        bin_path("tessera-worker"), with_keys(wargs),
         dir_ + "/" + (i == 0 ? std::string("worker") : "worker" + std::to_string(i)) + ".log"));
   }
   std::vector<std::string> fargs{"--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", sched_fe_,
                                  "--model", model, "--tokenizer", tok, "--heartbeat-ms", "100", "--scheduler-dead-ms",
                                  std::to_string(o.frontend_scheduler_dead_ms), "--max-prompt-tokens", std::to_string(o.max_prompt_tokens)};
   fargs.insert(fargs.end(), o.frontend_args.begin(), o.frontend_args.end());
-  frontend_ = std::make_unique<Process>(bin_path("tessera-frontend"), fargs, dir_ + "/frontend.log");
+  frontend_ = std::make_unique<Process>(bin_path("tessera-frontend"), with_keys(fargs), dir_ + "/frontend.log");
   const std::string fline = frontend_->wait_line("LISTENING", milliseconds(15000));
   if (fline.empty()) {
     ADD_FAILURE() << "tessera-frontend did not start\n" << logs();

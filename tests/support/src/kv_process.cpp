@@ -6,13 +6,18 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::kvstore::testing {
 
 std::unique_ptr<KvProcess> KvProcess::start(std::vector<std::string> args, std::chrono::milliseconds deadline) {
-  bool has_listen = false;
-  for (const auto& a : args) has_listen = has_listen || a.rfind("--listen", 0) == 0;
+  bool has_listen = false, has_security = false;
+  for (const auto& a : args) {
+    has_listen = has_listen || a.rfind("--listen", 0) == 0;
+    has_security = has_security || a.rfind("--curve-dir", 0) == 0 || a.rfind("--insecure", 0) == 0;
+  }
+  if (!has_security) args = tessera::testing::with_keys(std::move(args));
   if (!has_listen) {
     args.push_back("--listen");
     args.push_back("tcp://127.0.0.1:*");

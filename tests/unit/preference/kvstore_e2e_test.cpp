@@ -5,6 +5,7 @@
 // "kvstore" once promoted to node 2's memory), and its greedy output equals A's token for token.
 // Another user with the same preference text never gets U's blob.
 #include "fixture.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/redis_server.h"
 
@@ -21,8 +22,9 @@ TEST_F(PrefKvstoreE2E, SecondWorkerServedFromRedisWithoutComputing) {
   auto node2 = KvProcess::start({"--redis", redis->address(), "--hmac-secret", "dki-test"});
   ASSERT_NE(node1, nullptr);
   ASSERT_NE(node2, nullptr);
-  auto store1 = connect_kvstore({.endpoint = node1->endpoint(), .timeout_ms = 5000});
-  auto store2 = connect_kvstore({.endpoint = node2->endpoint(), .timeout_ms = 5000});
+  const auto keys = tessera::testing::client_keys(curve::Role::kWorker, curve::Role::kKvstore);
+  auto store1 = connect_kvstore({.endpoint = node1->endpoint(), .timeout_ms = 5000, .curve = keys});
+  auto store2 = connect_kvstore({.endpoint = node2->endpoint(), .timeout_ms = 5000, .curve = keys});
   ASSERT_TRUE(store1.ok()) << store1.error().to_string();
   ASSERT_TRUE(store2.ok()) << store2.error().to_string();
   const InjectorConfig cfg{.codec = {.codec = kvstore::Codec::kZstd}};

@@ -27,7 +27,7 @@ protocol::RegisterWorker worker_info(uint64_t fingerprint) {
 class FailoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto s = Sockets::bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+    auto s = Sockets::bind("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", curve::Keys::insecure(), registry);
     ASSERT_TRUE(s.ok()) << s.error().to_string();
     sockets = std::move(*s);
     workers = std::make_unique<WorkerRegistry>(WorkerLimits{}, LivenessConfig{}, std::move(*scheduler::Router::create({})), m);

@@ -130,6 +130,9 @@ RequestRecord one_request_zmq(const LoadConfig& c, zmq::context_t& ctx, protocol
   try {
     zmq::socket_t sock(ctx, zmq::socket_type::dealer);
     sock.set(zmq::sockopt::linger, 0);
+    sock.set(zmq::sockopt::sndtimeo, c.timeout_ms);  // no connection (e.g. our key refused): give up
+    zmqu::limit_message_size(sock);
+    curve::make_client(sock, c.curve);
     sock.connect(c.zmq_endpoint);
     if (Status st = zmqu::send(sock, {protocol::encode(req)}); !st.ok()) {
       rec.error = st.error().to_string();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 
 namespace tessera::bench {
@@ -37,6 +38,7 @@ struct LoadConfig {
   uint64_t seed = 1;
   int timeout_ms = 600000;
   double progress_s = 2.0;          // a progress line on stderr this often while it runs; 0 = none
+  curve::ClientKeys curve;          // --api zmq against a --zmq-curve frontend; empty = plain
 };
 
 struct RequestRecord {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 
 namespace tessera::frontend {
@@ -73,6 +74,10 @@ struct FrontendConfig {
   // Echoed as "instance" by /health and /ready, so a supervisor (`tessera up`) can tell its own
   // frontend from another process on the port; "" = a random one.
   std::string instance_id;
+  // Internal sockets (curve.h, docs/security.md): --curve-dir or --insecure; --zmq-curve also
+  // puts the client API behind CURVE.
+  curve::Settings curve;
+  bool zmq_curve = false;
 };
 
 // Declares every frontend option (flag, config key [frontend], env var, check), each bound to

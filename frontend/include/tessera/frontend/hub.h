@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
@@ -45,6 +46,9 @@ struct HubConfig {
   int heartbeat_ms = 500;
   int dead_after_ms = 1500;
   std::string name = "frontend";
+  curve::Keys keys;             // this frontend's keys (curve.h); insecure = plain sockets
+  curve::ClientKeys to_schedulers;  // keys.client_of(kScheduler)
+  bool client_curve = false;    // the client API is a CURVE server admitting the client keys
 };
 
 class Hub {

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/peer_liveness.h"
 #include "tessera/common/protocol.h"
@@ -63,7 +64,9 @@ class SchedulerLink {
   using Clock = std::chrono::steady_clock;
 
   // Connects a DEALER to `endpoint` (throws zmq::error_t on a bad endpoint).
-  SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry);
+  // `curve`: the scheduler's public key and ours (curve.h); empty = a plain socket.
+  SchedulerLink(zmq::context_t& ctx, std::string endpoint, LivenessConfig liveness, metrics::Registry& registry,
+                const curve::ClientKeys& curve = {});
   ~SchedulerLink();
   SchedulerLink(const SchedulerLink&) = delete;
   SchedulerLink& operator=(const SchedulerLink&) = delete;
@@ -114,7 +117,8 @@ class SchedulerLinks {
   // kInvalidArgument for an empty list, a duplicate endpoint or a bad liveness config;
   // kUnavailable when a socket cannot be set up.
   static Result<std::unique_ptr<SchedulerLinks>> create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
-                                                        LivenessConfig liveness, metrics::Registry& registry);
+                                                        LivenessConfig liveness, metrics::Registry& registry,
+                                                        const curve::ClientKeys& curve = {});
 
   size_t size() const { return links_.size(); }
   SchedulerLink& operator[](size_t i) { return *links_[i]; }

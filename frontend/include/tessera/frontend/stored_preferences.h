@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/metrics.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/result.h"
@@ -46,6 +47,7 @@ struct StoredPreferencesConfig {
   int timeout_ms = 2000;  // one kvstore reply, and a lookup's deadline
   int threads = 2;        // executor threads, one kvstore client each
   std::chrono::milliseconds backoff{5000};  // lookups skip the kvstore this long after a failure
+  curve::ClientKeys curve;  // the kvstore's public key and ours (curve.h); empty = plain
 };
 
 class StoredPreferences {

@@ -4,7 +4,8 @@
 //   TS_TRY(c->put({fp, "alice", hash}, blob));
 //   auto got = c->get({fp, "alice", hash});   // got->found, got->tier, got->blob
 //
-// Every call sends one request and waits for its reply up to `timeout_ms`
+// Every call sends one request (kUnavailable when no connection takes it within `timeout_ms`:
+// the kvstore is down or refused our CURVE key) and waits for its reply up to `timeout_ms`
 // (kDeadlineExceeded after that; a late reply is recognized by its id and dropped). Service
 // errors come back as their ErrorCode and message. ZeroMQ reconnects by itself when the
 // service restarts.
@@ -19,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
 #include "tessera/kvstore/types.h"
@@ -28,6 +30,9 @@ namespace tessera::kvstore {
 struct ClientConfig {
   std::string endpoint = "tcp://127.0.0.1:5557";
   int timeout_ms = 5000;
+  curve::ClientKeys curve;  // the kvstore's public key and ours (curve.h); empty = plain socket
+  // Replies larger than this are refused unread (ZMQ_MAXMSGSIZE): the largest blob plus framing.
+  int64_t max_message_bytes = (int64_t{256} << 20) + 4096;
 };
 
 struct ClientGet {

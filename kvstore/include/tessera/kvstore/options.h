@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tessera/common/config.h"
+#include "tessera/common/curve.h"
 #include "tessera/kvstore/server.h"
 #include "tessera/kvstore/store.h"
 
@@ -50,6 +51,7 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
   o.add(c.metrics_port, {.name = "metrics-port",
                          .help = "port of that endpoint (0 = any free port, printed in the listening line; -1 = off)",
                          .env = "TESSERA_KVSTORE_METRICS_PORT", .min = -1, .max = 65535});
+  curve::declare_options(o, c.server.curve, curve::Role::kKvstore);
 }
 
 }  // namespace tessera::kvstore

@@ -11,6 +11,10 @@
 // (malformed msgpack, wrong version, bad fields, failures). Nothing a client sends stops the
 // service.
 //
+// Security (curve.h): with keys (config.curve), the ROUTER is a CURVE server admitting the
+// frontend and worker keys (ZAP domain "kvstore"); refused peers are counted in the stats
+// metric tessera_kvstore_refused_peers_total.
+//
 // Lifetime: create() binds; run() serves until stop() (thread-safe, e.g. from a signal
 // watcher) and returns after the workers have finished. The Store must outlive the Server.
 #pragma once
@@ -20,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "tessera/common/curve.h"
 #include "tessera/common/result.h"
 #include "tessera/kvstore/store.h"
 
@@ -30,6 +35,7 @@ struct ServerConfig {
   int threads = 4;                                // worker threads for Redis and large blobs
   size_t max_queue = 1024;                        // pending tasks before kOverloaded
   size_t max_message_bytes = (size_t{256} << 20) + 4096;  // bigger bodies are refused unread
+  curve::Settings curve;                          // --curve-dir / --insecure (docs/security.md)
 };
 
 class Server {

@@ -1,6 +1,8 @@
 """A foreign (Python) client of tessera-kvstore, as docs/kvstore.md shows it.
 
-usage: foreign_client.py ENDPOINT BLOB_FILE FINGERPRINT
+usage: foreign_client.py ENDPOINT BLOB_FILE FINGERPRINT [CURVE_DIR]
+With CURVE_DIR (a `tessera keys` directory) it connects as a CURVE client with the frontend's
+key pair and the kvstore's public key (docs/security.md).
 Puts the blob for user "py-user", gets it back, checks the bytes, sends one malformed request,
 and prints "ok" on success (exit 1 with a reason otherwise). Run with /usr/bin/python3
 (python3-zmq, python3-msgpack).
@@ -18,11 +20,26 @@ def call(sock, msg):
     return msgpack.unpackb(sock.recv(), raw=False)
 
 
+def read_keys(path):
+    """public-key / secret-key of a tessera keys (czmq-style) certificate file."""
+    keys = {}
+    for line in open(path):
+        name, _, value = line.partition("=")
+        if name.strip() in ("public-key", "secret-key"):
+            keys[name.strip()] = value.strip().strip('"').encode()
+    return keys
+
+
 def main():
     endpoint, blob_file, fingerprint = sys.argv[1], sys.argv[2], int(sys.argv[3])
     blob = open(blob_file, "rb").read()
     sock = zmq.Context().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if len(sys.argv) > 4:
+        own = read_keys(sys.argv[4] + "/frontend.key_secret")
+        sock.curve_serverkey = read_keys(sys.argv[4] + "/kvstore.key")["public-key"]
+        sock.curve_publickey = own["public-key"]
+        sock.curve_secretkey = own["secret-key"]
     sock.connect(endpoint)
     key = {"fingerprint": fingerprint, "user": "py-user", "hash": "pref-1"}
     r = call(sock, dict(v=1, type="put", id=1, blob=blob, **key))

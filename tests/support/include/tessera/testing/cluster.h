@@ -1,5 +1,6 @@
 // Harness for the end-to-end cluster tests: real tessera-scheduler, tessera-worker and
-// tessera-frontend processes (testing::Process) on loopback ports chosen by the OS (each prints
+// tessera-frontend processes (testing::Process), secured with the test key set (curve_keys.h),
+// on loopback ports chosen by the OS (each prints
 // one LISTENING/READY line with what it bound), HTTP through the one client (tessera/http/client.h),
 // Prometheus samples, and deadline-bounded waits (wait.h; never a blind sleep).
 //

@@ -18,7 +18,8 @@ namespace tessera::kvstore::testing {
 
 class KvProcess {
  public:
-  // `args` are flags after the program name; --listen defaults to tcp://127.0.0.1:*.
+  // `args` are flags after the program name; --listen defaults to tcp://127.0.0.1:*; without
+  // --curve-dir or --insecure, the test key set (curve_keys.h) is given.
   // Returns nullptr (after printing why) when it did not come up within the deadline.
   static std::unique_ptr<KvProcess> start(std::vector<std::string> args,
                                           std::chrono::milliseconds deadline = std::chrono::seconds(15));
