@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::testing {
@@ -174,12 +175,12 @@ TEST(ClusterDrainTest, AWorkerThatCannotRegisterSaysWhy) {
   const std::string dir = make_temp_dir("tessera-register");
   const std::string model = shared_path("models/stories260K/stories260K.bin");
   Process nowhere(bin_path("tessera-worker"),
-                  {"--model", model, "--scheduler", "tcp://127.0.0.1:1", "--threads", "1", "--num-pages", "16",
-                   "--name", "lonely", "--scheduler-dead-ms", "500"},
+                  with_keys({"--model", model, "--scheduler", "tcp://127.0.0.1:1", "--threads", "1", "--num-pages", "16",
+                             "--name", "lonely", "--scheduler-dead-ms", "500"}),
                   dir + "/nowhere.log");
   Process twin(bin_path("tessera-worker"),
-               {"--model", model, "--scheduler", cluster.scheduler_worker_endpoint(), "--threads", "1", "--num-pages",
-                "16", "--name", "w0", "--scheduler-dead-ms", "500"},
+               with_keys({"--model", model, "--scheduler", cluster.scheduler_worker_endpoint(), "--threads", "1",
+                          "--num-pages", "16", "--name", "w0", "--scheduler-dead-ms", "500"}),
                dir + "/twin.log");
   EXPECT_TRUE(wait_until([&] { return read_all(dir + "/nowhere.log").find("no connection to tcp://127.0.0.1:1") != std::string::npos; },
                          milliseconds(10000)))

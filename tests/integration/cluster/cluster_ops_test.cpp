@@ -12,6 +12,7 @@
 
 #include "tessera/common/metrics.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
 
 namespace tessera::testing {
@@ -256,7 +257,7 @@ TEST_F(ClusterOpsTest, ClientDisconnectCountsAsDisconnect) {
 TEST_F(ClusterOpsTest, PromtoolAcceptsEveryMetricsEndpoint) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) GTEST_SKIP() << "promtool is not installed";
   // A kvstore too, its endpoint on the dual-stack "::" (scraped over IPv6 and IPv4).
-  Process kv(bin_path("tessera-kvstore"), {"--listen", "tcp://127.0.0.1:*", "--metrics-host", "::"},
+  Process kv(bin_path("tessera-kvstore"), with_keys({"--listen", "tcp://127.0.0.1:*", "--metrics-host", "::"}),
              make_temp_dir("tessera-kv-metrics") + "/kvstore.log");
   const int kv_port = std::atoi(line_field(kv.wait_line("tessera-kvstore listening", milliseconds(10000)), "metrics").c_str());
   ASSERT_GT(kv_port, 0);

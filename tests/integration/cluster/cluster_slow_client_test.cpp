@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
@@ -319,6 +320,8 @@ TEST_F(SlowClientTest, MalformedMessagesAreLoggedWithARateLimitAndEscaped) {
     zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::linger, 2000);
     dealer.set(zmq::sockopt::routing_id, std::string("\x01\xfe\nid", 5));
+    dealer.set(zmq::sockopt::sndtimeo, 20000);  // a refused handshake fails the test, never hangs it
+    secure_client(dealer, curve::Role::kFrontend, curve::Role::kScheduler);  // an authenticated peer sending garbage
     dealer.connect(c.scheduler_frontend_endpoint());
     const std::string garbage("\xc1\x00\xff\n\x1b[31mnot msgpack", 20);
     for (int i = 0; i < 3000; ++i) ASSERT_TRUE(dealer.send(zmq::buffer(garbage), zmq::send_flags::none));

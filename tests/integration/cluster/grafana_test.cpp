@@ -31,7 +31,10 @@ const std::set<std::string> kOtherEndpoints = {
     "tessera_kvstore_l2_bytes_written_total", "tessera_kvstore_l2_bytes_read_total", "tessera_kvstore_l1_entries",
     "tessera_kvstore_l1_users", "tessera_kvstore_l1_evictions_total", "tessera_kvstore_l1_remote_invalidations_total",
     "tessera_kvstore_l1_bytes", "tessera_kvstore_redis_up", "tessera_kvstore_redis_reconnects_total",
-    "tessera_kvstore_l2_errors_total", "tessera_kvstore_l2_puts_total", "tessera_kvstore_mac_failures_total"};
+    "tessera_kvstore_l2_errors_total", "tessera_kvstore_l2_puts_total", "tessera_kvstore_mac_failures_total",
+    "tessera_kvstore_refused_peers_total", "tessera_kvstore_l2_write_backs_total",
+    // Exported by the frontend only with --zmq-curve (its client API behind CURVE).
+    "tessera_frontend_refused_peers_total"};
 
 json load_dashboard() {
   std::ifstream in(source_path("deploy/grafana/tessera.json"));
