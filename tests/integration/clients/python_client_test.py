@@ -257,7 +257,7 @@ class Conformance(unittest.TestCase):
             (lambda: tc.AdminClient(f"http://127.0.0.1:{CLUSTER.http[1]}", token=ADMIN_TOKEN).get_preference(user),
              tc.PermissionDenied, 106),
             (lambda: admin.set_preference(user, pref, 2.0), tc.BadRequest, 103),
-            (lambda: admin.set_preference(user, "", 0.5), tc.BadRequest, None),
+            (lambda: admin.set_preference(user, "", 0.5), tc.BadRequest, 100),
         ]
         for call, cls, code in checks:
             with self.assertRaises(cls) as cm:
