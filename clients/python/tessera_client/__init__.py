@@ -1,4 +1,5 @@
 """tessera_client: Python client for Tessera's ZeroMQ API (docs/protocol.md, clients/python/README.md)."""
+from .admin import DEFAULT_ADMIN_TIMEOUT, AdminClient, AsyncAdminClient, Invalidation, StoredPreference
 from .client import (DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT_INTERVAL, OPTION_KEYS, AsyncClient, AsyncStream,
                      Client, Stream)
 from .errors import (BadRequest, Cancelled, ClientClosed, InternalError, NotFound, Overloaded, PeerDead,
@@ -7,6 +8,7 @@ from .types import Completion, Limits, StreamEvent, Timings, TokenEvent, TopLogp
 
 __version__ = "0.1.0"
 __all__ = [
+    "AdminClient", "AsyncAdminClient", "Invalidation", "StoredPreference", "DEFAULT_ADMIN_TIMEOUT",
     "AsyncClient", "AsyncStream", "Client", "Stream", "OPTION_KEYS", "DEFAULT_DEAD_AFTER",
     "DEFAULT_HEARTBEAT_INTERVAL", "BadRequest", "Cancelled", "ClientClosed", "InternalError", "NotFound",
     "Overloaded", "PeerDead", "PermissionDenied", "TesseraError", "Timeout", "Unavailable", "error_for",

@@ -1,6 +1,7 @@
 """A loopback cluster for the client conformance tests, started as tests/support/src/cluster.cpp
-does: one tessera-scheduler, one tessera-worker (--backend cpu) and two tessera-frontends on
-stories260K, every port chosen by the kernel (read from the processes' LISTENING lines)."""
+does: one tessera-scheduler, one tessera-worker (--backend cpu), one tessera-kvstore and two
+tessera-frontends on stories260K, every port chosen by the kernel (read from the processes'
+LISTENING lines). Frontend 0 has the admin token ADMIN_TOKEN and the kvstore (admin operations)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,8 @@ import tempfile
 import time
 import urllib.request
 from typing import Callable, Dict, List, Optional
+
+ADMIN_TOKEN = "py-admin-secret"
 
 
 def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
@@ -75,6 +78,7 @@ class Cluster:
         s = self._start([os.path.join(bin_dir, "tessera-scheduler"), "--frontend-endpoint", "tcp://127.0.0.1:*",
                          "--worker-endpoint", "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "100"],
                         "scheduler")
+        k = self._start([os.path.join(bin_dir, "tessera-kvstore"), "--listen", "tcp://127.0.0.1:*"], "kvstore")
         line = s.wait_line("LISTENING", 10)
         if not line:
             raise RuntimeError("tessera-scheduler did not start\n" + self.logs())
@@ -83,13 +87,19 @@ class Cluster:
         self._start([os.path.join(bin_dir, "tessera-worker"), "--model", model, "--scheduler", sched_we,
                      "--threads", "1", "--num-pages", "512", "--name", "w0", "--backend", "cpu"] + (worker_args or []),
                     "worker")
+        kl = k.wait_line("tessera-kvstore listening on", 10)
+        if not kl:
+            raise RuntimeError("tessera-kvstore did not start\n" + self.logs())
+        self.kvstore = next(p for p in kl.split() if p.startswith("tcp://"))
         self.frontends: List[Proc] = []
         self.zmq: List[str] = []
         self.http: List[int] = []
         for i in range(frontends):
             f = self._start([os.path.join(bin_dir, "tessera-frontend"), "--http-port", "0", "--zmq-endpoint",
                              "tcp://127.0.0.1:*", "--schedulers", sched_fe, "--model", model, "--tokenizer", tok,
-                             "--heartbeat-ms", "100"], f"frontend{i}")
+                             "--heartbeat-ms", "100"]
+                            + (["--admin-token", ADMIN_TOKEN, "--kvstore", self.kvstore] if i == 0 else []),
+                            f"frontend{i}")
             fl = f.wait_line("LISTENING", 15)
             if not fl:
                 raise RuntimeError("tessera-frontend did not start\n" + self.logs())

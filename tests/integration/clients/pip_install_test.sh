@@ -12,4 +12,5 @@ cp -r "$src" "$work/src"   # pip builds in the tree: keep the source tree clean
 cd / && "$work/venv/bin/python" -c '
 import sys, tessera_client
 assert tessera_client.__file__.startswith(sys.argv[1]), tessera_client.__file__
+assert tessera_client.AdminClient.__module__ == "tessera_client.admin"
 print("installed tessera_client", tessera_client.__version__)' "$work/venv"

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "clients", "python"))
 sys.path.insert(0, HERE)
 
 import tessera_client as tc  # noqa: E402
-from cluster import Cluster, wait_until  # noqa: E402
+from cluster import ADMIN_TOKEN, Cluster, wait_until  # noqa: E402
 
 BIN_DIR = SHARED = ""
 CLUSTER: Cluster = None  # type: ignore[assignment]
@@ -218,6 +218,72 @@ class Conformance(unittest.TestCase):
                 with self.assertRaises(tc.PeerDead):
                     async for _ in ac.stream_complete("Once", max_tokens=4):
                         pass
+        asyncio.run(run_async())
+
+    def test_k_admin_operations_and_preference_provenance(self) -> None:
+        admin = tc.AdminClient(f"http://127.0.0.1:{CLUSTER.http[0]}", token=ADMIN_TOKEN)
+        user = f"py-user-{os.getpid()}"
+        pref = "Alice likes short stories about dragons."
+        put = admin.set_preference(user, pref, 0.25)
+        self.assertEqual((put.user, put.preference, put.alpha), (user, pref, 0.25))
+        self.assertIsNotNone(put.stored)
+        self.assertEqual(admin.get_preference(user), tc.StoredPreference(user, pref, 0.25))
+        # A request with the user and no preference uses the stored one: its provenance is in usage.
+        r = self.client.complete("Once upon a time", max_tokens=4, temperature=0.0, user=user)
+        self.assertIn(r.usage.preference_source, ("compute", "kvstore", "redis", "memory"), r.usage)
+        self.assertIsInstance(r.usage.preference_kv_bytes, int)
+        self.assertGreater(r.usage.preference_kv_bytes, 0)
+        self.assertIsInstance(r.usage.preference_transfer_ms, (int, float))
+        plain = self.client.complete("Once upon a time", max_tokens=4, temperature=0.0)
+        self.assertIsNone(plain.usage.preference_source)
+        inv = admin.invalidate(user)
+        self.assertEqual(inv.user, user)
+        self.assertGreaterEqual(inv.kvstore_l1, 1)  # at least the stored-preference entry
+        self.assertEqual(inv.schedulers_notified, 1)
+        # docs/api.md: after invalidate the next request of the user computes its preference.
+        again = self.client.complete("Once upon a time", max_tokens=4, temperature=0.0, user=user)
+        self.assertEqual(again.usage.preference_source, "compute")
+        self.assertEqual(admin.get_preference(user).preference, pref)  # the text is kept
+        self.assertTrue(admin.delete_preference(user))
+        self.assertFalse(admin.delete_preference(user))
+        with self.assertRaises(tc.NotFound) as nf:
+            admin.get_preference(user)
+        self.assertEqual((nf.exception.code, nf.exception.name), (104, "not_found"))
+        self.assertTrue(nf.exception.message)
+        checks = [
+            (lambda: tc.AdminClient(admin.base_url, token="wrong").invalidate(user), tc.PermissionDenied, 106),
+            (lambda: tc.AdminClient(admin.base_url).get_preference(user), tc.PermissionDenied, 106),
+            # frontend 1 has no --admin-token: admin routes are disabled (403)
+            (lambda: tc.AdminClient(f"http://127.0.0.1:{CLUSTER.http[1]}", token=ADMIN_TOKEN).get_preference(user),
+             tc.PermissionDenied, 106),
+            (lambda: admin.set_preference(user, pref, 2.0), tc.BadRequest, 103),
+            (lambda: admin.set_preference(user, "", 0.5), tc.BadRequest, 100),
+        ]
+        for call, cls, code in checks:
+            with self.assertRaises(cls) as cm:
+                call()
+            if code is not None:
+                self.assertEqual(cm.exception.code, code, cm.exception.message)
+            self.assertTrue(cm.exception.message)
+        import socket
+        with socket.socket() as probe:  # a port with nothing listening
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        with self.assertRaises(tc.Unavailable) as un:
+            tc.AdminClient(f"http://127.0.0.1:{port}", token=ADMIN_TOKEN, timeout=2.0).get_preference(user)
+        self.assertEqual(un.exception.code, 400)
+        with self.assertRaises(tc.BadRequest):
+            tc.AdminClient("tcp://127.0.0.1:1")
+
+        async def run_async() -> None:
+            aadmin = tc.AsyncAdminClient(admin.base_url, token=ADMIN_TOKEN)
+            await aadmin.set_preference(user, "Bob likes cats.", 0.5)
+            got, inv2 = await asyncio.gather(aadmin.get_preference(user), aadmin.invalidate(user))
+            self.assertEqual(got, tc.StoredPreference(user, "Bob likes cats.", 0.5))
+            self.assertEqual(inv2.schedulers_notified, 1)
+            self.assertTrue(await aadmin.delete_preference(user))
+            with self.assertRaises(tc.NotFound):
+                await aadmin.get_preference(user)
         asyncio.run(run_async())
 
     def test_z_killed_frontend_detected_and_failover(self) -> None:
