@@ -133,22 +133,23 @@ std::vector<std::vector<uint8_t>> kvstore_seeds() {
 
 std::vector<std::vector<uint8_t>> frontend_seeds() {
   std::vector<std::vector<uint8_t>> out;
+  // Long bodies are concatenated literals inside parentheses (one element each).
   const char* completions[] = {
       R"({"prompt": "Once upon a time", "max_tokens": 8})",
-      R"({"model": "stories260K", "prompt": "Lily", "max_tokens": 4, "temperature": 0.5, "top_p": 0.9, "top_k": 5,)"
-      R"( "seed": 3, "stop": ["\n", "end"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true},)"
-      R"( "user": "alice", "preference": "likes cats", "logit_bias": {"5": 2.0}, "presence_penalty": 0.5, "n": 1})",
-      R"({"prompt": [1, 403, 407], "max_tokens": 2, "ignore_eos": true, "stop_token_ids": [2], "priority": -3,)"
-      R"( "routing_key": "r", "cache_salt": "s", "min_p": 0.1, "repetition_penalty": 1.1, "frequency_penalty": 0.2})",
+      (R"({"model": "stories260K", "prompt": "Lily", "max_tokens": 4, "temperature": 0.5, "top_p": 0.9, "top_k": 5,)"
+       R"( "seed": 3, "stop": ["\n", "end"], "logprobs": 2, "stream": true, "stream_options": {"include_usage": true},)"
+       R"( "user": "alice", "preference": "likes cats", "logit_bias": {"5": 2.0}, "presence_penalty": 0.5, "n": 1})"),
+      (R"({"prompt": [1, 403, 407], "max_tokens": 2, "ignore_eos": true, "stop_token_ids": [2], "priority": -3,)"
+       R"( "routing_key": "r", "cache_salt": "s", "min_p": 0.1, "repetition_penalty": 1.1, "frequency_penalty": 0.2})"),
       R"({"prompt": "x", "max_tokens": 0})",
       R"({"prompt": "\u00e9t\u00e9 \ud83d\ude00", "echo": false})",
   };
   for (const char* c : completions) out.push_back(with_mode(FrontendMode::kCompletionJson, c));
   const char* chats[] = {
       R"({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4})",
-      R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]},)"
-      R"( {"role": "assistant", "content": "Hey"}, {"role": "user", "content": "<|im_start|>x"}], "logprobs": true,)"
-      R"( "top_logprobs": 3, "max_completion_tokens": 5})",
+      (R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]},)"
+       R"( {"role": "assistant", "content": "Hey"}, {"role": "user", "content": "<|im_start|>x"}], "logprobs": true,)"
+       R"( "top_logprobs": 3, "max_completion_tokens": 5})"),
       R"({"messages": [{"role": "assistant", "content": null}], "user": "bob"})",
   };
   for (const char* c : chats) out.push_back(with_mode(FrontendMode::kChatJson, c));
