@@ -104,7 +104,9 @@ fi
 # TESSERA_SKIP_SANITIZE=1, when the main build is itself a sanitizer build, and when TEST_FILTER
 # is set (run it by hand: docs/building.md).
 # Left out there: cli_options_test and docs_configuration_test (they read the benchmarks'
-# --help, not built here, and exercise no memory path the other tests miss).
+# --help, not built here, and exercise no memory path the other tests miss), and the client
+# library suites python_client_* and node_client_* (they test the Python/Node packages and
+# install them; the servers they talk to are covered by the C++ integration suites).
 if [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TEST_FILTER:-}" ]]; then
   asan_dir="${ASAN_BUILD_DIR:-$root/build-asan}"
   cmake -S "$root" -B "$asan_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared" -DTESSERA_SANITIZE="address;undefined" \
@@ -116,7 +118,8 @@ if [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TES
   ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
   UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
   LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
-    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" -E '^(cli_options_test|docs_configuration_test)$' ||
+    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" \
+    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*)$' ||
     asan_status=$?
   if compgen -G "$asan_dir/reports/*" >/dev/null; then
     echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2
