@@ -74,30 +74,74 @@ cmake "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$jobs"
 
 
-# ---- fuzz step (model-file parsers; owner: loaders) -------------------------------------
+# ---- fuzz step (model-file parsers: owner loaders; message decoders: owner sanitize) -----
 # When clang is installed: builds only the libFuzzer targets in build-fuzz (clang,
-# TESSERA_FUZZ=ON), seeds them with crafted files plus the real stories260K.gguf, and runs
-# each for 15 s. A crash fails the script (set -e). Skip with TESSERA_SKIP_FUZZ=1; with
-# TEST_FILTER set it runs only when the filter mentions "fuzz".
+# TESSERA_FUZZ=ON), seeds each with its crafted inputs (fuzz_write_seeds) — plus the real
+# stories260K.gguf for gguf — and runs each for 15 s. A crash fails the script (set -e). Skip
+# with TESSERA_SKIP_FUZZ=1; with TEST_FILTER set it runs only when the filter mentions "fuzz".
+# Targets (docs/building.md, "Fuzzing"): gguf, safetensors (model files), protocol (protocol v1
+# msgpack), kvstore_messages (the kvstore's msgpack), frontend_request (HTTP bodies and
+# client-API msgpack -> prepared requests).
 if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
    [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
   fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request)
   cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_SHARED_DIR="$shared"
-  cmake --build "$fuzz_dir" -j "$jobs" --target gguf_fuzz safetensors_fuzz fuzz_write_seeds
+    -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DTESSERA_SHARED_DIR="$shared"
+  cmake --build "$fuzz_dir" -j "$jobs" --target "${fuzz_targets[@]/%/_fuzz}" fuzz_write_seeds
   corpus="$fuzz_dir/corpus"
   rm -rf "$corpus"
-  mkdir -p "$corpus/gguf" "$corpus/safetensors"
-  "$fuzz_dir/bin/fuzz_write_seeds" --kind gguf --write-seeds "$corpus/gguf"
-  "$fuzz_dir/bin/fuzz_write_seeds" --kind safetensors --write-seeds "$corpus/safetensors"
+  for target in "${fuzz_targets[@]}"; do
+    kind="${target%_messages}"
+    kind="${kind%_request}"
+    mkdir -p "$corpus/$target"
+    "$fuzz_dir/bin/fuzz_write_seeds" --kind "$kind" --write-seeds "$corpus/$target"
+  done
   cp "$shared/models/stories260K/stories260K.gguf" "$corpus/gguf/"
-  for target in gguf safetensors; do
+  for target in "${fuzz_targets[@]}"; do
+    max_len=65536  # messages and request bodies; model files need room for a whole tiny model
+    [[ $target == gguf || $target == safetensors ]] && max_len=1300000
     echo "tests/run.sh: fuzzing $target for 15 s"
-    "$fuzz_dir/bin/${target}_fuzz" -max_total_time=15 -max_len=1300000 -print_final_stats=1 \
+    TESSERA_SHARED_DIR="$shared" "$fuzz_dir/bin/${target}_fuzz" -max_total_time=15 -max_len=$max_len -print_final_stats=1 \
       -artifact_prefix="$fuzz_dir/crash-$target-" "$corpus/$target"
   done
 fi
 # ---- end of fuzz step -------------------------------------------------------------------
+
+# ---- sanitizer step (ASan + UBSan; owner: sanitize) -------------------------------------
+# Builds a second tree, build-asan (TESSERA_SANITIZE="address;undefined", -O1 -g1, no CUDA, no
+# benchmarks), and runs the unit and integration tests there (docs/building.md, "Sanitizer
+# builds"). Every process the tests start inherits ASAN_OPTIONS/UBSAN_OPTIONS, whose log_path
+# collects each report in $asan_dir/reports/; a report from any process (a test or a child
+# server) fails the step and is printed, even when the test itself passed. Skipped with
+# TESSERA_SKIP_SANITIZE=1, when the main build is itself a sanitizer build, and when TEST_FILTER
+# is set (run it by hand: docs/building.md).
+# Left out there: cli_options_test and docs_configuration_test (they read the benchmarks'
+# --help, not built here, and exercise no memory path the other tests miss), and the client
+# library suites python_client_* and node_client_* (they test the Python/Node packages and
+# install them; the servers they talk to are covered by the C++ integration suites).
+if [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TEST_FILTER:-}" ]]; then
+  asan_dir="${ASAN_BUILD_DIR:-$root/build-asan}"
+  cmake -S "$root" -B "$asan_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared" -DTESSERA_SANITIZE="address;undefined" \
+    -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DCMAKE_BUILD_TYPE=Debug \
+    "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1"
+  cmake --build "$asan_dir" -j "$jobs"
+  rm -rf "$asan_dir/reports" && mkdir -p "$asan_dir/reports"
+  asan_status=0
+  ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
+  UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
+  LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" \
+    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*)$' ||
+    asan_status=$?
+  if compgen -G "$asan_dir/reports/*" >/dev/null; then
+    echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2
+    for f in "$asan_dir"/reports/*; do echo "==== $f" >&2; cat "$f" >&2; done
+    asan_status=1
+  fi
+  ((asan_status == 0)) || { echo "tests/run.sh: the ASan+UBSan step failed" >&2; exit 1; }
+fi
+# ---- end of sanitizer step --------------------------------------------------------------
 
 # ---- unit and integration tests (last, so CTest's summary closes the output) -----------
 ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")

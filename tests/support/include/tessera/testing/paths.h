@@ -11,7 +11,9 @@ namespace tessera::testing {
 std::string shared_path(const std::string& relative);
 std::string bin_path(const std::string& name);
 std::string source_path(const std::string& relative);
-// A fresh empty directory under the system temp dir, removed by the caller if it wants.
+// A fresh empty directory under the system temp dir (<prefix>-<random>). It is removed with its
+// contents when the test program exits normally, unless a test failed or TESSERA_KEEP_TEMP=1
+// (then its path is printed); a caller may remove it earlier. Thread-safe.
 std::string make_temp_dir(const std::string& prefix);
 
 }  // namespace tessera::testing
