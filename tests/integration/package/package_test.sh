@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# package_test.sh BUILD_DIR VERSION WORK_DIR (tests/integration/package/CMakeLists.txt).
+# package_test.sh BUILD_DIR VERSION WORK_DIR [MODEL] (tests/integration/package/CMakeLists.txt).
 # Builds tessera_VERSION_ARCH.deb and tessera-client-dev_VERSION_ARCH.deb with cpack, checks
 # what they hold, runs the programs from an extracted copy, rates the installed units, and
-# installs/purges the package in a chroot when an overlay of / can be mounted.
+# installs/purges the package in a chroot when an overlay of / can be mounted, then boots
+# systemd over such a root and starts the units there (systemd_boot_test.sh, with MODEL).
 set -euo pipefail
-build=$1 version=$2 work=$3
+build=$1 version=$2 work=$3 model=${4:-}
 
 for tool in cpack dpkg-deb dpkg-shlibdeps systemd-analyze; do
   if ! command -v "$tool" >/dev/null; then
@@ -140,4 +141,15 @@ elif [[ $rc != 0 ]]; then
   fail "install in a chroot (exit $rc)"
 fi
 rm -rf "$ov"
+
+# --- systemctl start on a booted systemd ---------------------------------------------------
+if [[ -n $model && -f $model ]]; then
+  set +e
+  bash "$(dirname "$0")/systemd_boot_test.sh" "$work" "$deb" "$model"
+  rc=$?
+  set -e
+  [[ $rc == 0 || $rc == 77 ]] || fail "systemctl start of the installed units"
+else
+  echo "NOTE: no model ($model): the booted systemd test is skipped"
+fi
 echo PASS
