@@ -30,7 +30,8 @@ string(CONFIGURE [[
     set(_etc "${CMAKE_INSTALL_PREFIX}/etc/tessera")
   endif()
   set(_bin "${CMAKE_INSTALL_PREFIX}/bin")
-  file(INSTALL "@CMAKE_SOURCE_DIR@/deploy/tessera.conf" DESTINATION "$ENV{DESTDIR}${_etc}")
+  # file(INSTALL) prepends DESTDIR itself (as CPack sets it); file(WRITE) below does not.
+  file(INSTALL "@CMAKE_SOURCE_DIR@/deploy/tessera.conf" DESTINATION "${_etc}")
   file(GLOB _units "@CMAKE_SOURCE_DIR@/deploy/systemd/*.service")
   foreach(_unit IN LISTS _units)
     get_filename_component(_name "${_unit}" NAME)

@@ -25,6 +25,7 @@ packages=(
   python3-pip python3-setuptools python3-venv
   prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)
   chromium    # headless: cluster_observe_test loads /dashboard (skipped when absent)
+  dpkg-dev systemd  # cpack's dpkg-shlibdeps, systemd-analyze: package_test (skipped when absent)
 )
 
 missing=()
