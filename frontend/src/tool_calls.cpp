@@ -232,7 +232,15 @@ std::string forcing_schema(const ToolSet& tools) {
     any.push_back(call_schema(t));
   }
   if (any.size() == 1) return any[0].dump();
-  return ojson{{"anyOf", any}}.dump();
+  // Several tools: the grammar cannot choose among object schemas that all start with '{', so
+  // the name is one of the tools' and the arguments any JSON object (docs/api.md "Tool calls").
+  ojson names = ojson::array();
+  for (const auto& n : tools.names) names.push_back(n);
+  return ojson{{"type", "object"},
+               {"properties", {{"name", {{"enum", names}}}, {"arguments", {{"type", "object"}}}}},
+               {"required", {"name", "arguments"}},
+               {"additionalProperties", false}}
+      .dump();
 }
 
 ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced) {

@@ -44,8 +44,9 @@ struct ToolSet {
 // kUnsupported, `bad_param` naming the field ("tools[1].function.name", "tool_choice").
 Status parse_tools(const nlohmann::json& body, std::string_view body_text, ToolSet* out, std::string* bad_param);
 
-// The JSON Schema a forced call is generated under: {"name": const, "arguments": parameters},
-// anyOf over every tool for `required`.
+// The JSON Schema a forced call is generated under: {"name": const, "arguments": the tool's
+// parameters} for a named tool or `required` with one tool; `required` with several tools:
+// {"name": enum of the names, "arguments": any object} (the grammar cannot branch on the name).
 std::string forcing_schema(const ToolSet& tools);
 
 struct ToolCall {
