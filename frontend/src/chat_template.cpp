@@ -181,11 +181,9 @@ std::vector<protocol::ChatMessage> with_fallback_tools(const std::vector<protoco
 
 std::string hermes_tools_block(const nlohmann::ordered_json& tools) {
   std::string s =
-      "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+      "# Tools\n<tools>";
   for (const auto& t : tools) s += "\n" + t.dump();
-  s += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-       "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+  s += "\n</tools>\nTo call one, reply <tool_call>{\"name\": <function-name>, \"arguments\": <args-json-object>}</tool_call>";
   return s;
 }
 
