@@ -48,7 +48,7 @@ class ClusterToolsTest : public ::testing::Test {
     EXPECT_FALSE(j.is_discarded()) << r->body;
     return j;
   }
-  static json chat(const std::string& user) { return {{"messages", json::array({{{"role", "user"}, {"content", user}}})}, {"max_tokens", 64}}; }
+  static json chat(const std::string& user) { return {{"messages", json::array({{{"role", "user"}, {"content", user}}})}, {"max_tokens", 96}}; }
 };
 
 // A forced call: content null, finish_reason tool_calls, an OpenAI-shaped call whose arguments
