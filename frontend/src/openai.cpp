@@ -231,10 +231,6 @@ Result<nlohmann::ordered_json> message_tool_fields(const json& m, const std::str
     }
     extra["tool_calls"] = std::move(out);
   }
-  if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-    *bad_param = at + ".role";
-    return make_error(ErrorCode::kInvalidArgument, at + ".role must be system, developer, user, assistant or tool (got '" + role + "')");
-  }
   return extra;
 }
 

@@ -158,8 +158,8 @@ TEST(ToolCalls, BadFieldsAreNamed) {
   EXPECT_EQ(param, "messages[0].tool_call_id");
   parse_error(R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", &param);
   EXPECT_EQ(param, "messages[0].tool_calls");
-  parse_error(R"({"messages":[{"role":"robot","content":"x"}]})", &param);
-  EXPECT_EQ(param, "messages[0].role");
+  EXPECT_NE(parse_error(R"({"messages":[{"role":"robot","content":"x"}]})", &param).find("role must be system, user, assistant or tool"),
+            std::string::npos);
   parse_error(msgs + R"("parallel_tool_calls":"yes"})", &param);
   EXPECT_EQ(param, "parallel_tool_calls");
 }
