@@ -190,50 +190,6 @@ Status parse_prompt(const json& body, ParsedRequest* out, std::string* bad_param
   return ok_status();
 }
 
-// The tool fields of one message (docs/api.md "Tool calls"): an assistant's tool_calls, a tool
-// message's tool_call_id (required) and name. Arguments that are JSON text reach the template as
-// objects, as HF transformers templates expect.
-Result<nlohmann::ordered_json> message_tool_fields(const json& m, const std::string& role, const std::string& at,
-                                                   std::string* bad_param) {
-  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-  auto bad = [&](const std::string& param, const std::string& what) {
-    *bad_param = param;
-    return make_error(ErrorCode::kInvalidArgument, param + " " + what);
-  };
-  if (role == "tool") {
-    if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()) return bad(at + ".tool_call_id", "is required (a string) in a tool message");
-    extra["tool_call_id"] = m["tool_call_id"];
-    if (m.contains("name") && m["name"].is_string()) extra["name"] = m["name"];
-  }
-  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-    if (role != "assistant") return bad(at + ".tool_calls", "is only allowed in an assistant message");
-    const json& calls = m["tool_calls"];
-    if (!calls.is_array()) return bad(at + ".tool_calls", "must be an array");
-    nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (size_t k = 0; k < calls.size(); ++k) {
-      const json& c = calls[k];
-      const std::string ck = at + ".tool_calls[" + std::to_string(k) + "]";
-      if (!c.is_object() || !c.contains("function") || !c["function"].is_object() || !c["function"].contains("name") ||
-          !c["function"]["name"].is_string())
-        return bad(ck, "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
-      const json& f = c["function"];
-      nlohmann::ordered_json args = nlohmann::ordered_json::object();
-      if (f.contains("arguments") && f["arguments"].is_string()) {
-        args = nlohmann::ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
-        if (args.is_discarded()) args = f["arguments"].get<std::string>();
-      } else if (f.contains("arguments") && !f["arguments"].is_null()) {
-        args = f["arguments"];
-      }
-      nlohmann::ordered_json call = {{"id", c.value("id", "")},
-                                     {"type", "function"},
-                                     {"function", {{"name", f["name"]}, {"arguments", args}}}};
-      out.push_back(std::move(call));
-    }
-    extra["tool_calls"] = std::move(out);
-  }
-  return extra;
-}
-
 Status parse_messages(const json& body, protocol::GenerateRequest* r, std::string* bad_param, ToolSet* tools) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) {
@@ -568,15 +524,6 @@ json logprobs_json(RequestKind kind, const std::vector<TokenLogprobText>& lps) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json tool_calls_json(const std::vector<ToolCall>& calls, bool indexed) {
-  json out = json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    json c = {{"id", calls[i].id}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (indexed) c["index"] = i;
-    out.push_back(std::move(c));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -627,23 +574,6 @@ std::string stream_chunk(const ResponseMeta& meta, const std::string& text, cons
             {"object", meta.kind == RequestKind::kChat ? "chat.completion.chunk" : "text_completion"},
             {"created", meta.created},
             {"model", meta.model},
-            {"choices", json::array({choice})}};
-  if (final_event != nullptr) {
-    if (meta.stream_usage == StreamUsage::kLastChunk) j["usage"] = usage_json(*final_event);
-    j["timings"] = timings_json(*final_event);
-  }
-  return "data: " + dump(j) + "\n\n";
-}
-
-std::string tool_calls_chunk(const ResponseMeta& meta, const std::string& content, const std::vector<ToolCall>& calls, bool first,
-                             std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index) {
-  json delta = json::object();
-  if (first) delta["role"] = "assistant";
-  if (!content.empty()) delta["content"] = content;
-  delta["tool_calls"] = tool_calls_json(calls, true);
-  json choice = {{"index", index}, {"delta", delta}, {"logprobs", nullptr}};
-  choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(std::string(finish_reason));
-  json j = {{"id", meta.id}, {"object", "chat.completion.chunk"}, {"created", meta.created}, {"model", meta.model},
             {"choices", json::array({choice})}};
   if (final_event != nullptr) {
     if (meta.stream_usage == StreamUsage::kLastChunk) j["usage"] = usage_json(*final_event);

@@ -62,4 +62,12 @@ struct ToolParse {
 
 ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced);
 
+// The tool fields of one request message (docs/api.md "Tool calls"): an assistant's tool_calls
+// (arguments that are JSON text become objects, as HF templates expect), a tool message's
+// tool_call_id (required) and name. `at` is "messages[i]", named in errors.
+Result<nlohmann::ordered_json> message_tool_fields(const nlohmann::json& m, const std::string& role, const std::string& at,
+                                                   std::string* bad_param);
+// OpenAI's tool_calls array; `indexed`: stream deltas carry each call's "index".
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool indexed);
+
 }  // namespace tessera::frontend
