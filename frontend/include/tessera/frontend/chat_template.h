@@ -1,7 +1,7 @@
 // Chat templates. The model's own Jinja template (tokenizer config `chat_template`, GGUF
 // `tokenizer.chat_template`, or --chat-template-file) is rendered with tessera_jinja exactly as
 // transformers' apply_chat_template renders it (messages, add_generation_prompt=true,
-// bos_token, eos_token; tools=None). Only when there is no template, or it does not parse or
+// bos_token, eos_token; tools and the messages' tool fields, see ChatTools). Only when there is no template, or it does not parse or
 // fails a trial render, do the built-in formats stand in, with a warning in the log saying so;
 // the recognizer then picks one from the template text:
 //   contains "<|im_start|>"       -> ChatML (SmolLM2, Qwen2); a default system prompt written
