@@ -415,8 +415,8 @@ Status validate(const GenerateRequest& r) {
       return make_error(ErrorCode::kInvalidArgument, "messages must not be empty");
     for (size_t i = 0; i < r.messages.size(); ++i) {
       const std::string& role = r.messages[i].role;
-      if (role != "system" && role != "user" && role != "assistant")
-        return make_error(ErrorCode::kInvalidArgument, "messages[" + num(i) + "].role must be system, user or assistant (got '" + role + "')");
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        return make_error(ErrorCode::kInvalidArgument, "messages[" + num(i) + "].role must be system, user, assistant or tool (got '" + role + "')");
     }
   }
   for (size_t i = 0; i < r.prompt_tokens.size(); ++i)

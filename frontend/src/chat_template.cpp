@@ -121,9 +121,20 @@ std::vector<ChatSegment> segment(const std::string& s, const ChatTemplate& t) {
   return out;
 }
 
-Result<RenderedChat> render_jinja(const ChatTemplate& t, const std::vector<protocol::ChatMessage>& messages) {
+Result<RenderedChat> render_jinja(const ChatTemplate& t, const std::vector<protocol::ChatMessage>& messages,
+                                  const ChatTools* tools = nullptr) {
   jinja::ChatTemplateInputs in;
-  for (const auto& m : messages) in.messages.push_back({{"role", m.role}, {"content", m.content}});
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    nlohmann::ordered_json msg = {{"role", m.role}, {"content", m.content}};
+    if (tools != nullptr && i < tools->extras.size() && tools->extras[i].is_object()) {
+      for (const auto& [k, v] : tools->extras[i].items()) msg[k] = v;
+      // An assistant turn that only calls tools has no content (templates test `content`).
+      if (m.content.empty() && msg.contains("tool_calls")) msg["content"] = nullptr;
+    }
+    in.messages.push_back(std::move(msg));
+  }
+  if (tools != nullptr && tools->tools.is_array() && !tools->tools.empty()) in.tools = tools->tools;
   in.add_generation_prompt = true;
   in.bos_token = t.bos_token;
   in.eos_token = t.eos_token;
@@ -140,7 +151,57 @@ Result<RenderedChat> render_jinja(const ChatTemplate& t, const std::vector<proto
 constexpr const char* kTurnEnds[] = {"<|im_end|>",  "<|eot_id|>",     "<|eom_id|>", "<end_of_turn>",
                                      "<|end|>",     "<|endoftext|>", "</s>",       "<｜end▁of▁sentence｜>"};
 
+// The fallback for templates without tool support (chat_template.h render_chat).
+std::vector<protocol::ChatMessage> with_fallback_tools(const std::vector<protocol::ChatMessage>& messages, const ChatTools& tools) {
+  std::vector<protocol::ChatMessage> out;
+  const bool have_tools = tools.tools.is_array() && !tools.tools.empty();
+  const std::string block = have_tools ? hermes_tools_block(tools.tools) : std::string();
+  if (have_tools && (messages.empty() || messages.front().role != "system")) out.push_back({"system", block});
+  for (size_t i = 0; i < messages.size(); ++i) {
+    protocol::ChatMessage m = messages[i];
+    const nlohmann::ordered_json* extra = i < tools.extras.size() && tools.extras[i].is_object() ? &tools.extras[i] : nullptr;
+    if (i == 0 && have_tools && m.role == "system") m.content = block + "\n\n" + m.content;
+    if (extra != nullptr && extra->contains("tool_calls")) {
+      for (const auto& call : (*extra)["tool_calls"]) {
+        const auto& f = call.contains("function") ? call["function"] : call;
+        nlohmann::ordered_json c = {{"name", f.value("name", "")}, {"arguments", f.contains("arguments") ? f["arguments"] : nullptr}};
+        m.content += (m.content.empty() ? "" : "\n") + std::string("<tool_call>\n") + c.dump() + "\n</tool_call>";
+      }
+    }
+    if (m.role == "tool") {
+      m.role = "user";
+      m.content = "<tool_response>\n" + m.content + "\n</tool_response>";
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string hermes_tools_block(const nlohmann::ordered_json& tools) {
+  std::string s =
+      "# Tools\n<tools>";
+  for (const auto& t : tools) s += "\n" + t.dump();
+  s += "\n</tools>\nTo call one, reply <tool_call>{\"name\": <function-name>, \"arguments\": <args-json-object>}</tool_call>";
+  return s;
+}
+
+const char* tool_format_name(ToolFormat format) {
+  switch (format) {
+    case ToolFormat::kHermes: return "hermes";
+    case ToolFormat::kLlama3: return "llama3";
+    case ToolFormat::kMistral: return "mistral";
+  }
+  return "?";
+}
+
+ToolFormat tool_format_for_template(std::string_view jinja) {
+  if (jinja.find("[TOOL_CALLS]") != std::string_view::npos) return ToolFormat::kMistral;
+  if (jinja.find("<tool_call>") != std::string_view::npos) return ToolFormat::kHermes;
+  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ToolFormat::kLlama3;
+  return ToolFormat::kHermes;
+}
 
 ChatTemplate load_chat_template(std::string_view jinja_text, const SpecialTokenText& tokens, std::string_view origin) {
   if (jinja_text.empty()) {
@@ -167,6 +228,13 @@ ChatTemplate load_chat_template(std::string_view jinja_text, const SpecialTokenT
   if (!t.eos_token.empty()) t.stop_pieces.push_back(t.eos_token);
   auto trial = render_jinja(t, {{"user", "Hello"}});
   if (!trial.ok()) return fallback(trial.error().message);
+  t.handles_tools = jinja_text.find("tools") != std::string_view::npos;
+  t.tool_format = t.handles_tools ? tool_format_for_template(jinja_text) : ToolFormat::kHermes;
+  if (t.handles_tools)
+    TS_LOG(kInfo) << "the chat template renders tools; tool calls are parsed in the " << tool_format_name(t.tool_format) << " format";
+  else
+    TS_LOG(kInfo) << "the chat template has no tool support: requests with tools get the Hermes fallback block "
+                     "(docs/api.md \"Tool calls\")";
   return t;
 }
 
@@ -194,11 +262,14 @@ std::string RenderedChat::text() const {
   return s;
 }
 
-Result<RenderedChat> render_chat(const ChatTemplate& tmpl, const std::vector<protocol::ChatMessage>& messages) {
-  if (tmpl.kind == ChatTemplateKind::kJinja && tmpl.jinja) {
-    if (messages.empty()) return make_error(ErrorCode::kInvalidArgument, "messages must not be empty");
-    return render_jinja(tmpl, messages);
-  }
+Result<RenderedChat> render_chat(const ChatTemplate& tmpl, const std::vector<protocol::ChatMessage>& messages_in,
+                                 const ChatTools* tools) {
+  if (messages_in.empty()) return make_error(ErrorCode::kInvalidArgument, "messages must not be empty");
+  if (tmpl.kind == ChatTemplateKind::kJinja && tmpl.jinja && tmpl.handles_tools) return render_jinja(tmpl, messages_in, tools);
+  std::vector<protocol::ChatMessage> converted;
+  if (tools != nullptr) converted = with_fallback_tools(messages_in, *tools);
+  const std::vector<protocol::ChatMessage>& messages = tools != nullptr ? converted : messages_in;
+  if (tmpl.kind == ChatTemplateKind::kJinja && tmpl.jinja) return render_jinja(tmpl, messages);
   TS_TRY(check_roles(messages));
   switch (tmpl.kind) {
     case ChatTemplateKind::kChatML: return render_chatml(tmpl, messages);

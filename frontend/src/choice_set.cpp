@@ -78,7 +78,8 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
       s->cancel_sent = true;
       out.cancel.push_back(s->id);  // the scheduler answers with a final event
     }
-    if (options_.streaming && (!d.text.empty() || !d.logprobs.empty())) out.sse = chunk(*s, d.text, d.logprobs, "", nullptr);
+    if (options_.streaming && !options_.tools && (!d.text.empty() || !d.logprobs.empty()))
+      out.sse = chunk(*s, d.text, d.logprobs, "", nullptr);
     return out;
   }
   if (const auto* fin = std::get_if<protocol::FinalEvent>(&m)) {
@@ -94,7 +95,16 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
       // The last choice to end carries the request's timings.
       protocol::FinalEvent t;
       if (done()) t = total();
-      out.sse = chunk(*s, tail, {}, s->finish_reason, done() ? &t : nullptr);
+      if (options_.tools) {
+        ToolParse p = parse_tool_calls(options_.tool_format, s->gen->text(), options_.tools_forced);
+        if (!p.calls.empty()) s->finish_reason = "tool_calls";
+        if (p.calls.empty()) out.sse = chunk(*s, s->gen->text(), {}, s->finish_reason, done() ? &t : nullptr);
+        else out.sse = tool_calls_chunk(meta_, p.content, p.calls, s->first_chunk, s->finish_reason, done() ? &t : nullptr,
+                                        s->prompt * options_.n + s->candidate);
+        s->first_chunk = false;
+      } else {
+        out.sse = chunk(*s, tail, {}, s->finish_reason, done() ? &t : nullptr);
+      }
     }
     return out;
   }
@@ -170,7 +180,16 @@ std::string ChoiceSet::response_body() const {
       std::stable_sort(cands.begin(), cands.end(), [](const Seq* a, const Seq* b) { return a->cumulative_logprob > b->cumulative_logprob; });
     for (int32_t i = 0; i < options_.n && i < static_cast<int32_t>(cands.size()); ++i) {
       const Seq& s = *cands[static_cast<size_t>(i)];
-      choices.push_back(ChoiceOut{k * options_.n + i, echo_[static_cast<size_t>(k)] + s.gen->text(), s.gen->logprobs(), s.finish_reason});
+      ChoiceOut c{k * options_.n + i, echo_[static_cast<size_t>(k)] + s.gen->text(), s.gen->logprobs(), s.finish_reason, {}};
+      if (options_.tools) {
+        ToolParse p = parse_tool_calls(options_.tool_format, c.text, options_.tools_forced);
+        if (!p.calls.empty()) {
+          c.text = std::move(p.content);
+          c.tool_calls = std::move(p.calls);
+          c.finish_reason = "tool_calls";
+        }
+      }
+      choices.push_back(std::move(c));
     }
   }
   return response_json(meta_, choices, total());

@@ -36,6 +36,11 @@ struct ChoiceSetOptions {
   bool streaming = false;
   bool logprobs = false;      // the client asked for them
   int32_t page_size = 0;      // 0 = unknown: later candidates always wait for the first
+  // Tool calls (tool_calls.h): each choice's text is parsed at its end; a stream holds the text
+  // back until then and sends either the content or the calls (tool_calls_chunk).
+  bool tools = false;
+  bool tools_forced = false;
+  ToolFormat tool_format = ToolFormat::kHermes;
 };
 
 class ChoiceSet {

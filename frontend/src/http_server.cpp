@@ -211,7 +211,8 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       one.prompt_tokens = parsed->prompts[k].tokens;
     }
     if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
-                                             .seed_given = parsed->seed_given});
+                                             .seed_given = parsed->seed_given,
+                                             .tools = kind == protocol::RequestKind::kChat ? &parsed->tools.chat : nullptr});
         !st.ok()) {
       const Error& e = st.error();
       const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
@@ -248,7 +249,9 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
                     .logprobs = parsed->logprobs,
                     .stream_usage = parsed->include_usage ? StreamUsage::kSeparateChunk : StreamUsage::kNone};
   const ChoiceSetOptions choice_options{.n = parsed->n, .best_of = parsed->best_of, .streaming = streaming,
-                                          .logprobs = parsed->logprobs, .page_size = limits.page_size};
+                                          .logprobs = parsed->logprobs, .page_size = limits.page_size,
+                                          .tools = parsed->tools.active(), .tools_forced = parsed->tools.forced(),
+                                          .tool_format = s.preparer.chat_template().tool_format};
   // Kept to run the whole request again when a worker (or scheduler) dies before anything
   // reached the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
   constexpr int kMaxResubmits = 2;

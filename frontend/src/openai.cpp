@@ -190,7 +190,7 @@ Status parse_prompt(const json& body, ParsedRequest* out, std::string* bad_param
   return ok_status();
 }
 
-Status parse_messages(const json& body, protocol::GenerateRequest* r, std::string* bad_param) {
+Status parse_messages(const json& body, protocol::GenerateRequest* r, std::string* bad_param, ToolSet* tools) {
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) {
     *bad_param = "messages";
@@ -206,9 +206,12 @@ Status parse_messages(const json& body, protocol::GenerateRequest* r, std::strin
     }
     protocol::ChatMessage cm;
     cm.role = m["role"].get<std::string>();
+    if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
     if (m.contains("content") && !m["content"].is_null()) {
       TS_ASSIGN_OR_RETURN(cm.content, message_content(m["content"], i, bad_param));
     }
+    TS_ASSIGN_OR_RETURN(nlohmann::ordered_json extra, message_tool_fields(m, cm.role, at, bad_param));
+    if (tools != nullptr) tools->chat.extras.push_back(std::move(extra));
     r->messages.push_back(std::move(cm));
   }
   return ok_status();
@@ -242,13 +245,13 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
       // vLLM's
       "cache_salt", "response_format"};
   static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
-  static const std::set<std::string, std::less<>> chat_only = {"messages", "max_completion_tokens", "top_logprobs"};
+  static const std::set<std::string, std::less<>> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
+                                                               "tool_choice", "parallel_tool_calls"};
   // Fields of OpenAI's schemas that Tessera does not implement; refused whenever present (not
   // null), except for the values that ask for nothing beyond plain text.
   auto plain = [](const std::string& key, const json& v) {
-    if (key == "tool_choice") return v.is_string() && v.get<std::string>() == "none";
-    if (key == "tools" || key == "functions") return v.is_array() && v.empty();
-    if (key == "parallel_tool_calls" || key == "store") return v.is_boolean() && !v.get<bool>();
+    if (key == "functions") return v.is_array() && v.empty();
+    if (key == "store") return v.is_boolean() && !v.get<bool>();
     if (key == "modalities") return v.is_array() && v.size() == 1 && v[0] == "text";
     return false;
   };
@@ -261,7 +264,7 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
     if (kind == RequestKind::kChat && completion_only.count(key))
       return make_error(ErrorCode::kInvalidArgument, "'" + key + "' is a completions field; /v1/chat/completions does not take it");
     static const std::set<std::string, std::less<>> known_unsupported = {
-        "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
+        "functions", "function_call", "audio",
         "modalities", "prediction", "reasoning_effort", "service_tier", "store", "metadata", "web_search_options",
         "verbosity", "prompt_cache_key", "safety_identifier"};
     if (known_unsupported.count(key))
@@ -348,7 +351,10 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   Reader rd(body, bad_param);
   TS_TRY(check_fields(body, kind, bad_param));
   TS_TRY(rd.str("model", &r.model));
-  if (kind == RequestKind::kChat) TS_TRY(parse_messages(body, &r, bad_param));
+  if (kind == RequestKind::kChat) {
+    TS_TRY(parse_messages(body, &r, bad_param, &out.tools));
+    TS_TRY(parse_tools(body, body_text, &out.tools, bad_param));
+  }
   else TS_TRY(parse_prompt(body, &out, bad_param));
   out.max_tokens_given = rd.find("max_tokens") != nullptr || (kind == RequestKind::kChat && rd.find("max_completion_tokens") != nullptr);
   TS_TRY(rd.integer("max_tokens", &r.max_tokens));
@@ -391,6 +397,13 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
       *bad_param = "response_format";
       return st.error();
     }
+  }
+  if (out.tools.forced()) {
+    if (!r.sampling.grammar.empty())
+      return rd.fail("tool_choice", ErrorCode::kInvalidArgument,
+                     "tool_choice '" + std::string(out.tools.choice == ToolChoice::kNamed ? "named" : "required") +
+                         "' constrains the output itself; it cannot be combined with response_format");
+    r.sampling.grammar = forcing_schema(out.tools);
   }
   if (kind == RequestKind::kCompletion) {
     // completions: "logprobs": n (number of alternatives, 0..20)
@@ -511,6 +524,7 @@ json logprobs_json(RequestKind kind, const std::vector<TokenLogprobText>& lps) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+
 }  // namespace
 
 std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const protocol::FinalEvent& final_event) {
@@ -518,7 +532,13 @@ std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>
   for (const ChoiceOut& c : choices) {
     json choice = {{"index", c.index}, {"finish_reason", c.finish_reason}};
     choice["logprobs"] = meta.logprobs ? logprobs_json(meta.kind, c.logprobs) : json(nullptr);
-    if (meta.kind == RequestKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    if (meta.kind == RequestKind::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = tool_calls_json(c.tool_calls, false);
+      }
+    }
     else choice["text"] = c.text;
     out.push_back(std::move(choice));
   }

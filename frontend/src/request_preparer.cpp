@@ -162,7 +162,7 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
     return make_error(ErrorCode::kNotFound, "model '" + r.model + "' does not exist (this server serves '" + model_name_ + "')");
   const int32_t vocab = tokenizer_->vocab_size();
   if (r.kind == protocol::RequestKind::kChat) {
-    TS_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(chat_template_, r.messages));
+    TS_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(chat_template_, r.messages, o.tools));
     r.prompt_tokens = tokenize_chat(chat);
     for (const auto& piece : chat.stop_pieces) {
       int32_t id = tokenizer_->token_id(piece);

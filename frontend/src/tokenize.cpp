@@ -41,7 +41,7 @@ Result<std::string> tokenize_json(std::string_view body, const RequestPreparer& 
     json chat = {{"messages", j["messages"]}};
     if (j.contains("model")) chat["model"] = j["model"];
     TS_ASSIGN_OR_RETURN(ParsedRequest parsed, parse_request(chat.dump(), protocol::RequestKind::kChat, {}, param));
-    TS_TRY(preparer.prepare(parsed.request));
+    TS_TRY(preparer.prepare(parsed.request, {.tools = &parsed.tools.chat}));
     tokens = std::move(parsed.request.prompt_tokens);
   } else {
     const char* key = j.contains("prompt") ? "prompt" : "content";

@@ -95,7 +95,8 @@ export class Cluster {
     const schedFe = field(line, "frontends");
     this.metricsPort = Number(field(line, "metrics"));
     this._spawn([bin("tessera-worker"), "--model", model, "--scheduler", field(line, "workers"), "--threads", "1",
-                 "--num-pages", "512", "--name", "w0", "--backend", "cpu"], "worker");
+                 "--num-pages", "512", "--name", "w0", "--backend", "cpu",
+                 "--tokenizer", tok], "worker");  // the vocabulary: grammar-constrained sampling (tools, response_format)
     const kl = await k.waitLine("tessera-kvstore listening on", 10000);
     if (!kl) throw new Error("tessera-kvstore did not start");
     this.kvstore = kl.split(/\s+/).find((p) => p.startsWith("tcp://"));

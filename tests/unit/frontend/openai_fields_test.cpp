@@ -145,13 +145,10 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
       {"functions", json::array({{{"name", "f"}}})},
       {"metadata", json{{"k", "v"}}},
       {"modalities", json::array({"text", "audio"})},
-      {"parallel_tool_calls", true},
       {"prediction", json{{"type", "content"}, {"content", "x"}}},
       {"reasoning_effort", "low"},
       {"service_tier", "auto"},
       {"store", true},
-      {"tool_choice", "auto"},
-      {"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})},
       {"web_search_options", json::object()},
       {"prompt_cache_key", "k"},
       {"safety_identifier", "s"},
@@ -162,6 +159,11 @@ TEST(OpenAIFields, EveryChatCompletionsFieldIsHonouredOrRefused) {
   fields.push_back({"logprobs", true, [](const ParsedRequest& p) { EXPECT_TRUE(p.logprobs); }});
   fields.push_back({"response_format", json{{"type", "json_object"}},
                     [](const ParsedRequest& p) { EXPECT_EQ(p.request.sampling.grammar, R"({"type":"object"})"); }});
+  // Tools (docs/api.md "Tool calls"): honoured; tool_choice without tools asks for nothing.
+  fields.push_back({"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}}),
+                    [](const ParsedRequest& p) { EXPECT_TRUE(p.tools.active()); }});
+  fields.push_back({"tool_choice", "auto", [](const ParsedRequest& p) { EXPECT_FALSE(p.tools.active()); }});
+  fields.push_back({"parallel_tool_calls", false, [](const ParsedRequest& p) { EXPECT_FALSE(p.tools.parallel); }});
   fields.push_back({"max_completion_tokens", 9, [](const ParsedRequest& p) { EXPECT_EQ(p.request.max_tokens, 9); }});
   check(RequestKind::kChat, base, fields);
   json with_lp = base;

@@ -172,7 +172,7 @@ TEST(ProtocolBadInput, OutOfRange) {
   expect_error(MapBuilder().header("chat").add("messages", std::vector<int>{}).bytes(), ErrorCode::kInvalidArgument, "messages must not be empty");
   std::map<std::string, std::string> bad_role{{"role", "robot"}, {"content", "x"}};
   expect_error(MapBuilder().header("chat").add("messages", std::vector<std::map<std::string, std::string>>{bad_role}).bytes(),
-               ErrorCode::kInvalidArgument, "role must be system, user or assistant (got 'robot')");
+               ErrorCode::kInvalidArgument, "role must be system, user, assistant or tool (got 'robot')");
   expect_error(MapBuilder().header("register").add("worker_name", "w").add("model_fingerprint", 1).add("num_pages", 0)
                    .add("max_batch_tokens", 1).add("max_seq_len", 1).add("vocab_size", 1).bytes(),
                ErrorCode::kOutOfRange, "num_pages must be >= 1 (got 0)");

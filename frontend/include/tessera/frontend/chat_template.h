@@ -1,7 +1,7 @@
 // Chat templates. The model's own Jinja template (tokenizer config `chat_template`, GGUF
 // `tokenizer.chat_template`, or --chat-template-file) is rendered with tessera_jinja exactly as
 // transformers' apply_chat_template renders it (messages, add_generation_prompt=true,
-// bos_token, eos_token; tools=None). Only when there is no template, or it does not parse or
+// bos_token, eos_token; tools and the messages' tool fields, see ChatTools). Only when there is no template, or it does not parse or
 // fails a trial render, do the built-in formats stand in, with a warning in the log saying so;
 // the recognizer then picks one from the template text:
 //   contains "<|im_start|>"       -> ChatML (SmolLM2, Qwen2); a default system prompt written
@@ -17,10 +17,13 @@
 // thread-safe (a loaded ChatTemplate is immutable and shared).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tessera/common/protocol.h"
 #include "tessera/jinja/template.h"
@@ -28,6 +31,21 @@
 namespace tessera::frontend {
 
 enum class ChatTemplateKind { kChatML, kLlama2, kLlama3, kJinja };
+
+// How a model writes tool calls (tool_calls.h parses them).
+enum class ToolFormat : uint8_t { kHermes, kLlama3, kMistral };
+const char* tool_format_name(ToolFormat format);  // "hermes", "llama3", "mistral"
+// "[TOOL_CALLS]" -> kMistral, "<tool_call>" -> kHermes, "<|start_header_id|>" -> kLlama3, else kHermes.
+ToolFormat tool_format_for_template(std::string_view jinja);
+
+// Tools of a chat request for the template (docs/api.md "Tool calls"): `tools` as the request
+// gave them (null = none), and per message (parallel to the messages; may be empty) the extras
+// HF transformers passes: "tool_calls" (arguments as objects when they parse), "tool_call_id",
+// "name".
+struct ChatTools {
+  nlohmann::ordered_json tools;
+  std::vector<nlohmann::ordered_json> extras;
+};
 
 struct ChatTemplate {
   ChatTemplateKind kind = ChatTemplateKind::kChatML;
@@ -39,6 +57,10 @@ struct ChatTemplate {
   std::string bos_token;
   std::string eos_token;
   std::vector<std::string> stop_pieces;
+  // kJinja whose text mentions `tools`: tools are passed to it; otherwise the Hermes fallback
+  // block (a system-prompt section listing the tools) is written into the messages.
+  bool handles_tools = false;
+  ToolFormat tool_format = ToolFormat::kHermes;
 };
 
 const char* chat_template_name(ChatTemplateKind kind);  // "chatml", "llama2", "llama3", "jinja"
@@ -71,6 +93,13 @@ struct RenderedChat {
 // (kInvalidArgument). Built-in formats: a "system" message that is not first is an error naming
 // the index. kJinja: the template's own checks (raise_exception) and render errors come back as
 // kInvalidArgument "chat template: ..." naming the message and line.
-Result<RenderedChat> render_chat(const ChatTemplate& tmpl, const std::vector<protocol::ChatMessage>& messages);
+// `tools` (may be null): passed to a template that handles tools; otherwise the fallback: the
+// Hermes block is prepended to the first system message (or becomes one), an assistant's
+// tool_calls are appended to its content as <tool_call> blocks, and a "tool" message becomes a
+// "user" message wrapped in <tool_response>.
+Result<RenderedChat> render_chat(const ChatTemplate& tmpl, const std::vector<protocol::ChatMessage>& messages,
+                                 const ChatTools* tools = nullptr);
+// The fallback block for `tools` (an array of {"type":"function","function":{...}}).
+std::string hermes_tools_block(const nlohmann::ordered_json& tools);
 
 }  // namespace tessera::frontend

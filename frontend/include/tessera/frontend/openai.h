@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessera/common/protocol.h"
+#include "tessera/frontend/tool_calls.h"
 
 namespace tessera::frontend {
 
@@ -43,6 +44,9 @@ struct ParsedRequest {
   int32_t best_of = 1;             // candidates generated per prompt (>= n; > n only without stream)
   bool echo = false;               // completions: each choice's text starts with its prompt
   std::vector<PromptInput> prompts;  // completions: one per prompt (>= 1); chat: empty
+  // chat: tools / tool_choice / parallel_tool_calls and each message's tool fields (tool_calls.h);
+  // a forced call has set request.sampling.grammar.
+  ToolSet tools;
 };
 
 // The seed of candidate `candidate` of a request whose seed is `seed`: candidate 0 keeps it (so
@@ -90,6 +94,7 @@ struct ChoiceOut {
   std::string text;
   std::vector<TokenLogprobText> logprobs;
   std::string finish_reason;
+  std::vector<ToolCall> tool_calls;  // chat: message.tool_calls (content null when `text` is empty)
 };
 // Whole response with these choices; `final_event` gives usage (summed by the caller) and timings.
 std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>& choices, const protocol::FinalEvent& final_event);
@@ -97,6 +102,10 @@ std::string response_json(const ResponseMeta& meta, const std::vector<ChoiceOut>
 // chunk carries `usage` and `timings` too. first: chat chunks announce the assistant role.
 std::string stream_chunk(const ResponseMeta& meta, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
                          bool first, std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
+// A streamed chat choice's tool calls: one chunk carrying every call whole (index, id, type,
+// function.name, function.arguments), with `content` first when non-empty.
+std::string tool_calls_chunk(const ResponseMeta& meta, const std::string& content, const std::vector<ToolCall>& calls, bool first,
+                             std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
 // OpenAI's usage chunk: "data: {..., "choices": [], "usage": {...}}\n\n".
 std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event);
 // /v1/models and /v1/models/{id}; max_model_len = the context length (omitted when 0: unknown).

@@ -45,6 +45,7 @@ struct PrepareOptions {
   int32_t context_length = 0;    // 0 = unknown: no context check
   bool max_tokens_given = true;  // false: max_tokens = the default, capped to the context left
   bool seed_given = true;        // false: a random seed (a given `seed` makes sampling reproducible)
+  const ChatTools* tools = nullptr;  // chat: tools and the messages' tool fields (HTTP API only)
 };
 
 class RequestPreparer {
