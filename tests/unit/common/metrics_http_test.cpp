@@ -163,8 +163,7 @@ TEST_F(MetricsHttp, SlowClientsDoNotBlockScrapes) {
     const std::string req = "GET /metrics HTTP/1.1\r\nHost: t\r\nX-Pad: aaaaaaaaaaaaaaaaaaaa\r\n\r\n";
     for (size_t i = 0; i < req.size() && !done.load(); ++i) {
       for (int fd : slow) (void)::send(fd, req.data() + i, 1, MSG_NOSIGNAL);
-      pollfd p{slow[0], POLLIN, 0};
-      (void)::poll(&p, 1, 500);  // paces the client: one byte per 0.5 s
+      (void)::poll(nullptr, 0, 500);  // paces the clients: one byte per 0.5 s (not tied to any socket's state)
     }
   });
   for (int i = 0; i < 4; ++i) {
