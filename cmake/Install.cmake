@@ -44,3 +44,14 @@ string(CONFIGURE [[
   endforeach()
 ]] _tessera_install_code @ONLY)
 install(CODE "${_tessera_install_code}" COMPONENT server)
+
+# find_package(Tessera): the programs as imported executables, and the client through
+# COMPONENTS client (cmake/TesseraConfig.cmake.in).
+include(CMakePackageConfigHelpers)
+set(TESSERA_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Tessera)
+configure_package_config_file(cmake/TesseraConfig.cmake.in ${CMAKE_BINARY_DIR}/TesseraConfig.cmake
+                              INSTALL_DESTINATION ${TESSERA_CMAKE_DIR} PATH_VARS CMAKE_INSTALL_BINDIR)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/TesseraConfigVersion.cmake
+                                 VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/TesseraConfig.cmake ${CMAKE_BINARY_DIR}/TesseraConfigVersion.cmake
+        DESTINATION ${TESSERA_CMAKE_DIR} COMPONENT server)

@@ -122,6 +122,20 @@ TEST_F(InstallTest, ServerComponentInstallsProgramsDocsUnitsAndConfig) {
   EXPECT_NE(unit.find((prefix / "etc/tessera/tessera.conf").string()), std::string::npos) << unit;
   EXPECT_EQ(unit.find("/usr/local/bin"), std::string::npos) << unit;
   EXPECT_TRUE(fs::exists(prefix / "lib/systemd/system/tessera-worker@.service"));
+  // find_package(Tessera): the installed programs as imported executables.
+  const fs::path project = dir_ / "find-tessera";
+  fs::create_directories(project);
+  {
+    std::ofstream cm(project / "CMakeLists.txt");
+    cm << "cmake_minimum_required(VERSION 3.20)\nproject(uses_tessera NONE)\nfind_package(Tessera 0.1 REQUIRED)\n"
+          "get_target_property(loc Tessera::scheduler IMPORTED_LOCATION)\nmessage(STATUS \"SCHEDULER=${loc}\")\n"
+          "message(STATUS \"BIN_DIR=${Tessera_BIN_DIR}\")\n";
+  }
+  std::tie(rc, out) = sh(std::string(TESSERA_CMAKE) + " -S " + q(project) + " -B " + q(project / "build") +
+                         " -DCMAKE_PREFIX_PATH=" + q(prefix));
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("SCHEDULER=" + (prefix / "bin/tessera-scheduler").string()), std::string::npos) << out;
+  EXPECT_NE(out.find("BIN_DIR=" + (prefix / "bin").string()), std::string::npos) << out;
 }
 
 }  // namespace

@@ -51,10 +51,11 @@ for f in /usr/bin/tessera /usr/bin/tessera-frontend /usr/bin/tessera-scheduler /
          /usr/bin/tessera-kvstore /etc/tessera/tessera.conf /usr/share/doc/tessera/README.md \
          /usr/share/doc/tessera/operations.md /usr/share/doc/tessera/deploy/oci/Containerfile \
          /usr/lib/systemd/system/tessera-frontend.service /usr/lib/systemd/system/tessera-scheduler.service \
-         /usr/lib/systemd/system/tessera-worker@.service /usr/lib/systemd/system/tessera-kvstore.service; do
+         /usr/lib/systemd/system/tessera-worker@.service /usr/lib/systemd/system/tessera-kvstore.service \
+         /usr/lib/cmake/Tessera/TesseraConfig.cmake; do
   grep -qxF "$f" <<<"$files" || fail "$f is not in the package"
 done
-stray=$(grep -vE '^/(usr/(bin|lib/systemd/system|share/doc/tessera)|etc/tessera)(/|$)|^/(usr|usr/lib|usr/lib/systemd|usr/share|usr/share/doc|etc)?/?$' <<<"$files" || true)
+stray=$(grep -vE '^/(usr/(bin|lib/systemd/system|lib/cmake/Tessera|share/doc/tessera)|etc/tessera)(/|$)|^/(usr|usr/lib|usr/lib/systemd|usr/lib/cmake|usr/share|usr/share/doc|etc)?/?$' <<<"$files" || true)
 [[ -z $stray ]] || fail "unexpected paths in the package: $stray"
 devfiles=$(list "$dev")
 for f in /usr/include/tessera/client/client.h /usr/lib/pkgconfig/tessera-client.pc \
