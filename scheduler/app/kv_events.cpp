@@ -90,12 +90,14 @@ class KvEvents::Observer : public scheduler::RadixObserver {
   const std::string worker_;
 };
 
-Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint) {
+Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint,
+                                           curve::Authenticator* auth, const curve::Keys& keys, const std::string& domain) {
   try {
     zmq::socket_t s(ctx, type);
     s.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(s);
     s.set(zmq::sockopt::sndhwm, 100000);
+    TS_TRY(curve::serve(s, auth, keys, {.domain = domain, .admit = {curve::Role::kClient}}));
     s.bind(endpoint);
     return s;
   } catch (const zmq::error_t& e) {
@@ -103,15 +105,20 @@ Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type
   }
 }
 
-Result<std::unique_ptr<KvEvents>> KvEvents::create(const KvEventsConfig& config, std::string scheduler_name) {
+Result<std::unique_ptr<KvEvents>> KvEvents::create(const KvEventsConfig& config, std::string scheduler_name,
+                                                    const curve::Keys& keys) {
   if (config.endpoint.empty()) return std::unique_ptr<KvEvents>();
   if (config.snapshot_endpoint.empty())
     return make_error(ErrorCode::kInvalidArgument,
                       "--kv-events-endpoint needs --kv-events-snapshot-endpoint (where subscribers take the snapshot "
                       "they apply events to)");
   std::unique_ptr<KvEvents> ev(new KvEvents(std::move(scheduler_name)));
-  TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint));
-  TS_ASSIGN_OR_RETURN(ev->snapshot_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::router, config.snapshot_endpoint));
+  if (keys.secure()) {
+    TS_ASSIGN_OR_RETURN(ev->auth_, curve::Authenticator::start(ev->ctx_));
+  }
+  TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint, ev->auth_.get(), keys, "kv-events"));
+  TS_ASSIGN_OR_RETURN(ev->snapshot_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::router, config.snapshot_endpoint,
+                                                          ev->auth_.get(), keys, "kv-snapshot"));
   ev->bound_ = ev->pub_.get(zmq::sockopt::last_endpoint);
   ev->snapshot_bound_ = ev->snapshot_.get(zmq::sockopt::last_endpoint);
   return ev;

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include "tessera/common/result.h"
+#include "tessera/common/curve.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/scheduler/radix_index.h"
 
@@ -34,15 +35,20 @@ struct KvEventsConfig {
   std::string snapshot_endpoint;  // ROUTER bind for kv_snapshot (required with endpoint)
 };
 
-// The one place a K/V event socket is created and bound, so that transport security can be
-// added to both at once. kUnavailable when it cannot be bound.
-Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint);
+// The one place a K/V event socket is created and bound: with a secure key set it is a CURVE
+// server (docs/security.md) admitting the keys of role `client` (client.key, client.d/*.key —
+// an external router subscribes as a client), on ZAP `domain` ("kv-events", "kv-snapshot"; one
+// per socket); `auth` is then the ZAP handler of `ctx`. kUnavailable when it cannot be bound.
+Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint,
+                                           curve::Authenticator* auth, const curve::Keys& keys, const std::string& domain);
 
 class KvEvents {
  public:
   // nullptr (no error) when config.endpoint is empty. kInvalidArgument without a snapshot
   // endpoint; kUnavailable when a socket cannot be bound.
-  static Result<std::unique_ptr<KvEvents>> create(const KvEventsConfig& config, std::string scheduler_name);
+  // `keys`: the scheduler's (curve.h); secure keys make both sockets CURVE servers.
+  static Result<std::unique_ptr<KvEvents>> create(const KvEventsConfig& config, std::string scheduler_name,
+                                                  const curve::Keys& keys);
   ~KvEvents();
 
   // The observer to hand to worker `name`'s Batcher (stable for the life of this object).
@@ -70,6 +76,7 @@ class KvEvents {
 
   std::string name_;
   zmq::context_t ctx_{1};
+  std::unique_ptr<curve::Authenticator> auth_;  // ctx_'s ZAP handler when secure; destroyed before ctx_
   zmq::socket_t pub_, snapshot_;  // bound by create(), in ctx_
   std::string bound_, snapshot_bound_;
   uint64_t seq_ = 0;
