@@ -121,9 +121,14 @@ fi
 # --help, not built here, and exercise no memory path the other tests miss), and the client
 # library suites python_client_* and node_client_* (they test the Python/Node packages and
 # install them; the servers they talk to are covered by the C++ integration suites), the C++
-# client's install test (a CMake configure and build of an example), llamacpp_agreement_test
+# client's install test (a CMake configure and build of an example), package_test (it packages
+# and boots the instrumented binaries under systemd's sandbox, which ASan's shadow mapping does
+# not fit; it runs in the normal tree), llamacpp_agreement_test
 # (114 model fixtures: minutes of pure arithmetic under ASan, covered by the kernel and engine
-# unit tests), jinja_fixtures_fresh (Python only) and cluster_observe_test (headless Chromium).
+# unit tests), jinja_fixtures_fresh (Python only) and cluster_observe_test (headless Chromium);
+# and, inside cluster_integration_test, the suites whose assertions are deadlines of a second or
+# two (SlowClientTest: write/header timeouts; ClusterDrainTest: drain timeouts), which ASan's 2-3x
+# slowdown turns into false failures — they run in the normal tree.
 # Time guard: the step costs a second full build; when the script has already run longer than
 # TESSERA_SANITIZE_SKIP_AFTER_S (default 1200 s: a cold machine whose main build was slow), it is
 # skipped with a message so that the whole run stays well inside CI's limit.
@@ -142,8 +147,9 @@ elif [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${T
   ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
   UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
   LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+  GTEST_FILTER='-SlowClientTest.*:ClusterDrainTest.*' \
     ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" \
-    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*|cpp_client_install_test|llamacpp_agreement_test|jinja_fixtures_fresh|cluster_observe_test)$' ||
+    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*|cpp_client_install_test|package_test|llamacpp_agreement_test|jinja_fixtures_fresh|cluster_observe_test)$' ||
     asan_status=$?
   if compgen -G "$asan_dir/reports/*" >/dev/null; then
     echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2

@@ -316,6 +316,7 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     });
   }
   std::vector<std::thread> threads;
+  std::atomic<size_t> next_unit{0};  // closed loop: the next unit to run (outlives every thread)
   if (c.request_rate > 0.0) {
     std::exponential_distribution<double> gap(c.request_rate);
     auto next = Clock::now();
@@ -328,11 +329,10 @@ Result<LoadReport> run_load(const LoadConfig& c) {
       next += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
     }
   } else {
-    std::atomic<size_t> next{0};
     for (int t = 0; t < c.concurrency; ++t)
       threads.emplace_back([&] {
         http::Client client;  // one keep-alive connection per closed-loop client
-        for (size_t i; (i = next.fetch_add(1)) < units.size();) run_unit(units[i], client);
+        for (size_t i; (i = next_unit.fetch_add(1)) < units.size();) run_unit(units[i], client);
       });
   }
   for (auto& t : threads) t.join();
