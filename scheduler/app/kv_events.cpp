@@ -116,7 +116,8 @@ Result<std::unique_ptr<KvEvents>> KvEvents::create(const KvEventsConfig& config,
   if (keys.secure()) {
     TS_ASSIGN_OR_RETURN(ev->auth_, curve::Authenticator::start(ev->ctx_));
   }
-  TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint, ev->auth_.get(), keys, "kv-events"));
+  TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint, ev->auth_.get(),
+                                                     keys, "kv-events"));
   TS_ASSIGN_OR_RETURN(ev->snapshot_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::router, config.snapshot_endpoint,
                                                           ev->auth_.get(), keys, "kv-snapshot"));
   ev->bound_ = ev->pub_.get(zmq::sockopt::last_endpoint);

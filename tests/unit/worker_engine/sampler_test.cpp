@@ -214,7 +214,9 @@ TEST(Sampler, GrammarConstrainsEveryDrawAndClosesWithinTheBudget) {
     replay.set_history(std::span<const int32_t>(history.data(), history.size() - 1));
     std::vector<float> logits(vocab.size(), 0.0f);
     const int32_t last = replay.sample(logits).token;
-    if (history.back() == 0) EXPECT_EQ(last, 0) << "complete: only the end token is left";
+    if (history.back() == 0) {
+      EXPECT_EQ(last, 0) << "complete: only the end token is left";
+    }
   }
 }
 

@@ -76,13 +76,11 @@ void Sampler::constrain(std::span<float> logits) {
     }
     if (allowed_.empty()) return;
   }
-  allowed_mask_.assign(logits.size(), 0);
-  for (int32_t t : allowed_) {
-    if (t >= 0 && static_cast<size_t>(t) < logits.size()) allowed_mask_[static_cast<size_t>(t)] = 1;
-  }
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!allowed_mask_[i]) logits[i] = -std::numeric_limits<float>::infinity();
-  }
+  // Keep the allowed logits, make every logit impossible, put the kept ones back.
+  kept_.clear();
+  for (int32_t t : allowed_) kept_.push_back(logits[static_cast<size_t>(t)]);
+  std::fill(logits.begin(), logits.end(), -std::numeric_limits<float>::infinity());
+  for (size_t i = 0; i < allowed_.size(); ++i) logits[static_cast<size_t>(allowed_[i])] = kept_[i];
 }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }

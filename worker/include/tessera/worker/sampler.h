@@ -88,7 +88,7 @@ class Sampler {
   const grammar::TokenVocabulary* vocab_ = nullptr;
   std::unique_ptr<grammar::Matcher> matcher_;
   std::vector<int32_t> allowed_;                 // scratch
-  std::vector<uint8_t> allowed_mask_;            // scratch
+  std::vector<float> kept_;                      // scratch: the logits of allowed_
   void constrain(std::span<float> logits);
   void advance_grammar(int32_t token);
 };
