@@ -71,8 +71,12 @@ cmake_args=(-S "$root" -B "$build_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared")
 [[ -n "${CMAKE_BUILD_TYPE:-}" ]] && cmake_args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE")
 [[ -n "${TESSERA_SANITIZE:-}" ]] && cmake_args+=(-DTESSERA_SANITIZE="$TESSERA_SANITIZE")
 [[ -n "${TESSERA_CUDA:-}" ]] && cmake_args+=(-DTESSERA_CUDA="$TESSERA_CUDA")
+# Each step prints how long the script has run when it starts (CI's log shows where time goes).
+step() { echo "tests/run.sh: [${SECONDS} s] $*"; }
+step "main build ($build_dir)"
 cmake "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$jobs"
+step "main build done"
 
 
 # ---- fuzz step (model-file parsers: owner loaders; message decoders: owner sanitize) -----
@@ -86,6 +90,7 @@ cmake --build "$build_dir" -j "$jobs"
 if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
    [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
   fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+  step "fuzz build ($fuzz_dir)"
   fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request)
   cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DTESSERA_SHARED_DIR="$shared"
@@ -138,10 +143,12 @@ if [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TES
   echo "tests/run.sh: SKIPPING the ASan+UBSan step: ${SECONDS} s have passed (> TESSERA_SANITIZE_SKIP_AFTER_S=${sanitize_skip_after})" >&2
 elif [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TEST_FILTER:-}" ]]; then
   asan_dir="${ASAN_BUILD_DIR:-$root/build-asan}"
+  step "ASan+UBSan build ($asan_dir)"
   cmake -S "$root" -B "$asan_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared" -DTESSERA_SANITIZE="address;undefined" \
     -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DCMAKE_BUILD_TYPE=Debug \
     "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" "-DCMAKE_C_FLAGS_DEBUG=-O1 -g1"
   cmake --build "$asan_dir" -j "$jobs"
+  step "ASan+UBSan tests"
   rm -rf "$asan_dir/reports" && mkdir -p "$asan_dir/reports"
   asan_status=0
   ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
@@ -163,4 +170,5 @@ fi
 # ---- unit and integration tests (last, so CTest's summary closes the output) -----------
 ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")
 [[ -n "${TEST_FILTER:-}" ]] && ctest_args+=(-R "$TEST_FILTER")
+step "unit and integration tests"
 ctest "${ctest_args[@]}"
