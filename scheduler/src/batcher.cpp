@@ -236,6 +236,12 @@ Status Batcher::check() const {
     return fail("queues (" + std::to_string(q_->running.size()) + " running, " + std::to_string(q_->waiting.size()) +
                 " waiting) disagree with live requests (" + std::to_string(running) + ", " + std::to_string(waiting) + ")");
   }
+  int32_t pinned = 0;
+  for (const Pin& pin : pins_) {
+    if (index_->is_stale(pin.handle)) return fail("pinned prefix " + std::to_string(pin.info.hash) + " holds a stale radix lock");
+    pinned += pin.info.pages;
+  }
+  if (pinned != pinned_pages_) return fail("pinned page count " + std::to_string(pinned_pages_) + " != " + std::to_string(pinned));
   for (int32_t p = 0; p < pages_->num_pages(); ++p) {
     auto it = refs.find(p);
     const int32_t want = it == refs.end() ? 0 : it->second;

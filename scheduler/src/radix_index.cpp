@@ -146,6 +146,7 @@ uint32_t RadixIndex::split(uint32_t id, int32_t keep_pages) {
   yn.parent = cn.parent;
   yn.lock_ref = cn.lock_ref;
   yn.last_access = cn.last_access;
+  yn.hits = cn.hits;
   yn.end = cn.end - static_cast<int32_t>(cn.tokens.size());
   yn.first_page_hash = cn.first_page_hash;
   children_[child_key(yn.parent, yn.first_page_hash)] = y;
@@ -191,6 +192,7 @@ MatchResult RadixIndex::match(const KvNamespace& ns, std::span<const int32_t> to
   const uint32_t node = walk_and_split(root, tokens, &pos, &r.pages);
   r.matched_tokens = pos;
   if (pos > 0) r.handle = RadixHandle{node, nodes_[node].generation};
+  for (uint32_t n = pos > 0 ? node : kNone; n != kNone && n != root; n = nodes_[n].parent) ++nodes_[n].hits;
   stats_.hit_tokens += pos;
   return r;
 }
@@ -329,7 +331,8 @@ Result<RadixNodeInfo> RadixIndex::inspect(RadixHandle h) const {
   if (h.empty()) return make_error(ErrorCode::kInvalidArgument, "inspect of an empty radix handle");
   TS_TRY(check_handle(h));
   const Node& n = nodes_[h.node];
-  return RadixNodeInfo{n.end, static_cast<int32_t>(n.tokens.size()), static_cast<int32_t>(n.children.size()), n.lock_ref};
+  return RadixNodeInfo{n.end, static_cast<int32_t>(n.tokens.size()), static_cast<int32_t>(n.children.size()), n.lock_ref,
+                       last_hash(h.node), n.hits};
 }
 
 // ---- eviction ----
@@ -352,6 +355,7 @@ void RadixIndex::merge_into_parent(uint32_t parent, uint32_t child) {
   c.children.clear();
   p.end = c.end;
   p.last_access = std::max(p.last_access, c.last_access);
+  p.hits = c.hits;  // the merged node ends where the child did
   ++p.generation;  // the node now stands for a longer prefix
   if (c.in_lru) {
     lru_.erase({c.last_access, child});
@@ -413,6 +417,28 @@ int32_t RadixIndex::evict(int32_t num_pages) {
     if (n.pages.empty()) remove_leaf(id);
   }
   return freed;
+}
+
+std::vector<RadixPrefixInfo> RadixIndex::prefixes(size_t limit) const {
+  std::vector<RadixPrefixInfo> out;
+  for (const auto& [key, root] : roots_) {
+    const uint64_t ns = namespace_hash(key);
+    std::vector<uint32_t> stack(nodes_[root].children.begin(), nodes_[root].children.end());
+    while (!stack.empty()) {
+      const uint32_t id = stack.back();
+      stack.pop_back();
+      const Node& n = nodes_[id];
+      out.push_back(RadixPrefixInfo{.ns_hash = ns, .hash = n.hashes.back(), .end_tokens = n.end,
+                                    .own_pages = static_cast<int32_t>(n.pages.size()), .hits = n.hits,
+                                    .lock_count = n.lock_ref});
+      stack.insert(stack.end(), n.children.begin(), n.children.end());
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const RadixPrefixInfo& a, const RadixPrefixInfo& b) {
+    return a.hits != b.hits ? a.hits > b.hits : a.hash < b.hash;
+  });
+  if (out.size() > limit) out.resize(limit);
+  return out;
 }
 
 void RadixIndex::for_each_block(

@@ -73,6 +73,8 @@ struct BatcherConfig {
   // running one, nor when nothing runs. 0 = admit whenever the first chunk fits.
   int32_t admission_headroom = 1;
   int32_t max_waiting = 4096;     // submit() answers kOverloaded beyond this
+  // Pinned prefixes (pin()) may lock at most this many pages together; 0 = half the pool.
+  int32_t max_pinned_pages = 0;
   std::vector<int32_t> eos_ids{}; // the model's end-of-sequence tokens
 };
 
@@ -86,6 +88,14 @@ struct BatcherStats {
   int64_t page_copies = 0;
   int64_t finished = 0;
   int64_t cancelled = 0;
+};
+
+// A prefix pinned in the radix index (Batcher::pin): its pages are never evicted until unpin().
+struct PinnedPrefix {
+  uint64_t hash = 0;        // block hash of its last page (RadixIndex), the pin's name
+  uint64_t ns_hash = 0;     // RadixIndex::namespace_hash of its namespace
+  int32_t tokens = 0;       // a whole number of pages
+  int32_t pages = 0;        // tokens / page_size, counted against max_pinned_pages
 };
 
 struct StepOutcome {
@@ -130,6 +140,20 @@ class Batcher {
   // when no plan is outstanding or step_id differs. A failed step (error_code != kOk) or a result
   // that does not match the plan finishes the plan's sequences with FinishReason::kError.
   Result<StepOutcome> apply(const StepResult& result);
+
+  // Pinning (docs/api.md "Pinned prefixes"). pin() locks the radix node that ends after the
+  // last full page of `tokens` in `ns`, so those pages stay cached (they are not evictable)
+  // until unpin(); the prefix must already be cached up to that page — run it first (the
+  // scheduler prewarms it with a one-token request). Pinning an already pinned prefix returns it
+  // again. Errors: kInvalidArgument (fewer tokens than one page), kNotFound (only part of the
+  // prefix is cached: the message says how much), kOverloaded (the pin would take pinned pages
+  // past max_pinned_pages). Each pin counts all its pages, shared with other pins or not.
+  Result<PinnedPrefix> pin(const KvNamespace& ns, std::span<const int32_t> tokens);
+  // kNotFound when no pin has that hash.
+  Status unpin(uint64_t hash);
+  std::vector<PinnedPrefix> pins() const;  // by hash
+  int32_t pinned_pages() const { return pinned_pages_; }
+  int32_t max_pinned_pages() const;
 
   bool has_work() const;          // any live request (waiting or running) or pending release
   bool plan_outstanding() const { return outstanding_; }
@@ -181,6 +205,12 @@ class Batcher {
   struct Queues;
   std::unique_ptr<Queues> q_;  // sequences, waiting and running queues (src/sequence.h)
   std::vector<uint64_t> pending_released_;
+  struct Pin {
+    PinnedPrefix info;
+    RadixHandle handle;  // locked while pinned
+  };
+  std::vector<Pin> pins_;
+  int32_t pinned_pages_ = 0;
   bool outstanding_ = false;
   uint64_t next_step_id_ = 1;
   uint64_t next_arrival_ = 0;

@@ -97,6 +97,19 @@ struct RadixNodeInfo {
   int32_t own_tokens = 0;   // tokens on this node's edge
   int32_t num_children = 0;
   int32_t lock_count = 0;
+  uint64_t hash = 0;        // block hash of the node's last page (names the whole prefix)
+  int64_t hits = 0;         // match() calls whose matched prefix covered this node's end
+};
+
+// One node of the index as prefixes() lists it: the prefix from the namespace root to the end
+// of the node's edge.
+struct RadixPrefixInfo {
+  uint64_t ns_hash = 0;     // namespace_hash of the node's namespace
+  uint64_t hash = 0;        // block hash of the node's last page
+  int32_t end_tokens = 0;   // tokens of the whole prefix
+  int32_t own_pages = 0;    // pages on this node's edge (the rest belong to its ancestors)
+  int64_t hits = 0;         // as RadixNodeInfo::hits
+  int32_t lock_count = 0;   // > 0: held by running sequences or pins, not evictable
 };
 
 // One indexed page, as the observer and for_each_block() report it.
@@ -164,6 +177,9 @@ class RadixIndex {
   // Every indexed block, parents before children; `tokens` are the block's page of tokens.
   void for_each_block(const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const;
 
+  // Every non-root node (a prefix ending at a node boundary), most hit first; at most `limit`.
+  std::vector<RadixPrefixInfo> prefixes(size_t limit) const;
+
   // Full audit of the invariants above (O(nodes + pages)); the error names the first problem.
   Status check() const;
 
@@ -176,6 +192,7 @@ class RadixIndex {
     std::string ns_key;           // roots only
     uint64_t first_page_hash = 0; // key of this node under its parent
     uint64_t last_access = 0;
+    int64_t hits = 0;             // see RadixNodeInfo::hits
     uint32_t parent = RadixHandle::kNone;
     uint32_t generation = 0;
     int32_t lock_ref = 0;
