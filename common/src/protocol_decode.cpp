@@ -285,6 +285,50 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
   return ok_status();
 }
 
+Status decode_prefix_admin(const MapView& m, PrefixAdmin* a) {
+  TS_TRY(req(m, "op", &a->op));
+  if (a->op != "pin" && a->op != "unpin" && a->op != "list")
+    return make_error(ErrorCode::kInvalidArgument, "field 'op' must be \"pin\", \"unpin\" or \"list\" (got \"" + a->op + "\")");
+  TS_TRY(opt(m, "prompt_tokens", &a->prompt_tokens));
+  TS_TRY(opt(m, "routing_key", &a->routing_key));
+  TS_TRY(opt(m, "tenant", &a->tenant));
+  TS_TRY(opt(m, "cache_salt", &a->cache_salt));
+  TS_TRY(opt(m, "workers", &a->workers));
+  TS_TRY(opt(m, "prefix", &a->prefix));
+  TS_TRY(opt(m, "limit", &a->limit));
+  if (a->limit < 0 || a->limit > kMaxPrefixListLimit)
+    return range_error("field 'limit' must be in [0, " + std::to_string(kMaxPrefixListLimit) + "] (got " + num(a->limit) + ")");
+  if (a->op == "pin" && a->prompt_tokens.empty())
+    return make_error(ErrorCode::kInvalidArgument, "field 'prompt_tokens' must not be empty for op \"pin\"");
+  for (int32_t t : a->prompt_tokens)
+    if (t < 0) return range_error("field 'prompt_tokens' holds a negative token id " + num(t));
+  if (a->op == "unpin" && a->prefix == 0)
+    return make_error(ErrorCode::kInvalidArgument, "field 'prefix' (the pin's hash) is required for op \"unpin\"");
+  if (a->tenant.size() > kMaxTenantBytes || a->cache_salt.size() > kMaxCacheSaltBytes)
+    return make_error(ErrorCode::kInvalidArgument, "field 'tenant' or 'cache_salt' is too long");
+  return ok_status();
+}
+
+Status decode_prefix_report(const MapView& m, PrefixReport* r) {
+  TS_TRY(opt(m, "scheduler", &r->scheduler));
+  TS_TRY(opt(m, "pinned_pages", &r->pinned_pages));
+  TS_TRY(opt(m, "pin_budget_pages", &r->pin_budget_pages));
+  return opt_array(m, "entries", [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView e, detail::as_map(o, path));
+    PrefixEntry pe;
+    TS_TRY(opt(e, "worker", &pe.worker));
+    TS_TRY(opt(e, "hash", &pe.hash));
+    TS_TRY(opt(e, "ns_hash", &pe.ns_hash));
+    TS_TRY(opt(e, "tokens", &pe.tokens));
+    TS_TRY(opt(e, "pages", &pe.pages));
+    TS_TRY(opt(e, "hits", &pe.hits));
+    TS_TRY(opt(e, "pinned", &pe.pinned));
+    TS_TRY(opt(e, "error", &pe.error));
+    r->entries.push_back(std::move(pe));
+    return ok_status();
+  });
+}
+
 template <class T, class Fn>
 Result<Message> build(uint64_t id, const MapView& m, Fn fn) {
   T msg;
@@ -333,6 +377,8 @@ Result<Message> decode_object(const msgpack::object& root) {
       if (u->user.empty()) return make_error(ErrorCode::kInvalidArgument, "user must not be empty");
       return ok_status();
     });
+  if (type == "prefix_admin") return build<PrefixAdmin>(id, m, decode_prefix_admin);
+  if (type == "prefix_report") return build<PrefixReport>(id, m, decode_prefix_report);
   return make_error(ErrorCode::kInvalidArgument, "unknown message type '" + type + "'");
 }
 

@@ -375,6 +375,58 @@ struct Encoder {
     w.key("user");
     w.str(u.user);
   }
+  void operator()(const PrefixAdmin& a) {
+    header(w, "prefix_admin", a.id);
+    w.key("op");
+    w.str(a.op);
+    w.key("prompt_tokens");
+    w.begin_array(static_cast<uint32_t>(a.prompt_tokens.size()));
+    for (int32_t t : a.prompt_tokens) w.i64(t);
+    const std::pair<const char*, const std::string*> strs[] = {
+        {"routing_key", &a.routing_key}, {"tenant", &a.tenant}, {"cache_salt", &a.cache_salt}};
+    for (const auto& [k, v] : strs) {
+      w.key(k);
+      w.str(*v);
+    }
+    w.key("workers");
+    w.begin_array(static_cast<uint32_t>(a.workers.size()));
+    for (const auto& n : a.workers) w.str(n);
+    w.key("prefix");
+    w.u64(a.prefix);
+    w.key("limit");
+    w.i64(a.limit);
+  }
+  void operator()(const PrefixReport& r) {
+    header(w, "prefix_report", r.id);
+    w.key("scheduler");
+    w.str(r.scheduler);
+    w.key("entries");
+    w.begin_array(static_cast<uint32_t>(r.entries.size()));
+    for (const auto& e : r.entries) {
+      w.begin_map();
+      w.key("worker");
+      w.str(e.worker);
+      w.key("hash");
+      w.u64(e.hash);
+      w.key("ns_hash");
+      w.u64(e.ns_hash);
+      w.key("tokens");
+      w.i64(e.tokens);
+      w.key("pages");
+      w.i64(e.pages);
+      w.key("hits");
+      w.i64(e.hits);
+      w.key("pinned");
+      w.boolean(e.pinned);
+      w.key("error");
+      w.str(e.error);
+      w.end_map();
+    }
+    w.key("pinned_pages");
+    w.i64(r.pinned_pages);
+    w.key("pin_budget_pages");
+    w.i64(r.pin_budget_pages);
+  }
 };
 
 struct TypeName {
@@ -393,6 +445,8 @@ struct TypeName {
   std::string_view operator()(const Drain&) const { return "drain"; }
   std::string_view operator()(const Shutdown&) const { return "shutdown"; }
   std::string_view operator()(const InvalidateUser&) const { return "invalidate_user"; }
+  std::string_view operator()(const PrefixAdmin&) const { return "prefix_admin"; }
+  std::string_view operator()(const PrefixReport&) const { return "prefix_report"; }
 };
 
 }  // namespace

@@ -246,13 +246,51 @@ struct InvalidateUser {
   std::string user;  // non-empty
 };
 
+// type "prefix_admin": frontend -> scheduler (the admin API's pinned prefixes, docs/api.md
+// "Pinned prefixes"). Answered by one "prefix_report", or an "error" when nothing could be done.
+inline constexpr int32_t kMaxPrefixListLimit = 1000;
+struct PrefixAdmin {
+  uint64_t id = 0;
+  std::string op;                      // "pin" | "unpin" | "list"
+  std::vector<int32_t> prompt_tokens;  // pin: the prefix (a whole number of pages is pinned)
+  std::string routing_key;             // pin: as a request's (routes it to the worker its requests go to)
+  std::string tenant;                  // pin: the namespace, as a request's
+  std::string cache_salt;
+  // pin: [] = the worker its routing key picks, ["*"] = every live worker, else these workers;
+  // unpin: [] or ["*"] = every worker, else these.
+  std::vector<std::string> workers;
+  uint64_t prefix = 0;                 // unpin: the pin's hash (PrefixEntry::hash)
+  int32_t limit = 0;                   // list: also the `limit` most hit cached prefixes per worker, [0, kMaxPrefixListLimit]
+};
+
+// One prefix on one worker, in a "prefix_report".
+struct PrefixEntry {
+  std::string worker;
+  uint64_t hash = 0;      // block hash of the prefix's last page (the pin's name)
+  uint64_t ns_hash = 0;   // its namespace's hash (radix_index.h)
+  int32_t tokens = 0;
+  int32_t pages = 0;      // pinned: all its pages; cached: the pages of its radix node's own edge
+  int64_t hits = 0;       // cached: prefix-cache matches that covered it (0 for a pin entry)
+  bool pinned = false;
+  std::string error;      // pin/unpin on this worker failed: why ("" = done)
+};
+
+// type "prefix_report": scheduler -> frontend, the answer to a "prefix_admin".
+struct PrefixReport {
+  uint64_t id = 0;
+  std::string scheduler;              // the scheduler's name
+  std::vector<PrefixEntry> entries;   // pin/unpin: one per worker acted on; list: pins, then cached prefixes
+  int32_t pinned_pages = 0;           // over this scheduler's workers, after the operation
+  int32_t pin_budget_pages = 0;       // the same workers' budgets, summed
+};
+
 using Message = std::variant<GenerateRequest, CancelRequest, TokenEvent, FinalEvent, ErrorEvent,
                              RegisterWorker, RegisterAck, StepPlanMsg, StepResultMsg, Heartbeat,
-                             Drain, Shutdown, InvalidateUser>;
+                             Drain, Shutdown, InvalidateUser, PrefixAdmin, PrefixReport>;
 
 // The `type` string of a message ("completion", "chat", "cancel", "token", "final", "error",
 // "register", "register_ack", "step_plan", "step_result", "heartbeat", "drain", "shutdown",
-// "invalidate_user").
+// "invalidate_user", "prefix_admin", "prefix_report").
 std::string_view message_type(const Message& m);
 uint64_t message_id(const Message& m);
 
