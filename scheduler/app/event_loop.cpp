@@ -40,12 +40,14 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
       workers_(WorkerLimits{.max_running = config.max_running,
                             .max_waiting = config.max_waiting,
                             .max_step_tokens = config.max_step_tokens,
-                            .max_context = config.max_context},
+                            .max_context = config.max_context,
+                            .max_pinned_pages = config.max_pinned_pages},
                LivenessConfig{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.worker_dead_ms)},
                std::move(router), m_),
       requests_(*sockets_, m_),
       failover_(workers_, requests_, m_),
       driver_(workers_, requests_, *sockets_, m_, config.audit),
+      pins_(config.name, intake_, workers_, requests_, *sockets_),
       frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)},
       heartbeat_(std::chrono::duration_cast<milliseconds>(Clock::now().time_since_epoch()).count()) {
   workers_.set_kv_events(kv_events_.get());
@@ -70,6 +72,7 @@ void EventLoop::run(const std::atomic<bool>& stop) {
     if (items[1].revents & ZMQ_POLLIN) read_workers();
     if (items[0].revents & ZMQ_POLLIN) read_frontends();
     driver_.drive();
+    if (auto ends = requests_.take_internal_ends(); !ends.empty()) pins_.on_internal_ends(ends);
     if (Clock::now() >= next_tick) {
       tick();
       next_tick = Clock::now() + milliseconds(std::min(config_.heartbeat_ms, 250));
@@ -221,6 +224,8 @@ void EventLoop::on_frontend(const zmqu::Envelope& env, protocol::Message msg) {
     on_generate(env.identity, std::move(*req));
   } else if (auto* c = std::get_if<protocol::CancelRequest>(&msg)) {
     on_cancel(env.identity, c->id);
+  } else if (auto* pa = std::get_if<protocol::PrefixAdmin>(&msg)) {
+    pins_.on_admin(env.identity, *pa);
   } else if (auto* inv = std::get_if<protocol::InvalidateUser>(&msg)) {
     // dki: admin invalidate. The user's later requests get a new namespace epoch, so the
     // preference pages cached under the old one are never matched again (LRU evicts them).

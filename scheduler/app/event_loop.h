@@ -22,6 +22,7 @@
 
 #include "failover.h"
 #include "kv_events.h"
+#include "prefix_pins.h"
 #include "request_table.h"
 #include "scheduler_metrics.h"
 #include "service.h"
@@ -76,6 +77,7 @@ class EventLoop {
   RequestTable requests_;
   Failover failover_;
   StepDriver driver_;
+  PrefixPins pins_;  // pinned prefixes (prefix_admin)
   LivenessConfig frontend_liveness_;
   std::map<std::string, PeerLiveness> frontends_;  // by routing id: every frontend heard from
   Clock::time_point last_stats_{};                  // of the last stats line (or start-up)

@@ -96,6 +96,7 @@ void RequestTable::emit(const scheduler::StepOutcome& out) {
     auto it = requests_.find(t.request_id);
     if (it == requests_.end()) continue;
     TrackedRequest& r = it->second;
+    if (r.frontend == kInternal) continue;
     if (!r.got_token) {
       r.got_token = true;
       r.original.reset();  // streamed: no transparent re-queue from now on
@@ -115,6 +116,13 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
   auto it = requests_.find(f.request_id);
   if (it == requests_.end()) return;
   const TrackedRequest& r = it->second;
+  if (r.frontend == kInternal) {
+    const bool ok = f.reason != scheduler::FinishReason::kError && f.reason != scheduler::FinishReason::kCancelled;
+    internal_ends_.push_back({.job = r.client_id, .worker = r.worker, .ok = ok,
+                              .message = ok ? "" : std::string(scheduler::finish_reason_name(f.reason)) + ": " + f.message});
+    forget(f.request_id);
+    return;
+  }
   ++m_.finished_requests;
   m_.prompt_tokens->inc(f.usage.prompt_tokens);
   m_.cached_tokens->inc(f.usage.cached_prompt_tokens);
@@ -158,6 +166,11 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
 void RequestTable::fail(uint64_t id, ErrorCode code, std::string message, bool logged) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
+  if (it->second.frontend == kInternal) {
+    internal_ends_.push_back({.job = it->second.client_id, .worker = it->second.worker, .ok = false, .message = message});
+    forget(id);
+    return;
+  }
   if (!logged) log_finish(id, it->second, "error", {}, Clock::now(), std::string(error_code_name(code)));
   sockets_.fail_client(it->second.frontend, it->second.client_id, code, std::move(message));
   forget(id);

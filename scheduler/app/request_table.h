@@ -48,6 +48,17 @@ struct TrackedRequest {
   int requeues = 0;
 };
 
+// The end of a request the scheduler made itself: TrackedRequest::frontend is kInternal and
+// client_id names the job (a pinned prefix's prewarm, prefix_pins.h). Nothing is sent for such a
+// request; its end is queued for take_internal_ends().
+inline const std::string kInternal;  // the empty routing id: never a real frontend's
+struct InternalEnd {
+  uint64_t job = 0;
+  std::string worker;
+  bool ok = false;      // finished normally (its prompt's K/V is computed and cached)
+  std::string message;  // why not
+};
+
 class RequestTable {
  public:
   RequestTable(Sockets& sockets, SchedulerMetrics& m) : sockets_(sockets), m_(m) {}
@@ -77,6 +88,8 @@ class RequestTable {
   void fail(uint64_t id, ErrorCode code, std::string message, bool logged = false);
   // Drops a request without telling anyone.
   void forget(uint64_t id);
+  // The internal requests ended since the last call.
+  std::vector<InternalEnd> take_internal_ends() { return std::exchange(internal_ends_, {}); }
 
  private:
   // The scheduler's per-request line (docs/operations.md "Finish lines"); `error` names the code.
@@ -87,6 +100,7 @@ class RequestTable {
   SchedulerMetrics& m_;
   std::unordered_map<uint64_t, TrackedRequest> requests_;                  // by internal id
   std::map<std::pair<std::string, uint64_t>, uint64_t> by_client_;         // (frontend, client id) -> internal
+  std::vector<InternalEnd> internal_ends_;
   uint64_t next_id_ = 1;
 };
 

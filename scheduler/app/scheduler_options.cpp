@@ -34,6 +34,10 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
   o.add(c.service.max_waiting, {.name = "max-waiting",
                                 .help = "queued requests per worker; more get overloaded (HTTP 429)",
                                 .env = "TESSERA_MAX_WAITING", .min = 1, .max = 1 << 24});
+  o.add(c.service.max_pinned_pages, {.name = "max-pinned-pages",
+                                     .help = "K/V pages per worker that pinned prefixes may hold (0 = half the worker's pool); "
+                                             "docs/api.md \"Pinned prefixes\"",
+                                     .env = "TESSERA_MAX_PINNED_PAGES", .min = 0, .max = 1 << 30});
   o.add(c.service.max_step_tokens, {.name = "max-step-tokens",
                                     .help = "token budget per step (0 = the worker's max-batch-tokens)",
                                     .env = "TESSERA_MAX_STEP_TOKENS", .min = 0, .max = 1 << 20});

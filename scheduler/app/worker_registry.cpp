@@ -27,6 +27,7 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
   bc.max_step_tokens = limits_.max_step_tokens > 0 ? limits_.max_step_tokens : reg.max_batch_tokens;
   bc.max_step_tokens = std::max(bc.max_step_tokens, bc.max_running);
   bc.max_waiting = limits_.max_waiting;
+  bc.max_pinned_pages = limits_.max_pinned_pages;
   if (reg.eos_id >= 0) bc.eos_ids = {reg.eos_id};
   auto batcher = scheduler::Batcher::create(bc);
   if (!batcher.ok()) return batcher.take_error();
@@ -43,7 +44,10 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
                                      .free_pages = &r.gauge("tessera_scheduler_pages", help, {{"worker", name}, {"state", "free"}}),
                                      .held_pages = &r.gauge("tessera_scheduler_pages", help, {{"worker", name}, {"state", "held"}}),
                                      .cached_pages = &r.gauge("tessera_scheduler_pages", help,
-                                                              {{"worker", name}, {"state", "cached"}})});
+                                                              {{"worker", name}, {"state", "cached"}}),
+                                     .pinned_pages = &r.gauge("tessera_scheduler_pinned_pages",
+                                                              "K/V pages locked by pinned prefixes (docs/api.md \"Pinned prefixes\")",
+                                                              {{"worker", name}})});
   return bc;
 }
 
@@ -53,6 +57,7 @@ bool WorkerRegistry::remove(const std::string& name) {
   it->second.free_pages->set(0);
   it->second.held_pages->set(0);
   it->second.cached_pages->set(0);
+  it->second.pinned_pages->set(0);
   (void)router_.remove_worker(name);
   workers_.erase(it);
   if (kv_events_ != nullptr) kv_events_->cleared(name);
@@ -129,6 +134,13 @@ Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
   return route;
 }
 
+Status WorkerRegistry::place_on(const std::string& name, scheduler::Request req) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return make_error(ErrorCode::kNotFound, "no worker '" + name + "' is registered");
+  if (it->second.draining) return make_error(ErrorCode::kUnavailable, "worker '" + name + "' is draining");
+  return it->second.batcher->submit(std::move(req));
+}
+
 std::vector<std::string> WorkerRegistry::check_dead(PeerLiveness::Clock::time_point now) {
   std::vector<std::string> dead;
   for (auto& [name, w] : workers_)
@@ -143,6 +155,7 @@ void WorkerRegistry::publish() {
     w.free_pages->set(c.free);
     w.held_pages->set(c.held);
     w.cached_pages->set(c.cached);
+    w.pinned_pages->set(w.batcher->pinned_pages());
     free += c.free;
     held += c.held;
     cached += c.cached;

@@ -51,6 +51,7 @@ struct WorkerEntry {
   metrics::Gauge* free_pages = nullptr;
   metrics::Gauge* held_pages = nullptr;
   metrics::Gauge* cached_pages = nullptr;
+  metrics::Gauge* pinned_pages = nullptr;
 };
 
 struct WorkerLimits {
@@ -58,6 +59,7 @@ struct WorkerLimits {
   int32_t max_waiting = 4096;  // per worker
   int32_t max_step_tokens = 0; // 0 = the worker's max_batch_tokens
   int32_t max_context = 0;     // 0 = the worker's max_seq_len
+  int32_t max_pinned_pages = 0;  // 0 = half the worker's pool
 };
 
 class WorkerRegistry {
@@ -87,6 +89,8 @@ class WorkerRegistry {
 
   // Routes `req` and queues it on the chosen worker; counts it in routed_requests_total.
   Result<scheduler::RouteDecision> place(scheduler::Request req);
+  // Queues `req` on the named worker (kNotFound: not registered; kUnavailable: draining).
+  Status place_on(const std::string& name, scheduler::Request req);
 
   // Names of the workers that just went silent for longer than dead_after (each reported once).
   std::vector<std::string> check_dead(PeerLiveness::Clock::time_point now);
