@@ -1,6 +1,8 @@
 // Admin endpoints: see admin.h.
 #include "admin.h"
 
+#include "prefix_admin.h"
+
 #include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 #include <optional>
@@ -50,8 +52,9 @@ std::optional<std::string> percent_decode(std::string_view s) {
 AdminApi::AdminApi(std::string token, bool kvstore, Hub& hub, metrics::Registry& registry)
     : token_(std::move(token)), kvstore_(kvstore), hub_(hub), registry_(registry) {}
 
-std::variant<AdminReply, AdminApi::Call> AdminApi::route(std::string_view method, std::string_view path, std::string_view token,
-                                                         const std::string& body) const {
+std::variant<AdminReply, AdminApi::Call, PrefixCall> AdminApi::route(std::string_view method, std::string_view path,
+                                                                     std::string_view token, const std::string& body,
+                                                                     std::string_view query) const {
   if (token_.empty())
     return fail(403, make_error(ErrorCode::kPermissionDenied,
                                 "admin endpoints are disabled: start tessera-frontend with --admin-token (or TESSERA_ADMIN_TOKEN)"));
@@ -64,6 +67,11 @@ std::variant<AdminReply, AdminApi::Call> AdminApi::route(std::string_view method
     const bool started = drain_ && drain_();
     return reply(202, json{{"draining", true}, {"started", started}});
   }
+  if (path == "/admin/v1/prefixes" || path.substr(0, 19) == "/admin/v1/prefixes/") {
+    auto call = parse_prefix_call(method, path, query, body);
+    if (auto* r = std::get_if<AdminReply>(&call)) return std::move(*r);
+    return std::get<PrefixCall>(std::move(call));
+  }
   // /admin/v1/users/{user}/{preference|invalidate}
   constexpr std::string_view kPrefix = "/admin/v1/users/";
   const bool under_users = path.substr(0, kPrefix.size()) == kPrefix;
@@ -71,7 +79,8 @@ std::variant<AdminReply, AdminApi::Call> AdminApi::route(std::string_view method
   const size_t slash = rest.rfind('/');
   if (!under_users || slash == std::string_view::npos || slash == 0)
     return fail(404, make_error(ErrorCode::kNotFound, "unknown admin route " + std::string(path) +
-                                                          " (routes: /admin/v1/users/{user}/preference, /admin/v1/users/{user}/invalidate, /admin/v1/drain)"));
+                                                          " (routes: /admin/v1/users/{user}/preference, /admin/v1/users/{user}/invalidate, "
+                                                          "/admin/v1/prefixes, /admin/v1/drain)"));
   const std::string_view action = rest.substr(slash + 1);
   auto user = percent_decode(rest.substr(0, slash));
   if (!user) return fail(400, make_error(ErrorCode::kInvalidArgument, "user in the path has a malformed %-escape"));

@@ -2,7 +2,8 @@
 // DELETE /admin/v1/users/{user}/preference) and per-user invalidation of the preference K/V in
 // every tier (POST /admin/v1/users/{user}/invalidate: kvstore L1 + Redis, and the schedulers'
 // radix pages through an InvalidateUser broadcast), and POST /admin/v1/drain (the frontend's
-// graceful shutdown, as on SIGTERM: docs/operations.md "Drain"; answered 202 at once).
+// graceful shutdown, as on SIGTERM: docs/operations.md "Drain"; answered 202 at once), and the
+// pinned prefixes under /admin/v1/prefixes (prefix_admin.h: a PrefixCall, answered through the hub).
 //
 // Two steps so that no kvstore call runs on an I/O thread: route() does the cheap checks
 // (token, route, user, method, kvstore configured) and either answers or returns the Call;
@@ -17,6 +18,7 @@
 
 #include <functional>
 #include <mutex>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -38,6 +40,14 @@ struct AdminReply {
   std::string body;  // JSON
 };
 
+// A pinned-prefix call (/admin/v1/prefixes, prefix_admin.h), answered through the hub.
+struct PrefixCall {
+  std::string method;  // POST | GET | DELETE
+  std::string body;    // POST
+  uint64_t hash = 0;   // DELETE
+  int32_t limit = 0;   // GET
+};
+
 class AdminApi {
  public:
   struct Call {
@@ -50,8 +60,9 @@ class AdminApi {
   // `token`: --admin-token ("" = endpoints answer 403); `kvstore`: whether one is configured.
   AdminApi(std::string token, bool kvstore, Hub& hub, metrics::Registry& registry);
 
-  std::variant<AdminReply, Call> route(std::string_view method, std::string_view path, std::string_view token,
-                                       const std::string& body) const;
+  // `query`: what follows '?' in the target ("" when none).
+  std::variant<AdminReply, Call, PrefixCall> route(std::string_view method, std::string_view path, std::string_view token,
+                                                   const std::string& body, std::string_view query = "") const;
   AdminReply run(const Call& call, kvstore::Client& kv);
   // What POST /admin/v1/drain starts (Frontend::drain; false when already draining). Set once,
   // before the I/O threads run.

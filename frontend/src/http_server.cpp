@@ -23,6 +23,7 @@
 
 #include "access_log.h"
 #include "choice_set.h"
+#include "prefix_admin.h"
 #include "read_deadline.h"
 #include "strand_queue.h"
 #include "tessera/common/log.h"
@@ -600,8 +601,18 @@ net::awaitable<bool> HttpServer::Conn::admin(const Request& req, const std::stri
   }
   route = "admin";
   const auto method = req.method_string();
-  auto routed = s.admin.route(std::string_view(method.data(), method.size()), path, token, req.body());
+  const std::string_view target(req.target().data(), req.target().size());
+  const size_t q = target.find('?');
+  auto routed = s.admin.route(std::string_view(method.data(), method.size()), path, token, req.body(),
+                              q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
   if (auto* answer = std::get_if<AdminReply>(&routed)) co_return co_await respond(answer->status, "application/json", std::move(answer->body));
+  if (auto* call = std::get_if<PrefixCall>(&routed)) {  // answered through the hub (prefix_admin.h)
+    auto box = std::make_shared<StrandQueue<AdminReply>>(co_await net::this_coro::executor);
+    run_prefix_call(*call, s.preparer, s.hub, [box](AdminReply r) { box->push(std::move(r)); });
+    std::optional<AdminReply> a = co_await box->next(Clock::now() + std::chrono::milliseconds(s.config.request_timeout_ms));
+    if (!a) a = AdminReply{504, error_json(make_error(ErrorCode::kDeadlineExceeded, "the schedulers did not answer within the request timeout"))};
+    co_return co_await respond(a->status, "application/json", std::move(a->body));
+  }
   // The kvstore round trips run on the kvstore executor; this coroutine waits on its strand.
   auto box = std::make_shared<StrandQueue<AdminReply>>(co_await net::this_coro::executor);
   s.preferences.post([box, call = std::get<AdminApi::Call>(std::move(routed)), admin = &s.admin](kvstore::Client& kv) {

@@ -142,7 +142,7 @@ struct Hub::Impl {
       return;
     }
     const bool event = std::holds_alternative<protocol::TokenEvent>(msg) || std::holds_alternative<protocol::FinalEvent>(msg) ||
-                       std::holds_alternative<protocol::ErrorEvent>(msg);
+                       std::holds_alternative<protocol::ErrorEvent>(msg) || std::holds_alternative<protocol::PrefixReport>(msg);
     if (!event) {
       {
         static log::RateLimit limit;  // a peer can send these at will
@@ -196,6 +196,45 @@ struct Hub::Impl {
       return;
     }
     inflight.add(id, std::move(sink), *i);
+  }
+
+  // hub.h gather(): one GatherSink per call, shared by the copies sent.
+  struct GatherSink : RequestSink {
+    size_t remaining = 0;
+    std::vector<Message> answers;
+    std::function<void(std::vector<Message>)> done;
+    void on_message(Message m) override {
+      answers.push_back(std::move(m));
+      if (--remaining == 0) done(std::move(answers));
+    }
+  };
+
+  void gather(protocol::PrefixAdmin msg, bool to_all, std::function<void(std::vector<Message>)> done, std::atomic<uint64_t>& ids) {
+    std::vector<size_t> targets;
+    if (to_all) {
+      for (size_t i = 0; i < links->size(); ++i)
+        if ((*links)[i].usable()) targets.push_back(i);
+    } else if (std::optional<size_t> i = ring->pick(msg.routing_key)) {
+      targets.push_back(*i);
+    }
+    if (targets.empty()) {
+      done({protocol::ErrorEvent{.id = msg.id, .code = ErrorCode::kUnavailable, .message = "no scheduler with a live worker is available"}});
+      return;
+    }
+    auto sink = std::make_shared<GatherSink>();
+    sink->remaining = targets.size();
+    sink->done = std::move(done);
+    for (size_t i : targets) {
+      msg.id = ids.fetch_add(1);
+      SchedulerLink& link = (*links)[i];
+      Status sent = zmqu::send(link.socket(), {protocol::encode(msg)}, /*dontwait=*/true);
+      if (!sent.ok()) {
+        sink->on_message(protocol::ErrorEvent{.id = msg.id, .code = ErrorCode::kUnavailable,
+                                              .message = "cannot reach scheduler " + link.endpoint() + ": " + sent.error().message});
+        continue;
+      }
+      inflight.add(msg.id, sink, i);
+    }
   }
 
   void cancel(uint64_t id, bool forget) {
@@ -277,6 +316,12 @@ std::vector<SchedulerStatus> Hub::schedulers() const { return impl_->links->stat
 
 void Hub::submit(protocol::GenerateRequest request, std::shared_ptr<RequestSink> sink) {
   impl_->post([impl = impl_.get(), r = std::move(request), s = std::move(sink)]() mutable { impl->submit(std::move(r), std::move(s)); });
+}
+
+void Hub::gather(protocol::PrefixAdmin message, bool to_all, std::function<void(std::vector<protocol::Message>)> done) {
+  impl_->post([impl = impl_.get(), m = std::move(message), to_all, d = std::move(done), ids = &next_id_]() mutable {
+    impl->gather(std::move(m), to_all, std::move(d), *ids);
+  });
 }
 
 size_t Hub::broadcast(std::string body) {

@@ -15,7 +15,8 @@ int InflightTable::scheduler_of(uint64_t id) const {
 
 bool InflightTable::deliver(protocol::Message message) {
   const bool terminal =
-      std::holds_alternative<protocol::FinalEvent>(message) || std::holds_alternative<protocol::ErrorEvent>(message);
+      std::holds_alternative<protocol::FinalEvent>(message) || std::holds_alternative<protocol::ErrorEvent>(message) ||
+      std::holds_alternative<protocol::PrefixReport>(message);
   auto it = entries_.find(protocol::message_id(message));
   if (it == entries_.end()) return false;  // abandoned or unknown
   std::shared_ptr<RequestSink> sink = it->second.sink;

@@ -79,6 +79,12 @@ class Hub {
   void cancel(uint64_t id);
   // Forgets a request: no more events reach its sink (the scheduler is told to cancel it).
   void abandon(uint64_t id);
+  // Sends an admin message (prefix_admin, docs/protocol.md) to the owner of its routing_key on
+  // the ring, or with `to_all` to every usable scheduler, each copy under a fresh id; once each
+  // has answered — its prefix_report, or an ErrorEvent (it died, or could not be reached) —
+  // `done` gets every answer, on the hub thread (it must not block). No usable scheduler: `done`
+  // gets one ErrorEvent kUnavailable.
+  void gather(protocol::PrefixAdmin message, bool to_all, std::function<void(std::vector<protocol::Message>)> done);
   // Sends one encoded message to every configured scheduler, alive or not (fire and forget; an
   // unreachable one drops it). Returns how many schedulers it was queued for. Messages to one
   // scheduler keep their order, so a request submitted after a broadcast reaches its scheduler
