@@ -103,6 +103,7 @@ ROWS = [
     ]),
     ("Scheduler (per worker)", [
         ("Pages by state", "short", [q("tessera_scheduler_pages{worker=~\"$worker\"}", "{{worker}} {{state}}")]),
+        ("Pinned prefix pages", "short", [q("tessera_scheduler_pinned_pages{worker=~\"$worker\"}", "{{worker}}")]),
         ("Routed requests / s", "reqps",
          [q("sum by (worker, reason) (rate(tessera_scheduler_routed_requests_total{worker=~\"$worker\"}%s))" % RATE, "{{worker}} {{reason}}")]),
     ]),
