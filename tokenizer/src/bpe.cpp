@@ -71,6 +71,7 @@ class ByteLevelBpe final : public TokenizerBase {
   static constexpr size_t kCacheMaxWordBytes = 64;
   static constexpr size_t kCacheMaxEntries = 1 << 15;
 
+  Normalizer normalizer_;
   PreTokenizer pre_;
   bool ignore_merges_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;
@@ -84,7 +85,8 @@ class ByteLevelBpe final : public TokenizerBase {
 
 ByteLevelBpe::ByteLevelBpe(ByteLevelBpeSpec spec, std::vector<std::string> raw,
                            std::unordered_map<uint64_t, MergeResult> merges)
-    : pre_(std::move(spec.pre)),
+    : normalizer_(std::move(spec.normalizer)),
+      pre_(std::move(spec.pre)),
       ignore_merges_(spec.ignore_merges),
       prefix_ids_(std::move(spec.prefix_ids)),
       suffix_ids_(std::move(spec.suffix_ids)),
@@ -130,7 +132,11 @@ std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_specia
       continue;
     }
     words.clear();
-    words.emplace_back(seg.text);
+    if (normalizer_.empty()) {
+      words.emplace_back(seg.text);
+    } else {
+      words.push_back(normalizer_.apply(seg.text));
+    }
     pre_.run(words);
     for (const std::string& w : words) encode_word(w, out);
   }

@@ -21,6 +21,7 @@
 #include "tessera/common/result.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "base.h"
+#include "normalize.h"
 #include "pretokenize.h"
 
 namespace tessera::tok {
@@ -35,6 +36,7 @@ struct ByteLevelBpeSpec {
   std::vector<std::string> vocab;    // id -> byte-level spelled token ("" for an unused id)
   std::vector<std::pair<std::string, std::string>> merges;  // by rank, byte-level spelled
   std::vector<BpeAddedToken> added;  // matched literally; ids may extend the vocabulary
+  Normalizer normalizer;             // applied to the text between added tokens, before `pre`
   std::vector<PreTokenizerStep> pre;  // must end with a ByteLevel step
   bool ignore_merges = false;        // a pre-token that is a whole token is not merged
   std::vector<int32_t> prefix_ids;   // added by encode(add_special = true)

@@ -204,6 +204,10 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
     const std::string scheme = pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
     prepend = scheme != "never";
     first_only = scheme == "first";
+  } else if (type_of(pre) == "Split" && replace && pre.contains("pattern") && pre.at("pattern").is_object() &&
+             pre.at("pattern").value("String", std::string()) == " ") {
+    // Gemma 3: the normalizer already turned every ' ' into U+2581, so splitting on ' ' never
+    // splits anything: a no-op.
   } else if (!pre.is_null()) {
     return unsupported(path, "pre_tokenizer '" + type_of(pre) + "' in a SentencePiece-style tokenizer.json");
   }
@@ -215,6 +219,7 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
   v.add_space_prefix = prepend;
   v.prefix_first_run_only = first_only;
   v.match_special_literally = true;
+  v.merge_user_defined = true;
   std::unordered_map<std::string, int32_t> ids;
   for (const auto& [tok, id_json] : model.at("vocab").items()) {
     const auto id = id_json.get<int64_t>();
@@ -304,9 +309,7 @@ Result<std::unique_ptr<Tokenizer>> build(const std::string& path, const json& j)
                              model.at("byte_fallback").get<bool>();
   const json pre = j.value("pre_tokenizer", json());
   if (byte_fallback || type_of(pre) == "Metaspace") return build_sentencepiece_style(path, j);
-  if (j.contains("normalizer") && !j.at("normalizer").is_null()) {
-    return unsupported(path, "normalizer '" + type_of(j.at("normalizer")) + "' (not implemented yet)");
-  }
+  TS_ASSIGN_OR_RETURN(Normalizer normalizer, Normalizer::parse(path, j.value("normalizer", json())));
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(key) && model.at(key).is_string() && !model.at(key).get<std::string>().empty()) {
       return unsupported(path, std::string("BPE option ") + key);
@@ -317,6 +320,7 @@ Result<std::unique_ptr<Tokenizer>> build(const std::string& path, const json& j)
   }
   ByteLevelBpeSpec spec;
   spec.source = path;
+  spec.normalizer = std::move(normalizer);
   spec.ignore_merges = model.value("ignore_merges", false);
   std::unordered_map<std::string, int32_t> ids;
   if (!model.contains("vocab") || !model.at("vocab").is_object()) {

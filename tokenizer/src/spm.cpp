@@ -82,6 +82,7 @@ SpmTokenizer::SpmTokenizer(SpmVocab v) : v_(std::move(v)) {
         bytes_[i] = std::string(kUnknownText);
         break;
       case PieceKind::kUserDefined:
+        if (v_.merge_user_defined) mergeable_.emplace(p, id);
         bytes_[i] = spaced(p);
         if (v_.match_special_literally) literal.push_back({.content = p, .id = id});
         break;

@@ -38,6 +38,10 @@ struct SpmVocab {
   bool add_space_prefix = true;
   bool match_special_literally = false;  // control/user-defined pieces found in the text
   bool prefix_first_run_only = false;    // dummy prefix only for a run at the start of the text
+  // User-defined pieces may also be produced by merges (Hugging Face tokenizer.json: an added
+  // token that is in model.vocab, such as Gemma 3's runs of U+2581, is an ordinary BPE result
+  // too); otherwise they are only matched literally.
+  bool merge_user_defined = false;
 };
 
 // Validates the vocabulary (sizes agree, ids in range) and builds the tokenizer.

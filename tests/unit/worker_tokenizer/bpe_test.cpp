@@ -207,6 +207,37 @@ TEST(Smollm2, ConcurrentEncodeGivesSameIds) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Normalizers run on the text between added tokens, before pre-tokenization (Qwen's NFC; the
+// real files are checked against an independent encoder in tokenizer_conformance_test).
+TEST(TinyBpe, NormalizersApplyBeforePreTokenization) {
+  const std::string dir = testing::make_temp_dir("tok-norm");
+  auto load_with = [&](const std::string& name, const json& normalizer) {
+    json j = tiny_tokenizer();
+    j["normalizer"] = normalizer;
+    const std::string p = dir + "/" + name;
+    testutil::write_file(p, j.dump());
+    auto r = load_tokenizer(p);
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    return std::move(r).value();
+  };
+  auto plain = load_with("plain.json", nullptr);
+  auto nfc = load_with("nfc.json", {{"type", "NFC"}});
+  auto nfd = load_with("nfd.json", {{"type", "NFD"}});
+  const std::string composed = "caf\xC3\xA9";      // café, é = U+00E9
+  const std::string decomposed = "cafe\xCC\x81";   // e + U+0301
+  EXPECT_NE(plain->encode(decomposed, false), plain->encode(composed, false));
+  EXPECT_EQ(nfc->encode(decomposed, false), plain->encode(composed, false));
+  EXPECT_EQ(nfd->encode(composed, false), plain->encode(decomposed, false));
+  EXPECT_EQ(nfc->decode(nfc->encode(decomposed, false)), composed);
+  auto kc = load_with("nfkc.json", {{"type", "NFKC"}});
+  EXPECT_EQ(kc->encode("\xEF\xAC\x81", false), plain->encode("fi", false));  // U+FB01 ligature -> "fi"
+  auto seq = load_with("seq.json", {{"type", "Sequence"},
+                                    {"normalizers", {{{"type", "Lowercase"}}, {{"type", "Replace"}, {"pattern", {{"String", "x"}}}, {"content", "y"}}}}});
+  EXPECT_EQ(seq->encode("XoX", false), plain->encode("yoy", false));
+  // Not UTF-8: passed through unchanged.
+  EXPECT_EQ(nfc->encode("a\xFF" "b", false), plain->encode("a\xFF" "b", false));
+}
+
 TEST(TinyBpe, ErrorsNameTheProblem) {
   const std::string dir = testing::make_temp_dir("tok-bad");
   auto expect_error = [&](const std::string& name, const std::string& content, ErrorCode code, const std::string& needle) {
@@ -223,8 +254,11 @@ TEST(TinyBpe, ErrorsNameTheProblem) {
   j["model"]["type"] = "WordPiece";
   expect_error("wordpiece.json", j.dump(), ErrorCode::kUnsupported, "WordPiece");
   j = tiny_tokenizer();
-  j["normalizer"] = {{"type", "NFC"}};
-  expect_error("nfc.json", j.dump(), ErrorCode::kUnsupported, "NFC");
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  expect_error("bert.json", j.dump(), ErrorCode::kUnsupported, "normalizer 'BertNormalizer' is not supported");
+  j = tiny_tokenizer();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}};
+  expect_error("regex.json", j.dump(), ErrorCode::kUnsupported, "Replace with a Regex pattern");
   j = tiny_tokenizer();
   j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
   expect_error("metaspace.json", j.dump(), ErrorCode::kUnsupported, "Metaspace");

