@@ -71,8 +71,7 @@ ThreeHosts::ThreeHosts() {
   for (const std::string h : {"a", "b", "c"})
     fs::copy_file(source_path("deploy/bare/host-" + h + ".conf"), host_dir(h) + "/tessera.conf");
 
-  for (const std::string name : {"redis", "kvstore-a", "kvstore-b", "sched-a", "sched-b", "w1", "w2", "w3", "w4",
-                                 "frontend-a", "frontend-b"}) {
+  for (const std::string& name : names()) {
     if (!start(name)) {
       ADD_FAILURE() << name << " did not start\n" << logs();
       return;
@@ -159,20 +158,25 @@ std::vector<std::string> ThreeHosts::command_for(const std::string& name) const 
     return {"redis-server", "--bind", kIp.at("c"), "--port", "6379", "--protected-mode", "no", "--save", "",
             "--appendonly", "no"};
   if (name.rfind("kvstore-", 0) == 0)
-    return {bin_path("tessera-kvstore"), "--config", conf, "--curve-dir", keys, "--hmac-secret", "walkthrough-secret"};
-  if (name.rfind("sched-", 0) == 0)
-    return {bin_path("tessera-scheduler"), "--config", conf, "--curve-dir", keys,
-            "--heartbeat-ms", "100", "--worker-dead-ms", "1000", "--frontend-dead-ms", "2000"};
+    return {"env", "TESSERA_KVSTORE_SECRET=" + std::string(kKvstoreSecret), bin_path("tessera-kvstore"), "--config", conf,
+            "--curve-dir", keys};
+  if (name.rfind("sched-", 0) == 0) return {bin_path("tessera-scheduler"), "--config", conf, "--curve-dir", keys};
   if (name.rfind("frontend-", 0) == 0)
-    return {bin_path("tessera-frontend"), "--config", conf, "--curve-dir", keys, "--model", model, "--tokenizer", tok,
-            "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+    return {bin_path("tessera-frontend"), "--config", conf, "--curve-dir", keys, "--model", model, "--tokenizer", tok};
   // Workers.
   std::vector<std::string> cmd = {bin_path("tessera-worker"), "--config", conf, "--curve-dir", keys, "--name", name,
-                                  "--model", model, "--backend", "cpu", "--threads", "1", "--num-pages", "256",
-                                  "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+                                  "--model", model, "--backend", "cpu"};
   if (name == "w3") cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.1:8101", "--metrics-port", "8110"});
   if (name == "w4") cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.2:8101", "--metrics-port", "8111"});
   return cmd;
+}
+
+std::vector<std::string> ThreeHosts::test_flags(const std::string& name) {
+  if (name.rfind("sched-", 0) == 0) return {"--heartbeat-ms", "100", "--worker-dead-ms", "1000", "--frontend-dead-ms", "2000"};
+  if (name.rfind("frontend-", 0) == 0) return {"--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+  if (name.size() == 2 && name[0] == 'w')
+    return {"--threads", "1", "--num-pages", "256", "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+  return {};
 }
 
 bool ThreeHosts::start(const std::string& name) {
@@ -183,6 +187,7 @@ bool ThreeHosts::start(const std::string& name) {
   }
   std::vector<std::string> cmd = command_for(name);
   commands_[name] = cmd;
+  for (auto& f : test_flags(name)) cmd.push_back(f);
   // A restarted process logs to <name>-2.log, -3, ... (the first log is kept).
   const int run = ++starts_[name];
   const std::string log = dir_ + "/logs/" + name + (run > 1 ? "-" + std::to_string(run) : "") + ".log";
@@ -191,6 +196,7 @@ bool ThreeHosts::start(const std::string& name) {
     const char* env = std::getenv("TESSERA_REDIS_SERVER");
     binary = env && *env ? env : "redis-server";
   }
+  if (binary == "env") binary = "/usr/bin/env";
   Process& p = h.spawn(binary, std::vector<std::string>(cmd.begin() + 1, cmd.end()), log);
   processes_[name] = &p;
   const milliseconds deadline(15000);

@@ -31,6 +31,7 @@ namespace tessera::testing {
 inline constexpr int kHttpPort = 8000;
 inline constexpr int kSchedulerMetricsPort = 8102;
 inline constexpr int kKvstoreMetricsPort = 8104;
+inline constexpr const char* kKvstoreSecret = "walkthrough-secret";
 
 class ThreeHosts {
  public:
@@ -71,8 +72,16 @@ class ThreeHosts {
   bool settled(std::chrono::milliseconds timeout);
 
   std::string logs() const;  // the tail of every log, for failure messages
-  // The command line `name` was started with (program and arguments, paths as run).
+  // The command line `name` was started with (program and arguments, paths as run), without
+  // test_flags(name): the walkthrough's command (docs/deploy.md shows each one).
   const std::vector<std::string>& command(const std::string& name) const { return commands_.at(name); }
+  // What the test adds to that command: faster failure detection (heartbeats 100 ms, peers
+  // dead after 1 s) and a worker size fit for the test machine.
+  static std::vector<std::string> test_flags(const std::string& name);
+  // Every process name, in start order.
+  static std::vector<std::string> names() {
+    return {"redis", "kvstore-a", "kvstore-b", "sched-a", "sched-b", "w1", "w2", "w3", "w4", "frontend-a", "frontend-b"};
+  }
 
  private:
   bool distribute_keys();
