@@ -173,7 +173,8 @@ std::vector<std::string> ThreeHosts::command_for(const std::string& name) const 
 
 std::vector<std::string> ThreeHosts::test_flags(const std::string& name) {
   if (name.rfind("sched-", 0) == 0) return {"--heartbeat-ms", "100", "--worker-dead-ms", "1000", "--frontend-dead-ms", "2000"};
-  if (name.rfind("frontend-", 0) == 0) return {"--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+  if (name.rfind("frontend-", 0) == 0)
+    return {"--heartbeat-ms", "100", "--scheduler-dead-ms", "1000", "--admin-token", kAdminToken};
   if (name.size() == 2 && name[0] == 'w')
     return {"--threads", "1", "--num-pages", "256", "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
   return {};

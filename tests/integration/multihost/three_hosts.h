@@ -32,6 +32,7 @@ inline constexpr int kHttpPort = 8000;
 inline constexpr int kSchedulerMetricsPort = 8102;
 inline constexpr int kKvstoreMetricsPort = 8104;
 inline constexpr const char* kKvstoreSecret = "walkthrough-secret";
+inline constexpr const char* kAdminToken = "walkthrough-admin";  // the frontends' --admin-token
 
 class ThreeHosts {
  public:
@@ -76,7 +77,7 @@ class ThreeHosts {
   // test_flags(name): the walkthrough's command (docs/deploy.md shows each one).
   const std::vector<std::string>& command(const std::string& name) const { return commands_.at(name); }
   // What the test adds to that command: faster failure detection (heartbeats 100 ms, peers
-  // dead after 1 s) and a worker size fit for the test machine.
+  // dead after 1 s), a worker size fit for the test machine, the frontends' admin token.
   static std::vector<std::string> test_flags(const std::string& name);
   // Every process name, in start order.
   static std::vector<std::string> names() {
