@@ -26,6 +26,7 @@ packages=(
   prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)
   chromium    # headless: cluster_observe_test loads /dashboard (skipped when absent)
   dpkg-dev systemd  # cpack's dpkg-shlibdeps, systemd-analyze: package_test (skipped when absent)
+  iproute2 python3-yaml  # ip netns / tc: multihost_netns_test (root); YAML: deploy_k8s_manifests_test
 )
 
 missing=()

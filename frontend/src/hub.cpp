@@ -182,20 +182,26 @@ struct Hub::Impl {
 
   void submit(protocol::GenerateRequest req, std::shared_ptr<RequestSink> sink) {
     const uint64_t id = req.id;
-    std::optional<size_t> i = ring->pick(req.routing_key);
-    if (!i) {
-      sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kUnavailable,
-                                            .message = "no scheduler with a live worker is available"});
-      return;
+    // A scheduler whose connection dropped a moment ago (tick() has not seen it yet) refuses the
+    // send: it leaves the ring until the next publish() and the request, never delivered, goes to
+    // the next scheduler of its key (found by the multi-host tests: a killed scheduler's
+    // frontend answered 503 to requests that another scheduler could serve).
+    std::string refused;
+    for (size_t tries = 0; tries < links->size(); ++tries) {
+      std::optional<size_t> i = ring->pick(req.routing_key);
+      if (!i) break;
+      SchedulerLink& link = (*links)[*i];
+      Status sent = zmqu::send(link.socket(), {protocol::encode(req)}, /*dontwait=*/true);
+      if (sent.ok()) {
+        inflight.add(id, std::move(sink), *i);
+        return;
+      }
+      refused += (refused.empty() ? "cannot reach scheduler " : "; nor ") + link.endpoint() + ": " + sent.error().message;
+      ring->set_usable(*i, false);
     }
-    SchedulerLink& link = (*links)[*i];
-    Status sent = zmqu::send(link.socket(), {protocol::encode(req)}, /*dontwait=*/true);
-    if (!sent.ok()) {
-      sink->on_message(protocol::ErrorEvent{.id = id, .code = ErrorCode::kUnavailable,
-                                            .message = "cannot reach scheduler " + link.endpoint() + ": " + sent.error().message});
-      return;
-    }
-    inflight.add(id, std::move(sink), *i);
+    sink->on_message(protocol::ErrorEvent{
+        .id = id, .code = ErrorCode::kUnavailable,
+        .message = refused.empty() ? "no scheduler with a live worker is available" : refused});
   }
 
   // hub.h gather(): one GatherSink per call, shared by the copies sent.

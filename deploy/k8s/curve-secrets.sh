@@ -1,0 +1,21 @@
+#!/bin/sh
+# Prints the Kubernetes Secrets of the CURVE keys (docs/security.md), one per role, each with only
+# the files that role's pods need — a worker pod can read neither the scheduler's nor the
+# kvstore's secret key:
+#   tessera keys ./keys                      # once, on an admin host (mode 0700)
+#   deploy/k8s/curve-secrets.sh ./keys | kubectl apply -f -
+# Pods mount their role's Secret at /var/run/tessera/keys (TESSERA_CURVE_DIR), mode 0400.
+set -eu
+dir="${1:?usage: curve-secrets.sh KEY_DIR   (made with: tessera keys KEY_DIR)}"
+secret() {  # secret NAME FILE...
+  name="$1"; shift
+  printf -- '---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  labels: {app.kubernetes.io/part-of: tessera}\ntype: Opaque\ndata:\n' "$name"
+  for f in "$@"; do
+    [ -r "$dir/$f" ] || { echo "curve-secrets.sh: $dir/$f is missing (make the set with: tessera keys $dir)" >&2; exit 1; }
+    printf '  %s: %s\n' "$f" "$(base64 -w0 < "$dir/$f")"
+  done
+}
+secret tessera-curve-scheduler scheduler.key_secret frontend.key worker.key
+secret tessera-curve-worker worker.key_secret scheduler.key kvstore.key
+secret tessera-curve-frontend frontend.key_secret scheduler.key kvstore.key client.key
+secret tessera-curve-kvstore kvstore.key_secret frontend.key worker.key
