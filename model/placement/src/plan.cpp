@@ -272,20 +272,35 @@ TensorPlacer make_placer(std::shared_ptr<const RuleSet> rules, Target target, st
 }
 
 std::string summarize(const std::vector<Decision>& decisions) {
-  std::map<std::string, int> groups;
-  int converted = 0;
+  std::map<std::string, std::map<std::string, int>> by_device;  // device -> "op (thread share x)" -> count
+  std::map<std::string, int> converted;                          // "f32->q8_0" -> count
   for (const Decision& d : decisions) {
-    std::string key = std::string(device_name(d.device)) + " " + op_name(d.op);
-    if (d.thread_share != 1.0f) key += " x" + std::to_string(d.thread_share).substr(0, 4) + " threads";
-    ++groups[key];
-    if (d.to != d.from) {
-      ++converted;
-      ++groups["converted " + std::string(dtype_name(d.from)) + "->" + dtype_name(d.to)];
+    std::string op = d.op == Op::kNone ? "no op" : op_name(d.op);
+    if (d.thread_share != 1.0f) {
+      std::ostringstream share;
+      share << op << " (thread share " << d.thread_share << ")";
+      op = share.str();
     }
+    ++by_device[device_name(d.device)][op];
+    if (d.to != d.from) ++converted[std::string(dtype_name(d.from)) + "->" + dtype_name(d.to)];
   }
   std::ostringstream os;
-  os << decisions.size() << " tensors, " << converted << " converted at load:";
-  for (const auto& [k, n] : groups) os << " " << k << " " << n << ";";
+  os << decisions.size() << " tensors";
+  for (const auto& [device, ops] : by_device) {
+    os << "; " << device << ":";
+    const char* sep = " ";
+    for (const auto& [op, n] : ops) {
+      os << sep << n << " " << op;
+      sep = ", ";
+    }
+  }
+  os << "; converted at load:";
+  if (converted.empty()) os << " none";
+  const char* sep = " ";
+  for (const auto& [conv, n] : converted) {
+    os << sep << n << " " << conv;
+    sep = ", ";
+  }
   return os.str();
 }
 
