@@ -59,20 +59,20 @@ Result<Op> resolve_op(const Rule& r, const TensorDesc& t, Kind kind, Device devi
   const std::string k = kind_name(kind);
   if (op == Op::kCuda) {
     if (device != Device::kCuda) return fail("op cuda runs on device cuda, this tensor is placed on cpu");
-    if (!matmul && kind != Kind::kEmbedding) return fail("op cuda: a " + k + " tensor has no operator of its own");
+    if (!matmul && kind != Kind::kEmbedding) return fail("op cuda: kind " + k + " has no operator of its own");
     return op;
   }
   if (device == Device::kCuda) {
     return fail(std::string("op ") + op_name(op) + " runs on the cpu; this tensor is placed on cuda (op cuda or auto)");
   }
   if (op == Op::kEmbeddingLookup) {
-    if (kind != Kind::kEmbedding) return fail("op embedding_lookup applies to the embedding, not to a " + k + " tensor");
+    if (kind != Kind::kEmbedding) return fail("op embedding_lookup applies to the embedding, not to kind " + k);
     return op;
   }
   // matmul and its forced-ISA variants
   if (!matmul) {
     return fail(std::string("op ") + op_name(op) + " applies to matrices the backend multiplies (kinds output, attention, "
-                                                  "ffn, router, expert, shared_expert), not to a " + k + " tensor");
+                                                  "ffn, router, expert, shared_expert), not to kind " + k);
   }
   if (std::optional<kernels::Isa> isa = isa_of(op)) {
     const bool runs = target.isa_supported ? target.isa_supported(*isa) : kernels::isa_supported(*isa);
@@ -92,7 +92,7 @@ Result<DType> resolve_type(const Rule& r, const TensorDesc& t, Kind kind, Device
   }
   if (kind == Kind::kNorm || kind == Kind::kBias || kind == Kind::kRope) {
     if (to == DType::kF32) return to;
-    return fail(what + std::string("a ") + kind_name(kind) + " tensor is kept in f32 (type keep or f32)");
+    return fail(what + "kind " + kind_name(kind) + " is kept in f32 (type keep or f32)");
   }
   if (kind == Kind::kOther) return fail(what + "the forward pass does not read this tensor as a matrix (type keep)");
   if (kind == Kind::kRouter && !is_float(to)) {
@@ -233,7 +233,7 @@ Result<std::vector<Decision>> plan(const RuleSet& rules, const RuleSet& defaults
     TS_ASSIGN_OR_RETURN(d.to, resolve_type(r, t, kind, d.device));
     if (r.thread_share) {
       if (d.device != Device::kCpu || !is_matmul_kind(kind)) {
-        return fail(std::string("thread_share applies to cpu matmuls; this is a ") + kind_name(kind) + " tensor on " +
+        return fail(std::string("thread_share applies to cpu matmuls, not to kind ") + kind_name(kind) + " on " +
                     device_name(d.device));
       }
       d.thread_share = *r.thread_share;

@@ -194,7 +194,7 @@ TEST(PlacementRules, PlanningRefusalsNameRuleAndTensor) {
             "implemented yet) (blk.0.ffn_gate_exps.weight)");
   // Conversions the tensor does not allow.
   EXPECT_EQ(error_of("rules:\n  - kind: norm\n    type: q8_0\n"),
-            "r.yaml:2: type q8_0: a norm tensor is kept in f32 (type keep or f32) (blk.0.attn_norm.weight)");
+            "r.yaml:2: type q8_0: kind norm is kept in f32 (type keep or f32) (blk.0.attn_norm.weight)");
   EXPECT_EQ(error_of("rules:\n  - kind: ffn\n    type: q4_k\n", [] {
               auto t = dense();
               t.push_back({"blk.1.ffn_x.weight", DType::kF32, {4, 4}});
@@ -218,9 +218,9 @@ TEST(PlacementRules, PlanningRefusalsNameRuleAndTensor) {
   // Operators the kind, the device or this CPU cannot run.
   EXPECT_EQ(error_of("rules:\n  - kind: norm\n    op: matmul\n"),
             "r.yaml:2: op matmul applies to matrices the backend multiplies (kinds output, attention, ffn, router, "
-            "expert, shared_expert), not to a norm tensor (blk.0.attn_norm.weight)");
+            "expert, shared_expert), not to kind norm (blk.0.attn_norm.weight)");
   EXPECT_EQ(error_of("rules:\n  - kind: ffn\n    op: embedding_lookup\n"),
-            "r.yaml:2: op embedding_lookup applies to the embedding, not to a ffn tensor (blk.0.ffn_gate.weight)");
+            "r.yaml:2: op embedding_lookup applies to the embedding, not to kind ffn (blk.0.ffn_gate.weight)");
   EXPECT_EQ(error_of("rules:\n  - kind: ffn\n    op: cuda\n"),
             "r.yaml:2: op cuda runs on device cuda, this tensor is placed on cpu (blk.0.ffn_gate.weight)");
   EXPECT_EQ(error_of("rules:\n  - kind: ffn\n    op: matmul\n", dense(), cuda()),
@@ -231,9 +231,9 @@ TEST(PlacementRules, PlanningRefusalsNameRuleAndTensor) {
             "r.yaml:2: op matmul_avx512: this CPU cannot run the avx512 kernels (blk.0.ffn_gate.weight)");
   // Thread shares apply to cpu matmuls only.
   EXPECT_EQ(error_of("rules:\n  - kind: embedding\n    thread_share: 0.5\n"),
-            "r.yaml:2: thread_share applies to cpu matmuls; this is a embedding tensor on cpu (token_embd.weight)");
+            "r.yaml:2: thread_share applies to cpu matmuls, not to kind embedding on cpu (token_embd.weight)");
   EXPECT_EQ(error_of("rules:\n  - kind: attention\n    thread_share: 0.5\n", dense(), cuda()),
-            "r.yaml:2: thread_share applies to cpu matmuls; this is a attention tensor on cuda (blk.0.attn_q.weight)");
+            "r.yaml:2: thread_share applies to cpu matmuls, not to kind attention on cuda (blk.0.attn_q.weight)");
 }
 
 // The target MoE configuration of docs/models.md: routed experts quantized on the CPU, the rest
