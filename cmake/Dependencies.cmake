@@ -9,6 +9,7 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)  # tokenizer.json normalizers (NFC, ...)
+pkg_check_modules(YAMLCPP REQUIRED IMPORTED_TARGET yaml-cpp)  # placement rules (model/placement)
 find_package(OpenSSL REQUIRED)
 find_package(Boost 1.74 REQUIRED)          # header-only parts: Asio, Beast
 find_package(msgpack-cxx QUIET)

@@ -21,6 +21,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev libboost-dev
   libhiredis-dev libzstd-dev libssl-dev libpcre2-dev libutf8proc-dev
+  libyaml-cpp-dev  # placement rules (model/placement)
   redis-server python3 python3-zmq python3-msgpack python3-jinja2 python3-jsonschema curl
   python3-pip python3-setuptools python3-venv
   prometheus  # promtool: cluster_ops_test checks every /metrics with it (skipped when absent)

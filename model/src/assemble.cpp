@@ -39,7 +39,7 @@ class Assembler {
                                 shape_str({rows, cols}) + " from the model config");
     }
     TS_TRY(check_bytes(*raw, rows, cols));
-    Tensor t{.dtype = raw->dtype, .rows = rows, .cols = cols, .data = raw->data};
+    Tensor t{.dtype = raw->dtype, .rows = rows, .cols = cols, .data = raw->data, .exec = raw->exec};
     if (reinterpret_cast<uintptr_t>(raw->data) % dtype_alignment(raw->dtype) != 0) {
       uint8_t* copy = model_.allocate(raw->nbytes);
       std::memcpy(copy, raw->data, raw->nbytes);
@@ -86,7 +86,7 @@ class Assembler {
   static Tensor rows_of(const Tensor& fused, int64_t row0, int64_t rows) {
     const size_t rb = dtype_row_bytes(fused.dtype, fused.cols);
     return Tensor{.dtype = fused.dtype, .rows = rows, .cols = fused.cols,
-                  .data = static_cast<const uint8_t*>(fused.data) + static_cast<size_t>(row0) * rb};
+                  .data = static_cast<const uint8_t*>(fused.data) + static_cast<size_t>(row0) * rb, .exec = fused.exec};
   }
 
  private:
@@ -173,7 +173,13 @@ Status validate_config(const ModelConfig& c, const std::string& file) {
   return ok_status();
 }
 
-Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::string& file) {
+Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const std::string& file,
+                      const LoadOptions& options) {
+  TensorMap placed;
+  if (options.placer) {
+    TS_ASSIGN_OR_RETURN(placed, place_tensors(model, file_tensors, options.placer, file));
+  }
+  const TensorMap& tensors = options.placer ? placed : file_tensors;
   ModelConfig& c = model.mutable_config();
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv_heads) * c.head_dim;

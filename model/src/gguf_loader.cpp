@@ -231,7 +231,7 @@ bool is_model_tensor(const std::string& name) {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) {
+Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, const LoadOptions& options) {
   const std::string& path = file->path();
   TS_ASSIGN_OR_RETURN(GgufFile g, parse_gguf(*file));
   Meta m(g);
@@ -311,7 +311,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file) 
   c.tied_embeddings = tensors.count("output.weight") == 0;
   TS_TRY(validate_config(c, path));
   TS_TRY(load_vocab(m, model->vocab, c.vocab_size, path));
-  TS_TRY(assemble_model(*model, tensors, path));
+  TS_TRY(assemble_model(*model, tensors, path, options));
   model->retain(std::move(file));
   return std::unique_ptr<Model>(std::move(model));
 }

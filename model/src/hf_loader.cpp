@@ -143,7 +143,8 @@ Result<std::vector<std::string>> shard_files(const std::string& dir) {
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
-                                            std::vector<std::shared_ptr<const FileBytes>> shards) {
+                                            std::vector<std::shared_ptr<const FileBytes>> shards,
+                                            const LoadOptions& options) {
   const std::string config_path = dir + "/config.json";
   json cj = json::parse(config_text, nullptr, /*allow_exceptions=*/false);
   if (cj.is_discarded()) return make_error(ErrorCode::kCorruptFile, config_path + ": not valid JSON");
@@ -191,7 +192,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   }
   c.attn_bias = tensors.count("blk.0.attn_q.bias") != 0;
   c.tied_embeddings = tie || tensors.count("output.weight") == 0;
-  TS_TRY(assemble_model(*model, tensors, dir));
+  TS_TRY(assemble_model(*model, tensors, dir, options));
   return std::unique_ptr<Model>(std::move(model));
 }
 
@@ -204,7 +205,7 @@ Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const L
     TS_ASSIGN_OR_RETURN(std::shared_ptr<const FileBytes> fb, FileBytes::open(path, options.use_mmap));
     shards.push_back(std::move(fb));
   }
-  return load_hf_from(dir, config_text, std::move(shards));
+  return load_hf_from(dir, config_text, std::move(shards), options);
 }
 
 }  // namespace tessera::loaders

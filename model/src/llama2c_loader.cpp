@@ -64,7 +64,7 @@ class Cursor {
 
 }  // namespace
 
-Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> file) {
+Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> file, const LoadOptions& options) {
   const std::string& path = file->path();
   if (file->size() < kHeaderBytes) {
     return make_error(ErrorCode::kTruncatedFile, path + ": " + std::to_string(file->size()) +
@@ -130,7 +130,7 @@ Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> fil
                                                    std::to_string(file->size() - cur.offset()) +
                                                    " bytes after the last tensor (header does not match the file)");
   }
-  TS_TRY(assemble_model(*model, t, path));
+  TS_TRY(assemble_model(*model, t, path, options));
   model->retain(std::move(file));
   return std::unique_ptr<Model>(std::move(model));
 }

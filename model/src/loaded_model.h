@@ -35,6 +35,7 @@ struct RawTensor {
   std::vector<int64_t> shape;   // outermost first: a [rows, cols] matrix is {rows, cols}
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
+  TensorExec exec;              // set by a placer (LoadOptions::placer), copied into the Tensor
 };
 using TensorMap = std::unordered_map<std::string, RawTensor>;  // canonical name -> tensor
 
@@ -68,7 +69,17 @@ std::string supported_architectures();  // "llama, mistral, qwen2, gemma2, phi3"
 Status validate_config(const ModelConfig& config, const std::string& file);
 
 // Fills `model`'s tensors from `tensors` (see file comment). Requires a validated config.
-Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::string& file);
+// With options.placer, the tensors are first placed (place_tensors) and the model assembled
+// from the placed ones.
+Status assemble_model(LoadedModel& model, const TensorMap& tensors, const std::string& file,
+                      const LoadOptions& options = {});
+
+// Runs `placer` over every tensor (in a stable order: token_embd, the layers by number, the
+// rest by name) and returns the map with the converted tensors (buffers owned by `model`) and
+// the execution choices set. Errors: the placer's; kCorruptFile for a tensor whose bytes do not
+// match its shape; kInvalidArgument for a conversion its block sizes do not allow.
+Result<TensorMap> place_tensors(LoadedModel& model, const TensorMap& tensors, const TensorPlacer& placer,
+                                const std::string& file);
 
 // Content hash of config + sampled tensor bytes (defined in model.cpp).
 uint64_t compute_fingerprint(const Model& model);
@@ -78,14 +89,15 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out);
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out);
 
 // Per-format loaders (llama2c_loader.cpp, gguf_loader.cpp, hf_loader.cpp).
-Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> file);
-Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file);
+Result<std::unique_ptr<Model>> load_llama2c(std::shared_ptr<const FileBytes> file, const LoadOptions& options = {});
+Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, const LoadOptions& options = {});
 // The embedded vocabulary of a GGUF file, from its metadata only (no tensor is touched).
 Result<VocabSpec> read_gguf_vocab(const FileBytes& file);
 Result<std::unique_ptr<Model>> load_hf_directory(const std::string& dir, const LoadOptions& options);
 // The Hugging Face loader after file I/O: config.json's text and the safetensors shards
 // (tests and fuzz targets call it with in-memory bytes). `dir` labels errors.
 Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
-                                            std::vector<std::shared_ptr<const FileBytes>> shards);
+                                            std::vector<std::shared_ptr<const FileBytes>> shards,
+                                            const LoadOptions& options = {});
 
 }  // namespace tessera::loaders

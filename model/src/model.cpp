@@ -131,12 +131,12 @@ Result<std::unique_ptr<Model>> load_model(const std::string& path, const LoadOpt
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) return loaders::load_hf_directory(path, options);
   TS_ASSIGN_OR_RETURN(std::shared_ptr<const loaders::FileBytes> file, loaders::FileBytes::open(path, options.use_mmap));
-  if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return loaders::load_gguf(std::move(file));
+  if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) return loaders::load_gguf(std::move(file), options);
   if (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
     return make_error(ErrorCode::kInvalidArgument,
                       path + ": pass the model directory (with config.json), not a single .safetensors file");
   }
-  return loaders::load_llama2c(std::move(file));
+  return loaders::load_llama2c(std::move(file), options);
 }
 
 Result<VocabSpec> read_model_vocab(const std::string& path) {

@@ -1,5 +1,7 @@
-// `tessera model inspect PATH [--json]`: format, architecture, shapes, dtypes, parameter
-// count, fingerprint and vocabulary summary of a model file or directory.
+// `tessera model inspect PATH [--json] [--rules FILE [--backend cpu|cuda]]`: format,
+// architecture, shapes, dtypes, parameter count, fingerprint and vocabulary summary of a model
+// file or directory; with --rules, the model is loaded as a worker would load it with
+// --placement-rules FILE, and each tensor's placement (rule, device, type, op) is printed.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "tessera/common/config.h"
+#include "tessera/placement/placement.h"
 #include "tessera/tools/command.h"
 #include "tessera/model/model.h"
 
@@ -106,13 +109,62 @@ std::string token_text(const VocabSpec& v, int32_t id) {
 struct Args {
   std::string path;
   bool json = false;
+  std::string rules;
+  std::string backend = "cpu";
 };
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string share_text(float share) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(share));
+  return buf;
+}
+
+nlohmann::json placement_json(const std::vector<placement::Decision>& ds) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const placement::Decision& d : ds) {
+    out.push_back({{"tensor", d.tensor}, {"kind", placement::kind_name(d.kind)}, {"shape", d.shape},
+                   {"layer", d.layer ? nlohmann::json(*d.layer) : nlohmann::json(nullptr)},
+                   {"stored", dtype_name(d.from)}, {"type", dtype_name(d.to)},
+                   {"device", placement::device_name(d.device)}, {"op", placement::op_name(d.op)},
+                   {"thread_share", d.thread_share}, {"rule", d.rule}});
+  }
+  return out;
+}
+
+void print_placement(const std::vector<placement::Decision>& ds, const Args& a) {
+  std::printf("placement:    rules %s, backend %s (%s)\n", a.rules.c_str(), a.backend.c_str(),
+              placement::summarize(ds).c_str());
+  size_t wn = 6, wr = 4;
+  for (const placement::Decision& d : ds) {
+    wn = std::max(wn, d.tensor.size());
+    wr = std::max(wr, d.rule.size());
+  }
+  std::printf("  %-*s %-13s %-16s %-6s %-6s %-6s %-16s %-7s %s\n", static_cast<int>(wn), "tensor", "kind", "shape",
+              "stored", "type", "device", "op", "threads", "rule");
+  for (const placement::Decision& d : ds) {
+    std::printf("  %-*s %-13s %-16s %-6s %-6s %-6s %-16s %-7s %s\n", static_cast<int>(wn), d.tensor.c_str(),
+                placement::kind_name(d.kind), shape_text(d.shape).c_str(), dtype_name(d.from), dtype_name(d.to),
+                placement::device_name(d.device), placement::op_name(d.op), share_text(d.thread_share).c_str(),
+                d.rule.c_str());
+  }
+}
 
 int run_inspect(const std::vector<std::string>& args) {
   Args a;
   config::Options o("tessera model inspect", "model-inspect");
   o.add(a.path, {.name = "path", .help = "a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face model directory (required)"});
   o.add(a.json, {.name = "json", .help = "print one JSON object instead of text"});
+  o.add(a.rules, {.name = "rules",
+                  .help = "placement rules (YAML) to load the model with, as tessera-worker --placement-rules does; "
+                          "prints which rule placed each tensor and its device, type and operator"});
+  o.add(a.backend, {.name = "backend", .help = "with --rules: the worker backend to plan for",
+                    .choices = {"cpu", "cuda"}});
   o.positional("path");
   o.describe("Format, architecture, shapes, dtypes, parameter count, fingerprint and vocabulary summary of a model "
              "file or directory");
@@ -123,7 +175,18 @@ int run_inspect(const std::vector<std::string>& args) {
   }
   const std::string& path = a.path;
   const bool json = a.json;
-  auto loaded = load_model(path);
+  LoadOptions load_options;
+  std::vector<placement::Decision> placed;
+  if (!a.rules.empty()) {
+    auto rules = placement::load_rules_file(a.rules);
+    if (!rules.ok()) {
+      std::fprintf(stderr, "tessera model inspect: --rules: %s\n", rules.error().message.c_str());
+      return 1;
+    }
+    load_options.placer = placement::make_placer(std::make_shared<const placement::RuleSet>(std::move(*rules)),
+                                                 {.backend = a.backend, .why = "--backend " + a.backend}, &placed);
+  }
+  auto loaded = load_model(path, load_options);
   if (!loaded.ok()) {
     std::fprintf(stderr, "tessera model inspect: %s\n", loaded.error().to_string().c_str());
     return 1;
@@ -156,6 +219,7 @@ int run_inspect(const std::vector<std::string>& args) {
       ts.push_back({{"name", name}, {"dtype", dtype_name(t->dtype)}, {"shape", {t->rows, t->cols}}});
     }
     j["tensors"] = ts;
+    if (!a.rules.empty()) j["placement"] = placement_json(placed);
     j["vocab"] = {{"model", v.model}, {"pre", v.pre}, {"tokens", v.tokens.size()}, {"merges", v.merges.size()},
                   {"bos_id", v.bos_id}, {"eos_id", v.eos_id}, {"unk_id", v.unk_id}, {"pad_id", v.pad_id},
                   {"add_bos", v.add_bos}, {"add_space_prefix", v.add_space_prefix},
@@ -192,6 +256,7 @@ int run_inspect(const std::vector<std::string>& args) {
                 token_text(v, v.bos_id).c_str(), v.eos_id, token_text(v, v.eos_id).c_str(), v.add_bos ? "yes" : "no",
                 v.chat_template.empty() ? "no" : "yes");
   }
+  if (!a.rules.empty()) print_placement(placed, a);
   return 0;
 }
 

@@ -161,6 +161,7 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   o.add(c.kvstore, {.name = "kvstore", .help = "start tessera-kvstore (when the binary exists)",
                     .env = "TESSERA_UP_KVSTORE"});
   o.add(c.worker.backend_options.pool.num_pages, shared(t.worker, "num-pages"));
+  o.add(c.worker.placement_rules, shared(t.worker, "placement-rules"));
   o.add(c.workers, {.name = "workers",
                     .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
                     .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
@@ -343,6 +344,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     TS_TRY(w.set("scheduler", sched_we));
     TS_TRY(w.set("threads", std::to_string(threads)));
     TS_TRY(w.set("name", "worker" + std::to_string(i)));
+    // Only when set: a [worker] placement-rules of the config file applies otherwise.
+    if (!c.worker.placement_rules.empty()) TS_TRY(w.set("placement-rules", c.worker.placement_rules));
     TS_TRY(w.set("metrics-port", std::to_string(c.worker_metrics_port + i)));
     TS_TRY(w.set("drain-timeout-s", std::to_string(c.drain_timeout_s)));
     // dki: the worker fetches and stores preference K/V there (docs/preference.md).

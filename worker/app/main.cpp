@@ -19,6 +19,7 @@
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/worker/step_executor.h"
 #include "backend_select.h"
+#include "tessera/placement/placement.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
 #include "worker_options.h"
@@ -94,7 +95,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-worker: %s\n", backend_name.error().message.c_str());
     return 1;
   }
-  auto model = load_model(config.model);
+  LoadOptions load_options;
+  std::vector<placement::Decision> placed;
+  if (!config.placement_rules.empty()) {
+    auto rules = placement::load_rules_file(config.placement_rules);
+    if (!rules.ok()) {
+      std::fprintf(stderr, "tessera-worker: --placement-rules: %s\n", rules.error().message.c_str());
+      return 2;
+    }
+    load_options.placer = placement::make_placer(std::make_shared<const placement::RuleSet>(std::move(*rules)),
+                                                 {.backend = *backend_name, .why = why}, &placed);
+  }
+  auto model = load_model(config.model, load_options);
   if (!model.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", model.error().to_string().c_str());
     return 1;
@@ -175,6 +187,10 @@ int main(int argc, char** argv) {
                 << " parameters), " << pool.num_pages << " pages x " << pool.page_size << " tokens; "
                 << (*backend)->describe() << " (" << why << "); capabilities " << caps << "; scheduler "
                 << sc.scheduler_endpoint;
+  if (!config.placement_rules.empty()) {
+    TS_LOG(kInfo) << "worker=" << sc.name << " | placement rules " << config.placement_rules << ": "
+                  << placement::summarize(placed);
+  }
   if (!executor.backend().capabilities().kv_fill) {
     TS_LOG(kWarn) << "worker=" << sc.name << " | the " << executor.backend().name()
                   << " backend lacks kv_fill: step plans with preference K/V fills are refused (error names the capability)";

@@ -20,6 +20,12 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                    .help = "compute backend: cpu, cuda, or auto (cuda when compiled in and a GPU is present, unless "
                            "--kvstore needs kv_fill; else cpu)",
                    .env = "TESSERA_WORKER_BACKEND", .choices = {"auto", "cpu", "cuda"}});
+  o.add(c.placement_rules, {.name = "placement-rules",
+                            .help = "YAML file of placement rules: per tensor (by name regex, layer range, kind) the "
+                                    "device, the type to convert to at load, the CPU kernel path and thread share "
+                                    "(docs/models.md \"Placement rules\"); a rule that places nothing or cannot be "
+                                    "applied fails the start; \"\" = every tensor as stored",
+                            .env = "TESSERA_WORKER_PLACEMENT_RULES"});
   o.add(c.backend_options.tensor_parallel, {.name = "tensor-parallel",
                                             .help = "cuda: GPUs of this node to shard the model over (tensor "
                                                     "parallelism, needs NCCL when > 1)",

@@ -23,6 +23,7 @@ struct WorkerOptions {
   std::string model;  // required
   std::string tokenizer;  // for structured output when the model file embeds no vocabulary ("" = none)
   std::string backend = "auto";  // cpu | cuda | auto (backend_select.h)
+  std::string placement_rules;   // YAML placement rules (tessera/placement/placement.h); "" = as stored
   BackendOptions backend_options{.pool = {.num_pages = 1024, .page_size = 16}};  // max_batch_tokens: from service
   ServiceConfig service;
   int32_t eos_id = -2;  // -2 = the model file's (else 2 for llama2.c), -1 = none

@@ -124,6 +124,23 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   EXPECT_TRUE(wait_until([&] { return port_free(base) && port_free(base + 2) && port_free(base + 3); }, milliseconds(5000)));
 }
 
+// --placement-rules reaches every worker: a rules file the worker cannot apply stops the
+// cluster (--restart never), the worker's error naming the file and line.
+TEST(TesseraUp, PlacementRulesReachTheWorkers) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up-rules");
+  std::ofstream(dir + "/rules.yaml") << "rules:\n  - kind: attention\n    device: cuda\n";
+  Process up(testing::bin_path("tessera"),
+             {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
+              std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
+              std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
+              "never", "--placement-rules", dir + "/rules.yaml"},
+             dir + "/up.log");
+  EXPECT_EQ(up.wait_exit(milliseconds(60000)), 1);
+  EXPECT_TRUE(file_contains(dir + "/up.log", dir + "/rules.yaml:2: device cuda: this worker runs the cpu backend"));
+}
+
 // --workers 2: both workers register before "ready", and concurrent requests reach both.
 TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   const int base = free_port_block();

@@ -11,7 +11,7 @@ set(rules
   # The C++ client library (clients/cpp): its own objects and common's wire codec, no archive of
   # ours, and neither OpenSSL, hiredis, PCRE2, zstd nor CUDA (a "lib:" rule: a shared library).
   "lib:tessera_client|tessera_client_objects,tessera_protocol|hiredis,pcre2,zstd,crypto,ssl,cudart,cublas,nccl"
-  "tessera-worker|tessera_worker_options,tessera_worker,tessera_worker_cuda,tessera_worker_tp,tessera_kernels,tessera_kernels_cuda,tessera_loaders,tessera_tokenizer,tessera_grammar,tessera_preference,tessera_kvstore_client,tessera_metrics_http,tessera_common|hiredis"
+  "tessera-worker|tessera_worker_options,tessera_worker,tessera_worker_cuda,tessera_worker_tp,tessera_kernels,tessera_kernels_cuda,tessera_loaders,tessera_tokenizer,tessera_grammar,tessera_preference,tessera_kvstore_client,tessera_metrics_http,tessera_common,tessera_placement|hiredis"
 )
 
 if(NOT BUILD_DIR OR NOT BIN_DIR)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -72,6 +73,62 @@ TEST(ModelCli, SynthWritesALoadableFile) {
   EXPECT_TRUE(j["weight_bytes"].contains("q8_0"));
   EXPECT_EQ(run("model synth --like nope --out " + dir + "/x.gguf").status, 2);
   EXPECT_EQ(run("model synth --like stories260k --dtype q3 --out " + dir + "/x.gguf").status, 2);
+  std::filesystem::remove_all(dir);
+}
+
+// `model inspect --rules`: the table of each tensor's placement (text and JSON), and refusals.
+TEST(ModelCli, InspectRulesPrintsEachTensorsPlacement) {
+  const std::string dir = tessera::testing::make_temp_dir("tessera-cli-rules");
+  const std::string rules = dir + "/rules.yaml";
+  std::ofstream(rules) << "rules:\n"
+                          "  - match: 'blk\\.0\\..*'\n"
+                          "    kind: attention\n"
+                          "    type: q8_0\n"
+                          "    op: matmul_scalar\n"
+                          "    thread_share: 0.5\n"
+                          "  - kind: embedding\n"
+                          "    type: f16\n";
+  const std::string model = tessera::testing::shared_path("models/stories260K/stories260K.gguf");
+  const CliRun r = run("model inspect --rules " + rules + " " + model);
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const std::string& line : {
+           "placement:    rules " + rules + ", backend cpu (48 tensors; cpu: 1 embedding_lookup, 32 matmul, 4 "
+           "matmul_scalar (thread share 0.5), 11 no op; converted at load: 1 f32->f16, 4 f32->q8_0)",
+           std::string("  tensor                   kind          shape            stored type   device op               threads rule"),
+           "  token_embd.weight        embedding     [512, 64]        f32    f16    cpu    embedding_lookup 1       " + rules + ":7",
+           "  blk.0.attn_q.weight      attention     [64, 64]         f32    q8_0   cpu    matmul_scalar    0.5     " + rules + ":2",
+           std::string("  blk.0.attn_norm.weight   norm          [64]             f32    f32    cpu    -                1       built-in llama:8"),
+           std::string("  blk.4.ffn_down.weight    ffn           [64, 172]        f32    f32    cpu    matmul           1       built-in llama:6"),
+           std::string("  output.weight            output        [512, 64]        f32    f32    cpu    matmul           1       built-in llama:4"),
+           std::string("  blk.*.attn_q         q8_0  [64, 64]")}) {
+    EXPECT_NE(r.out.find(line + "\n"), std::string::npos) << line << "\n" << r.out;
+  }
+  const CliRun j = run("model inspect --json --rules " + rules + " " + model);
+  ASSERT_EQ(j.status, 0) << j.out;
+  const nlohmann::json placement = nlohmann::json::parse(j.out)["placement"];
+  ASSERT_EQ(placement.size(), 48u);
+  EXPECT_EQ(placement[0], nlohmann::json::parse(R"({"tensor": "token_embd.weight", "kind": "embedding", "shape": [512, 64],
+      "layer": null, "stored": "f32", "type": "f16", "device": "cpu", "op": "embedding_lookup", "thread_share": 1.0,
+      "rule": ")" + rules + R"(:7"})"));
+  EXPECT_EQ(placement[1]["layer"], 0);
+
+  // Refusals: exit 1, the rule's file and line.
+  std::ofstream(dir + "/bad.yaml") << "rules:\n  - kind: ffn\n    type: q8_0\n";
+  const CliRun bad = run("model inspect --rules " + dir + "/bad.yaml " + model);
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.out.find("tessera model inspect: invalid_argument: " + dir + "/bad.yaml:2: type q8_0: the row length 172 "
+                         "is not a multiple of q8_0's block of 32 (blk.0.ffn_down.weight)"),
+            std::string::npos)
+      << bad.out;
+  const CliRun gpu = run("model inspect --rules " + dir + "/bad.yaml --backend cuda " + model);
+  EXPECT_EQ(gpu.status, 1);
+  EXPECT_NE(gpu.out.find("bad.yaml:2: type q8_0: cuda placements keep the stored type"), std::string::npos) << gpu.out;
+  std::ofstream(dir + "/syntax.yaml") << "rules:\n  - kind: ffn\n    op: marlin\n";
+  const CliRun syntax = run("model inspect --rules " + dir + "/syntax.yaml " + model);
+  EXPECT_EQ(syntax.status, 1);
+  EXPECT_NE(syntax.out.find("tessera model inspect: --rules: " + dir + "/syntax.yaml:3: op: unknown operator 'marlin'"),
+            std::string::npos)
+      << syntax.out;
   std::filesystem::remove_all(dir);
 }
 

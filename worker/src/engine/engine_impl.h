@@ -24,7 +24,8 @@ struct Scratch {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Model& m, KvPool p, kernels::Isa i, int n_threads)
-      : model_(m), cfg_(m.config()), pool_(std::move(p)), isa_(i), threads_(std::make_unique<kernels::ThreadPool>(n_threads)) {}
+      : model_(m), cfg_(m.config()), pool_(std::move(p)), isa_(i), threads_(std::make_unique<kernels::ThreadPool>(n_threads)),
+        share_pools_(static_cast<size_t>(n_threads) + 1) {}
 
   std::string_view name() const override { return "cpu"; }
   const Model& model() const override { return model_; }
@@ -43,12 +44,17 @@ class CpuBackend final : public Backend {
  private:
   // The forward pass proper (forward.cpp); the batch has been validated.
   std::span<float> run(std::span<const SeqInput> batch);
+  // A weight's matmul choices from the placement rules (Tensor::exec): the pool of its
+  // thread_share of the threads (created on first use) and its kernel path.
+  kernels::ThreadPool* pool_for(const Tensor& w);
+  kernels::Isa isa_for(const Tensor& w) const;
 
   const Model& model_;
   ModelConfig cfg_;
   KvPool pool_;
   kernels::Isa isa_;
   std::unique_ptr<kernels::ThreadPool> threads_;
+  std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
 };
 

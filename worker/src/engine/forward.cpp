@@ -1,4 +1,5 @@
 // The paged forward pass of one validated ragged batch.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,26 @@ T* grow(std::vector<T>& v, size_t n) {
 }
 
 }  // namespace
+
+kernels::ThreadPool* CpuBackend::pool_for(const Tensor& w) {
+  const int32_t all = threads_->size();
+  if (w.exec.thread_share >= 1.0f) return threads_.get();
+  const int32_t n = std::clamp(static_cast<int32_t>(std::lround(w.exec.thread_share * static_cast<float>(all))), 1, all);
+  if (n == all) return threads_.get();
+  std::unique_ptr<kernels::ThreadPool>& p = share_pools_[static_cast<size_t>(n)];
+  if (!p) p = std::make_unique<kernels::ThreadPool>(n);
+  return p.get();
+}
+
+kernels::Isa CpuBackend::isa_for(const Tensor& w) const {
+  switch (w.exec.path) {
+    case MatmulPath::kBackend: return isa_;
+    case MatmulPath::kScalar: return kernels::Isa::kScalar;
+    case MatmulPath::kAvx2: return kernels::Isa::kAvx2;
+    case MatmulPath::kAvx512: return kernels::Isa::kAvx512;
+  }
+  return isa_;
+}
 
 std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   using kernels::matmul;
@@ -83,7 +104,17 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
                                .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
   };
   auto linear = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
-    matmul(args(w, in, in_stride, out, out_stride), tp, isa);
+    matmul(args(w, in, in_stride, out, out_stride), pool_for(w), isa_for(w));
+  };
+  // Matmuls of the same input in one parallel region when their placements agree (the usual case).
+  auto linear_group = [&](std::span<const Tensor* const> ws, std::span<const kernels::MatmulArgs> list) {
+    bool same = true;
+    for (const Tensor* w : ws) same = same && pool_for(*w) == pool_for(*ws[0]) && isa_for(*w) == isa_for(*ws[0]);
+    if (same) {
+      kernels::matmul_batch(list, pool_for(*ws[0]), isa_for(*ws[0]));
+      return;
+    }
+    for (size_t i = 0; i < list.size(); ++i) matmul(list[i], pool_for(*ws[i]), isa_for(*ws[i]));
   };
   auto add_bias = [&](const Tensor& b, float* out, int64_t width) {
     if (b.empty()) return;
@@ -105,7 +136,8 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     {
       const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
                                           args(w.wv, xn, dim, v, kv_dim)};
-      kernels::matmul_batch(qkv, tp, isa);
+      const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
+      linear_group(ws, qkv);
     }
     if (c.attn_bias) {
       add_bias(w.bq, q, q_dim);
@@ -130,7 +162,8 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
     {
       const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
-      kernels::matmul_batch(gate_up, tp, isa);
+      const Tensor* const ws[2] = {&w.w_gate, &w.w_up};
+      linear_group(ws, gate_up);
     }
     const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
     if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
@@ -156,7 +189,7 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   float* logits = grow(s.logits, static_cast<size_t>(n_out * c.vocab_size));
   matmul({.w_type = model.output.dtype, .w = model.output.data, .rows = c.vocab_size, .cols = dim, .x = rows,
           .x_stride = dim, .n = n_out, .y = logits, .y_stride = c.vocab_size},
-         tp, isa);
+         pool_for(model.output), isa_for(model.output));
   if (c.final_softcap > 0.0f) kernels::softcap(logits, n_out * c.vocab_size, c.final_softcap);
   return {logits, static_cast<size_t>(n_out * c.vocab_size)};
 }

@@ -19,7 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,12 +31,26 @@
 
 namespace tessera {
 
+// How a backend runs the matmuls of one tensor, as placement rules chose (tessera/placement/
+// placement.h); the defaults mean "as the backend decides". Backends other than cpu ignore it.
+enum class MatmulPath : uint8_t {
+  kBackend = 0,  // the backend's kernel path (the worker's detected or --isa path)
+  kScalar = 1,   // these force one CPU kernel path for this tensor (the placement checked the CPU runs it)
+  kAvx2 = 2,
+  kAvx512 = 3,
+};
+struct TensorExec {
+  MatmulPath path = MatmulPath::kBackend;
+  float thread_share = 1.0f;  // (0, 1]: the share of the backend's threads its matmuls use
+};
+
 // A read-only view of a weight tensor. 1-D tensors have rows == 1.
 struct Tensor {
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;  // rows * dtype_row_bytes(dtype, cols) bytes, owned by the Model
+  TensorExec exec;             // placement's execution choice (views of a fused tensor share it)
   bool empty() const { return data == nullptr; }
   const float* f32() const { return static_cast<const float*>(data); }  // only when dtype == kF32
 };
@@ -130,8 +146,28 @@ class Model {
   std::string path_;
 };
 
+// One tensor of a model file as a placer sees it: its canonical (GGUF) name, stored dtype and
+// shape (outermost first: a matrix is {rows, cols}, MoE experts {n_expert, rows, cols}).
+struct TensorDesc {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+};
+// A placer's choice for one tensor: the dtype it is converted to at load (== the stored dtype:
+// kept as stored) and how it runs.
+struct TensorChoice {
+  DType dtype = DType::kF32;
+  TensorExec exec;
+};
+// Called once per load, after the config is read and before the model is assembled, with every
+// tensor of the file; returns one choice per tensor (same order) or an error, which fails the
+// load. The loader converts the tensors whose dtype changes (dequantize, then ggml's reference
+// quantizer: tessera/common/quants.h). tessera/placement/placement.h builds one from rules.
+using TensorPlacer = std::function<Result<std::vector<TensorChoice>>(const ModelConfig&, std::span<const TensorDesc>)>;
+
 struct LoadOptions {
   bool use_mmap = true;  // map the file instead of reading it (GGUF, safetensors, llama2.c)
+  TensorPlacer placer;   // empty: every tensor as stored (no conversion, backend's choices)
 };
 
 // Detects the format (directory with config.json -> safetensors; "GGUF" magic -> GGUF;
