@@ -5,11 +5,12 @@
 // What is real: the page pool and everything the scheduler does to it. Each slot of the pool
 // holds one 64-bit *state* instead of K and V: the state of position p of a sequence is
 // sim_chain(state of p - 1, token at p, p), read from the slot the block table names for p - 1
-// (exactly where real attention reads K/V) and written to the slot mapping's slot for p. The
-// token sampled after position p is sim_token(state of p). So a sequence's answer depends on
-// every token of its prefix *through the pages*: a wrong page shared, copied or evicted gives a
-// wrong answer, just as it would on a real model, and sim_expected_tokens() computes the right
-// one from the prompt alone.
+// (where real attention reads K/V) and written to the slot mapping's slot for p. The token
+// sampled after position p is sim_token(a = sim_attend(...sim_attend(0, state 0)..., state p)),
+// every position's state read through the block table, as attention reads every K/V. So a
+// sequence's answer depends on every token of its prefix *through the pages*: a wrong page
+// shared, copied or evicted gives a wrong answer, as it would on a real model, and
+// sim_expected_tokens() computes the right one from the prompt alone.
 //
 // Cost model (one forward, in simulated seconds; SimCost):
 //   step_us + prefill_token_us * (tokens of sequences computing more than one token)
@@ -67,6 +68,7 @@ Result<SimCost> parse_sim_cost(std::string_view text);
 inline constexpr uint64_t kSimSeed = 0x5eed0f7e55e7a000ULL;  // "state" before position 0
 inline constexpr float kSimLogit = 30.0f;
 uint64_t sim_chain(uint64_t prev_state, int32_t token, int32_t position);
+uint64_t sim_attend(uint64_t acc, uint64_t state);
 // A token in [3, vocab) other than `eos` (so generations run to max_tokens and skip llama2.c's
 // <unk>/<s>/</s>). vocab must be > 4.
 int32_t sim_token(uint64_t state, int32_t vocab_size, int32_t eos);

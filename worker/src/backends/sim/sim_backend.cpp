@@ -113,15 +113,20 @@ int32_t sim_token(uint64_t state, int32_t vocab_size, int32_t eos) {
 std::vector<int32_t> sim_expected_tokens(std::span<const int32_t> prompt, int n, int32_t vocab_size, int32_t eos) {
   uint64_t state = kSimSeed;
   int32_t pos = 0;
-  for (int32_t t : prompt) state = sim_chain(state, t, pos++);
+  std::vector<uint64_t> states;
+  for (int32_t t : prompt) states.push_back(state = sim_chain(state, t, pos++));
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
-    const int32_t t = sim_token(state, vocab_size, eos);
+    uint64_t attended = 0;
+    for (uint64_t st : states) attended = sim_attend(attended, st);
+    const int32_t t = sim_token(attended, vocab_size, eos);
     out.push_back(t);
-    state = sim_chain(state, t, pos++);
+    states.push_back(sim_chain(states.back(), t, pos++));
   }
   return out;
 }
+
+uint64_t sim_attend(uint64_t acc, uint64_t state) { return mix64(acc + state); }
 
 uint64_t sim_fingerprint(uint64_t model_fingerprint) { return mix64(model_fingerprint ^ 0x73696d2d776f726bULL); }
 
@@ -174,7 +179,17 @@ std::vector<int32_t> SimBackend::run(std::span<const SeqInput> batch) {
       state = sim_chain(state, s.tokens[i], s.start_pos + static_cast<int32_t>(i));
       states_[static_cast<size_t>(s.slot_mapping[i])] = state;
     }
-    if (s.want_logits) sampled.push_back(sim_token(state, vocab_, options_.eos));
+    if (s.want_logits) {
+      // "Attention": every position's state, read through the block table.
+      const int32_t last = s.start_pos + static_cast<int32_t>(s.tokens.size()) - 1;
+      uint64_t attended = 0;
+      for (int32_t q = 0; q <= last; ++q) {
+        attended = sim_attend(attended, states_[static_cast<size_t>(s.block_table[static_cast<size_t>(q / ps)]) *
+                                                     static_cast<size_t>(ps) +
+                                                 static_cast<size_t>(q % ps)]);
+      }
+      sampled.push_back(sim_token(attended, vocab_, options_.eos));
+    }
   }
   const double sim_s = options_.cost.seconds(batch);
   simulated_s_ += sim_s;
