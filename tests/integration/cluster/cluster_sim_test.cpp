@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tessera/client/client.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
+#include "tessera/testing/paths.h"
 #include "tessera/testing/wait.h"
 #include "tessera/worker/sim_backend.h"
 
@@ -92,6 +96,35 @@ TEST(ClusterSim, AnswersAreTheDeterministicTokensAndLoadSpreads) {
   EXPECT_EQ(total, kGroups + kRequests);
   const double mean = total / kWorkers;
   EXPECT_LE(most / mean, 1.5) << "max/mean routed load " << most << "/" << mean;
+}
+
+// Start-up refusals name the cause (exit 1 for a configuration the backend cannot serve, 2 for a
+// bad option value).
+TEST(ClusterSim, BadSimConfigurationsAreRefusedAtStart) {
+  const std::string dir = make_temp_dir("tessera-sim-refusals");
+  const struct {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  } cases[] = {
+      {{"--kvstore", "tcp://127.0.0.1:1"}, 1, "--backend sim with --kvstore: the sim backend lacks capability kv_fill"},
+      {{"--sim-cost", "1,2"}, 1, "--sim-cost must be four or five comma-separated microsecond figures"},
+      {{"--sim-cost", "1,2,x,4"}, 1, "--sim-cost: field 3 ('x') is not a non-negative number"},
+      {{"--sim-time-scale", "0"}, 2, "sim-time-scale"},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"--model", shared_path("models/stories260K/stories260K.bin"), "--scheduler",
+                                     "tcp://127.0.0.1:1", "--backend", "sim"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const std::string log = dir + "/refused" + std::to_string(n++) + ".log";
+    Process w(bin_path("tessera-worker"), with_keys(args), log);
+    EXPECT_EQ(w.wait_exit(milliseconds(10000)), c.exit_code) << c.message;
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find(c.message), std::string::npos) << text.str();
+  }
 }
 
 }  // namespace
