@@ -40,10 +40,12 @@ std::vector<int32_t> prompt_of(int i) {
 }
 
 TEST(ClusterSim, AnswersAreTheDeterministicTokensAndLoadSpreads) {
-  // Steps at 1/20 of the H100 profile's time: a decode step of a few sequences takes ~0.25 ms.
+  // Steps at half the H100 profile's time (a decode step ~2.3 ms): slow enough that the 96
+  // requests are all in flight together, so the scheduler's load bound (not only prefix
+  // affinity) decides where they go.
   Cluster c({.num_pages = 256,
              .num_workers = kWorkers,
-             .worker_args = {"--backend", "sim", "--sim-profile", "h100-llama2-7b", "--sim-time-scale", "20"}});
+             .worker_args = {"--backend", "sim", "--sim-profile", "h100-llama2-7b", "--sim-time-scale", "2"}});
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(wait_until([&] { return c.metric(c.metrics_port(), "tessera_scheduler_live_workers") == kWorkers; },
                          milliseconds(20000)))
@@ -83,9 +85,13 @@ TEST(ClusterSim, AnswersAreTheDeterministicTokensAndLoadSpreads) {
 
   // Load: requests routed per worker (the scheduler's bounded-load rule, eps 0.25 by default).
   std::vector<double> routed;
+  // A worker that was never routed to has no series (NaN): once /metrics answers, that is 0.
+  ASSERT_TRUE(wait_until([&] { return !std::isnan(c.metric(c.metrics_port(), "tessera_scheduler_live_workers")); },
+                         milliseconds(20000)));
   for (int w = 0; w < kWorkers; ++w) {
-    routed.push_back(c.metric(c.metrics_port(), "tessera_scheduler_routed_requests_total",
-                              "worker=\"w" + std::to_string(w) + "\""));
+    const double v = c.metric(c.metrics_port(), "tessera_scheduler_routed_requests_total",
+                              "worker=\"w" + std::to_string(w) + "\"");
+    routed.push_back(std::isnan(v) ? 0.0 : v);
   }
   double total = 0, most = 0;
   for (double r : routed) {
