@@ -60,8 +60,9 @@ TEST(ClusterSim, AnswersAreTheDeterministicTokensAndLoadSpreads) {
   std::vector<tessera::client::Stream> streams;
   for (int i = kGroups; i < kGroups + kRequests; ++i) {
     // Half greedy, half sampled at temperature 1: the sim worker's answer is the same.
+    const double temperature = i % 2 == 0 ? 0.0 : 1.0;
     streams.push_back(client.stream_complete(
-        prompt_of(i), {.max_tokens = kMaxTokens, .temperature = i % 2 == 0 ? 0.0 : 1.0, .seed = static_cast<uint64_t>(i)}));
+        prompt_of(i), {.max_tokens = kMaxTokens, .temperature = temperature, .seed = static_cast<uint64_t>(i)}));
   }
   int wrong = 0;
   int64_t cached = 0, prompt_tokens = 0;

@@ -42,7 +42,8 @@ double static_batch_throughput(const SimCost& c, int B, int I, int O) {
 }
 
 TEST(SimCost, AddsItsTerms) {
-  const SimCost c{.step_us = 100, .prefill_token_us = 10, .decode_seq_us = 5, .kv_token_us = 0.5, .prefill_pair_us = 0.25};
+  const SimCost c{
+      .step_us = 100, .prefill_token_us = 10, .decode_seq_us = 5, .kv_token_us = 0.5, .prefill_pair_us = 0.25};
   const std::vector<int32_t> chunk{1, 2, 3, 4}, one{7};
   const std::vector<SeqInput> batch{{.tokens = chunk, .start_pos = 8}, {.tokens = one, .start_pos = 10},
                                     {.tokens = one, .start_pos = 20}};
@@ -112,7 +113,8 @@ TEST(SimTokens, NeverEosAndInRange) {
   EXPECT_NE(sim_expected_tokens(p, 8, kVocab, kEos), sim_expected_tokens(q, 8, kVocab, kEos));
 }
 
-SeqPlan seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> table, float temperature = 0) {
+SeqPlan seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> table,
+            float temperature = 0) {
   SeqPlan s;
   s.request_id = id;
   s.tokens = std::move(tokens);

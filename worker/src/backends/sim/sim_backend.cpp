@@ -53,7 +53,8 @@ double SimCost::seconds(std::span<const SeqInput> batch) const {
 
 std::string SimCost::to_string() const {
   return "step_us=" + fmt(step_us) + " prefill_token_us=" + fmt(prefill_token_us) +
-         " decode_seq_us=" + fmt(decode_seq_us) + " kv_token_us=" + fmt(kv_token_us) + " prefill_pair_us=" + fmt(prefill_pair_us);
+         " decode_seq_us=" + fmt(decode_seq_us) + " kv_token_us=" + fmt(kv_token_us) +
+         " prefill_pair_us=" + fmt(prefill_pair_us);
 }
 
 Result<SimCost> sim_profile(std::string_view name) {
@@ -204,7 +205,8 @@ std::vector<int32_t> SimBackend::run(std::span<const SeqInput> batch) {
 Result<std::span<float>> SimBackend::forward(std::span<const SeqInput> batch) {
   const std::vector<int32_t> tokens = run(batch);
   logits_.assign(tokens.size() * static_cast<size_t>(vocab_), 0.0f);
-  for (size_t r = 0; r < tokens.size(); ++r) logits_[r * static_cast<size_t>(vocab_) + static_cast<size_t>(tokens[r])] = kSimLogit;
+  const auto v = static_cast<size_t>(vocab_);
+  for (size_t r = 0; r < tokens.size(); ++r) logits_[r * v + static_cast<size_t>(tokens[r])] = kSimLogit;
   return std::span<float>(logits_);
 }
 
