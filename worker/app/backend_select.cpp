@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tessera/kernels/isa.h"
+#include "tessera/worker/sim_backend.h"
 
 namespace tessera::worker_app {
 namespace {
@@ -20,6 +21,24 @@ class CpuServing final : public ServingBackend {
 
  private:
   std::unique_ptr<worker::Engine> engine_;
+};
+
+// The sim backend and its executor (the executor borrows the backend: declared after it).
+class SimServing final : public ServingBackend {
+ public:
+  explicit SimServing(std::unique_ptr<worker::SimBackend> b)
+      : backend_(std::move(b)), executor_(std::make_unique<worker::StepExecutor>(*backend_)) {}
+  worker::StepExecutor& executor() override { return *executor_; }
+  std::string describe() const override {
+    const worker::SimOptions& o = backend_->options();
+    return "sim backend (no weights computed), " + o.cost.to_string() + ", time scale " + std::to_string(o.time_scale) +
+           ", " + std::to_string((int64_t{o.pool.num_pages} * o.pool.page_size * 8) >> 10) + " KiB of slot states";
+  }
+  std::string kernel_isa() const override { return "sim"; }
+
+ private:
+  std::unique_ptr<worker::SimBackend> backend_;
+  std::unique_ptr<worker::StepExecutor> executor_;
 };
 
 }  // namespace
@@ -46,8 +65,16 @@ Result<std::string> resolve_backend(const std::string& requested, bool needs_kv_
     say("--backend cuda, " + std::to_string(*n) + " device(s)");
     return std::string("cuda");
   }
+  if (requested == "sim") {
+    if (needs_kv_fill) {
+      return make_error(ErrorCode::kUnsupported, "--backend sim with --kvstore: the sim backend lacks capability kv_fill "
+                                                 "(preference K/V injection)");
+    }
+    say("--backend sim");
+    return std::string("sim");
+  }
   if (requested != "auto") {
-    return make_error(ErrorCode::kInvalidArgument, "--backend must be cpu, cuda or auto (got '" + requested + "')");
+    return make_error(ErrorCode::kInvalidArgument, "--backend must be cpu, cuda, sim or auto (got '" + requested + "')");
   }
   if (!cuda_support::compiled_in()) {
     say("auto: CUDA support not compiled in");
@@ -69,6 +96,13 @@ Result<std::string> resolve_backend(const std::string& requested, bool needs_kv_
 Result<std::unique_ptr<ServingBackend>> create_backend(const std::string& resolved, const Model& model,
                                                        const BackendOptions& options) {
   if (resolved == "cuda") return cuda_support::create(model, options);
+  if (resolved == "sim") {
+    worker::SimOptions so{.pool = options.pool, .time_scale = options.sim_time_scale, .eos = options.eos};
+    TS_ASSIGN_OR_RETURN(so.cost, options.sim_cost.empty() ? worker::sim_profile(options.sim_profile)
+                                                          : worker::parse_sim_cost(options.sim_cost));
+    TS_ASSIGN_OR_RETURN(auto sim, worker::SimBackend::create(model, so));
+    return std::unique_ptr<ServingBackend>(new SimServing(std::move(sim)));
+  }
   if (resolved != "cpu") return make_error(ErrorCode::kInvalidArgument, "unknown backend '" + resolved + "'");
   worker::EngineOptions eo;
   eo.pool = options.pool;

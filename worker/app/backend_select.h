@@ -1,4 +1,4 @@
-// tessera-worker's choice of backend (--backend cpu|cuda|auto) and the object that owns the
+// tessera-worker's choice of backend (--backend cpu|cuda|sim|auto) and the object that owns the
 // chosen engine. The CUDA half lives in cuda/cuda_on.cpp (CUDA built) or cuda/cuda_off.cpp
 // (not built); CMake compiles exactly one of them.
 //
@@ -8,6 +8,8 @@
 //   --tensor-parallel N); refused at start when CUDA support was not compiled in, with --kvstore
 //   (the CUDA backend lacks kv_fill), or when no device answers (the message names the cause,
 //   e.g. "--backend cuda: no CUDA device (cudaGetDeviceCount: ...)").
+// - sim: no weights computed (tessera/worker/sim_backend.h, docs/simulation.md); refused with
+//   --kvstore (no kv_fill); never chosen by auto.
 // - auto: cuda when it is compiled in and a device is present, unless the configuration needs a
 //   capability the CUDA backend lacks (kv_fill, for --kvstore); else cpu.
 // Ownership: a ServingBackend owns its engine (which borrows the Model). Threads: created on the
@@ -31,6 +33,10 @@ struct BackendOptions {
   int32_t max_batch_tokens = 1024;  // cuda: scratch sizing (the scheduler's step budget)
   int32_t tensor_parallel = 1;      // cuda: GPUs of this node to shard over
   std::string cuda_dtype = "bf16";  // cuda: weights, activations and K/V ("bf16" or "f16")
+  std::string sim_profile = "h100-llama2-7b";  // sim: cost profile (sim_backend.h)
+  std::string sim_cost;                        // sim: "STEP,PREFILL,DECODE,KV" us, overrides the profile
+  double sim_time_scale = 1.0;                 // sim: simulated seconds per real second
+  int32_t eos = -1;                            // sim: the token never generated (main sets it)
 };
 
 class ServingBackend {
@@ -43,7 +49,7 @@ class ServingBackend {
   virtual std::string kernel_isa() const { return "cuda"; }
 };
 
-// "cpu", "cuda" or "auto" -> "cpu" or "cuda", checked before the model is loaded. `needs_kv_fill`:
+// "cpu", "cuda", "sim" or "auto" -> "cpu", "cuda" or "sim", checked before the model is loaded. `needs_kv_fill`:
 // the configuration asks for preference K/V injection (--kvstore). Errors (kUnavailable,
 // kUnsupported, kInvalidArgument) carry a message that starts with "--backend ...". `why` (may
 // be null) receives how auto decided.

@@ -22,6 +22,7 @@
 #include "tessera/placement/placement.h"
 #include "tessera/model/model.h"
 #include "tessera/worker/preference.h"
+#include "tessera/worker/sim_backend.h"
 #include "worker_options.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
@@ -113,6 +114,14 @@ int main(int argc, char** argv) {
   }
   worker_app::BackendOptions bo = config.backend_options;
   bo.max_batch_tokens = config.service.max_batch_tokens;
+  const int32_t eos = config.eos_id;
+  const bool llama2c = (*model)->format() == ModelFormat::kLlama2c;
+  const int32_t eos_id = eos != -2 ? eos : ((*model)->vocab.eos_id >= 0 ? (*model)->vocab.eos_id : (llama2c ? 2 : -1));
+  if (*backend_name == "sim") {
+    bo.eos = eos_id;
+    // Its answers are not the model's: a scheduler must not mix it with real workers.
+    (*model)->fingerprint = worker::sim_fingerprint((*model)->fingerprint);
+  }
   auto backend = worker_app::create_backend(*backend_name, **model, bo);
   if (!backend.ok()) {
     std::fprintf(stderr, "tessera-worker: --backend %s: %s\n", backend_name->c_str(), backend.error().to_string().c_str());
@@ -145,9 +154,7 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof(host) - 1);
     sc.name = std::string(host) + ":" + std::to_string(getpid());
   }
-  const int32_t eos = config.eos_id;
-  const bool llama2c = (*model)->format() == ModelFormat::kLlama2c;
-  sc.eos_id = eos != -2 ? eos : ((*model)->vocab.eos_id >= 0 ? (*model)->vocab.eos_id : (llama2c ? 2 : -1));
+  sc.eos_id = eos_id;
 
   const worker::PoolGeometry pool = executor.backend().geometry();
   // /metrics, /health, /ready (worker_metrics.h); every series exists before the first step.

@@ -17,15 +17,28 @@ void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.service.name, {.name = "name", .help = "worker name, unique per scheduler (\"\" = hostname:pid)",
                          .env = "TESSERA_WORKER_NAME"});
   o.add(c.backend, {.name = "backend",
-                   .help = "compute backend: cpu, cuda, or auto (cuda when compiled in and a GPU is present, unless "
-                           "--kvstore needs kv_fill; else cpu)",
-                   .env = "TESSERA_WORKER_BACKEND", .choices = {"auto", "cpu", "cuda"}});
+                   .help = "compute backend: cpu, cuda, sim (no weights computed: simulated step times and "
+                           "deterministic tokens, docs/simulation.md), or auto (cuda when compiled in and a GPU is "
+                           "present, unless --kvstore needs kv_fill; else cpu)",
+                   .env = "TESSERA_WORKER_BACKEND", .choices = {"auto", "cpu", "cuda", "sim"}});
   o.add(c.placement_rules, {.name = "placement-rules",
                             .help = "YAML file of placement rules: per tensor (by name regex, layer range, kind) the "
                                     "device, the type to convert to at load, the CPU kernel path and thread share "
                                     "(docs/models.md \"Placement rules\"); a rule that places nothing or cannot be "
                                     "applied fails the start; \"\" = every tensor as stored",
                             .env = "TESSERA_WORKER_PLACEMENT_RULES"});
+  o.add(c.backend_options.sim_profile, {.name = "sim-profile",
+                                        .help = "sim: step cost profile (docs/simulation.md)",
+                                        .env = "TESSERA_WORKER_SIM_PROFILE",
+                                        .choices = {"h100-llama2-7b", "cpu-stories260k"}});
+  o.add(c.backend_options.sim_cost, {.name = "sim-cost",
+                                     .help = "sim: \"STEP,PREFILL_TOKEN,DECODE_SEQ,KV_TOKEN[,PREFILL_PAIR]\" costs in microseconds, "
+                                             "overriding --sim-profile (\"\" = the profile's)",
+                                     .env = "TESSERA_WORKER_SIM_COST"});
+  o.add(c.backend_options.sim_time_scale, {.name = "sim-time-scale",
+                                           .help = "sim: simulated seconds per real second (10 = steps sleep a tenth "
+                                                   "of their simulated time)",
+                                           .env = "TESSERA_WORKER_SIM_TIME_SCALE", .min = 1e-3, .max = 1e6});
   o.add(c.backend_options.tensor_parallel, {.name = "tensor-parallel",
                                             .help = "cuda: GPUs of this node to shard the model over (tensor "
                                                     "parallelism, needs NCCL when > 1)",
