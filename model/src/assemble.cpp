@@ -173,12 +173,22 @@ Status validate_config(const ModelConfig& c, const std::string& file) {
   return ok_status();
 }
 
+// GCC 12 at -O2 reports a false -Wfree-nonheap-object ("operator delete called on a pointer to
+// an unallocated object '1'") in the inlined destructor of the Result<TensorMap> temporary;
+// silenced here only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wfree-nonheap-object"
+Status place_into(LoadedModel& model, const TensorMap& file_tensors, const LoadOptions& options, const std::string& file,
+                  TensorMap& out) {
+  TS_ASSIGN_OR_RETURN(out, place_tensors(model, file_tensors, options.placer, file));
+  return ok_status();
+}
+#pragma GCC diagnostic pop
+
 Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const std::string& file,
                       const LoadOptions& options) {
   TensorMap placed;
-  if (options.placer) {
-    TS_ASSIGN_OR_RETURN(placed, place_tensors(model, file_tensors, options.placer, file));
-  }
+  if (options.placer) TS_TRY(place_into(model, file_tensors, options, file, placed));
   const TensorMap& tensors = options.placer ? placed : file_tensors;
   ModelConfig& c = model.mutable_config();
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim;
