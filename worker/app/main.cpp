@@ -144,7 +144,9 @@ int main(int argc, char** argv) {
                                           .model = std::filesystem::path(config.model).filename().string(),
                                           .backend = std::string(executor.backend().name()),
                                           .kernel_isa = (*backend)->kernel_isa(),
-                                          .num_pages = pool.num_pages});
+                                          .num_pages = pool.num_pages,
+                                          .kv_dtype = (*backend)->kv_dtype(),
+                                          .kv_pool_bytes = (*backend)->kv_pool_bytes()});
   std::unique_ptr<metrics_http::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
     const std::string health = "{\"status\":\"ok\",\"worker\":\"" + sc.name + "\"}";
