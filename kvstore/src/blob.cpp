@@ -315,7 +315,7 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
       q.reserve(kivi::payload_bytes(s, options.group_size));
       std::vector<float> x(n);
       to_float(kv.dtype, kv.k.data(), n, x.data());
-      TS_TRY(kivi::quantize_region(s, options.group_size, options.kivi_step, x.data(), "K", q));
+      TS_TRY(kivi::quantize_region(s, options.group_size, options.kivi_step * kivi::kKeyStepRatio, x.data(), "K", q));
       to_float(kv.dtype, kv.v.data(), n, x.data());
       TS_TRY(kivi::quantize_region(s, options.group_size, options.kivi_step, x.data(), "V", q));
       TS_ASSIGN_OR_RETURN(payload, zstd_compress(q, options.zstd_level));

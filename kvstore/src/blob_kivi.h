@@ -20,6 +20,11 @@
 
 namespace tessera::kvstore::kivi {
 
+// K's step is this fraction of V's: attention is about twice as sensitive to an error in K (it
+// moves every score) as to the same error in V (averaged by the weights) on real K/V, and equal
+// error contributions minimize the total for a given rate.
+inline constexpr float kKeyStepRatio = 0.5f;
+
 // Bytes of the quantized (pre-zstd) payload of both regions.
 uint64_t payload_bytes(const KvShape& s, uint32_t group);
 

@@ -120,7 +120,9 @@ void gate(const Model& m, const std::vector<std::vector<int32_t>>& prompts, int3
       EXPECT_GE(q.agree, b.min_agree * q.positions) << what << " " << kernels::kv_dtype_name(b.dtype);
       EXPECT_LE(q.nmse(), b.max_nmse) << what << " " << kernels::kv_dtype_name(b.dtype);
       EXPECT_GT(q.nmse(), 0.0) << "the reduced pool changed nothing: is it in use?";
-      if (b.greedy_identical) EXPECT_TRUE(equal) << what << " " << kernels::kv_dtype_name(b.dtype);
+      if (b.greedy_identical) {
+        EXPECT_TRUE(equal) << what << " " << kernels::kv_dtype_name(b.dtype);
+      }
     }
   }
 }
@@ -136,7 +138,7 @@ TEST(KvDtypeQuality, Stories260K) {
   for (const auto& c : j.at("cases")) prompts.push_back((*tok)->encode(c.at("prompt").get<std::string>(), true));
   ASSERT_GE(prompts.size(), 4u);
   gate(**model, prompts, 48,
-       {{KvDtype::kF16, 1.0, 1e-6, true}, {KvDtype::kInt8, 0.97, 1e-3, false}}, "stories260K");
+       {{KvDtype::kF16, 1.0, 1e-6, true}, {KvDtype::kInt8, 0.97, 5e-4, false}}, "stories260K");
 }
 
 TEST(KvDtypeQuality, SyntheticGqaLlamaHeadDim64) {
@@ -156,7 +158,7 @@ TEST(KvDtypeQuality, SyntheticGqaLlamaHeadDim64) {
     for (int i = 0; i < 24; ++i) t.push_back((p * 131 + i * 17 + 5) % s.vocab_size);
     prompts.push_back(t);
   }
-  gate(m, prompts, 64, {{KvDtype::kF16, 1.0, 1e-5, true}, {KvDtype::kInt8, 0.95, 1e-3, false}}, "synthetic GQA hd64");
+  gate(m, prompts, 64, {{KvDtype::kF16, 1.0, 1e-6, true}, {KvDtype::kInt8, 0.97, 2e-4, false}}, "synthetic GQA hd64");
 }
 
 TEST(KvDtypePool, MemoryBudgetBuysMorePages) {
@@ -175,7 +177,7 @@ TEST(KvDtypePool, MemoryBudgetBuysMorePages) {
     pages[i++] = (*e)->pool().num_pages();
   }
   // head_dim 8: f16 rows are 16 bytes, int8 rows 8 codes + one fp16 scale = 10 bytes (vs 32).
-  EXPECT_EQ(pages[1], 2 * pages[0]);
+  EXPECT_GE(pages[1], 2 * pages[0]);
   EXPECT_GE(pages[2], 3 * pages[0]);
   auto tiny = Engine::create(**model, {.pool = {.num_pages = 1, .page_size = 4096, .dtype = KvDtype::kF32, .memory_mb = 1}, .threads = 1});
   ASSERT_FALSE(tiny.ok());
@@ -193,7 +195,7 @@ TEST(KvDtypePool, MemoryBudgetBuysMorePages) {
   ASSERT_TRUE((*e)->backend().write_kv(1, std::span(&slot, 1), k, v).ok());
   ASSERT_TRUE((*e)->backend().read_kv(1, std::span(&slot, 1), k2, v2).ok());
   for (size_t j = 0; j < row; ++j) {
-    EXPECT_NEAR(k2[j], k[j], 2.0 / 127 / 2 * 1.01) << j;  // half an int8 step of the group's max |x|
+    EXPECT_NEAR(k2[j], k[j], 2.2 / 127 / 2 * 1.01) << j;  // half an int8 step of the group's max |x|
     EXPECT_NEAR(v2[j], v[j], 0.5 / 127 / 2 * 1.01) << j;
   }
 }
