@@ -31,8 +31,8 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                                   .help = "K/V pages in the pool (each holds page-size tokens for every layer)",
                                   .env = "TESSERA_NUM_PAGES", .min = 1, .max = 1 << 24});
   o.add({.name = "kv-dtype",
-         .help = "element type of the K/V page pool: f32, f16 (half the bytes), int8 (per-32 fp16 scales, ~3.8x fewer "
-                 "bytes than f32); attention reads it directly (docs/kv.md); the cuda backend keeps its pages in "
+         .help = "element type of the K/V page pool: f32, f16 (half the bytes), int8 (fp16 scale per 32 values, 3.8x "
+                 "fewer bytes than f32 at head_dim 64); attention reads it directly (docs/kv.md); the cuda backend keeps its pages in "
                  "--cuda-dtype and refuses int8",
          .env = "TESSERA_WORKER_KV_DTYPE", .choices = {"f32", "f16", "int8"}},
         kernels::kv_dtype_name(c.backend_options.pool.dtype),

@@ -310,6 +310,7 @@ void attend_group_nv(const AttnGroup& g) {
   float* qs = acc + nq * hd;                // [nq][hd]
   float* m = qs + nq * hd;
   float* l = m + nq;
+  float* vbuf = l + nq;  // f16/int8: the block's 16 V rows decoded once, read by every query row
   int32_t max_pos = 0;
   const __m512 sv = _mm512_set1_ps(g.scale);
   for (int32_t r = 0; r < nq; ++r) {
@@ -344,6 +345,9 @@ void attend_group_nv(const AttnGroup& g) {
         const uint8_t* base = krow[j];
         vrow[j] = base + g.v_offset;
         for (int32_t v = 0; v < NV; ++v) kv[j][v] = load_row16<D>(base, v, ng);
+        if constexpr (D != KvDtype::kF32) {
+          for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(vbuf + j * hd + 16 * v, load_row16<D>(vrow[j], v, ng));
+        }
       } else {
         for (int32_t v = 0; v < NV; ++v) kv[j][v] = _mm512_setzero_ps();
       }
@@ -381,7 +385,11 @@ void attend_group_nv(const AttnGroup& g) {
       _mm512_store_ps(p, pv);
       for (int32_t j = 0; j < valid; ++j) {
         const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, load_row16<D>(vrow[j], v, ng), av[v]);
+        if constexpr (D == KvDtype::kF32) {
+          for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, load_row16<D>(vrow[j], v, ng), av[v]);
+        } else {
+          for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vbuf + j * hd + 16 * v), av[v]);
+        }
       }
       for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(a + 16 * v, av[v]);
     }
