@@ -89,7 +89,13 @@ int main(int argc, char** argv) {
 
   // The backend is chosen (and its absence reported) before the model is loaded.
   std::string why;
-  auto backend_name = worker_app::resolve_backend(config.backend, !config.kvstore.endpoint.empty(), &why);
+  // auto never picks cuda for a pool only the cpu backend has (docs/kv.md): int8 pages or a memory budget.
+  const worker::PoolConfig& pool_config = config.backend_options.pool;
+  const bool cpu_pool = pool_config.dtype == kernels::KvDtype::kInt8 || pool_config.memory_mb > 0;
+  auto backend_name = config.backend == "auto" && cpu_pool
+                          ? Result<std::string>(std::string("cpu"))
+                          : worker_app::resolve_backend(config.backend, !config.kvstore.endpoint.empty(), &why);
+  if (config.backend == "auto" && cpu_pool) why = "auto: --kv-dtype int8 / --kv-memory-mb need the cpu backend";
   if (!backend_name.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", backend_name.error().message.c_str());
     return 1;
