@@ -55,6 +55,7 @@ struct Options {
   std::string json_schema;    // file: constrain the sampled decode steps (needs temperature >= 0)
   std::string tokenizer;      // token bytes for --json-schema when the model embeds no vocabulary
   std::optional<kernels::Isa> isa;
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -92,7 +93,7 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   const int32_t n = o.decode_batch;
   const int32_t positions = o.prompt + o.gen;
   const int32_t pages_per_seq = (positions + page_size - 1) / page_size;
-  auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size},
+  auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size, .dtype = o.kv_dtype},
                                        .threads = o.threads,
                                        .isa = o.isa});
   if (!engine.ok()) return fail(engine.error().to_string());
@@ -211,7 +212,8 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   const Stats st = stats(rates);
   std::printf("model: %s (dim %d, %d layers, weights %s)\n", o.model.c_str(), cfg.dim, cfg.n_layers,
               dtype_name(model.layers.at(0).wq.dtype));
-  std::printf("engine: %d threads, kernels %s, %d reps\n", e.threads(), kernels::isa_name(e.isa()), o.reps);
+  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB)\n", e.threads(), kernels::isa_name(e.isa()),
+              o.reps, kernels::kv_dtype_name(e.pool().dtype()), static_cast<double>(e.pool().bytes()) / (1 << 20));
   if (o.temperature >= 0.0f) std::printf("through Engine::execute, sampling at temperature %.2f\n", o.temperature);
   if (!grammar_text.empty()) std::printf("constrained by the JSON Schema in %s\n", o.json_schema.c_str());
   std::printf("decode-batch %d (prompt %d, %d steps): %10.2f tok/s  (min %.2f, max %.2f)  %.1f ms/step  %.2f tok per CPU-s\n",
@@ -234,6 +236,8 @@ void declare_options(config::Options& t, Options& o) {
                         .min = -1, .max = 100});
   t.add(o.json_schema, {.name = "json-schema", .help = "JSON Schema file: constrain the sampled decode steps (structured output)"});
   t.add(o.tokenizer, {.name = "tokenizer", .help = "tokenizer file for --json-schema when the model embeds no vocabulary"});
+  t.add({.name = "kv-dtype", .help = "element type of the K/V page pool (docs/kv.md)", .choices = {"f32", "f16", "int8"}},
+        kernels::kv_dtype_name(o.kv_dtype), [&o](const std::string& v) { o.kv_dtype = kernels::parse_kv_dtype(v).value(); });
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",
@@ -258,7 +262,8 @@ int main(int argc, char** argv) {
   const int32_t page_size = 16;
   if (o.decode_batch > 0) return run_decode_batch(o, **model, page_size);
   const int32_t positions = std::max(o.prompt, o.gen);
-  auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size},
+  auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size,
+                                                  .dtype = o.kv_dtype},
                                          .threads = o.threads,
                                          .isa = o.isa});
   if (!engine.ok()) return fail(engine.error().to_string());
@@ -316,7 +321,8 @@ int main(int argc, char** argv) {
   std::printf("model: %s (%s, dim %d, %d layers, %d/%d heads, vocab %d, weights %s), load %.2f s\n", o.model.c_str(),
               cfg.architecture.c_str(), cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size,
               dtype_name((*model)->layers.at(0).wq.dtype), load_s);
-  std::printf("engine: %d threads, kernels %s, %d reps\n", e.threads(), kernels::isa_name(e.isa()), o.reps);
+  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB)\n", e.threads(), kernels::isa_name(e.isa()),
+              o.reps, kernels::kv_dtype_name(e.pool().dtype()), static_cast<double>(e.pool().bytes()) / (1 << 20));
   std::printf("pp%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.prompt, sp.median, sp.min, sp.max,
               o.prompt * o.reps / pp_cpu);
   std::printf("tg%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.gen, st.median, st.min, st.max,

@@ -125,16 +125,20 @@ int main(int argc, char** argv) {
   std::printf("K/V: %u layers x %u tokens x %u kv heads x %u head_dim, %s, %.2f MB raw (K+V)\n\n", shape.n_layers,
               shape.n_tokens, shape.n_kv_heads, shape.head_dim, dtype_name(dtype),
               2.0 * static_cast<double>(kv.region_bytes()) / 1e6);
-  std::printf("| codec | group | blob MB | ratio | encode ms | decode ms | decode to f32 ms | K/V rel RMS err | K/V max abs err | attn out rel err |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| codec | group | step | blob MB | ratio | encode ms | decode ms | decode to f32 ms | K/V rel RMS err | K/V max abs err | attn out rel err |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct C {
     Codec codec;
     uint32_t group;
+    float step = 0.0f;  // kivi
   };
   std::string zstd_blob, int8_blob;
   for (const C& c : {C{Codec::kNone, 0}, C{Codec::kZstd, 0}, C{Codec::kInt8, 128}, C{Codec::kInt8, 64},
-                     C{Codec::kInt8, 32}, C{Codec::kInt4, 128}, C{Codec::kInt4, 64}, C{Codec::kInt4, 32}}) {
-    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 ? 64 : c.group};
+                     C{Codec::kInt8, 32}, C{Codec::kInt4, 128}, C{Codec::kInt4, 64}, C{Codec::kInt4, 32},
+                     C{Codec::kKivi, 64, 0.125f}, C{Codec::kKivi, 64, 0.25f}, C{Codec::kKivi, 64, 0.5f},
+                     C{Codec::kKivi, 128, 0.25f}, C{Codec::kKivi, 128, 0.5f}, C{Codec::kKivi, 128, 1.0f}}) {
+    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 ? 64 : c.group,
+                             .kivi_step = c.step > 0.0f ? c.step : 0.25f};
     CodecReport best = measure_codec(kv, opts).value();
     // Timings: thread CPU time, best of 5 (the build machine is shared and loaded).
     std::string blob;
@@ -154,8 +158,10 @@ int main(int argc, char** argv) {
     const double attn = kvstore::testing::attention_output_rel_error(kv, decode_blob(blob).value(), 7);
     if (c.codec == Codec::kZstd) zstd_blob = blob;
     if (c.codec == Codec::kInt8 && c.group == 64) int8_blob = blob;
-    std::printf("| %s | %s | %.2f | %.2f | %.1f | %.1f | %.1f | %.5f | %.4f | %.5f |\n", codec_name(c.codec),
-                c.group == 0 ? "-" : std::to_string(c.group).c_str(), static_cast<double>(best.encoded_bytes) / 1e6,
+    char step[16] = "-";
+    if (c.step > 0.0f) std::snprintf(step, sizeof(step), "%.3g", static_cast<double>(c.step));
+    std::printf("| %s | %s | %s | %.2f | %.2f | %.1f | %.1f | %.1f | %.5f | %.4f | %.5f |\n", codec_name(c.codec),
+                c.group == 0 ? "-" : std::to_string(c.group).c_str(), step, static_cast<double>(best.encoded_bytes) / 1e6,
                 best.ratio, best.encode_ms, best.decode_ms, f32_ms, best.relative_error, best.max_abs_error, attn);
   }
 

@@ -58,7 +58,9 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
   std::stable_sort(items.begin(), items.end(), [&](const Item& x, const Item& y) {
     return a.start_pos[x.seq] + (x.row1 - a.token_indptr[x.seq]) > a.start_pos[y.seq] + (y.row1 - a.token_indptr[y.seq]);
   });
-  const int64_t token_stride = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
+  const KvRowFormat fmt = kv_row_format(a.kv_dtype, a.head_dim);
+  const auto row_bytes = static_cast<int64_t>(fmt.row_bytes());
+  const int64_t token_stride = static_cast<int64_t>(a.n_kv_heads) * row_bytes;
   const Item* item_list = items.data();  // `items` inside a task would name the worker's own
   auto attend = [&](const Item& it, int32_t kv_head) {
     const int32_t n_rows = (it.row1 - it.row0) * group;
@@ -78,10 +80,10 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
       }
     }
     const cpu::AttnGroup g{.q_rows = q_rows.data(), .out_rows = out_rows.data(), .pos = pos.data(), .n_rows = n_rows,
-                           .kv = a.kv, .pages = a.page_ids + a.page_indptr[it.seq], .page_size = a.page_size,
+                           .kv = static_cast<const uint8_t*>(a.kv), .fmt = fmt, .pages = a.page_ids + a.page_indptr[it.seq], .page_size = a.page_size,
                            .page_stride = 2 * static_cast<int64_t>(a.page_size) * token_stride,
                            .token_stride = token_stride,
-                           .kv_offset = static_cast<int64_t>(kv_head) * a.head_dim,
+                           .kv_offset = static_cast<int64_t>(kv_head) * row_bytes,
                            .v_offset = static_cast<int64_t>(a.page_size) * token_stride,
                            .head_dim = a.head_dim, .scale = a.scale, .softcap = a.softcap,
                            .window = a.window, .scratch = scratch.data()};

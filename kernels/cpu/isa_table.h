@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tessera/kernels/kv_format.h"
+
 namespace tessera::kernels::cpu {
 
 // Float-weight GEMM job: y[t, r] = sum_c w[r, c] * x[t, c] for rows [r0, r1), tokens [t0, t1).
@@ -33,27 +35,32 @@ struct GemmQ8Job {
 
 // Attention of n_rows query rows that share one kv head of one sequence (see attention.h for
 // the pool layout). Row r (query q_rows[r], output out_rows[r], head_dim floats each) is at
-// position pos[r] and attends to positions [0, pos[r]] through `pages`.
+// position pos[r] and attends to positions [0, pos[r]] through `pages`. Pool offsets are in
+// bytes; each K/V head row is in format `fmt` (kv_format.h).
 struct AttnGroup {
   const float* const* q_rows = nullptr;
   float* const* out_rows = nullptr;
   const int32_t* pos = nullptr;
   int32_t n_rows = 0;
-  const float* kv = nullptr;      // the layer's pool
+  const uint8_t* kv = nullptr;    // the layer's pool
+  KvRowFormat fmt;                // the rows' format (dtype, head_dim, int8 group)
   const int32_t* pages = nullptr; // the sequence's block table
   int32_t page_size = 0;
-  int64_t page_stride = 0;        // floats per page (K and V)
-  int64_t token_stride = 0;       // floats per slot (n_kv_heads * head_dim)
-  int64_t kv_offset = 0;          // kv_head * head_dim
-  int64_t v_offset = 0;           // floats from a K slot to its V slot
+  int64_t page_stride = 0;        // bytes per page (K and V)
+  int64_t token_stride = 0;       // bytes per slot (n_kv_heads rows)
+  int64_t kv_offset = 0;          // bytes: kv_head * row bytes
+  int64_t v_offset = 0;           // bytes from a K slot to its V slot
   int32_t head_dim = 0;
   float scale = 1.0f;
   float softcap = 0.0f;           // > 0: scores = softcap * tanh(scores / softcap)
   int32_t window = 0;             // > 0: row r sees keys (pos[r] - window, pos[r]] only
   float* scratch = nullptr;       // attn_scratch_floats(head_dim, n_rows) floats
 };
+// Layout: kt [head_dim][16], acc and qs [n_rows][head_dim], m and l [n_rows], then (f16/int8
+// pools) the block's 16 decoded V rows and one decoded K row.
 inline int64_t attn_scratch_floats(int32_t head_dim, int32_t n_rows) {
-  return static_cast<int64_t>(head_dim) * 16 + 2 * static_cast<int64_t>(n_rows) * head_dim + 2 * n_rows;
+  return static_cast<int64_t>(head_dim) * 16 + 2 * static_cast<int64_t>(n_rows) * head_dim + 2 * n_rows +
+         17 * static_cast<int64_t>(head_dim);
 }
 
 using GemmFn = void (*)(const GemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);

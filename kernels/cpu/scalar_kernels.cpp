@@ -71,6 +71,15 @@ void scale(float a, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
+void f16_row(const uint8_t* src, float* dst, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = fp16_to_f32(h);
+  }
+}
+float f16_one(uint16_t h) { return fp16_to_f32(h); }
+
 #include "attention_impl.inc"
 
 }  // namespace

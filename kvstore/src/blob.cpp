@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "blob_kivi.h"
 #include "tessera/common/half.h"
 
 namespace tessera::kvstore {
@@ -190,9 +191,14 @@ Result<std::string> zstd_decompress(std::string_view in, uint64_t expected) {
   return out;
 }
 
+bool grouped(Codec c) { return c == Codec::kInt8 || c == Codec::kInt4 || c == Codec::kKivi; }
+
 Status check_options(const EncodeOptions& o) {
-  if (o.codec > Codec::kInt4) return make_error(ErrorCode::kInvalidArgument, "unknown codec");
-  if ((o.codec == Codec::kInt8 || o.codec == Codec::kInt4) && (o.group_size < 2 || o.group_size > 65536)) {
+  if (o.codec > Codec::kKivi) return make_error(ErrorCode::kInvalidArgument, "unknown codec");
+  if (o.codec == Codec::kKivi && !(o.kivi_step > 0.0f && o.kivi_step <= 4.0f)) {
+    return make_error(ErrorCode::kOutOfRange, "kivi_step must be in (0, 4] (got " + std::to_string(o.kivi_step) + ")");
+  }
+  if (grouped(o.codec) && (o.group_size < 2 || o.group_size > 65536)) {
     return make_error(ErrorCode::kOutOfRange,
                       "group_size must be in [2, 65536] (got " + std::to_string(o.group_size) + ")");
   }
@@ -210,16 +216,17 @@ const char* codec_name(Codec c) {
     case Codec::kZstd: return "zstd";
     case Codec::kInt8: return "int8";
     case Codec::kInt4: return "int4";
+    case Codec::kKivi: return "kivi";
   }
   return "unknown";
 }
 
 Result<Codec> parse_codec(std::string_view name) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
     if (name == codec_name(c)) return c;
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    "unknown codec '" + std::string(name) + "' (expected none, zstd, int8 or int4)");
+                    "unknown codec '" + std::string(name) + "' (expected none, zstd, int8, int4 or kivi)");
 }
 
 size_t element_bytes(DType dtype) {
@@ -302,6 +309,18 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
       TS_ASSIGN_OR_RETURN(payload, zstd_compress(q, options.zstd_level));
       break;
     }
+    case Codec::kKivi: {
+      const uint64_t n = s.elements_per_region();
+      std::string q;
+      q.reserve(kivi::payload_bytes(s, options.group_size));
+      std::vector<float> x(n);
+      to_float(kv.dtype, kv.k.data(), n, x.data());
+      TS_TRY(kivi::quantize_region(s, options.group_size, options.kivi_step * kivi::kKeyStepRatio, x.data(), "K", q));
+      to_float(kv.dtype, kv.v.data(), n, x.data());
+      TS_TRY(kivi::quantize_region(s, options.group_size, options.kivi_step, x.data(), "V", q));
+      TS_ASSIGN_OR_RETURN(payload, zstd_compress(q, options.zstd_level));
+      break;
+    }
   }
   std::string out(kBlobHeaderBytes, '\0');
   std::memcpy(out.data(), kMagic, 4);
@@ -313,8 +332,7 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
   put_le<uint32_t>(out, 20, s.n_tokens);
   put_le<uint32_t>(out, 24, s.n_kv_heads);
   put_le<uint32_t>(out, 28, s.head_dim);
-  const bool quantized = options.codec == Codec::kInt8 || options.codec == Codec::kInt4;
-  put_le<uint32_t>(out, 32, quantized ? options.group_size : 0);
+  put_le<uint32_t>(out, 32, grouped(options.codec) ? options.group_size : 0);
   put_le<uint64_t>(out, 40, payload.size());
   put_le<uint64_t>(out, kChecksumOffset, blob_checksum(out, payload));
   out.append(payload);
@@ -341,7 +359,7 @@ Result<BlobHeader> peek_blob_header(std::string_view blob) {
   }
   h.dtype = static_cast<DType>(dt);
   const auto codec = get_le<uint8_t>(blob, 7);
-  if (codec > static_cast<uint8_t>(Codec::kInt4)) {
+  if (codec > static_cast<uint8_t>(Codec::kKivi)) {
     return make_error(ErrorCode::kUnsupported, "kv blob: unknown codec code " + std::to_string(codec));
   }
   h.codec = static_cast<Codec>(codec);
@@ -362,8 +380,7 @@ Result<BlobHeader> peek_blob_header(std::string_view blob) {
                                                    std::to_string(s.n_tokens) + "x" + std::to_string(s.n_kv_heads) +
                                                    "x" + std::to_string(s.head_dim) + " is absurd");
   }
-  const bool quantized = h.codec == Codec::kInt8 || h.codec == Codec::kInt4;
-  if (quantized ? (h.group_size < 2 || h.group_size > 65536) : h.group_size != 0) {
+  if (grouped(h.codec) ? (h.group_size < 2 || h.group_size > 65536) : h.group_size != 0) {
     return make_error(ErrorCode::kCorruptFile, "kv blob: group_size " + std::to_string(h.group_size) +
                                                    " is invalid for codec " + codec_name(h.codec));
   }
@@ -453,6 +470,18 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
       from_float(h.dtype, x.data(), n, kv.v.data());
       break;
     }
+    case Codec::kKivi: {
+      TS_ASSIGN_OR_RETURN(std::string q, zstd_decompress(payload, kivi::payload_bytes(h.shape, h.group_size)));
+      size_t pos = 0;
+      std::vector<float> x(n);
+      kv.k.resize(n * element_bytes(kv.dtype));
+      kv.v.resize(kv.k.size());
+      TS_TRY(kivi::dequantize_region(h.shape, h.group_size, q, &pos, x.data()));
+      from_float(kv.dtype, x.data(), n, kv.k.data());
+      TS_TRY(kivi::dequantize_region(h.shape, h.group_size, q, &pos, x.data()));
+      from_float(kv.dtype, x.data(), n, kv.v.data());
+      break;
+    }
   }
   return kv;
 }
@@ -466,7 +495,7 @@ Result<CodecReport> measure_codec(const PackedKv& kv, const EncodeOptions& optio
   const auto t2 = Clock::now();
   CodecReport r;
   r.codec = options.codec;
-  r.group_size = (options.codec == Codec::kInt8 || options.codec == Codec::kInt4) ? options.group_size : 0;
+  r.group_size = grouped(options.codec) ? options.group_size : 0;
   r.raw_bytes = 2 * kv.region_bytes();
   r.encoded_bytes = blob.size();
   r.ratio = static_cast<double>(r.raw_bytes) / static_cast<double>(r.encoded_bytes);

@@ -6,11 +6,11 @@
 //
 // Options ([up] section of the config file, flags, TESSERA_UP_* environment variables): `up`'s
 // own are declared below; those it shares with its children (model, tokenizer, host, http-port,
-// num-pages, prefix-cache, log-level) are the children's declarations, re-exported (ChildTables)
-// and forwarded by name. Every argument passed to a child is checked against that child's table
-// first. The same --config FILE is passed to every child, which reads its own section
-// ([scheduler], [worker], [frontend], [kvstore]); use sections only in such a file. `tessera up`
-// itself sets only what links the processes (endpoints, model, ports, pool size): those come
+// num-pages, kv-dtype, kv-memory-mb, prefix-cache, log-level) are the children's declarations,
+// re-exported (ChildTables) and forwarded by name. Every argument passed to a child is checked
+// against that child's table first. The same --config FILE is passed to every child, which reads
+// its own section ([scheduler], [worker], [frontend], [kvstore]); use sections only in such a
+// file. `tessera up` itself sets only what links the processes (endpoints, model, ports, pool size): those come
 // from the [up] section or flags and win over the children's sections.
 //
 // Security: every child gets the same --curve-dir (CURVE on every internal socket,
@@ -77,9 +77,10 @@ using std::chrono::milliseconds;
 
 
 // `tessera up`'s own settings. The options it shares with its children (model, tokenizer, host,
-// http-port, num-pages, prefix-cache, and the common log-level) are not declared here: they are
-// re-exported from the children's tables (declare_options of each service), bound to members of
-// the children's config structs below, so their type, checks and defaults come from there.
+// http-port, num-pages, kv-dtype, kv-memory-mb, prefix-cache, and the common log-level) are not
+// declared here: they are re-exported from the children's tables (declare_options of each
+// service), bound to members of the children's config structs below, so their type, checks and
+// defaults come from there.
 struct UpConfig {
   frontend::FrontendConfig frontend;        // model, tokenizer, host, http-port
   worker_app::WorkerOptions worker = [] {   // num-pages: up gives each worker a larger pool
@@ -162,6 +163,10 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
                     .env = "TESSERA_UP_KVSTORE"});
   o.add(c.worker.backend_options.pool.num_pages, shared(t.worker, "num-pages"));
   o.add(c.worker.placement_rules, shared(t.worker, "placement-rules"));
+  o.add(shared(t.worker, "kv-dtype"), kernels::kv_dtype_name(c.worker.backend_options.pool.dtype),
+        // parse_kv_dtype cannot fail here: the value is one of the worker's choices.
+        [&c](const std::string& v) { c.worker.backend_options.pool.dtype = kernels::parse_kv_dtype(v).value(); });
+  o.add(c.worker.backend_options.pool.memory_mb, shared(t.worker, "kv-memory-mb"));
   o.add(c.workers, {.name = "workers",
                     .help = "CPU workers to start (each loads the model and has its own pool of num-pages pages)",
                     .env = "TESSERA_UP_WORKERS", .min = 1, .max = 64});
@@ -313,7 +318,8 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   // Every child: the same key directory, or --insecure (resolved by run_up).
   auto secure = [&](ChildArgs& a) { return c.curve.insecure ? a.set("insecure", "true") : a.set("curve-dir", c.curve.dir); };
   // What `up` shares with its children, forwarded to each child that declares it.
-  const std::vector<std::string_view> shared = {"log-level", "log-format", "host", "http-port", "num-pages", "prefix-cache"};
+  const std::vector<std::string_view> shared = {"log-level",  "log-format", "host",         "http-port",
+                                                "num-pages",  "kv-dtype",   "kv-memory-mb", "prefix-cache"};
   std::vector<ChildSpec> children;
 
   ChildArgs s = start(t.scheduler);
@@ -377,8 +383,8 @@ int run_up(const std::vector<std::string>& args) {
   config::Options o("tessera up", "up");
   declare_up_options(o, c, tables);
   o.describe("Starts a single-machine cluster (scheduler, CPU workers, frontend, kvstore) and supervises it. "
-             "The options it shares with its children (model, tokenizer, host, http-port, num-pages, prefix-cache, "
-             "log-level) are theirs, forwarded by name; --config FILE is passed to every child, which reads its own "
+             "The options it shares with its children (model, tokenizer, host, http-port, num-pages, kv-dtype, "
+             "kv-memory-mb, prefix-cache, log-level) are theirs, forwarded by name; --config FILE is passed to every child, which reads its own "
              "section ([scheduler], [worker], [frontend], [kvstore])");
   if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
 

@@ -15,9 +15,12 @@ class CpuServing final : public ServingBackend {
   worker::StepExecutor& executor() override { return engine_->executor(); }
   std::string describe() const override {
     return "cpu backend, " + std::to_string(engine_->threads()) + " threads, kernels " + kernels::isa_name(engine_->isa()) +
-           ", " + std::to_string(engine_->pool().bytes() >> 20) + " MiB of K/V pages";
+           ", " + std::to_string(engine_->pool().num_pages()) + " " + kernels::kv_dtype_name(engine_->pool().dtype()) +
+           " K/V pages (" + std::to_string(engine_->pool().bytes() >> 20) + " MiB)";
   }
   std::string kernel_isa() const override { return kernels::isa_name(engine_->isa()); }
+  std::string kv_dtype() const override { return kernels::kv_dtype_name(engine_->pool().dtype()); }
+  int64_t kv_pool_bytes() const override { return static_cast<int64_t>(engine_->pool().bytes()); }
 
  private:
   std::unique_ptr<worker::Engine> engine_;

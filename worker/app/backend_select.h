@@ -28,7 +28,7 @@
 namespace tessera::worker_app {
 
 struct BackendOptions {
-  worker::PoolConfig pool;          // pages (exactly, on every backend) and page size
+  worker::PoolConfig pool;          // pages (exactly, on every backend), page size; cpu: dtype, memory budget
   int32_t threads = 0;              // cpu: compute threads (0 = all cores)
   int32_t max_batch_tokens = 1024;  // cuda: scratch sizing (the scheduler's step budget)
   int32_t tensor_parallel = 1;      // cuda: GPUs of this node to shard over
@@ -47,6 +47,9 @@ class ServingBackend {
   virtual std::string describe() const = 0;
   // The kernel path in use, for tessera_worker_info: "scalar", "avx2", "avx512" (cpu), "cuda".
   virtual std::string kernel_isa() const { return "cuda"; }
+  // The page pool's element type and size, for tessera_worker_kv_pool_bytes (0 = not known).
+  virtual std::string kv_dtype() const { return ""; }
+  virtual int64_t kv_pool_bytes() const { return 0; }
 };
 
 // "cpu", "cuda", "sim" or "auto" -> "cpu", "cuda" or "sim", checked before the model is loaded. `needs_kv_fill`:

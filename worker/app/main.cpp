@@ -91,7 +91,13 @@ int main(int argc, char** argv) {
 
   // The backend is chosen (and its absence reported) before the model is loaded.
   std::string why;
-  auto backend_name = worker_app::resolve_backend(config.backend, !config.kvstore.endpoint.empty(), &why);
+  // auto never picks cuda for a pool only the cpu backend has (docs/kv.md): int8 pages or a memory budget.
+  const worker::PoolConfig& pool_config = config.backend_options.pool;
+  const bool cpu_pool = pool_config.dtype == kernels::KvDtype::kInt8 || pool_config.memory_mb > 0;
+  auto backend_name = config.backend == "auto" && cpu_pool
+                          ? Result<std::string>(std::string("cpu"))
+                          : worker_app::resolve_backend(config.backend, !config.kvstore.endpoint.empty(), &why);
+  if (config.backend == "auto" && cpu_pool) why = "auto: --kv-dtype int8 / --kv-memory-mb need the cpu backend";
   if (!backend_name.ok()) {
     std::fprintf(stderr, "tessera-worker: %s\n", backend_name.error().message.c_str());
     return 1;
@@ -163,7 +169,9 @@ int main(int argc, char** argv) {
                                           .model = std::filesystem::path(config.model).filename().string(),
                                           .backend = std::string(executor.backend().name()),
                                           .kernel_isa = (*backend)->kernel_isa(),
-                                          .num_pages = pool.num_pages});
+                                          .num_pages = pool.num_pages,
+                                          .kv_dtype = (*backend)->kv_dtype(),
+                                          .kv_pool_bytes = (*backend)->kv_pool_bytes()});
   std::unique_ptr<metrics_http::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
     const std::string health = "{\"status\":\"ok\",\"worker\":\"" + sc.name + "\"}";

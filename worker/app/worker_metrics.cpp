@@ -48,6 +48,9 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r, const WorkerMetricsInfo& info
   const char* pages_help =
       "K/V pool pages: total = the pool; used = pages in the block tables of the requests this worker holds state for";
   r.gauge("tessera_worker_kv_pages", pages_help, with({{"state", "total"}})).set(info.num_pages);
+  r.gauge("tessera_worker_kv_pool_bytes", "bytes of the K/V page pool, labelled with its page dtype (--kv-dtype)",
+          with({{"dtype", info.kv_dtype}}))
+      .set(static_cast<double>(info.kv_pool_bytes));
   pages_used_ = &r.gauge("tessera_worker_kv_pages", pages_help, with({{"state", "used"}}));
   rss_ = &r.gauge("tessera_worker_resident_memory_bytes", "resident set size of the worker process", base);
   registered_ = &r.gauge("tessera_worker_registered", "1 while registered with the scheduler", base);

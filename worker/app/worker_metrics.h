@@ -34,6 +34,8 @@ struct WorkerMetricsInfo {
   std::string backend;     // cpu, cuda, cuda-tp
   std::string kernel_isa;  // scalar, avx2, avx512 (cpu), cuda
   int32_t num_pages = 0;
+  std::string kv_dtype;     // page dtype: f32, f16, int8 (cpu); the cuda backends' --cuda-dtype
+  int64_t kv_pool_bytes = 0;  // bytes of the page pool (0 = not known)
 };
 
 class WorkerMetrics {

@@ -49,6 +49,18 @@ void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.backend_options.pool.num_pages, {.name = "num-pages",
                                   .help = "K/V pages in the pool (each holds page-size tokens for every layer)",
                                   .env = "TESSERA_NUM_PAGES", .min = 1, .max = 1 << 24});
+  o.add({.name = "kv-dtype",
+         .help = "element type of the K/V page pool: f32, f16 (half the bytes), int8 (fp16 scale per 32 values, 3.8x "
+                 "fewer bytes than f32 at head_dim 64); attention reads it directly (docs/kv.md); the cuda backend keeps its pages in "
+                 "--cuda-dtype and refuses int8",
+         .env = "TESSERA_WORKER_KV_DTYPE", .choices = {"f32", "f16", "int8"}},
+        kernels::kv_dtype_name(c.backend_options.pool.dtype),
+        // parse_kv_dtype cannot fail here: the value is one of the choices.
+        [&c](const std::string& v) { c.backend_options.pool.dtype = kernels::parse_kv_dtype(v).value(); });
+  o.add(c.backend_options.pool.memory_mb, {.name = "kv-memory-mb",
+                                           .help = "cpu: size the K/V pool by memory instead of --num-pages: as many "
+                                                   "pages of --kv-dtype as fit in this many MiB (0 = use --num-pages)",
+                                           .env = "TESSERA_WORKER_KV_MEMORY_MB", .min = 0, .max = 1 << 20});
   o.add(c.backend_options.pool.page_size, {.name = "page-size", .help = "tokens per K/V page", .env = "TESSERA_PAGE_SIZE",
                                   .min = 1, .max = 1024});
   o.add(c.service.max_batch_tokens, {.name = "max-batch-tokens",
@@ -84,8 +96,10 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                                             "after this long it exits anyway (the scheduler re-queues or fails what is "
                                             "left)",
                                     .env = "TESSERA_WORKER_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
-  o.add({.name = "kv-codec", .help = "codec of preference K/V put to the kvstore (int8/int4 use group 64)",
-         .env = "TESSERA_WORKER_KV_CODEC", .choices = {"none", "zstd", "int8", "int4"}},
+  o.add({.name = "kv-codec",
+         .help = "codec of preference K/V put to the kvstore, stored from f16 (int8/int4 use groups of 64 values; kivi: "
+                 "per-channel blocks of 64 tokens, entropy-coded, docs/kv.md)",
+         .env = "TESSERA_WORKER_KV_CODEC", .choices = {"none", "zstd", "int8", "int4", "kivi"}},
         kvstore::codec_name(c.injector.codec.codec),
         // parse_codec cannot fail here: the value is one of the choices.
         [&c](const std::string& v) { c.injector.codec.codec = kvstore::parse_codec(v).value(); });

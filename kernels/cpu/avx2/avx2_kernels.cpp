@@ -188,6 +188,17 @@ void scale(float a, float* y, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
+void f16_row(const uint8_t* src, float* dst, int32_t n) {
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = _cvtsh_ss(h);
+  }
+}
+float f16_one(uint16_t h) { return _cvtsh_ss(h); }
+
 #include "attention_impl.inc"
 
 }  // namespace

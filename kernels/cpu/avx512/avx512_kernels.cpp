@@ -217,6 +217,18 @@ void scale(float a, float* y, int64_t n) {
   }
 }
 
+void f16_row(const uint8_t* src, float* dst, int32_t n) {
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * i))));
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
+  for (; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = _cvtsh_ss(h);
+  }
+}
+float f16_one(uint16_t h) { return _cvtsh_ss(h); }
+
 #include "attention_impl.inc"
 
 // exp(x) on 16 lanes for x <= 0 (Cephes polynomial, Cody-Waite reduction, scalef), ~1 ulp.
@@ -238,15 +250,31 @@ inline __m512 exp512(__m512 x) {
 
 // Addresses of the K slots of positions [p0, p0 + n) in the group's kv head (one division per
 // call, not one per key: with a run-time page size it is a real divide).
-inline void key_slots(const AttnGroup& g, int32_t p0, int32_t n, const float** out) {
+inline void key_slots(const AttnGroup& g, int32_t p0, int32_t n, const uint8_t** out) {
   int32_t page = p0 / g.page_size, off = p0 % g.page_size;
-  const float* base = g.kv + g.pages[page] * g.page_stride + g.kv_offset;
+  const uint8_t* base = g.kv + g.pages[page] * g.page_stride + g.kv_offset;
   for (int32_t j = 0; j < n; ++j) {
     out[j] = base + off * g.token_stride;
     if (++off == g.page_size && j + 1 < n) {
       off = 0;
       base = g.kv + g.pages[++page] * g.page_stride + g.kv_offset;
     }
+  }
+}
+
+// Values [16 v, 16 v + 16) of a head row in page dtype D as 16 floats (kv_decode_row's values).
+// int8: the row's group is 32 (head_dim 64 and 128), so a vector lies in one group.
+template <KvDtype D>
+inline __m512 load_row16(const uint8_t* row, int32_t v, int32_t n_groups) {
+  if constexpr (D == KvDtype::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + 16 * v);
+  } else if constexpr (D == KvDtype::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * v)));
+  } else {
+    uint16_t hs;
+    std::memcpy(&hs, row + 2 * (v / 2), 2);
+    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * n_groups + 16 * v))));
+    return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(hs)));
   }
 }
 
@@ -273,14 +301,16 @@ inline __m512 reduce16(const __m512 v[16]) {
 // block's K and V rows are prefetched while the current one is processed: a decode query reads
 // each K/V row once, from a pool far larger than the caches, one kv head (a few cache lines)
 // per token slot, which the hardware prefetcher does not follow.
-template <int NV>
+template <int NV, KvDtype D>
 void attend_group_nv(const AttnGroup& g) {
   constexpr int32_t hd = 16 * NV;
-  const int32_t nq = g.n_rows;
+  const int32_t nq = g.n_rows, ng = g.fmt.n_groups();
+  const auto row_bytes = static_cast<int32_t>(g.fmt.row_bytes());
   float* acc = g.scratch + hd * kAttnKeys;  // [nq][hd] (the first hd * 16 floats are unused here)
   float* qs = acc + nq * hd;                // [nq][hd]
   float* m = qs + nq * hd;
   float* l = m + nq;
+  float* vbuf = l + nq;  // f16/int8: the block's 16 V rows decoded once, read by every query row
   int32_t max_pos = 0;
   const __m512 sv = _mm512_set1_ps(g.scale);
   for (int32_t r = 0; r < nq; ++r) {
@@ -292,9 +322,9 @@ void attend_group_nv(const AttnGroup& g) {
       _mm512_storeu_ps(qs + r * hd + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(g.q_rows[r] + 16 * v), sv));
     }
   }
-  const float* krow[kAttnKeys];
-  const float* next[kAttnKeys];
-  const float* vrow[kAttnKeys];
+  const uint8_t* krow[kAttnKeys];
+  const uint8_t* next[kAttnKeys];
+  const uint8_t* vrow[kAttnKeys];
   key_slots(g, 0, std::min(kAttnKeys, max_pos + 1), next);
   for (int32_t k0 = 0; k0 <= max_pos; k0 += kAttnKeys) {
     const int32_t nk = std::min(kAttnKeys, max_pos + 1 - k0);
@@ -304,7 +334,7 @@ void attend_group_nv(const AttnGroup& g) {
     for (int32_t j = 0; j < next_nk; ++j) {  // prefetch the next block (K and V rows)
       const char* base = reinterpret_cast<const char*>(next[j]);
       const char* vbase = reinterpret_cast<const char*>(next[j] + g.v_offset);
-      for (int32_t c = 0; c < hd * 4; c += 64) {
+      for (int32_t c = 0; c < row_bytes; c += 64) {
         _mm_prefetch(base + c, _MM_HINT_T0);
         _mm_prefetch(vbase + c, _MM_HINT_T0);
       }
@@ -312,9 +342,12 @@ void attend_group_nv(const AttnGroup& g) {
     __m512 kv[kAttnKeys][NV];  // the block's K rows, in registers or L1
     for (int32_t j = 0; j < kAttnKeys; ++j) {
       if (j < nk) {
-        const float* base = krow[j];
+        const uint8_t* base = krow[j];
         vrow[j] = base + g.v_offset;
-        for (int32_t v = 0; v < NV; ++v) kv[j][v] = _mm512_loadu_ps(base + 16 * v);
+        for (int32_t v = 0; v < NV; ++v) kv[j][v] = load_row16<D>(base, v, ng);
+        if constexpr (D != KvDtype::kF32) {
+          for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(vbuf + j * hd + 16 * v, load_row16<D>(vrow[j], v, ng));
+        }
       } else {
         for (int32_t v = 0; v < NV; ++v) kv[j][v] = _mm512_setzero_ps();
       }
@@ -352,7 +385,11 @@ void attend_group_nv(const AttnGroup& g) {
       _mm512_store_ps(p, pv);
       for (int32_t j = 0; j < valid; ++j) {
         const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vrow[j] + 16 * v), av[v]);
+        if constexpr (D == KvDtype::kF32) {
+          for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, load_row16<D>(vrow[j], v, ng), av[v]);
+        } else {
+          for (int32_t v = 0; v < NV; ++v) av[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vbuf + j * hd + 16 * v), av[v]);
+        }
       }
       for (int32_t v = 0; v < NV; ++v) _mm512_storeu_ps(a + 16 * v, av[v]);
     }
@@ -370,9 +407,20 @@ void attend_group_avx512(const AttnGroup& g) {
     attend_group(g);
     return;
   }
+  if (g.fmt.dtype == KvDtype::kInt8 && g.fmt.group != 32) {
+    attend_group(g);
+    return;
+  }
+  auto by_dtype = [&g]<int NV>() {
+    switch (g.fmt.dtype) {
+      case KvDtype::kF32: attend_group_nv<NV, KvDtype::kF32>(g); return;
+      case KvDtype::kF16: attend_group_nv<NV, KvDtype::kF16>(g); return;
+      case KvDtype::kInt8: attend_group_nv<NV, KvDtype::kInt8>(g); return;
+    }
+  };
   switch (g.head_dim) {
-    case 64: attend_group_nv<4>(g); return;
-    case 128: attend_group_nv<8>(g); return;
+    case 64: by_dtype.template operator()<4>(); return;
+    case 128: by_dtype.template operator()<8>(); return;
     default: attend_group(g); return;
   }
 }

@@ -1,5 +1,7 @@
 // Paged attention vs a plain causal attention over contiguous K/V, written out in the test.
-// Page sizes 1, 5, 16; GQA ratios 1, 2, 4; a ragged batch of 3 sequences with shuffled pages.
+// Page sizes 1, 5, 16; GQA ratios 1, 2, 4; a ragged batch of 3 sequences with shuffled pages;
+// every page dtype (f32, f16, int8: the reference attends over the values kv_decode_row gives,
+// so each ISA path must read the stored format exactly as the scalar definition does).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,8 +23,10 @@ struct Seq {
 const std::vector<Seq> kRagged = {{0, 17}, {40, 1}, {3, 100}};
 
 void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa, ThreadPool* pool,
-           const std::vector<Seq>& seqs = kRagged) {
+           const std::vector<Seq>& seqs = kRagged, KvDtype dtype = KvDtype::kF32) {
   const int64_t tok = static_cast<int64_t>(n_kv) * hd;
+  const KvRowFormat fmt = kv_row_format(dtype, hd);
+  const auto row_bytes = static_cast<int64_t>(fmt.row_bytes());
   // Contiguous K/V per sequence: [len, n_kv, hd] each.
   std::vector<std::vector<float>> ks, vs;
   std::vector<int32_t> token_indptr{0}, start_pos, page_indptr{0}, page_ids;
@@ -31,21 +35,31 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   std::vector<int32_t> perm(static_cast<size_t>(total_pages));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
-  std::vector<float> pool_kv(static_cast<size_t>(total_pages) * 2 * page_size * tok, NAN);
+  std::vector<uint8_t> pool_kv(static_cast<size_t>(total_pages * 2 * page_size * n_kv * row_bytes), 0xff);
   int32_t next_page = 0;
   uint64_t seed = 100;
   for (const Seq& s : seqs) {
     const int32_t len = s.start + s.n;
     ks.push_back(testing::random_floats(static_cast<size_t>(len * tok), seed++));
     vs.push_back(testing::random_floats(static_cast<size_t>(len * tok), seed++));
+    // The reference sees what the pool holds: each head row encoded and decoded.
+    std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+    for (auto* kv : {&ks.back(), &vs.back()}) {
+      for (int64_t i = 0; i < len * n_kv; ++i) {
+        kv_encode_row(fmt, kv->data() + i * hd, row.data());
+        kv_decode_row(fmt, row.data(), kv->data() + i * hd);
+      }
+    }
     const int32_t np = (len + page_size - 1) / page_size;
     for (int32_t p = 0; p < np; ++p) page_ids.push_back(perm[static_cast<size_t>(next_page++)]);
     for (int32_t p = 0; p < len; ++p) {
       const int32_t page = page_ids[static_cast<size_t>(page_indptr.back() + p / page_size)];
-      float* kdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 0) * page_size + p % page_size) * tok;
-      float* vdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 1) * page_size + p % page_size) * tok;
-      std::copy_n(ks.back().data() + p * tok, tok, kdst);
-      std::copy_n(vs.back().data() + p * tok, tok, vdst);
+      uint8_t* kdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 0) * page_size + p % page_size) * n_kv * row_bytes;
+      uint8_t* vdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 1) * page_size + p % page_size) * n_kv * row_bytes;
+      for (int32_t h = 0; h < n_kv; ++h) {
+        kv_encode_row(fmt, ks.back().data() + p * tok + h * hd, kdst + h * row_bytes);
+        kv_encode_row(fmt, vs.back().data() + p * tok + h * hd, vdst + h * row_bytes);
+      }
     }
     page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
     token_indptr.push_back(token_indptr.back() + s.n);
@@ -57,7 +71,7 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   std::vector<float> out(static_cast<size_t>(rows * qs));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   paged_attention({.q = q.data(), .q_stride = qs, .out = out.data(), .out_stride = qs, .kv = pool_kv.data(),
-                   .page_size = page_size, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .scale = scale,
+                   .kv_dtype = dtype, .page_size = page_size, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .scale = scale,
                    .n_seqs = static_cast<int32_t>(seqs.size()), .token_indptr = token_indptr.data(),
                    .start_pos = start_pos.data(), .page_indptr = page_indptr.data(), .page_ids = page_ids.data()},
                   pool, isa);
@@ -87,7 +101,8 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   }
   // Outputs are convex combinations of values in [-1, 1]; f32 accumulation over <= 104 keys.
   EXPECT_LT(max_err, 2e-6) << "page_size=" << page_size << " heads=" << n_heads << "/" << n_kv << " head_dim=" << hd
-                           << " seqs=" << seqs.size() << " isa=" << isa_name(isa);
+                           << " seqs=" << seqs.size() << " isa=" << isa_name(isa)
+                           << " dtype=" << kv_dtype_name(dtype);
 }
 
 TEST(PagedAttention, MatchesContiguousReference) {
@@ -118,6 +133,56 @@ TEST(PagedAttention, ManyDecodeSequencesMatchReference) {
         check(ps, 8, 2, 128, isa, &pool, seqs);
       }
       check(16, 6, 3, 48, isa, &pool, seqs);  // head_dim 48: the portable path on every ISA
+    }
+  }
+}
+
+TEST(PagedAttention, HalfAndInt8PagesMatchReferenceOnEveryPath) {
+  ThreadPool pool(2);
+  for (KvDtype dt : {KvDtype::kF16, KvDtype::kInt8}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      for (int32_t ps : {1, 5, 16}) {
+        check(ps, 4, 4, 8, isa, &pool, kRagged, dt);     // int8 group 8
+        check(ps, 4, 2, 20, isa, &pool, kRagged, dt);    // odd-ish head_dim: int8 one group of 20, f16 tails
+        check(ps, 8, 2, 64, isa, nullptr, kRagged, dt);  // AVX-512 register path (int8 group 32)
+      }
+      std::vector<Seq> decodes;
+      for (int32_t i = 0; i < 17; ++i) decodes.push_back({(i * 37) % 131, 1});
+      check(16, 8, 2, 128, isa, &pool, decodes, dt);
+      check(16, 6, 3, 48, isa, &pool, decodes, dt);  // int8 group 16: the portable path everywhere
+    }
+  }
+}
+
+TEST(KvFormat, RowBytesAndRoundTripBounds) {
+  EXPECT_EQ(kv_row_format(KvDtype::kF32, 64).row_bytes(), 256u);
+  EXPECT_EQ(kv_row_format(KvDtype::kF16, 64).row_bytes(), 128u);
+  EXPECT_EQ(kv_row_format(KvDtype::kInt8, 64).row_bytes(), 68u);  // 2 fp16 scales + 64 codes
+  EXPECT_EQ(kv_row_format(KvDtype::kInt8, 8).group, 8);
+  EXPECT_EQ(kv_row_format(KvDtype::kInt8, 20).group, 20);
+  EXPECT_EQ(parse_kv_dtype("int8"), KvDtype::kInt8);
+  EXPECT_FALSE(parse_kv_dtype("int4").has_value());
+  for (int32_t hd : {8, 20, 64, 128}) {
+    const auto x = testing::random_floats(static_cast<size_t>(hd), 5);
+    for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt8}) {
+      const KvRowFormat f = kv_row_format(dt, hd);
+      std::vector<uint8_t> row(f.row_bytes());
+      std::vector<float> y(static_cast<size_t>(hd));
+      kv_encode_row(f, x.data(), row.data());
+      kv_decode_row(f, row.data(), y.data());
+      for (int32_t g0 = 0; g0 < hd; g0 += f.group > 0 ? f.group : hd) {
+        const int32_t g1 = f.group > 0 ? g0 + f.group : hd;
+        float amax = 0.0f;
+        for (int32_t i = g0; i < g1; ++i) amax = std::max(amax, std::fabs(x[static_cast<size_t>(i)]));
+        for (int32_t i = g0; i < g1; ++i) {
+          const float e = std::fabs(x[static_cast<size_t>(i)] - y[static_cast<size_t>(i)]);
+          const float bound = dt == KvDtype::kF32 ? 0.0f
+                              : dt == KvDtype::kF16 ? std::fabs(x[static_cast<size_t>(i)]) * 0x1p-11f
+                                                    : amax / 127.0f * 0.502f + amax * 0x1p-11f;  // half a step (scale rounded to fp16)
+          EXPECT_LE(e, bound) << kv_dtype_name(dt) << " hd " << hd << " i " << i;
+        }
+      }
     }
   }
 }

@@ -91,7 +91,7 @@ TEST(BlobCodec, LosslessCodecsAreBitExact) {
 TEST(BlobCodec, DecodeToF32) {
   for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
     const PackedKv kv = synthetic_kv(t, {2, 9, 2, 16}, kFp, 4);
-    for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4}) {
+    for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
       const std::string blob = encode_blob(kv, {.codec = c, .group_size = 32}).value();
       auto native = decode_blob(blob).value();
       auto f32 = decode_blob(blob, {.to_f32 = true});
@@ -222,8 +222,71 @@ void reseal(std::string& blob) {  // recompute the checksum after a deliberate e
   std::memcpy(blob.data() + 48, &sum, 8);
 }
 
+// kivi: every element within half a step of its block, the step being at most
+// max(kivi_step (K: half) x the RMS deviation of the head's channels, max deviation / 127), rounded
+// up to fp16; plus the fp16 rounding of the channel mean and the output dtype's rounding.
+TEST(BlobCodec, KiviWithinPerBlockBound) {
+  const KvShape shapes[] = {{2, 7, 3, 48}, {1, 200, 1, 64}, {3, 70, 2, 33}};
+  for (DType t : {DType::kF32, DType::kF16}) {
+    for (float frac : {0.125f, 0.5f, 2.0f}) {
+      for (uint32_t group : {16u, 64u}) {
+        for (const KvShape& s : shapes) {
+          const PackedKv kv = synthetic_kv(t, s, kFp, 13);
+          auto blob = encode_blob(kv, {.codec = Codec::kKivi, .group_size = group, .kivi_step = frac});
+          ASSERT_TRUE(blob.ok()) << blob.error().to_string();
+          auto back = decode_blob(*blob);
+          ASSERT_TRUE(back.ok()) << back.error().to_string();
+          const size_t eb = element_bytes(t);
+          const uint64_t W = uint64_t{s.n_kv_heads} * s.head_dim;
+          const double dtype_rel = t == DType::kF32 ? 1e-6 : 1.0 / 2048;
+          for (int r = 0; r < 2; ++r) {
+            const auto& x = r == 0 ? kv.k : kv.v;
+            const auto& y = r == 0 ? back->k : back->v;
+            const double f = r == 0 ? frac * 0.5 : frac;
+            auto at = [&](const std::vector<uint8_t>& v, uint64_t l, uint64_t tok, uint64_t c) {
+              return static_cast<double>(element_to_float(t, v.data() + ((l * s.n_tokens + tok) * W + c) * eb));
+            };
+            for (uint64_t l = 0; l < s.n_layers; ++l) {
+              for (uint64_t t0 = 0; t0 < s.n_tokens; t0 += group) {
+                const uint64_t t1 = std::min<uint64_t>(s.n_tokens, t0 + group);
+                for (uint64_t h = 0; h < s.n_kv_heads; ++h) {
+                  double sq = 0, dev = 0, mabs = 0;
+                  for (uint64_t c = h * s.head_dim; c < (h + 1) * s.head_dim; ++c) {
+                    double m = 0;
+                    for (uint64_t tok = t0; tok < t1; ++tok) m += at(x, l, tok, c);
+                    m /= static_cast<double>(t1 - t0);
+                    mabs = std::max(mabs, std::fabs(m));
+                    for (uint64_t tok = t0; tok < t1; ++tok) {
+                      const double e = at(x, l, tok, c) - m;
+                      sq += e * e;
+                      dev = std::max(dev, std::fabs(e));
+                    }
+                  }
+                  const double rms = std::sqrt(sq / static_cast<double>((t1 - t0) * s.head_dim));
+                  const double step = std::max(f * rms, dev / 127.0) * (1 + 1.0 / 1024) + 1e-7;
+                  for (uint64_t c = h * s.head_dim; c < (h + 1) * s.head_dim; ++c) {
+                    for (uint64_t tok = t0; tok < t1; ++tok) {
+                      const double a = at(x, l, tok, c), b = at(y, l, tok, c);
+                      // Half a step, plus the mean's fp16 rounding (which may push a clamped code
+                      // half a rounding further), plus the output dtype.
+                      const double bound = step / 2 + 2 * mabs / 2048 + std::fabs(b) * dtype_rel + 1e-6;
+                      ASSERT_LE(std::fabs(a - b), bound) << dtype_name(t) << " frac " << frac << " group " << group
+                                                         << " region " << r << " layer " << l << " token " << tok
+                                                         << " channel " << c;
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(BlobValidation, EveryTruncationIsAnError) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
     const std::string blob = small_blob(c);
     for (size_t len = 0; len < blob.size(); ++len) {
       auto r = decode_blob(std::string_view(blob).substr(0, len));
@@ -235,7 +298,7 @@ TEST(BlobValidation, EveryTruncationIsAnError) {
 }
 
 TEST(BlobValidation, EveryFlippedByteIsAnError) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
     const std::string blob = small_blob(c);
     for (size_t i = 0; i < blob.size(); ++i) {
       std::string bad = blob;
@@ -299,7 +362,13 @@ TEST(BlobValidation, EncodeRejectsBadInput) {
   auto r = encode_blob(nan_kv, {.codec = Codec::kInt8});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("non-finite value in V"), std::string::npos);
+  auto rk = encode_blob(nan_kv, {.codec = Codec::kKivi});
+  ASSERT_FALSE(rk.ok());
+  EXPECT_NE(rk.error().message.find("non-finite value in V"), std::string::npos);
+  EXPECT_EQ(encode_blob(kv, {.codec = Codec::kKivi, .kivi_step = 0.0f}).error().code, ErrorCode::kOutOfRange);
+  EXPECT_EQ(encode_blob(kv, {.codec = Codec::kKivi, .kivi_step = 5.0f}).error().code, ErrorCode::kOutOfRange);
   EXPECT_EQ(parse_codec("int4").value(), Codec::kInt4);
+  EXPECT_EQ(parse_codec("kivi").value(), Codec::kKivi);
   EXPECT_FALSE(parse_codec("lz4").ok());
 }
 

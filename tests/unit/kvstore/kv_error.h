@@ -53,4 +53,50 @@ inline double attention_output_rel_error(const PackedKv& a, const PackedKv& b, u
   return std::sqrt(err2 / ref2);
 }
 
+// The same with the model's own queries: queries [n_layers][n_queries][n_heads * head_dim]
+// (after RoPE; query head h reads kv head h / (n_heads / n_kv_heads)), each attending over all
+// tokens of the K/V with scale 1/sqrt(head_dim); ||o - o'|| / ||o|| over all.
+inline double attention_output_rel_error_real(const PackedKv& a, const PackedKv& b, const std::vector<float>& queries,
+                                              uint32_t n_queries, uint32_t n_heads) {
+  const KvShape& s = a.shape;
+  const size_t eb = element_bytes(a.dtype);
+  const uint32_t group = n_heads / s.n_kv_heads;
+  double err2 = 0, ref2 = 0;
+  std::vector<double> wa(s.n_tokens), wb(s.n_tokens);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    for (uint32_t qi = 0; qi < n_queries; ++qi) {
+      for (uint32_t hq = 0; hq < n_heads; ++hq) {
+        const float* q = queries.data() + (size_t{l} * n_queries + qi) * n_heads * s.head_dim + size_t{hq} * s.head_dim;
+        const uint32_t h = hq / group;
+        auto weights = [&](const PackedKv& kv, std::vector<double>& w) {
+          double mx = -1e300;
+          for (uint32_t t = 0; t < s.n_tokens; ++t) {
+            const uint8_t* k = kv.k.data() + kv.row_offset(l, t) + size_t{h} * s.head_dim * eb;
+            double dot = 0;
+            for (uint32_t d = 0; d < s.head_dim; ++d) dot += q[d] * element_to_float(kv.dtype, k + d * eb);
+            w[t] = dot / std::sqrt(static_cast<double>(s.head_dim));
+            mx = std::max(mx, w[t]);
+          }
+          double sum = 0;
+          for (auto& x : w) sum += (x = std::exp(x - mx));
+          for (auto& x : w) x /= sum;
+        };
+        weights(a, wa);
+        weights(b, wb);
+        for (uint32_t d = 0; d < s.head_dim; ++d) {
+          double oa = 0, ob = 0;
+          for (uint32_t t = 0; t < s.n_tokens; ++t) {
+            const size_t off = a.row_offset(l, t) + (size_t{h} * s.head_dim + d) * eb;
+            oa += wa[t] * element_to_float(a.dtype, a.v.data() + off);
+            ob += wb[t] * element_to_float(b.dtype, b.v.data() + off);
+          }
+          err2 += (oa - ob) * (oa - ob);
+          ref2 += oa * oa;
+        }
+      }
+    }
+  }
+  return std::sqrt(err2 / ref2);
+}
+
 }  // namespace tessera::kvstore::testing

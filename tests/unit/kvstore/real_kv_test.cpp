@@ -3,8 +3,9 @@
 // decoded and written back; the next tokens' logits are compared with the exact run.
 // Documented tolerances (docs/kvstore.md): lossless codecs reproduce the logits bit for bit;
 // int8 (group 64) and int4 (group 32) stay within the bounds below; int8 keeps the argmax.
-// "attn" is the attention output for random queries (kv_error.h), a harsher probe than the
-// model's own queries; "logits" is the end-to-end effect through the model.
+// "attn" is the attention output for random queries (kv_error.h); "logits" is the end-to-end
+// effect through the model. The kivi test stores from f16 and also probes with the model's own
+// queries (worker::reference_forward), which on stories260K's peaky attention are the harsher probe.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -157,6 +158,101 @@ TEST_F(RealKv, CodecErrorOnRealKvAndOnTheLogitsItProduces) {
   }
   // Restoring the exact K/V restores the exact logits (the comparison itself is sound).
   EXPECT_EQ(query_logits(), ref);
+}
+
+// The same K/V as f16 (how the injector stores it).
+PackedKv to_f16(const PackedKv& in) {
+  PackedKv out = in;
+  out.dtype = DType::kF16;
+  const uint64_t n = in.shape.elements_per_region();
+  out.k.resize(2 * n);
+  out.v.resize(2 * n);
+  for (uint64_t i = 0; i < n; ++i) {
+    float_to_element(DType::kF16, element_to_float(DType::kF32, in.k.data() + 4 * i), out.k.data() + 2 * i);
+    float_to_element(DType::kF16, element_to_float(DType::kF32, in.v.data() + 4 * i), out.v.data() + 2 * i);
+  }
+  return out;
+}
+
+// The kivi codec (per-channel blocks, entropy-coded) on f16 K/V against int8/int4: ratio against
+// the f16 bytes, attention-output error against the f16 K/V (random queries, and the model's own
+// queries of three continuations), logits. Asserted: the measured figures (docs/kv.md, with
+// margin), and that kivi beats int4/32 on both axes and int8/64 on ratio at a lower logits error
+// than int4. The target (>= 3.5x at attention error <= 1e-2) is NOT reached on this
+// model: with its peaky attention, the model-query error of int8 itself is 0.086.
+TEST_F(RealKv, KiviCodecRatioAndAttentionErrorOnF16) {
+  const PackedKv f16 = to_f16(exact_);
+  const auto ref = query_logits();
+  const double f16_bytes = 2.0 * static_cast<double>(f16.region_bytes());
+  // The model's own queries: those of the three continuations' tokens after the preference
+  // (reference_forward), gathered as [layer][query][n_heads * head_dim].
+  const auto& cfg = model_->config();
+  const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
+  std::vector<std::vector<float>> per_layer(static_cast<size_t>(cfg.n_layers));
+  uint32_t n_queries = 0;
+  for (const char* text : {"One day, Lily went to", "Tim the bird", "It started to rain and"}) {
+    std::vector<int32_t> seq = pref_;
+    const auto cont = tok_->encode(text, false);
+    seq.insert(seq.end(), cont.begin(), cont.end());
+    std::vector<float> all;  // [layer][position][qd]
+    ASSERT_TRUE(worker::reference_forward(*model_, seq, &all).ok());
+    for (size_t l = 0; l < per_layer.size(); ++l) {
+      const float* first = all.data() + (l * seq.size() + pref_.size()) * qd;
+      per_layer[l].insert(per_layer[l].end(), first, first + cont.size() * qd);
+    }
+    n_queries += static_cast<uint32_t>(cont.size());
+  }
+  std::vector<float> queries;
+  for (const auto& q : per_layer) queries.insert(queries.end(), q.begin(), q.end());
+  struct Case {
+    Codec codec;
+    uint32_t group;
+    float step;
+    double min_ratio, max_attn_random, max_attn_model, max_logits;  // measured, with ~5-10% margin
+    int min_argmax;
+  };
+  const EncodeOptions defaults;
+  ASSERT_EQ(defaults.kivi_step, 0.25f);
+  for (const Case& c : {Case{Codec::kInt8, 64, 0, 1.80, 0.023, 0.09, 0.004, 3}, Case{Codec::kInt4, 32, 0, 2.80, 0.35, 0.80, 0.06, 2},
+                        Case{Codec::kKivi, 64, 0.125f, 2.40, 0.04, 0.12, 0.006, 3},
+                        Case{Codec::kKivi, 64, 0.25f, 2.80, 0.08, 0.26, 0.011, 3},
+                        Case{Codec::kKivi, 64, 0.5f, 3.35, 0.17, 0.37, 0.023, 2},
+                        Case{Codec::kKivi, 128, 0.25f, 3.00, 0.085, 0.22, 0.008, 2}}) {
+    const EncodeOptions opts{.codec = c.codec, .group_size = c.group, .kivi_step = c.step > 0 ? c.step : 0.25f};
+    auto blob = encode_blob(f16, opts);
+    ASSERT_TRUE(blob.ok()) << blob.error().to_string();
+    auto back = decode_blob(*blob, {.expected_fingerprint = model_->fingerprint});
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    ASSERT_EQ(back->dtype, DType::kF16);
+    const double ratio = f16_bytes / static_cast<double>(blob->size());
+    const double attn_random = testing::attention_output_rel_error(f16, *back, 3);
+    const double attn = testing::attention_output_rel_error_real(f16, *back, queries, n_queries,
+                                                                 static_cast<uint32_t>(cfg.n_heads));
+    auto f32_back = decode_blob(*blob, {.to_f32 = true});
+    ASSERT_TRUE(f32_back.ok());
+    write_kv(*f32_back);
+    const auto got = query_logits();
+    double err2 = 0, ref2 = 0;
+    int same = 0;
+    for (size_t q = 0; q < ref.size(); ++q) {
+      for (size_t i = 0; i < ref[q].size(); ++i) {
+        err2 += (got[q][i] - ref[q][i]) * static_cast<double>(got[q][i] - ref[q][i]);
+        ref2 += ref[q][i] * static_cast<double>(ref[q][i]);
+      }
+      same += argmax(got[q]) == argmax(ref[q]) ? 1 : 0;
+    }
+    std::printf("stories260K P=%zu from f16: %s g%u step %.3f: %zu bytes (f16 %.0f), ratio vs f16 %.2f, attn rel (model queries) %.5f, (random queries) %.5f, "
+                "logits rel %.5f, argmax kept %d/%zu\n",
+                pref_.size(), codec_name(c.codec), c.group, c.codec == Codec::kKivi ? opts.kivi_step : 0.0f, blob->size(),
+                f16_bytes, ratio, attn, attn_random, std::sqrt(err2 / ref2), same, ref.size());
+    EXPECT_GE(ratio, c.min_ratio) << codec_name(c.codec) << " step " << c.step;
+    EXPECT_LE(attn_random, c.max_attn_random) << codec_name(c.codec) << " step " << c.step;
+    EXPECT_LE(attn, c.max_attn_model) << codec_name(c.codec) << " step " << c.step;
+    EXPECT_LE(std::sqrt(err2 / ref2), c.max_logits) << codec_name(c.codec) << " step " << c.step;
+    EXPECT_GE(same, c.min_argmax) << codec_name(c.codec) << " step " << c.step;
+    EXPECT_GT(attn, 0.0);
+    write_kv(exact_);
+  }
 }
 
 }  // namespace

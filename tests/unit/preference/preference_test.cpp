@@ -117,7 +117,7 @@ TEST_F(PrefTest, KIsNeverScaledAndVIsScaledExactly) {
   auto ps = local_store(*store);
   for (bool second : {false, true}) {  // computed, then from the kvstore (codec none)
     auto e = make_engine(*model_);
-    PreferenceInjector inj(ps.get(), {.codec = {.codec = kvstore::Codec::kNone}});
+    PreferenceInjector inj(ps.get(), {.codec = {.codec = kvstore::Codec::kNone}, .blob_dtype = DType::kF32});
     KvFill f = fill_for("kate", 0.4f);
     f.pages = pages;
     auto r = inj.apply(*e, f);
@@ -171,20 +171,24 @@ std::vector<float> attention(const kvstore::PackedKv& kv, uint32_t seed) {
 }
 
 // Documented tolerances (docs/preference.md): NMSE of the first step's logits and of the
-// attention output, kvstore path vs computed path.
+// attention output, kvstore path vs computed path. Blobs are stored from f16 (the injector's
+// default) except the exact cases, stored from f32 to pin the bit-exact round trip.
 struct CodecCase {
   kvstore::Codec codec;
   uint32_t group;
   double max_logits_nmse;
   double max_attn_nmse;
   bool exact;
+  DType blob = DType::kF16;
 };
 
 TEST_F(PrefTest, KvstoreRoundTripPerCodec) {
-  const std::vector<CodecCase> cases = {{kvstore::Codec::kNone, 0, 0.0, 0.0, true},
-                                        {kvstore::Codec::kZstd, 0, 0.0, 0.0, true},
+  const std::vector<CodecCase> cases = {{kvstore::Codec::kNone, 0, 0.0, 0.0, true, DType::kF32},
+                                        {kvstore::Codec::kZstd, 0, 0.0, 0.0, true, DType::kF32},
+                                        {kvstore::Codec::kNone, 0, 1e-8, 1e-5, false},  // f16 rounding only
                                         {kvstore::Codec::kInt8, 64, 1e-4, 1e-3, false},
-                                        {kvstore::Codec::kInt4, 32, 2e-2, 0.15, false}};
+                                        {kvstore::Codec::kInt4, 32, 2e-2, 0.15, false},
+                                        {kvstore::Codec::kKivi, 64, 2e-4, 1e-2, false}};
   const int32_t P = static_cast<int32_t>(pref_.size());
   for (const CodecCase& c : cases) {
     SCOPED_TRACE(kvstore::codec_name(c.codec));
@@ -194,7 +198,7 @@ TEST_F(PrefTest, KvstoreRoundTripPerCodec) {
     if (c.group) enc.group_size = c.group;
     // Worker 1 computes and stores.
     auto e1 = make_engine(*model_);
-    PreferenceInjector inj1(ps.get(), {.codec = enc});
+    PreferenceInjector inj1(ps.get(), {.codec = enc, .blob_dtype = c.blob});
     inj1.attach(*e1);
     auto r1 = generate_with_preference(*e1, {.fill = fill_for("carol", 0.5f), .base = greedy(prompt_, kGen)});
     ASSERT_TRUE(r1.ok()) << r1.error().to_string();
@@ -204,7 +208,7 @@ TEST_F(PrefTest, KvstoreRoundTripPerCodec) {
     const kvstore::PackedKv exact = read_pages(e1->pool(), *model_, pages_at(0), P);
     // Worker 2 (another engine, same model) is served from the kvstore, without tokens.
     auto e2 = make_engine(*model_);
-    PreferenceInjector inj2(ps.get(), {.codec = enc});
+    PreferenceInjector inj2(ps.get(), {.codec = enc, .blob_dtype = c.blob});
     inj2.attach(*e2);
     auto r2 = generate_with_preference(*e2, {.fill = fill_for("carol", 0.5f, /*with_tokens=*/false), .base = greedy(prompt_, kGen)});
     ASSERT_TRUE(r2.ok()) << r2.error().to_string();
@@ -214,7 +218,7 @@ TEST_F(PrefTest, KvstoreRoundTripPerCodec) {
     const kvstore::PackedKv decoded = read_pages(e2->pool(), *model_, pages_at(0), P);
     // First-step logits of both paths (a fresh pass over the prompt at P on each pool).
     auto e1b = make_engine(*model_), e2b = make_engine(*model_);
-    PreferenceInjector i1b(ps.get(), {.codec = enc});
+    PreferenceInjector i1b(ps.get(), {.codec = enc, .blob_dtype = c.blob});
     KvFill f = fill_for("carol", 0.5f);
     f.pages = pages_at(0);
     // e1b: computed (the store already has the blob, so compute explicitly without a store).

@@ -164,8 +164,8 @@ Status CpuBackend::read_kv(int32_t layer, std::span<const int64_t> slots, std::s
   TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
   TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
   for (size_t i = 0; i < slots.size(); ++i) {
-    std::copy_n(pool_.key(layer, slots[i]), row, k.data() + i * row);
-    std::copy_n(pool_.value(layer, slots[i]), row, v.data() + i * row);
+    pool_.load(layer, slots[i], 0, k.data() + i * row);
+    pool_.load(layer, slots[i], 1, v.data() + i * row);
   }
   return ok_status();
 }
@@ -175,8 +175,8 @@ Status CpuBackend::write_kv(int32_t layer, std::span<const int64_t> slots, std::
   TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
   TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
   for (size_t i = 0; i < slots.size(); ++i) {
-    std::copy_n(k.data() + i * row, row, pool_.key(layer, slots[i]));
-    std::copy_n(v.data() + i * row, row, pool_.value(layer, slots[i]));
+    pool_.store(layer, slots[i], 0, k.data() + i * row);
+    pool_.store(layer, slots[i], 1, v.data() + i * row);
   }
   return ok_status();
 }

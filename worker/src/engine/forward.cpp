@@ -148,11 +148,12 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
     for (int64_t t = 0; t < T; ++t) {
       const int64_t slot = s.slots[static_cast<size_t>(t)];
-      std::memcpy(pool.key(l, slot), k + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
-      std::memcpy(pool.value(l, slot), v + t * kv_dim, static_cast<size_t>(kv_dim) * sizeof(float));
+      pool.store(l, slot, 0, k + t * kv_dim);
+      pool.store(l, slot, 1, v + t * kv_dim);
     }
     kernels::PagedAttentionArgs a = att_base;
-    a.kv = pool.layer(l);
+    a.kv = pool.layer_data(l);
+    a.kv_dtype = pool.dtype();
     a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
     kernels::paged_attention(a, tp, isa);
     linear(w.wo, att, q_dim, o, dim);

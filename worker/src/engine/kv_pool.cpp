@@ -1,14 +1,17 @@
 #include "tessera/worker/kv_pool.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace tessera::worker {
 
+size_t kv_page_bytes(const ModelConfig& model, int32_t page_size, kernels::KvDtype dtype) {
+  const size_t row = kernels::kv_row_format(dtype, model.head_dim).row_bytes();
+  return 2 * static_cast<size_t>(page_size) * static_cast<size_t>(model.n_kv_heads) * row * static_cast<size_t>(model.n_layers);
+}
+
 Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config) {
-  if (config.num_pages <= 0) {
-    return make_error(ErrorCode::kInvalidArgument, "kv pool: num_pages must be > 0 (got " + std::to_string(config.num_pages) + ")");
-  }
   if (config.page_size <= 0) {
     return make_error(ErrorCode::kInvalidArgument, "kv pool: page_size must be > 0 (got " + std::to_string(config.page_size) + ")");
   }
@@ -17,34 +20,76 @@ Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config
   }
   KvPool p;
   p.config_ = config;
-  p.n_layers_ = model.n_layers;
-  p.token_floats_ = static_cast<int64_t>(model.n_kv_heads) * model.head_dim;
-  const double total_bytes = 4.0 * model.n_layers * config.num_pages * 2.0 * config.page_size * static_cast<double>(p.token_floats_);
+  const size_t page_bytes = kv_page_bytes(model, config.page_size, config.dtype);
+  if (config.memory_mb < 0) {
+    return make_error(ErrorCode::kInvalidArgument, "kv pool: memory budget must be >= 0 MiB (got " + std::to_string(config.memory_mb) + ")");
+  }
+  if (config.memory_mb > 0) {
+    const double pages = static_cast<double>(config.memory_mb) * (1 << 20) / static_cast<double>(page_bytes);
+    if (pages < 1.0) {
+      return make_error(ErrorCode::kInvalidArgument, "kv pool: " + std::to_string(config.memory_mb) + " MiB holds no " +
+                                                         std::string(kernels::kv_dtype_name(config.dtype)) + " page of " +
+                                                         std::to_string(page_bytes) + " bytes");
+    }
+    p.config_.num_pages = static_cast<int32_t>(std::min(pages, double{1 << 24}));
+  }
+  if (p.config_.num_pages <= 0) {
+    return make_error(ErrorCode::kInvalidArgument, "kv pool: num_pages must be > 0 (got " + std::to_string(p.config_.num_pages) + ")");
+  }
+  const double total_bytes = static_cast<double>(page_bytes) * p.config_.num_pages;
   if (total_bytes > 64.0 * (1ull << 30)) {
     return make_error(ErrorCode::kResourceExhausted,
-                      "kv pool: " + std::to_string(config.num_pages) + " pages of " + std::to_string(config.page_size) +
+                      "kv pool: " + std::to_string(p.config_.num_pages) + " pages of " + std::to_string(config.page_size) +
                           " tokens need " + std::to_string(total_bytes / (1ull << 30)) + " GiB (limit 64 GiB)");
   }
-  p.layer_floats_ = static_cast<size_t>(config.num_pages) * 2 * static_cast<size_t>(config.page_size) *
-                    static_cast<size_t>(p.token_floats_);
-  p.data_.assign(p.layer_floats_ * static_cast<size_t>(model.n_layers), 0.0f);
+  p.fmt_ = kernels::kv_row_format(config.dtype, model.head_dim);
+  p.n_layers_ = model.n_layers;
+  p.n_kv_heads_ = model.n_kv_heads;
+  p.token_floats_ = static_cast<int64_t>(model.n_kv_heads) * model.head_dim;
+  p.token_bytes_ = static_cast<size_t>(model.n_kv_heads) * p.fmt_.row_bytes();
+  p.layer_bytes_ = static_cast<size_t>(p.config_.num_pages) * 2 * static_cast<size_t>(config.page_size) * p.token_bytes_;
+  const size_t total = p.layer_bytes_ * static_cast<size_t>(model.n_layers);
+  const size_t alloc = (total + 63) / 64 * 64;
+  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
+  if (!p.data_) return make_error(ErrorCode::kResourceExhausted, "kv pool: cannot allocate " + std::to_string(alloc) + " bytes");
+  std::memset(p.data_.get(), 0, alloc);
   return p;
 }
 
 size_t KvPool::slot_offset(int64_t slot, int kv) const {
   TS_DCHECK(slot >= 0 && slot < num_slots());
   const int64_t page = slot / config_.page_size, off = slot % config_.page_size;
-  return static_cast<size_t>(((page * 2 + kv) * config_.page_size + off) * token_floats_);
+  return static_cast<size_t>((page * 2 + kv) * config_.page_size + off) * token_bytes_;
+}
+
+float* KvPool::as_f32(uint8_t* p) const {
+  TS_CHECK(config_.dtype == kernels::KvDtype::kF32) << "float view of a " << kernels::kv_dtype_name(config_.dtype) << " pool";
+  return reinterpret_cast<float*>(p);
+}
+const float* KvPool::as_f32(const uint8_t* p) const {
+  TS_CHECK(config_.dtype == kernels::KvDtype::kF32) << "float view of a " << kernels::kv_dtype_name(config_.dtype) << " pool";
+  return reinterpret_cast<const float*>(p);
+}
+
+void KvPool::store(int32_t l, int64_t slot, int kv, const float* values) {
+  uint8_t* dst = layer_data(l) + slot_offset(slot, kv);
+  const size_t row = fmt_.row_bytes();
+  for (int32_t h = 0; h < n_kv_heads_; ++h) kernels::kv_encode_row(fmt_, values + static_cast<int64_t>(h) * fmt_.head_dim, dst + h * row);
+}
+
+void KvPool::load(int32_t l, int64_t slot, int kv, float* values) const {
+  const uint8_t* src = layer_data(l) + slot_offset(slot, kv);
+  const size_t row = fmt_.row_bytes();
+  for (int32_t h = 0; h < n_kv_heads_; ++h) kernels::kv_decode_row(fmt_, src + h * row, values + static_cast<int64_t>(h) * fmt_.head_dim);
 }
 
 void KvPool::copy_page(int32_t src, int32_t dst) {
   TS_CHECK(src >= 0 && src < config_.num_pages) << "copy_page src " << src;
   TS_CHECK(dst >= 0 && dst < config_.num_pages) << "copy_page dst " << dst;
   if (src == dst) return;
-  const size_t page_floats = 2 * static_cast<size_t>(config_.page_size) * static_cast<size_t>(token_floats_);
+  const size_t page = 2 * static_cast<size_t>(config_.page_size) * token_bytes_;
   for (int32_t l = 0; l < n_layers_; ++l) {
-    const float* s = layer(l) + static_cast<size_t>(src) * page_floats;
-    std::copy(s, s + page_floats, layer(l) + static_cast<size_t>(dst) * page_floats);
+    std::memcpy(layer_data(l) + static_cast<size_t>(dst) * page, layer_data(l) + static_cast<size_t>(src) * page, page);
   }
 }
 

@@ -51,7 +51,7 @@ void rotate(float* v, int64_t hd, int32_t pos, const ModelConfig& cfg, bool inte
 
 }  // namespace
 
-Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens) {
+Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens, std::vector<float>* queries) {
   TS_TRY(check_model(model));
   const ModelConfig& c = model.config();
   for (int32_t t : tokens) {
@@ -91,6 +91,10 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
         }
       }
       for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c, interleaved);
+      if (queries != nullptr) {
+        queries->resize(static_cast<size_t>(c.n_layers * n * q_dim));
+        std::copy(q.begin(), q.end(), queries->begin() + (l * n + t) * q_dim);
+      }
       for (int32_t h = 0; h < c.n_kv_heads; ++h) {
         rotate(kc.data() + t * kv_dim + h * hd, hd, static_cast<int32_t>(t), c, interleaved);
       }

@@ -1,7 +1,9 @@
 // Paged causal attention over a ragged batch of sequences (one call per layer and step).
 //
 // K/V layout of one layer (DESIGN.md, K/V data model):
-//   kv[num_pages, 2, page_size, n_kv_heads, head_dim]  (index 0 = K, 1 = V), f32.
+//   kv[num_pages, 2, page_size, n_kv_heads, row]  (index 0 = K, 1 = V), where a row is one
+//   head's head_dim values in the pool's page dtype (kv_format.h: f32, f16 or int8 with
+//   per-group scales). The kernels read that format directly, a 16-key block at a time.
 // Token position p of a sequence lives in page block_table[p / page_size], offset
 // p % page_size. The K/V of the step's own tokens must already be written (the caller writes
 // them through its slot mapping before calling), so causality within the step follows from
@@ -15,6 +17,7 @@
 #include <cstdint>
 
 #include "tessera/kernels/isa.h"
+#include "tessera/kernels/kv_format.h"
 
 namespace tessera::kernels {
 
@@ -25,7 +28,8 @@ struct PagedAttentionArgs {
   int64_t q_stride = 0;
   float* out = nullptr;         // [n_tokens, n_heads * head_dim], row stride out_stride
   int64_t out_stride = 0;
-  const float* kv = nullptr;    // this layer's pool, layout above
+  const void* kv = nullptr;     // this layer's pool, layout above
+  KvDtype kv_dtype = KvDtype::kF32;  // its page dtype (row format: kv_row_format(kv_dtype, head_dim))
   int32_t page_size = 0;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;       // divides n_heads

@@ -12,7 +12,7 @@
 //    7   1  codec   (Codec below)
 //    8   8  model fingerprint
 //   16   4  n_layers      20 4 n_tokens      24 4 n_kv_heads      28 4 head_dim
-//   32   4  group_size (int8/int4; 0 otherwise)
+//   32   4  group_size (int8/int4/kivi; 0 otherwise)
 //   36   4  reserved (0)
 //   40   8  payload_bytes (encoded payload size; the blob is exactly 64 + payload_bytes)
 //   48   8  checksum = XXH64(payload, seed = XXH64(64 header bytes with this field zeroed, 0)):
@@ -28,6 +28,9 @@
 //         (the last one may be shorter). Asymmetric: zero = min(group), scale = (max-min)/255,
 //         q = round((x - zero) / scale) in [0, 255], x' = zero + q * scale.
 //   int4  as int8 with 15 levels per group and two codes per byte (low nibble first).
+//   kivi  payload = zstd(quantized), per-channel blocks of group_size tokens, fp16 mean and step
+//         per block, int8 codes entropy-coded by zstd (src/blob_kivi.h; docs/kv.md): the rate
+//         follows EncodeOptions::kivi_step (the step as a fraction of the block's std).
 // Quantized codecs dequantize back to the blob's dtype (f16/bf16 round to nearest even).
 // Error bound per element (before the final dtype rounding): |x - x'| <= scale / 2, i.e.
 // (max - min) / 510 for int8 and (max - min) / 30 for int4 of its group.
@@ -47,8 +50,8 @@
 
 namespace tessera::kvstore {
 
-enum class Codec : uint8_t { kNone = 0, kZstd = 1, kInt8 = 2, kInt4 = 3 };
-const char* codec_name(Codec c);                       // "none", "zstd", "int8", "int4"
+enum class Codec : uint8_t { kNone = 0, kZstd = 1, kInt8 = 2, kInt4 = 3, kKivi = 4 };
+const char* codec_name(Codec c);                       // "none", "zstd", "int8", "int4", "kivi"
 Result<Codec> parse_codec(std::string_view name);      // inverse of codec_name
 
 inline constexpr size_t kBlobHeaderBytes = 64;
@@ -92,7 +95,8 @@ struct BlobHeader {
 
 struct EncodeOptions {
   Codec codec = Codec::kZstd;
-  uint32_t group_size = 64;  // int8/int4 only; 2..65536 (even for int4 is not required)
+  uint32_t group_size = 64;  // int8/int4: elements; kivi: tokens per channel block; 2..65536
+  float kivi_step = 0.25f;   // kivi: quantization step / the block's standard deviation, (0, 4]
   int zstd_level = 3;        // 1..19
 };
 

@@ -116,6 +116,9 @@ struct GenerateResult {
 Result<GenerateResult> generate(Engine& engine, const GenerateRequest& request);
 
 // Logits for every position of `tokens` (positions 0..n-1), [n, vocab] row-major.
-Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens);
+// queries (optional): every layer's queries after RoPE, [n_layers][tokens][n_heads * head_dim]
+// (probes of attention error on real K/V, tests/unit/kvstore).
+Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens,
+                                             std::vector<float>* queries = nullptr);
 
 }  // namespace tessera::worker

@@ -85,6 +85,9 @@ struct InjectorConfig {
   // How computed K/V is packed for the kvstore. int8 / group 64 keeps the argmax on stories260K
   // and costs ~4x less than f32 (docs/preference.md has the measured errors).
   kvstore::EncodeOptions codec{.codec = kvstore::Codec::kInt8, .group_size = 64, .zstd_level = 3};
+  // Element type the computed K/V is stored from: f16 (half of f32 before any codec; what
+  // --kv-codec none/zstd keep exactly) or f32 (bit-exact round trips through an f32 pool).
+  DType blob_dtype = DType::kF16;
   size_t max_pending_puts = 64;  // puts queued beyond this are dropped (counted)
   uint32_t ttl_s = 0;            // 0 = the kvstore's default
   // After a failed kvstore get (down, timed out), gets are skipped for this long: fills are
