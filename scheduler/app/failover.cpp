@@ -21,12 +21,13 @@ void Failover::requeue(const std::vector<uint64_t>& ids, const std::string& why)
     if (r == nullptr) continue;
     const bool streamed = !r->generated.empty();
     const int moves = streamed ? r->migrations : r->requeues;
-    const int limit = streamed ? kMaxMigrations : kMaxRequeues;
+    const int limit = streamed ? max_migrations_ : kMaxRequeues;
     std::string lost;
     if (!r->original) {
       lost = why + "; the request was lost";
     } else if (moves >= limit) {
-      lost = why + "; it was already " + (streamed ? "migrated " : "re-queued ") + std::to_string(moves) + " times";
+      lost = why + "; it was already " + (streamed ? "migrated " : "re-queued ") + std::to_string(moves) + " times" +
+             (streamed ? " (--max-migrations " + std::to_string(limit) + ")" : "");
     } else if (workers_.empty()) {
       lost = why + "; no live worker is left to " + (streamed ? "continue it on" : "run it") +
              " (the request was lost)";

@@ -8,7 +8,7 @@
 // - one that has streamed is migrated: queued with Request::generated = the tokens the client
 //   already has, so the new worker re-prefills prompt + those tokens and the stream goes on
 //   with the next token (greedy: exactly the uninterrupted output; seeded sampling: the worker
-//   advances the RNG past them). At most kMaxMigrations times.
+//   advances the RNG past them). At most max_migrations (default kMaxMigrations) times.
 // A request that cannot be placed (no worker left, queues full, moved too often) ends with an
 // `error` kPeerDead whose message says why.
 //
@@ -31,8 +31,10 @@ class Failover {
   static constexpr int kMaxRequeues = 3;
   static constexpr int kMaxMigrations = 2;
 
-  Failover(WorkerRegistry& workers, RequestTable& requests, SchedulerMetrics& m)
-      : workers_(workers), requests_(requests), m_(m) {}
+  // max_migrations: the bound on migrations per request (--max-migrations; 0 = streamed
+  // requests end with kPeerDead, as before migration existed).
+  Failover(WorkerRegistry& workers, RequestTable& requests, SchedulerMetrics& m, int max_migrations = kMaxMigrations)
+      : workers_(workers), requests_(requests), m_(m), max_migrations_(max_migrations) {}
 
   // The worker is gone: forgets it (remove_worker), then requeue()s its requests.
   void worker_dead(const std::string& name, const std::string& why);
@@ -46,6 +48,7 @@ class Failover {
   WorkerRegistry& workers_;
   RequestTable& requests_;
   SchedulerMetrics& m_;
+  int max_migrations_;
 };
 
 }  // namespace tessera::scheduler_app
