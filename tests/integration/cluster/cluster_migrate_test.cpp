@@ -1,11 +1,13 @@
-// Request migration end to end (docs/scheduler.md "Failover and migration"): a streamed greedy
-// request whose worker is killed (-9) after tokens have reached the client continues on the
-// other worker, and the client's stream completes without an error with exactly the text,
-// finish_reason and usage of an uninterrupted run; when every worker dies, the stream ends with
-// a clear peer_dead error instead.
+// Request migration end to end (docs/scheduler.md "Failover and migration"): a streamed request
+// (greedy, and sampled with a seed) whose worker is killed (-9) after tokens have reached the
+// client continues on the other worker, and the client's stream completes without an error with
+// exactly the text, finish_reason and usage of an uninterrupted run, after one pause of about
+// --worker-dead-ms; when every worker dies, the stream ends with a clear peer_dead error instead.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -32,6 +34,8 @@ struct MigrateStream {
   bool done = false;  // data: [DONE]
   std::atomic<bool> ended{false};
   int status = 0;
+  Clock::time_point last_chunk{};
+  double max_gap_s = 0.0;  // longest pause between two text chunks
 };
 
 void run_migrate_stream(int port, MigrateStream& s) {
@@ -56,6 +60,10 @@ void run_migrate_stream(int port, MigrateStream& s) {
                                 s.finish_reason = c["finish_reason"].get<std::string>();
                               if (c.contains("text") && !c["text"].get<std::string>().empty()) {
                                 s.text += c["text"].get<std::string>();
+                                const auto now = Clock::now();
+                                if (s.chunks.load() > 0)
+                                  s.max_gap_s = std::max(s.max_gap_s, std::chrono::duration<double>(now - s.last_chunk).count());
+                                s.last_chunk = now;
                                 ++s.chunks;
                               }
                             });
@@ -71,6 +79,14 @@ json migrate_request(int max_tokens) {
   for (const auto& c : greedy_cases())
     if (c.steps > longest.steps) longest = c;
   return json{{"prompt", longest.prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+// Sampled at temperature 0.8 with a seed: the new worker's RNG must start where the old one stopped.
+json seeded_request(int max_tokens) {
+  json r = migrate_request(max_tokens);
+  r["temperature"] = 0.8;
+  r["seed"] = 4242;
+  return r;
 }
 
 std::string file_text(const std::string& path) {
@@ -101,11 +117,14 @@ int start_and_locate(Cluster& cluster, MigrateStream& s, std::thread& t) {
 
 constexpr int kMaxTokens = 300;
 
-TEST(ClusterMigrate, StreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+constexpr int kWorkerDeadMs = 1000;
+
+// Runs `request` once uninterrupted (the reference), then streamed, killing (-9) the worker it
+// runs on after tokens reached the client; the stream must complete like the reference.
+void expect_migrated_stream_matches(const json& request) {
+  Cluster cluster(ClusterOptions{.worker_dead_ms = kWorkerDeadMs, .num_workers = 2});
   ASSERT_TRUE(cluster.ok());
-  // Reference: the same request, uninterrupted.
-  auto ref = cluster.post("/v1/completions", migrate_request(kMaxTokens).dump());
+  auto ref = cluster.post("/v1/completions", request.dump());
   ASSERT_TRUE(ref.ok()) << ref.error().to_string();
   ASSERT_EQ(ref->status, 200) << ref->body;
   const json want = json::parse(ref->body);
@@ -113,7 +132,7 @@ TEST(ClusterMigrate, StreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
   ASSERT_EQ(want["usage"]["completion_tokens"].get<int>(), kMaxTokens);
 
   MigrateStream s;
-  json body = migrate_request(kMaxTokens);
+  json body = request;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   s.body = body.dump();
@@ -145,6 +164,17 @@ TEST(ClusterMigrate, StreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
                          milliseconds(5000)))
       << cluster.logs();
   EXPECT_TRUE(cluster.worker(static_cast<size_t>(1 - on)).alive());
+  // The client saw one pause: the scheduler's failure detection plus the re-prefill.
+  std::printf("migration pause seen by the client: %.3f s (--worker-dead-ms %d)\n", s.max_gap_s, kWorkerDeadMs);
+  EXPECT_LT(s.max_gap_s, kWorkerDeadMs / 1000.0 + 4.0);
+}
+
+TEST(ClusterMigrate, GreedyStreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
+  expect_migrated_stream_matches(migrate_request(kMaxTokens));
+}
+
+TEST(ClusterMigrate, SeededSampledStreamContinuesWithTheUninterruptedText) {
+  expect_migrated_stream_matches(seeded_request(kMaxTokens));
 }
 
 TEST(ClusterMigrate, EveryWorkerDeadEndsTheStreamWithAClearError) {
