@@ -25,6 +25,8 @@ void Failover::requeue(const std::vector<uint64_t>& ids, const std::string& why)
     std::string lost;
     if (!r->original) {
       lost = why + "; the request was lost";
+    } else if (streamed && limit == 0) {
+      lost = why + "; it had streamed tokens and migration is off (--max-migrations 0)";
     } else if (moves >= limit) {
       lost = why + "; it was already " + (streamed ? "migrated " : "re-queued ") + std::to_string(moves) + " times" +
              (streamed ? " (--max-migrations " + std::to_string(limit) + ")" : "");

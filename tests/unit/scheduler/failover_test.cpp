@@ -171,6 +171,32 @@ TEST_F(FailoverTest, MigrationsAreBounded) {
       });
 }
 
+TEST_F(FailoverTest, MaxMigrationsZeroEndsStreamedRequestsAsBefore) {
+  Failover no_migration(*workers, *table, m, /*max_migrations=*/0);
+  uint64_t streamed = 0;
+  Scenario("--max-migrations 0")
+      .Given("two workers and a streamed request", [&] {
+        ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
+        ASSERT_TRUE(workers->add("w1", worker_info(1)).ok());
+        streamed = submit(40);
+        table->emit(scheduler::StepOutcome{.tokens = {{.request_id = streamed, .token = 42}}});
+        ASSERT_TRUE(next_event().has_value());
+      })
+      .When("its worker dies", [&] {
+        const std::string w = table->find(streamed)->worker;
+        no_migration.worker_dead(w, "worker '" + w + "' stopped heartbeating");
+      })
+      .Then("it ends with peer_dead naming the option", [&] {
+        auto ev = next_event();
+        ASSERT_TRUE(ev.has_value());
+        auto* err = std::get_if<protocol::ErrorEvent>(&*ev);
+        ASSERT_NE(err, nullptr);
+        EXPECT_EQ(err->code, ErrorCode::kPeerDead);
+        EXPECT_NE(err->message.find("migration is off (--max-migrations 0)"), std::string::npos) << err->message;
+        EXPECT_EQ(m.migrated->value(), 0.0);
+      });
+}
+
 TEST_F(FailoverTest, RequeuesAreBoundedAndNeedALiveWorker) {
   uint64_t tired = 0, last = 0;
   Scenario("limits of re-queueing")
