@@ -45,7 +45,7 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
                LivenessConfig{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.worker_dead_ms)},
                std::move(router), m_),
       requests_(*sockets_, m_),
-      failover_(workers_, requests_, m_),
+      failover_(workers_, requests_, m_, config.max_migrations),
       driver_(workers_, requests_, *sockets_, m_, config.audit),
       pins_(config.name, intake_, workers_, requests_, *sockets_),
       frontend_liveness_{.interval = milliseconds(config.heartbeat_ms), .dead_after = milliseconds(config.frontend_dead_ms)},

@@ -19,22 +19,36 @@ void Failover::requeue(const std::vector<uint64_t>& ids, const std::string& why)
   for (uint64_t id : ids) {
     TrackedRequest* r = requests_.find(id);
     if (r == nullptr) continue;
-    std::string lost = why + "; the request was lost";
-    if (r->original && r->requeues < kMaxRequeues && !workers_.empty()) {
-      auto route = workers_.place(*r->original);
+    const bool streamed = !r->generated.empty();
+    const int moves = streamed ? r->migrations : r->requeues;
+    const int limit = streamed ? max_migrations_ : kMaxRequeues;
+    std::string lost;
+    if (!r->original) {
+      lost = why + "; the request was lost";
+    } else if (streamed && limit == 0) {
+      lost = why + "; it had streamed tokens and migration is off (--max-migrations 0)";
+    } else if (moves >= limit) {
+      lost = why + "; it was already " + (streamed ? "migrated " : "re-queued ") + std::to_string(moves) + " times" +
+             (streamed ? " (--max-migrations " + std::to_string(limit) + ")" : "");
+    } else if (workers_.empty()) {
+      lost = why + "; no live worker is left to " + (streamed ? "continue it on" : "run it") +
+             " (the request was lost)";
+    } else {
+      scheduler::Request again = *r->original;
+      again.generated = r->generated;
+      auto route = workers_.place(std::move(again));
       if (route.ok()) {
-        m_.requeued->inc();
-        ++r->requeues;
-        TS_LOG(kInfo) << "req=" << id << " client=" << r->client_id << " | re-queued from worker=" << r->worker
-                      << " on worker=" << route->worker << " (" << why << ")";
+        (streamed ? m_.migrated : m_.requeued)->inc();
+        ++(streamed ? r->migrations : r->requeues);
+        TS_LOG(kInfo) << "req=" << id << " client=" << r->client_id << " | "
+                      << (streamed ? "migrated" : "re-queued") << " from worker=" << r->worker
+                      << " to worker=" << route->worker << " after " << r->generated.size() << " tokens (" << why << ")";
         r->worker = route->worker;
-        r->was_scheduled = false;
         r->fill.reset();
+        if (!streamed) r->was_scheduled = false;
         continue;
       }
-      lost = why + "; re-queueing it failed: " + route.error().message;
-    } else if (r->original && r->requeues >= kMaxRequeues) {
-      lost = why + "; it was already re-queued " + std::to_string(r->requeues) + " times";
+      lost = why + "; " + (streamed ? "migrating" : "re-queueing") + " it failed: " + route.error().message;
     }
     m_.peer_dead->inc();
     requests_.fail(id, ErrorCode::kPeerDead, lost);

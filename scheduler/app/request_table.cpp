@@ -33,7 +33,8 @@ void RequestTable::log_finish(uint64_t id, const TrackedRequest& r, const std::s
                             {"ttft_ms", r.got_token ? fixed1(ms_between(r.arrival, r.first_token)) : "", true},
                             {"duration_ms", fixed1(ms_between(r.arrival, now)), true},
                             {"preemptions", std::to_string(u.preemptions), true},
-                            {"requeues", std::to_string(r.requeues), true}};
+                            {"requeues", std::to_string(r.requeues), true},
+                            {"migrations", std::to_string(r.migrations), true}};
   if (!error.empty()) f.push_back({"error", error});
   log::event(log::kInfo, "finish", f);
 }
@@ -99,11 +100,11 @@ void RequestTable::emit(const scheduler::StepOutcome& out) {
     if (r.frontend == kInternal) continue;
     if (!r.got_token) {
       r.got_token = true;
-      r.original.reset();  // streamed: no transparent re-queue from now on
       r.first_token = Clock::now();
       m_.ttft_seconds->observe(ms_between(r.arrival, r.first_token) / 1000.0);
     }
     m_.generated_tokens->inc();
+    if (r.original) r.generated.push_back(t.token);  // what a migration resumes after
     protocol::TokenEvent ev{.id = r.client_id, .tokens = {t.token}};
     ev.logprobs = {t.logprob};
     if (!t.top.empty()) ev.top_logprobs = {t.top};

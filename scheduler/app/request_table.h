@@ -7,8 +7,9 @@
 // forgotten — every path that ends a request goes through finish(), fail() or forget().
 //
 // Invariants: every entry is in by_client under (frontend, client_id) and vice versa;
-// `original` is set only until the first token (after that the client has seen output and a
-// dead worker means kPeerDead, not a transparent re-queue).
+// `original` is kept for the request's life and `generated` holds exactly the tokens sent to
+// the frontend, in order, so that Failover can re-queue (nothing streamed) or migrate (some
+// streamed: the request resumes after them on another worker) a request whose worker died.
 //
 // Ownership/threading: owned by the event loop; used only by its thread. Sends through the
 // borrowed Sockets; metrics into the borrowed registry.
@@ -42,10 +43,12 @@ struct TrackedRequest {
   bool got_token = false;
   bool has_preference = false;  // dki: no fill by the end means its pages were cached ("memory")
   std::optional<FillResult> fill;
-  // The request as first submitted, kept until its first token so that Failover can re-queue
-  // it on another worker if its worker dies before that.
+  // The request as first submitted (Request::generated empty), so that Failover can place it
+  // again if its worker dies; empty only for requests tracked without one (never re-placed).
   std::optional<scheduler::Request> original;
-  int requeues = 0;
+  std::vector<int32_t> generated;  // tokens sent to the frontend so far (a migration resumes after them)
+  int requeues = 0;    // times moved before its first token
+  int migrations = 0;  // times moved after it had streamed (resumed after `generated`)
 };
 
 // The end of a request the scheduler made itself: TrackedRequest::frontend is kInternal and

@@ -26,6 +26,9 @@ SchedulerMetrics SchedulerMetrics::create(metrics::Registry& r) {
       .peer_dead = &r.counter("tessera_scheduler_peer_dead_requests_total", "requests failed because their worker died"),
       .requeued = &r.counter("tessera_scheduler_requeued_requests_total",
                              "requests moved to another worker because theirs died before their first token"),
+      .migrated = &r.counter("tessera_scheduler_migrated_requests_total",
+                             "requests that had streamed tokens, moved to another worker because theirs died "
+                             "(they resume after the tokens already sent)"),
       .preemptions = &r.counter("tessera_scheduler_preemptions_total", "sequences preempted (by recompute)"),
       .generated_tokens = &r.counter("tessera_scheduler_generation_tokens_total",
                                      "tokens sampled and sent to the frontends (stop tokens not included)"),

@@ -25,6 +25,7 @@ struct SchedulerMetrics {
   metrics::Counter* bad_worker = nullptr;
   metrics::Counter* peer_dead = nullptr;
   metrics::Counter* requeued = nullptr;
+  metrics::Counter* migrated = nullptr;
   metrics::Counter* preemptions = nullptr;
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* kv_usage = nullptr;

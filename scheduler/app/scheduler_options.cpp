@@ -24,8 +24,12 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
   o.add(c.service.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval the workers are told to use",
                                  .env = "TESSERA_SCHEDULER_HEARTBEAT_MS", .min = 10, .max = 60000});
   o.add(c.service.worker_dead_ms, {.name = "worker-dead-ms",
-                                   .help = "a worker silent this long is dead: its requests fail with peer_dead",
+                                   .help = "a worker silent this long is dead: its requests move to another worker (re-queued, or migrated mid-stream)",
                                    .env = "TESSERA_WORKER_DEAD_MS", .min = 20, .max = 600000});
+  o.add(c.service.max_migrations, {.name = "max-migrations",
+                                   .help = "times a request that has streamed tokens is moved off a dead worker, resuming "
+                                           "after the tokens sent (0 = never: it ends with peer_dead)",
+                                   .env = "TESSERA_MAX_MIGRATIONS", .min = 0, .max = 100});
   o.add(c.service.frontend_dead_ms, {.name = "frontend-dead-ms",
                                      .help = "a frontend silent this long is gone: its requests are cancelled",
                                      .env = "TESSERA_FRONTEND_DEAD_MS", .min = 20, .max = 600000});

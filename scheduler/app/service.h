@@ -31,9 +31,9 @@
 //
 // Failure handling: workers and frontends heartbeat every heartbeat_ms; the scheduler answers
 // each heartbeat. A worker silent for worker_dead_ms (or one that says `shutdown`, or registers
-// again) is dead: every request it held that has not streamed a token yet is routed again and
-// queued on a live worker (at most 3 times; the scheduler keeps each request's original until its
-// first token for this); the others end with an `error` kPeerDead. New requests go to the
+// again) is dead: every request it held is routed again and queued on a live worker — one that
+// has not streamed a token yet as if new (at most 3 times), one that has after the tokens already
+// sent (migration, at most max_migrations times; failover.h) — or ends with an `error` kPeerDead. New requests go to the
 // remaining workers (or get kUnavailable when none is left). A frontend silent for
 // frontend_dead_ms has its requests cancelled. Undecodable messages get an `error` reply (frontends) or are logged and counted
 // (workers); nothing a peer sends takes the loop down.
@@ -61,6 +61,7 @@ struct ServiceConfig {
   int heartbeat_ms = 500;          // sent to workers in register_ack
   int worker_dead_ms = 3000;       // > heartbeat_ms
   int frontend_dead_ms = 5000;     // > heartbeat_ms
+  int max_migrations = 2;          // moves of a streamed request off dead workers (0 = none: peer_dead)
   int32_t max_running = scheduler::BatcherConfig{}.max_running;  // per worker
   int32_t max_waiting = scheduler::BatcherConfig{}.max_waiting;  // per worker; more gets kOverloaded
   int32_t max_step_tokens = 0;     // per step; 0 = the worker's max_batch_tokens

@@ -88,6 +88,13 @@ Status Batcher::submit(Request r) {
     if (t < 0) return invalid(who + "negative token id " + std::to_string(t) + " in prompt");
   }
   if (r.max_tokens < 1) return invalid(who + "max_tokens must be >= 1 (got " + std::to_string(r.max_tokens) + ")");
+  for (int32_t t : r.generated) {
+    if (t < 0) return invalid(who + "negative token id " + std::to_string(t) + " in the generated tokens it resumes after");
+  }
+  if (static_cast<int64_t>(r.generated.size()) >= r.max_tokens) {
+    return invalid(who + "resumes after " + std::to_string(r.generated.size()) + " generated tokens, max_tokens is " +
+                   std::to_string(r.max_tokens) + ": nothing left to generate");
+  }
   int32_t p = 0;
   if (r.preference) {
     p = r.preference->num_tokens;
@@ -97,9 +104,11 @@ Status Batcher::submit(Request r) {
     }
   }
   const int64_t prompt_end = static_cast<int64_t>(p) + static_cast<int64_t>(r.prompt.size());
-  if (prompt_end >= config_.max_context) {
-    return make_error(ErrorCode::kTooLarge, who + "prompt of " + std::to_string(prompt_end) +
-                                                " positions leaves no room to generate in a context of " +
+  if (prompt_end + static_cast<int64_t>(r.generated.size()) >= config_.max_context) {
+    return make_error(ErrorCode::kTooLarge, who + "prompt of " + std::to_string(prompt_end) + " positions" +
+                                                (r.generated.empty() ? "" : " and " + std::to_string(r.generated.size()) +
+                                                                                " generated tokens") +
+                                                " leaves no room to generate in a context of " +
                                                 std::to_string(config_.max_context));
   }
   const int64_t longest = std::min<int64_t>(prompt_end + r.max_tokens, config_.max_context);
@@ -113,6 +122,7 @@ Status Batcher::submit(Request r) {
   }
   auto s = std::make_unique<Sequence>();
   s->tokens = key_tokens(r);
+  s->tokens.insert(s->tokens.end(), r.generated.begin(), r.generated.end());  // a migrated request resumes
   s->prefix_len = p;
   s->prompt_end = static_cast<int32_t>(prompt_end);
   s->arrival = next_arrival_++;

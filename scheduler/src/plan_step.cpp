@@ -155,7 +155,7 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   }
   if (!s.admitted_once) {
     s.admitted_once = true;
-    s.cached_prompt_tokens = std::max(0, u.use - s.prefix_len);
+    s.cached_prompt_tokens = std::clamp(u.use - s.prefix_len, 0, s.prompt_end - s.prefix_len);  // migrated: not its generated
     stats_.prompt_tokens += static_cast<int64_t>(s.req.prompt.size());
     stats_.cached_prompt_tokens += s.cached_prompt_tokens;
   }

@@ -275,8 +275,10 @@ TEST_F(SlowClientTest, TheSchedulersMetricsServerServesScrapesWhileASlowClientTr
 
 // A non-streamed request whose worker dies mid-generation (tokens produced, none seen by the
 // client) is submitted again by the frontend and answered 200 in full, not 503 (finding 11).
+// Migration off: the scheduler would otherwise resume the request itself (cluster_migrate_test.cpp)
+// and the frontend's resubmission, which this pins, would never run.
 TEST(ClusterResubmit, ANonStreamedRequestWhoseWorkerDiesIsSubmittedAgain) {
-  Cluster c(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+  Cluster c(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2, .scheduler_args = {"--max-migrations", "0"}});
   ASSERT_TRUE(c.ok()) << c.logs();
   const int mport = c.metrics_port();
   const std::string body =

@@ -1,7 +1,8 @@
 // Scenario tests of the scheduler process's components around a dead worker: the worker
-// registry's fingerprint rule, and Failover moving unstreamed requests to a live worker while
-// streamed ones (or ones re-queued too often, or with nowhere to go) end with peer_dead at
-// their frontend. Real sockets on loopback; a DEALER plays the frontend.
+// registry's fingerprint rule, and Failover moving unstreamed requests (re-queue) and streamed
+// ones (migration: resumed after the tokens sent) to a live worker, while requests moved too
+// often or with nowhere to go end with peer_dead at their frontend. Real sockets on loopback; a
+// DEALER plays the frontend.
 #include "failover.h"
 
 #include <gtest/gtest.h>
@@ -98,11 +99,11 @@ TEST_F(FailoverTest, EveryWorkerServesTheSameModel) {
       });
 }
 
-TEST_F(FailoverTest, UnstreamedRequestsMoveStreamedOnesFail) {
+TEST_F(FailoverTest, UnstreamedRequestsAreRequeuedStreamedOnesMigrate) {
   uint64_t quiet = 0, streamed = 0;
   std::string dead;
   Scenario("a worker dies holding two requests")
-      .Given("two workers and two requests on one of them, one of which streamed a token", [&] {
+      .Given("two workers and two requests on one of them, one of which streamed two tokens", [&] {
         ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
         ASSERT_TRUE(workers->add("w1", worker_info(1)).ok());
         quiet = submit(10);
@@ -110,27 +111,89 @@ TEST_F(FailoverTest, UnstreamedRequestsMoveStreamedOnesFail) {
         dead = table->find(quiet)->worker;
         ASSERT_EQ(table->find(streamed)->worker, dead);
         table->emit(scheduler::StepOutcome{.tokens = {{.request_id = streamed, .token = 42}}});
-        auto tok = next_event();
-        ASSERT_TRUE(tok && std::holds_alternative<protocol::TokenEvent>(*tok));
+        table->emit(scheduler::StepOutcome{.tokens = {{.request_id = streamed, .token = 43, .index = 1}}});
+        for (int i = 0; i < 2; ++i) {
+          auto tok = next_event();
+          ASSERT_TRUE(tok && std::holds_alternative<protocol::TokenEvent>(*tok));
+        }
       })
       .When("that worker dies", [&] { failover->worker_dead(dead, "worker '" + dead + "' stopped heartbeating"); })
       .Then("the quiet request is queued on the other worker, as if new", [&] {
         ASSERT_NE(table->find(quiet), nullptr);
         EXPECT_NE(table->find(quiet)->worker, dead);
         EXPECT_EQ(table->find(quiet)->requeues, 1);
+        EXPECT_EQ(table->find(quiet)->migrations, 0);
         EXPECT_EQ(m.requeued->value(), 1.0);
       })
-      .And("the streamed one ends with peer_dead at its frontend", [&] {
+      .And("the streamed one is migrated there, resuming after the tokens it sent", [&] {
+        const TrackedRequest* r = table->find(streamed);
+        ASSERT_NE(r, nullptr);
+        EXPECT_NE(r->worker, dead);
+        EXPECT_EQ(r->migrations, 1);
+        EXPECT_EQ(r->requeues, 0);
+        EXPECT_EQ(r->generated, (std::vector<int32_t>{42, 43}));
+        EXPECT_EQ(m.migrated->value(), 1.0);
+        EXPECT_EQ(m.peer_dead->value(), 0.0);
+        EXPECT_EQ(workers->find(r->worker)->batcher->num_waiting(), 2);
+        EXPECT_EQ(workers->find(dead), nullptr);
+      })
+      .And("its frontend hears nothing: no error", [&] {
+        zmq::pollitem_t item{frontend.handle(), 0, ZMQ_POLLIN, 0};
+        EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(100)), 0);
+      });
+}
+
+TEST_F(FailoverTest, MigrationsAreBounded) {
+  uint64_t moved = 0;
+  Scenario("limit of migrations")
+      .Given("two workers and a streamed request already migrated kMaxMigrations times", [&] {
+        ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
+        ASSERT_TRUE(workers->add("w1", worker_info(1)).ok());
+        moved = submit(30);
+        table->emit(scheduler::StepOutcome{.tokens = {{.request_id = moved, .token = 42}}});
+        ASSERT_TRUE(next_event().has_value());
+        table->find(moved)->migrations = Failover::kMaxMigrations;
+      })
+      .When("its worker dies", [&] {
+        const std::string w = table->find(moved)->worker;
+        failover->worker_dead(w, "worker '" + w + "' stopped heartbeating");
+      })
+      .Then("it ends with peer_dead saying it was moved too often", [&] {
         auto ev = next_event();
         ASSERT_TRUE(ev.has_value());
         auto* err = std::get_if<protocol::ErrorEvent>(&*ev);
         ASSERT_NE(err, nullptr);
-        EXPECT_EQ(err->id, 11u);
+        EXPECT_EQ(err->id, 30u);
         EXPECT_EQ(err->code, ErrorCode::kPeerDead);
-        EXPECT_NE(err->message.find("stopped heartbeating"), std::string::npos);
-        EXPECT_EQ(table->find(streamed), nullptr);
-        EXPECT_EQ(m.peer_dead->value(), 1.0);
-        EXPECT_EQ(workers->find(dead), nullptr);
+        EXPECT_NE(err->message.find("already migrated 2 times"), std::string::npos) << err->message;
+        EXPECT_EQ(table->find(moved), nullptr);
+        EXPECT_EQ(m.migrated->value(), 0.0);
+      });
+}
+
+TEST_F(FailoverTest, MaxMigrationsZeroEndsStreamedRequestsAsBefore) {
+  Failover no_migration(*workers, *table, m, /*max_migrations=*/0);
+  uint64_t streamed = 0;
+  Scenario("--max-migrations 0")
+      .Given("two workers and a streamed request", [&] {
+        ASSERT_TRUE(workers->add("w0", worker_info(1)).ok());
+        ASSERT_TRUE(workers->add("w1", worker_info(1)).ok());
+        streamed = submit(40);
+        table->emit(scheduler::StepOutcome{.tokens = {{.request_id = streamed, .token = 42}}});
+        ASSERT_TRUE(next_event().has_value());
+      })
+      .When("its worker dies", [&] {
+        const std::string w = table->find(streamed)->worker;
+        no_migration.worker_dead(w, "worker '" + w + "' stopped heartbeating");
+      })
+      .Then("it ends with peer_dead naming the option", [&] {
+        auto ev = next_event();
+        ASSERT_TRUE(ev.has_value());
+        auto* err = std::get_if<protocol::ErrorEvent>(&*ev);
+        ASSERT_NE(err, nullptr);
+        EXPECT_EQ(err->code, ErrorCode::kPeerDead);
+        EXPECT_NE(err->message.find("migration is off (--max-migrations 0)"), std::string::npos) << err->message;
+        EXPECT_EQ(m.migrated->value(), 0.0);
       });
 }
 

@@ -220,5 +220,36 @@ TEST(Sampler, GrammarConstrainsEveryDrawAndClosesWithinTheBudget) {
   }
 }
 
+// A request resumed after k tokens (preempted, or migrated from a dead worker: the scheduler
+// sends them as history) draws what the uninterrupted sampler draws from token k on, for every
+// kind of choice that uses the RNG (plain and truncated), with penalties on.
+TEST(Sampler, SetHistoryPutsTheRngWhereTheUninterruptedRunIs) {
+  const std::vector<float> logits = from_probs({0.3, 0.25, 0.2, 0.15, 0.1});
+  for (const bool truncated : {false, true}) {
+    SamplingParams p;
+    p.temperature = 0.9f;
+    p.seed = 1234;
+    p.presence_penalty = 0.3f;
+    if (truncated) p.top_p = 0.9f;
+    Sampler whole(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 40; ++i) {
+      auto l = logits;
+      out.push_back(whole.sample(l).token);
+      whole.accept(out.back());
+    }
+    for (const size_t k : {size_t{1}, size_t{17}, size_t{39}}) {
+      Sampler resumed(p);
+      resumed.set_history(std::span<const int32_t>(out.data(), k));
+      for (size_t i = k; i < out.size(); ++i) {
+        auto l = logits;
+        const int32_t t = resumed.sample(l).token;
+        ASSERT_EQ(t, out[i]) << "truncated " << truncated << ", resumed after " << k << ", token " << i;
+        resumed.accept(t);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::worker

@@ -51,6 +51,10 @@ void Sampler::set_history(std::span<const int32_t> tokens) {
   generated_ = 0;
   if (matcher_) matcher_ = std::make_unique<grammar::Matcher>(schema_);
   for (int32_t t : tokens) accept(t);
+  // The RNG position: a non-greedy choice takes exactly one draw per sampled token, so a request
+  // resumed after `tokens` (preempted, or migrated from a dead worker) draws what it would have.
+  rng_.seed(params_.seed);
+  if (params_.temperature != 0.0f && params_.top_k != 1) rng_.discard(tokens.size());
 }
 
 void Sampler::accept(int32_t token) {

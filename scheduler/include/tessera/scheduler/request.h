@@ -36,6 +36,12 @@ struct Request {
   // The wire field `routing_key` (common/routing.h routing_key_for(), filled by the frontend);
   // "" = none (an old client): Router::routing_key() derives one from the prompt prefix.
   std::string routing_key{};
+  // Migration (docs/scheduler.md "Migration"): tokens this request already generated on a worker
+  // that died, in order. The sequence resumes after them: they are re-prefilled after the prompt
+  // (the radix index may hold part of it), they count towards max_tokens and completion_tokens,
+  // the next token's index is their count, and the worker gets them as penalty/RNG history.
+  // Empty for a new request.
+  std::vector<int32_t> generated{};
 };
 
 enum class FinishReason : uint8_t {

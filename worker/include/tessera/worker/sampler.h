@@ -64,7 +64,8 @@ class Sampler {
   Sampler& operator=(const Sampler&) = delete;
 
   const SamplingParams& params() const { return params_; }
-  // Replaces the penalty history (e.g. after a preemption the scheduler resends it).
+  // Replaces the penalty history (e.g. after a preemption or a migration the scheduler resends
+  // it) and puts the RNG where it is after sampling those tokens (one draw per non-greedy token).
   void set_history(std::span<const int32_t> tokens);
   // Adds a token to the penalty history.
   void accept(int32_t token);
