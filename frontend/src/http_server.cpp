@@ -225,6 +225,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         co_return co_await respond(400, "application/json", body);
       }
       const std::string param = e.code == ErrorCode::kNotFound                             ? std::string("model")
+                                : e.message.rfind("kv_policy", 0) == 0                ? std::string("kv_policy")
                                 : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param
                                                                                        : std::string();
       co_return co_await error(e, param);

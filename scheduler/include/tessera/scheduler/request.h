@@ -36,6 +36,8 @@ struct Request {
   // The wire field `routing_key` (common/routing.h routing_key_for(), filled by the frontend);
   // "" = none (an old client): Router::routing_key() derives one from the prompt prefix.
   std::string routing_key{};
+  // K/V retention (docs/kv.md "StreamingLLM", "H2O"); kNone = full attention.
+  KvPolicy kv_policy{};
 };
 
 enum class FinishReason : uint8_t {
