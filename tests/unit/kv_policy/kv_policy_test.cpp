@@ -243,10 +243,12 @@ TEST(KvPolicyQuality, WithinContextAgainstFullAttention) {
   const double base = mean(full.nll);
   const Output s256 = forced(streaming(4, 252), fx().prompt, ref.tokens);
   const Output h256 = forced(h2o(256, 128), fx().prompt, ref.tokens);
-  EXPECT_LT(mean(s256.nll), base + 0.25);
-  EXPECT_LT(mean(h256.nll), base + 0.25);
-  EXPECT_GT(s256.agree, n * 8 / 10);
-  EXPECT_GT(h256.agree, n * 8 / 10);
+  std::printf("within the context (%d forced tokens): NLL full %.4f, streaming 4+252 %.4f (agree %.3f), h2o 256/128 %.4f (agree %.3f)\n",
+              n, base, mean(s256.nll), s256.agree / static_cast<double>(n), mean(h256.nll), h256.agree / static_cast<double>(n));
+  EXPECT_LT(mean(s256.nll), base + 0.05);
+  EXPECT_LT(mean(h256.nll), base + 0.05);
+  EXPECT_GT(s256.agree, n * 95 / 100);
+  EXPECT_GT(h256.agree, n * 95 / 100);
 }
 
 std::vector<int32_t> long_text(size_t n) {
@@ -256,11 +258,17 @@ std::vector<int32_t> long_text(size_t n) {
   std::vector<int32_t> text;
   const char* openings[] = {"Once upon a time, there was a little dog.", "Tom and Sue went to the park.",
                             "One day, a bird found a shiny stone.", "Lily had a red ball.", "The sun was hot."};
+  // Only the text's first token is BOS: later stories are joined without one, so the only
+  // natural attention sink is the beginning of the text (as in the paper's long streams).
+  const int32_t bos = (*tok)->bos_id();
   for (int i = 0; text.size() < n; ++i) {
     std::vector<int32_t> p = (*tok)->encode(openings[i % 5], true);
     const Output o = free_run({}, 300, p);
+    if (!text.empty() && !p.empty() && p.front() == bos) p.erase(p.begin());
     text.insert(text.end(), p.begin(), p.end());
-    text.insert(text.end(), o.tokens.begin(), o.tokens.end());
+    for (int32_t t : o.tokens) {
+      if (t != bos) text.push_back(t);
+    }
   }
   text.resize(n);
   return text;
@@ -280,23 +288,29 @@ TEST(KvPolicyQuality, Table) {
                       {"streaming sinks=4 window=252", streaming(4, 252), kContext},
                       {"streaming sinks=4 window=124", streaming(4, 124), kContext},
                       {"window only: sinks=0 window=256", streaming(0, 256), kContext},
+                      {"streaming sinks=4 window=60", streaming(4, 60), kContext},
+                      {"window only: sinks=0 window=64", streaming(0, 64), kContext},
                       {"h2o budget=256 recent=128", h2o(256, 128), 4096},
                       {"h2o budget=128 recent=64", h2o(128, 64), 4096}};
   const size_t split = kContext - prompt.size();
   std::printf("| policy | NLL tokens 8-512 | NLL tokens 512-%zu | argmax agreement |\n|---|---|---|---|\n", n);
-  double full_in = 0.0, stream_out = 0.0, window_out = 0.0;
+  double full_out = 0.0, stream_in = 0.0, stream_out = 0.0;
   for (const Row& r : rows) {
     const Output o = forced(r.p, prompt, cont, r.ctx);
     ASSERT_EQ(o.nll.size(), cont.size()) << r.name;
     const double in = mean(o.nll, 0, split), out = mean(o.nll, split);
     std::printf("| %s | %.3f | %.3f | %.3f |\n", r.name, in, out, static_cast<double>(o.agree) / static_cast<double>(cont.size()));
-    if (r.p.type == KvPolicyType::kNone) full_in = in;
-    if (r.p == streaming(4, 252)) stream_out = out;
-    if (r.p == streaming(0, 256)) window_out = out;
+    if (r.p.type == KvPolicyType::kNone) full_out = out;
+    if (r.p == streaming(4, 252)) {
+      stream_in = in;
+      stream_out = out;
+    }
   }
-  EXPECT_GT(full_in, 0.0);
-  EXPECT_GT(stream_out, 0.0);
-  EXPECT_LT(stream_out, window_out + 0.05);  // sinks never hurt against a window alone
+  // Stated tolerances: past the context StreamingLLM stays within 0.1 nat of its own NLL inside
+  // the context, and beats full attention with extrapolated positions by at least 0.1 nat.
+  EXPECT_GT(stream_in, 0.0);
+  EXPECT_LT(stream_out, stream_in + 0.1);
+  EXPECT_LT(stream_out, full_out - 0.1);
 }
 
 }  // namespace
