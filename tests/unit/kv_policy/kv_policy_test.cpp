@@ -6,6 +6,7 @@
 // KvPolicyQuality.Table.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -311,6 +312,27 @@ TEST(KvPolicyQuality, Table) {
   EXPECT_GT(stream_in, 0.0);
   EXPECT_LT(stream_out, stream_in + 0.1);
   EXPECT_LT(stream_out, full_out - 0.1);
+}
+
+TEST(KvPolicyQuality, DecodeCost) {
+  // Wall time per generated token of one sequence (480 tokens after the prompt, so the caps are
+  // reached), best of 5, for the docs/BENCHMARKS.md table; informational, no bound.
+  struct Row {
+    const char* name;
+    KvPolicy p;
+  };
+  const Row rows[] = {{"full attention", {}}, {"streaming 4+252", streaming(4, 252)}, {"streaming 4+60", streaming(4, 60)},
+                      {"h2o 256/128", h2o(256, 128)}, {"h2o 64/32", h2o(64, 32)}};
+  for (const Row& r : rows) {
+    double best = 1e30;  // the fastest of 5 runs: the least disturbed by other load
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Output o = free_run(r.p, 480);
+      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      ASSERT_EQ(o.tokens.size(), 480u);
+    }
+    std::printf("| %s | %.3f ms/token |\n", r.name, best / 480.0);
+  }
 }
 
 }  // namespace
