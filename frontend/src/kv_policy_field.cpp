@@ -1,6 +1,7 @@
 // The request field kv_policy (kv_policy_field.h).
 #include "kv_policy_field.h"
 
+#include <cstdio>
 #include <string>
 
 namespace tessera::frontend {
@@ -55,6 +56,23 @@ Status parse_kv_policy(const nlohmann::json& value, KvPolicy* out) {
   if (std::string e = kv_policy_error(k, 0); !e.empty()) return make_error(ErrorCode::kOutOfRange, e);
   *out = k;
   return ok_status();
+}
+
+Result<KvPolicy> parse_kv_policy_spec(std::string_view spec) {
+  const std::string s(spec);
+  KvPolicy k;
+  int a = 0, b = 0;
+  char tail = 0;
+  if (s == "none") return k;
+  if (std::sscanf(s.c_str(), "streaming:%d:%d%c", &a, &b, &tail) == 2) {
+    k = {.type = KvPolicyType::kStreaming, .sinks = a, .window = b};
+  } else if (std::sscanf(s.c_str(), "h2o:%d:%d%c", &a, &b, &tail) == 2) {
+    k = {.type = KvPolicyType::kH2O, .budget = a, .recent = b};
+  } else {
+    return bad("'" + s + "' is not none, streaming:SINKS:WINDOW or h2o:BUDGET:RECENT");
+  }
+  if (std::string e = kv_policy_error(k, 0); !e.empty()) return bad("'" + s + "': " + e);
+  return k;
 }
 
 }  // namespace tessera::frontend

@@ -6,6 +6,8 @@
 // preparation). A pure function of its input; thread-safe.
 #pragma once
 
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "tessera/common/result.h"
@@ -14,5 +16,9 @@
 namespace tessera::frontend {
 
 Status parse_kv_policy(const nlohmann::json& value, KvPolicy* out);
+
+// The --kv-policy option: "none", "streaming:SINKS:WINDOW" or "h2o:BUDGET:RECENT" (ranges as
+// for the field; the context is checked per request). kInvalidArgument naming the form.
+Result<KvPolicy> parse_kv_policy_spec(std::string_view spec);
 
 }  // namespace tessera::frontend

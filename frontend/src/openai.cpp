@@ -380,6 +380,7 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
     return rd.fail("cache_salt", ErrorCode::kInvalidArgument,
                    "cache_salt must be a non-empty string of at most " + std::to_string(protocol::kMaxCacheSaltBytes) + " bytes");
   TS_TRY(rd.boolean("ignore_eos", &r.ignore_eos));
+  out.kv_policy_given = rd.find("kv_policy") != nullptr;
   if (const json* kp = rd.find("kv_policy"); kp != nullptr) {
     if (Status st = parse_kv_policy(*kp, &r.kv_policy); !st.ok()) return rd.fail("kv_policy", st.error().code, st.error().message);
   }

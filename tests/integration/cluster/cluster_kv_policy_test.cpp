@@ -103,3 +103,30 @@ TEST_F(ClusterKvPolicyTest, BadPoliciesAreRefusedNamingTheField) {
 
 }  // namespace
 }  // namespace tessera::testing::cluster_kv_policy_test
+
+namespace tessera::testing::cluster_kv_policy_test {
+namespace {
+
+// The per-model default (--kv-policy on the frontend): requests without the field stream past
+// the context; a request's own {"type": "none"} opts out (and is then bound by the context).
+TEST(ClusterKvPolicyDefault, FrontendOptionAppliesToRequestsWithoutTheField) {
+  ClusterOptions o;
+  o.num_pages = 40;
+  o.frontend_args = {"--kv-policy", "streaming:4:60"};
+  Cluster c(o);
+  ASSERT_TRUE(c.ok());
+  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 900}, {"temperature", 0}, {"ignore_eos", true}};
+  auto r = c.post("/v1/completions", body.dump(), 120000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->status, 200) << r->body << c.logs();
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 900);
+  json none = body;
+  none["kv_policy"] = {{"type", "none"}};
+  auto refused = c.post("/v1/completions", none.dump());
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_NE(refused->body.find("context_length_exceeded"), std::string::npos) << refused->body;
+}
+
+}  // namespace
+}  // namespace tessera::testing::cluster_kv_policy_test
