@@ -79,6 +79,23 @@ Status decode_request(const MapView& m, RequestKind kind, GenerateRequest* r) {
   TS_TRY(opt(m, "api_key", &r->api_key));
   TS_TRY(opt(m, "tenant", &r->tenant));
   TS_TRY(opt(m, "cache_salt", &r->cache_salt));
+  if (const msgpack::object* ko = m.find("kv_policy")) {
+    TS_ASSIGN_OR_RETURN(MapView km, detail::as_map(*ko, m.field("kv_policy")));
+    std::string type;
+    TS_TRY(req(km, "type", &type));
+    KvPolicy& k = r->kv_policy;
+    if (type == "streaming") {
+      k.type = KvPolicyType::kStreaming;
+      TS_TRY(opt(km, "sinks", &k.sinks));
+      TS_TRY(req(km, "window", &k.window));
+    } else if (type == "h2o") {
+      k.type = KvPolicyType::kH2O;
+      TS_TRY(req(km, "budget", &k.budget));
+      TS_TRY(opt(km, "recent", &k.recent));
+    } else if (type != "none") {
+      return make_error(ErrorCode::kInvalidArgument, "kv_policy.type must be none, streaming or h2o (got '" + type + "')");
+    }
+  }
   return validate(*r);
 }
 
@@ -201,6 +218,15 @@ Status decode_plan(const MapView& m, StepPlan* p) {
       TS_TRY(detail::read_sampling(sm, &sp.sampling));
     }
     TS_TRY(opt(s, "generated", &sp.generated));
+    TS_TRY(opt(s, "rope_offset", &sp.rope_offset));
+    std::vector<int32_t> moves;
+    TS_TRY(opt(s, "moves", &moves));
+    if (moves.size() % 3 != 0) {
+      return make_error(ErrorCode::kInvalidArgument, s.field("moves") + " must hold [src, dst, rope_delta] triples");
+    }
+    for (size_t i = 0; i < moves.size(); i += 3) sp.moves.push_back(KvMove{moves[i], moves[i + 1], moves[i + 2]});
+    TS_TRY(opt(s, "h2o_recent", &sp.h2o_recent));
+    TS_TRY(opt(s, "h2o_victims", &sp.h2o_victims));
     p->seqs.push_back(std::move(sp));
     return ok_status();
   };
@@ -218,6 +244,7 @@ Status decode_result(const MapView& m, StepResult* r) {
     TS_TRY(req(s, "token", &sr.token));
     TS_TRY(opt(s, "logprob", &sr.logprob));
     if (const msgpack::object* t = s.find("top")) TS_TRY(top_list(*t, s.field("top"), &sr.top));
+    TS_TRY(opt(s, "victims", &sr.victims));
     r->results.push_back(std::move(sr));
     return ok_status();
   };
@@ -478,6 +505,7 @@ Status validate(const GenerateRequest& r) {
   if (!finite_in(r.preference_alpha, 0.0f, 1.0f))
     return range_error("preference_alpha must be in [0, 1] (got " + num(r.preference_alpha) + ")");
   if (r.priority < -100 || r.priority > 100) return range_error("priority must be in [-100, 100] (got " + num(r.priority) + ")");
+  if (std::string e = kv_policy_error(r.kv_policy, 0); !e.empty()) return range_error(e);
   return ok_status();
 }
 
@@ -498,6 +526,10 @@ Status validate(const StepPlan& p) {
     for (int64_t slot : s.slot_mapping)
       if (slot < 0) return range_error(at + ".slot_mapping holds a negative slot (" + num(slot) + ")");
     if (s.sample) TS_TRY(validate(s.sampling));
+    for (size_t j = 0; j < s.moves.size(); ++j)
+      if (s.moves[j].src < 0 || s.moves[j].dst < 0) return range_error(at + ".moves[" + num(j) + "] has a negative cache index");
+    if (s.h2o_recent < -1 || s.h2o_victims < 0)
+      return range_error(at + ".h2o_recent must be >= -1 and h2o_victims >= 0");
   }
   for (size_t i = 0; i < p.copies.size(); ++i)
     if (p.copies[i].src < 0 || p.copies[i].dst < 0)

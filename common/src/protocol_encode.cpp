@@ -94,6 +94,19 @@ struct Encoder {
         w.key(key);
         w.str(*value);
       }
+    if (r.kv_policy.type != KvPolicyType::kNone) {
+      const KvPolicy& k = r.kv_policy;
+      w.key("kv_policy");
+      w.begin_map();
+      w.key("type");
+      w.str(std::string(kv_policy_type_name(k.type)));
+      const bool streaming = k.type == KvPolicyType::kStreaming;
+      w.key(streaming ? "sinks" : "budget");
+      w.i64(streaming ? k.sinks : k.budget);
+      w.key(streaming ? "window" : "recent");
+      w.i64(streaming ? k.window : k.recent);
+      w.end_map();
+    }
   }
 
   void operator()(const CancelRequest& r) { header(w, "cancel", r.id); }
@@ -247,6 +260,23 @@ struct Encoder {
       w.end_map();
       w.key("generated");
       w.i32s(s.generated);
+      if (s.rope_offset != 0) {
+        w.key("rope_offset");
+        w.i64(s.rope_offset);
+      }
+      if (!s.moves.empty()) {
+        w.key("moves");  // flat [src, dst, rope_delta, ...]
+        std::vector<int32_t> flat;
+        flat.reserve(s.moves.size() * 3);
+        for (const KvMove& mv : s.moves) flat.insert(flat.end(), {mv.src, mv.dst, mv.rope_delta});
+        w.i32s(flat);
+      }
+      if (s.h2o_recent >= 0) {
+        w.key("h2o_recent");
+        w.i64(s.h2o_recent);
+        w.key("h2o_victims");
+        w.i64(s.h2o_victims);
+      }
       w.end_map();
     }
     w.key("released");
@@ -270,6 +300,10 @@ struct Encoder {
       w.f32(s.logprob);
       w.key("top");
       write_top(w, s.top);
+      if (!s.victims.empty()) {
+        w.key("victims");
+        w.i32s(s.victims);
+      }
       w.end_map();
     }
     w.key("error_code");

@@ -1,5 +1,7 @@
 #include "tessera/common/step_plan.h"
 
+#include <string>
+
 namespace tessera {
 
 std::vector<std::string_view> required_sampling_capabilities(const SamplingParams& p) {
@@ -19,6 +21,39 @@ std::vector<std::string_view> required_sampling_capabilities(const SamplingParam
   if (p.logprobs || p.top_logprobs > 0) out.emplace_back("logprobs");
   if (!p.grammar.empty()) out.emplace_back("grammar");
   return out;
+}
+
+std::string_view kv_policy_type_name(KvPolicyType t) {
+  switch (t) {
+    case KvPolicyType::kNone: return "none";
+    case KvPolicyType::kStreaming: return "streaming";
+    case KvPolicyType::kH2O: return "h2o";
+  }
+  return "unknown";
+}
+
+std::string kv_policy_error(const KvPolicy& p, int32_t max_context) {
+  constexpr int32_t kMax = 1 << 20;
+  auto bad = [](const char* field, const std::string& rule, int32_t got) {
+    return std::string("kv_policy.") + field + " must be " + rule + " (got " + std::to_string(got) + ")";
+  };
+  const std::string ctx = std::to_string(max_context);
+  switch (p.type) {
+    case KvPolicyType::kNone: return {};
+    case KvPolicyType::kStreaming:
+      if (p.sinks < 0 || p.sinks > kMax) return bad("sinks", ">= 0", p.sinks);
+      if (p.window < 1 || p.window > kMax) return bad("window", ">= 1", p.window);
+      if (max_context > 0 && p.sinks + p.window > max_context) {
+        return "kv_policy: sinks + window (" + std::to_string(p.sinks + p.window) + ") must be <= the context (" + ctx + ")";
+      }
+      return {};
+    case KvPolicyType::kH2O:
+      if (p.budget < 2 || p.budget > kMax) return bad("budget", ">= 2", p.budget);
+      if (max_context > 0 && p.budget > max_context) return bad("budget", "<= the context (" + ctx + ")", p.budget);
+      if (p.recent < 0 || p.recent >= p.budget) return bad("recent", "in [0, budget)", p.recent);
+      return {};
+  }
+  return "kv_policy.type is unknown";
 }
 
 }  // namespace tessera

@@ -42,6 +42,7 @@ struct ClientApi::Job {
   uint64_t client_id = 0;
   uint64_t seq = 0;
   bool max_tokens_given = false;
+  bool kv_policy_given = false;
   bool seed_given = false;
   protocol::GenerateRequest request;
   std::unique_ptr<Admission::Slot> slot;
@@ -216,6 +217,7 @@ void ClientApi::on_request(zmqu::Envelope env, protocol::GenerateRequest r) {
   auto job = std::make_shared<Job>();
   job->client_id = client_id;
   job->max_tokens_given = protocol::peek_has_key(env.body, "max_tokens");
+  job->kv_policy_given = protocol::peek_has_key(env.body, "kv_policy");
   job->seed_given = protocol::peek_has_key(env.body, "seed");
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -272,7 +274,7 @@ void ClientApi::start(std::shared_ptr<Job> job) {
   protocol::GenerateRequest& r = job->request;
   const ServingLimits limits = d_.preparer.limits(d_.hub.schedulers());
   if (Status st = d_.preparer.prepare(r, {.context_length = limits.context_length, .max_tokens_given = job->max_tokens_given,
-                                                  .seed_given = job->seed_given}); !st.ok())
+                                                  .seed_given = job->seed_given, .kv_policy_given = job->kv_policy_given}); !st.ok())
     return fail(job, st.error());
   if (!d_.hub.ready()) return fail(job, make_error(ErrorCode::kUnavailable, "no scheduler with a live worker is ready; try again later"));
   if (!d_.preferences.wants_lookup(r)) return prepared(std::move(job));

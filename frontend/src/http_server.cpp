@@ -213,7 +213,8 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     }
     if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
                                              .seed_given = parsed->seed_given,
-                                             .tools = kind == protocol::RequestKind::kChat ? &parsed->tools.chat : nullptr});
+                                             .tools = kind == protocol::RequestKind::kChat ? &parsed->tools.chat : nullptr,
+                                             .kv_policy_given = parsed->kv_policy_given});
         !st.ok()) {
       const Error& e = st.error();
       const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
@@ -226,6 +227,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         co_return co_await respond(400, "application/json", body);
       }
       const std::string param = e.code == ErrorCode::kNotFound                             ? std::string("model")
+                                : e.message.rfind("kv_policy", 0) == 0                ? std::string("kv_policy")
                                 : e.code == ErrorCode::kOutOfRange || num_prompts > 1 ? prompt_param
                                                                                        : std::string();
       co_return co_await error(e, param);

@@ -7,6 +7,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
+#include "kv_policy_field.h"
 #include "response_format.h"
 #include "tessera/common/hash.h"
 
@@ -241,7 +242,7 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
       "model", "max_tokens", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
       "frequency_penalty", "repetition_penalty", "seed", "stop", "user", "n", "logprobs", "logit_bias",
       // Tessera (docs/api.md)
-      "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids",
+      "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids", "kv_policy",
       // vLLM's
       "cache_salt", "response_format"};
   static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
@@ -379,6 +380,10 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
     return rd.fail("cache_salt", ErrorCode::kInvalidArgument,
                    "cache_salt must be a non-empty string of at most " + std::to_string(protocol::kMaxCacheSaltBytes) + " bytes");
   TS_TRY(rd.boolean("ignore_eos", &r.ignore_eos));
+  out.kv_policy_given = rd.find("kv_policy") != nullptr;
+  if (const json* kp = rd.find("kv_policy"); kp != nullptr) {
+    if (Status st = parse_kv_policy(*kp, &r.kv_policy); !st.ok()) return rd.fail("kv_policy", st.error().code, st.error().message);
+  }
   if (const json* ids = rd.find("stop_token_ids")) {
     if (!ids->is_array()) return rd.type_error("stop_token_ids", "an array of integers", *ids);
     for (const auto& x : *ids) {

@@ -48,6 +48,10 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                                 .env = "TESSERA_MAX_QUEUED_REQUESTS", .min = 0, .max = 1 << 24});
   o.add(c.default_max_tokens, {.name = "default-max-tokens", .help = "max_tokens when a request gives none",
                                .env = "TESSERA_DEFAULT_MAX_TOKENS", .min = 1, .max = 1 << 20});
+  o.add(c.kv_policy, {.name = "kv-policy",
+                      .help = "K/V policy of requests without a kv_policy field (docs/kv.md): none, "
+                              "streaming:SINKS:WINDOW or h2o:BUDGET:RECENT",
+                      .env = "TESSERA_KV_POLICY"});
   o.add(c.request_timeout_ms, {.name = "request-timeout-ms",
                                .help = "a request still running after this long is cancelled and answered 504",
                                .env = "TESSERA_REQUEST_TIMEOUT_MS", .min = 100, .max = 86400000});

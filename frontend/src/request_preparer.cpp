@@ -1,3 +1,4 @@
+#include "kv_policy_field.h"
 #include "tessera/frontend/request_preparer.h"
 
 #include <algorithm>
@@ -122,6 +123,9 @@ Result<std::unique_ptr<RequestPreparer>> RequestPreparer::create(const FrontendC
   }
   p->max_prompt_tokens_ = config.max_prompt_tokens;
   p->default_max_tokens_ = config.default_max_tokens;
+  auto kv = parse_kv_policy_spec(config.kv_policy);
+  if (!kv.ok()) return make_error(kv.error().code, "--kv-policy: " + kv.error().message);
+  p->default_kv_policy_ = *kv;
   return p;
 }
 
@@ -194,10 +198,17 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
   if (o.context_length > 0 && prompt >= o.context_length)
     return make_error(ErrorCode::kTooLarge, "This model's maximum context length is " + std::to_string(o.context_length) +
                                                 " tokens; the prompt alone is " + std::to_string(prompt) + " tokens");
+  // K/V policy (docs/kv.md): the per-model default unless the request gave one; its sizes
+  // against the context; StreamingLLM may generate past it.
+  if (!o.kv_policy_given) r.kv_policy = default_kv_policy_;
+  if (std::string e = kv_policy_error(r.kv_policy, o.context_length > 0 ? static_cast<int32_t>(o.context_length) : 0); !e.empty())
+    return make_error(ErrorCode::kOutOfRange, e);
+  const bool past_context = r.kv_policy.type == KvPolicyType::kStreaming;
   if (!o.max_tokens_given) {
     r.max_tokens = default_max_tokens_;
-    if (o.context_length > 0) r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, o.context_length - prompt));
-  } else if (o.context_length > 0 && prompt + r.max_tokens > o.context_length) {
+    if (o.context_length > 0 && !past_context)
+      r.max_tokens = static_cast<int32_t>(std::min<int64_t>(r.max_tokens, o.context_length - prompt));
+  } else if (o.context_length > 0 && prompt + r.max_tokens > o.context_length && !past_context) {
     return make_error(ErrorCode::kTooLarge, "This model's maximum context length is " + std::to_string(o.context_length) +
                                                 " tokens; the request asks for " + std::to_string(prompt + r.max_tokens) +
                                                 " (" + std::to_string(prompt) + " in the prompt, " + std::to_string(r.max_tokens) +

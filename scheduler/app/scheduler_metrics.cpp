@@ -30,6 +30,10 @@ SchedulerMetrics SchedulerMetrics::create(metrics::Registry& r) {
                              "requests that had streamed tokens, moved to another worker because theirs died "
                              "(they resume after the tokens already sent)"),
       .preemptions = &r.counter("tessera_scheduler_preemptions_total", "sequences preempted (by recompute)"),
+      .kv_evicted = &r.counter("tessera_scheduler_kv_evicted_tokens_total",
+                               "positions dropped from sequences' K/V caches by a K/V policy (StreamingLLM, H2O)"),
+      .kv_compactions = &r.counter("tessera_scheduler_kv_compactions_total",
+                                   "K/V policy compactions (each drops positions and moves the survivors)"),
       .generated_tokens = &r.counter("tessera_scheduler_generation_tokens_total",
                                      "tokens sampled and sent to the frontends (stop tokens not included)"),
       .kv_usage = &r.gauge("tessera_scheduler_kv_cache_usage_ratio",

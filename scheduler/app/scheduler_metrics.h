@@ -27,6 +27,8 @@ struct SchedulerMetrics {
   metrics::Counter* requeued = nullptr;
   metrics::Counter* migrated = nullptr;
   metrics::Counter* preemptions = nullptr;
+  metrics::Counter* kv_evicted = nullptr;      // K/V policies (docs/kv.md)
+  metrics::Counter* kv_compactions = nullptr;
   metrics::Counter* generated_tokens = nullptr;
   metrics::Gauge* kv_usage = nullptr;
   // Page totals over all workers, as of the last WorkerRegistry::publish() (event-loop thread only).

@@ -96,6 +96,7 @@ Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
   // all of them: an older worker).
   std::vector<std::string_view> needs = required_sampling_capabilities(req.sampling);
   if (req.preference) needs.emplace_back("kv_fill");
+  if (req.kv_policy.type != KvPolicyType::kNone) needs.emplace_back("kv_policy");  // docs/kv.md
   std::string lacking;  // "worker (backend) lacks cap" for the error message
   std::vector<scheduler::WorkerSnapshot> snaps;
   snaps.reserve(workers_.size());
@@ -149,7 +150,7 @@ std::vector<std::string> WorkerRegistry::check_dead(PeerLiveness::Clock::time_po
 }
 
 void WorkerRegistry::publish() {
-  int64_t running = 0, waiting = 0, preempt = 0, free = 0, held = 0, cached = 0;
+  int64_t running = 0, waiting = 0, preempt = 0, free = 0, held = 0, cached = 0, evicted = 0, compactions = 0;
   for (const auto& [name, w] : workers_) {
     const auto c = w.batcher->pages().counts();
     w.free_pages->set(c.free);
@@ -162,6 +163,8 @@ void WorkerRegistry::publish() {
     running += w.batcher->num_running();
     waiting += w.batcher->num_waiting();
     preempt += w.batcher->stats().preemptions;
+    evicted += w.batcher->stats().kv_evicted_tokens;
+    compactions += w.batcher->stats().kv_compactions;
   }
   const auto draining = std::count_if(workers_.begin(), workers_.end(), [](const auto& kv) { return kv.second.draining; });
   m_.live_workers->set(static_cast<double>(static_cast<int64_t>(workers_.size()) - draining));
@@ -176,6 +179,10 @@ void WorkerRegistry::publish() {
   m_.kv_usage->set(total > 0 ? static_cast<double>(held) / static_cast<double>(total) : 0.0);
   if (preempt > preemptions_seen_) m_.preemptions->inc(static_cast<double>(preempt - preemptions_seen_));
   preemptions_seen_ = preempt;
+  if (evicted > kv_evicted_seen_) m_.kv_evicted->inc(static_cast<double>(evicted - kv_evicted_seen_));
+  kv_evicted_seen_ = evicted;
+  if (compactions > kv_compactions_seen_) m_.kv_compactions->inc(static_cast<double>(compactions - kv_compactions_seen_));
+  kv_compactions_seen_ = compactions;
 }
 
 void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {

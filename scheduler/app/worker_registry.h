@@ -113,6 +113,7 @@ class WorkerRegistry {
   std::string fingerprint_;                     // of the registered workers (all equal); "" when none
   uint64_t fingerprint64_ = 0;                  // the same, as RegisterWorker sent it
   int64_t preemptions_seen_ = 0;
+  int64_t kv_evicted_seen_ = 0, kv_compactions_seen_ = 0;
   KvEvents* kv_events_ = nullptr;
 };
 

@@ -49,6 +49,8 @@ Result<StepOutcome> Batcher::apply(const StepResult& result) {
     Sequence& s = *it->second;
     s.in_plan = false;
     s.num_computed = f.end_pos;
+    for (int32_t page : s.retiring) pages_->release(page);  // the worker has read them
+    s.retiring.clear();
     advance(s, out, sampled);
   }
   return out;
@@ -70,6 +72,7 @@ void Batcher::advance(Sequence& s, StepOutcome& out, const SeqResult* sampled) {
   // same prefix share them as early as possible. Decode pages are indexed on finish/preemption.
   if (s.num_computed <= s.prompt_end) cache_prefix(s);
   if (sampled == nullptr) return;
+  if (s.req.kv_policy.type == KvPolicyType::kH2O) s.victims = sampled->victims;
   if (sampled->token < 0) {
     out.finished.push_back(finish(s, FinishReason::kError, -1, "worker sampled no token"));
     return;
@@ -79,7 +82,8 @@ void Batcher::advance(Sequence& s, StepOutcome& out, const SeqResult* sampled) {
   out.tokens.push_back(TokenEvent{s.req.id, sampled->token, s.generated() - 1, sampled->logprob, sampled->top});
   if (s.generated() >= s.req.max_tokens) {
     out.finished.push_back(finish(s, FinishReason::kLength, -1, {}));
-  } else if (s.len() >= config_.max_context) {
+  } else if (s.len() >= config_.max_context && s.req.kv_policy.type != KvPolicyType::kStreaming) {
+    // (StreamingLLM runs past the context: its cache never holds more than sinks + window.)
     out.finished.push_back(finish(s, FinishReason::kContextLength, -1, {}));
   }
 }

@@ -111,7 +111,11 @@ Status Batcher::submit(Request r) {
                                                 " leaves no room to generate in a context of " +
                                                 std::to_string(config_.max_context));
   }
-  const int64_t longest = std::min<int64_t>(prompt_end + r.max_tokens, config_.max_context);
+  if (std::string e = kv_policy_error(r.kv_policy, config_.max_context); !e.empty()) return invalid(who + e);
+  int64_t longest = std::min<int64_t>(prompt_end + r.max_tokens, config_.max_context);
+  if (const int32_t cap = kv_policy_cap(r.kv_policy); cap > 0) {  // a K/V policy bounds the cache
+    longest = std::min<int64_t>(prompt_end + r.max_tokens, std::max<int64_t>(prompt_end, cap));
+  }
   const int64_t need = (longest + config_.page_size - 1) / config_.page_size;
   if (need > config_.num_pages) {
     return make_error(ErrorCode::kTooLarge, who + "may need " + std::to_string(need) + " pages, the pool has " +
@@ -159,6 +163,7 @@ std::vector<FinishEvent> Batcher::fail_all(const std::string& message) {
 // ---- shared helpers ----
 
 void Batcher::cache_prefix(Sequence& s) {
+  if (s.compacted) return;  // its pages no longer hold the K/V of a token prefix: never indexed
   const int32_t ps = config_.page_size;
   const int32_t full = s.num_computed / ps;
   if (full <= s.indexed_pages) return;
@@ -183,7 +188,9 @@ void Batcher::release_all(Sequence& s) {
   TS_CHECK(index_->unlock(s.lock).ok()) << "req=" << s.req.id << " lost its radix lock";
   s.lock = RadixHandle{};
   for (int32_t p : s.block_table) pages_->release(p);
+  for (int32_t p : s.retiring) pages_->release(p);
   s.block_table.clear();
+  s.retiring.clear();
   s.indexed_pages = 0;
 }
 
@@ -232,10 +239,15 @@ Status Batcher::check() const {
     if (s.running) {
       ++running;
       if (index_->is_stale(s.lock)) return fail(who + " holds a stale radix lock");
-      if (static_cast<int32_t>(s.block_table.size()) < pages_for(s.num_computed, config_.page_size)) {
+      if (static_cast<int32_t>(s.block_table.size()) < pages_for(s.cache_len(), config_.page_size)) {
         return fail(who + " block table does not cover its computed tokens");
       }
+      if (const int32_t cap = kv_policy_cap(s.req.kv_policy); s.compacted && s.cache_len() > cap) {
+        return fail(who + " holds " + std::to_string(s.cache_len()) + " cached positions, over its K/V policy's cap " +
+                    std::to_string(cap));
+      }
       for (int32_t p : s.block_table) ++refs[p];
+      for (int32_t p : s.retiring) ++refs[p];
     } else {
       ++waiting;
       if (!s.block_table.empty() || !s.lock.empty()) return fail(who + " is waiting but holds pages or a lock");

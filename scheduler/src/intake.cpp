@@ -71,6 +71,7 @@ Result<Admission> Intake::admit(protocol::GenerateRequest r, uint64_t id, const 
   req.ignore_eos = r.ignore_eos;
   req.priority = r.priority;
   req.routing_key = std::move(r.routing_key);
+  req.kv_policy = r.kv_policy;
   return a;
 }
 

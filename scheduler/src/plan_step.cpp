@@ -9,14 +9,6 @@
 
 namespace tessera::scheduler {
 
-struct Batcher::Planner {
-  uint64_t step_id = 0;
-  int32_t budget = 0;                // tokens left in this step
-  std::vector<Sequence*> scheduled;  // plan order
-  std::vector<PageCopy> copies;
-  std::vector<KvFill> fills;
-  std::vector<uint64_t> released;    // preempted in this step
-};
 
 namespace {
 // How much of a matched prefix an admitted sequence reuses.
@@ -39,6 +31,23 @@ PrefixUse decide_prefix_use(int32_t matched, int32_t len, int32_t prefix_len, in
   u.fill = prefix_len > 0 && u.use == 0;
   u.start = u.fill ? prefix_len : u.use;
   return u;
+}
+
+// The K/V policy's directives (kv_compaction.cpp): the step's moves (the block table then also
+// covers the retiring pages they read), RoPE positions, the H2O statistic.
+void add_kv_directives(Sequence& s, SeqPlan& out) {
+  const KvPolicy& k = s.req.kv_policy;
+  if (k.type == KvPolicyType::kNone) return;
+  if (!s.moves.empty()) {
+    out.block_table.assign(s.block_table.begin(), s.block_table.end());
+    out.block_table.insert(out.block_table.end(), s.retiring.begin(), s.retiring.end());
+    out.moves = std::move(s.moves);
+    s.moves.clear();
+  }
+  if (k.type == KvPolicyType::kH2O) {
+    out.rope_offset = s.evicted;  // H2O keeps the tokens' own positions
+    out.h2o_recent = k.recent;
+  }
 }
 
 void schedule(Sequence& s, std::vector<Sequence*>& scheduled, int32_t start, int32_t count) {
@@ -86,7 +95,8 @@ void Batcher::schedule_running(Planner& p) {
     Sequence& s = *q_->running[i];
     const int32_t start = s.num_computed;
     if (s.reserved_decode) {
-      if (ensure_pages(p, s, start + 1, /*may_preempt_self=*/true)) schedule(s, p.scheduled, start, 1);
+      compact(p, s);  // K/V policy: drop positions before the cache outgrows its cap
+      if (ensure_pages(p, s, s.cache_len() + 1, /*may_preempt_self=*/true)) schedule(s, p.scheduled, start, 1);
       continue;
     }
     const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
@@ -180,8 +190,8 @@ bool Batcher::ensure_pages(Planner& p, Sequence& s, int32_t end_pos, bool may_pr
   if (need <= 0) return true;
   while (pages_->num_free() < need) {
     if (index_->evict(need - pages_->num_free()) > 0) continue;
-    if (q_->running.empty()) return false;
-    Sequence* victim = q_->running.back();
+    Sequence* victim = preemption_victim();  // compacted sequences are never preempted
+    if (victim == nullptr) return false;
     if (victim == &s) {
       if (may_preempt_self) preempt(p, s);
       return false;
@@ -208,6 +218,7 @@ int32_t Batcher::fit_chunk(Planner& p, Sequence& s, int32_t start, int32_t want)
 // Preemption by recompute: keep the computed prefix matchable, release everything, re-queue.
 void Batcher::preempt(Planner& p, Sequence& v) {
   TS_CHECK(!v.admitted_this_step) << "req=" << v.req.id << " would be preempted by a later admission";
+  TS_CHECK(!v.compacted) << "req=" << v.req.id << " has a compacted cache and cannot be recomputed";
   ++v.preemptions;
   if (v.in_plan) {  // scheduled earlier in this step: take it back out
     p.scheduled.erase(std::find(p.scheduled.begin(), p.scheduled.end(), &v));
@@ -243,21 +254,26 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
   q_->inflight_step = p.step_id;
   for (Sequence* sp : p.scheduled) {
     Sequence& s = *sp;
-    const int32_t start = s.sched_start;
+    const int32_t start = s.sched_start;  // token index
     const int32_t end = start + s.sched_count;
+    const int32_t cstart = start - s.evicted;  // cache index (= token index until a K/V policy drops positions)
     SeqPlan& out = plan.seqs.emplace_back();
     out.request_id = s.req.id;
     out.tokens.assign(s.tokens.begin() + start, s.tokens.begin() + end);
-    out.start_pos = start;
-    out.block_table.assign(s.block_table.begin(), s.block_table.begin() + pages_for(end, ps));
+    out.start_pos = cstart;
+    out.block_table.assign(s.block_table.begin(), s.block_table.begin() + pages_for(end - s.evicted, ps));
+    add_kv_directives(s, out);
     out.slot_mapping.resize(static_cast<size_t>(s.sched_count));
     for (int32_t i = 0; i < s.sched_count; ++i) {
-      const int32_t pos = start + i;
+      const int32_t pos = cstart + i;
       out.slot_mapping[static_cast<size_t>(i)] =
           static_cast<int64_t>(s.block_table[static_cast<size_t>(pos / ps)]) * ps + pos % ps;
     }
     out.sample = end == s.len();
     out.sampling = s.req.sampling;
+    if (out.h2o_recent >= 0 && out.sample) {  // victims for the next token, should the cache be full then
+      out.h2o_victims = std::max(0, end - s.evicted + 1 - kv_policy_cap(s.req.kv_policy));
+    }
     if (!s.worker_has_state) {
       out.generated.assign(s.tokens.begin() + s.prompt_end, s.tokens.end());
       s.worker_has_state = true;

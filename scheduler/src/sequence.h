@@ -34,6 +34,15 @@ struct Sequence {
   int32_t sched_count = 0;
   uint64_t preempted_in_step = 0;
   int32_t preemptions = 0;  // times preempted, for the finish event's usage
+  // K/V policy (kv_compaction.cpp). Cache index = token index - evicted for every token computed
+  // after the first compaction; the block table covers cache indices.
+  int32_t evicted = 0;                // positions computed and dropped from the cache
+  bool compacted = false;             // compacted once: never indexed again, never preempted
+  std::vector<int32_t> victims;       // H2O: cache indices the worker ranked least attended
+  std::vector<KvMove> moves;          // planned for this step (SeqPlan::moves)
+  std::vector<int32_t> retiring;      // pages past the policy's cap: held until the step is applied
+
+  int32_t cache_len() const { return num_computed - evicted; }
 
   int32_t len() const { return static_cast<int32_t>(tokens.size()); }
   int32_t generated() const { return len() - prompt_end; }
@@ -62,6 +71,19 @@ struct Batcher::Queues {
   uint64_t inflight_step = 0;
   std::vector<InFlight> inflight;
 };
+
+// Per-step working state of Batcher::step() (plan_step.cpp, kv_compaction.cpp).
+struct Batcher::Planner {
+  uint64_t step_id = 0;
+  int32_t budget = 0;                // tokens left in this step
+  std::vector<Sequence*> scheduled;  // plan order
+  std::vector<PageCopy> copies;
+  std::vector<KvFill> fills;
+  std::vector<uint64_t> released;    // preempted in this step
+};
+
+// Positions a sequence's cache holds at most under policy k (0: no cap).
+int32_t kv_policy_cap(const KvPolicy& k);
 
 inline int32_t pages_for(int32_t positions, int32_t page_size) { return (positions + page_size - 1) / page_size; }
 

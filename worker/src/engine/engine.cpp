@@ -146,6 +146,7 @@ PoolGeometry CpuBackend::geometry() const {
 BackendCaps CpuBackend::capabilities() const {
   BackendCaps c;  // every sampling option on the host (the defaults), no limits
   c.kv_fill = true;
+  c.kv_scores = true;
   return c;
 }
 

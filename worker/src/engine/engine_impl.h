@@ -65,6 +65,25 @@ struct Engine::Impl {
   Impl(const Model& m, KvPool p, kernels::Isa i, int n_threads) : backend(m, std::move(p), i, n_threads), exec(backend) {}
 };
 
+// H2O statistic of one sequence in one layer (key_mass.cpp): rows [0, n_rows) of q are the
+// sequence's queries at cache indices start_pos + r; keys are read from the pool (after this
+// step's K/V were written); probabilities summed over heads are added to mass[cache index].
+struct KeyMassArgs {
+  const KvPool* pool = nullptr;
+  int32_t layer = 0;
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int32_t n_rows = 0;
+  int32_t start_pos = 0;
+  const int32_t* pages = nullptr;  // the sequence's block table
+  int32_t page_size = 0;
+  int32_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f, softcap = 0.0f;
+  int32_t window = 0;
+  float* mass = nullptr;
+};
+void accumulate_key_mass(const KeyMassArgs& args);
+
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.
 Status check_model(const Model& model);
 

@@ -63,7 +63,7 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   for (const SeqInput& in : batch) {
     for (size_t i = 0; i < in.tokens.size(); ++i) {
       tokens.push_back(in.tokens[i]);
-      s.positions.push_back(in.start_pos + static_cast<int32_t>(i));
+      s.positions.push_back(in.start_pos + static_cast<int32_t>(i) + in.rope_offset);  // RoPE position
       s.slots.push_back(in.slot_mapping[i]);
     }
     const int64_t end = in.start_pos + static_cast<int64_t>(in.tokens.size());
@@ -156,6 +156,15 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     a.kv_dtype = pool.dtype();
     a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
     kernels::paged_attention(a, tp, isa);
+    for (size_t b = 0; b < batch.size(); ++b) {  // H2O sequences: attention mass per cache index
+      if (batch[b].key_mass == nullptr) continue;
+      accumulate_key_mass({.pool = &pool, .layer = l, .q = q + static_cast<int64_t>(s.token_indptr[b]) * q_dim,
+                           .q_stride = q_dim, .n_rows = static_cast<int32_t>(batch[b].tokens.size()),
+                           .start_pos = batch[b].start_pos, .pages = batch[b].block_table.data(),
+                           .page_size = pool.page_size(), .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+                           .head_dim = c.head_dim, .scale = a.scale, .softcap = a.softcap, .window = a.window,
+                           .mass = batch[b].key_mass});
+    }
     linear(w.wo, att, q_dim, o, dim);
     if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);

@@ -27,6 +27,7 @@ const char* where_name(Where w) {
 std::vector<std::string> capability_names(std::string_view backend_name, const BackendCaps& caps) {
   std::vector<std::string> out{std::string(backend_name)};
   if (caps.kv_fill) out.emplace_back("kv_fill");
+  if (caps.kv_fill && caps.kv_scores) out.emplace_back("kv_policy");
   const std::pair<const char*, Where> sampling[] = {{"greedy", caps.greedy},       {"temperature", caps.temperature},
                                                     {"top_k", caps.top_k},         {"top_p", caps.top_p},
                                                     {"min_p", caps.min_p},         {"penalties", caps.penalties},

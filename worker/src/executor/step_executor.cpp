@@ -2,6 +2,8 @@
 // (step_executor.h has the contract).
 #include "tessera/worker/step_executor.h"
 
+#include "kv_directives.h"
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -35,6 +37,7 @@ std::string_view missing_sampling_option(const SamplingParams& p, const std::vec
 
 struct StepExecutor::State {
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
+  std::unordered_map<uint64_t, H2oState> h2o;                       // H2O statistic per request (kv_directives.h)
   FillHandler fill_handler;                                         // may be empty
   std::vector<SeqInput> batch;                                      // reused
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;    // null: no structured output
@@ -67,7 +70,10 @@ StepExecutor::~StepExecutor() = default;
 void StepExecutor::set_fill_handler(FillHandler handler) { state_->fill_handler = std::move(handler); }
 bool StepExecutor::has_fill_handler() const { return static_cast<bool>(state_->fill_handler); }
 size_t StepExecutor::num_request_states() const { return state_->samplers.size(); }
-void StepExecutor::reset_requests() { state_->samplers.clear(); }
+void StepExecutor::reset_requests() {
+  state_->samplers.clear();
+  state_->h2o.clear();
+}
 std::vector<std::string> StepExecutor::capabilities() const {
   std::vector<std::string> out = capability_names(backend_.name(), backend_.capabilities());
   if (state_->grammar_vocab) out.emplace_back("grammar");
@@ -89,7 +95,13 @@ Status StepExecutor::check_capabilities(const StepPlan& plan) const {
                                                    std::string(backend_.name()) + " backend lacks");
   }
   const std::vector<std::string> have = capabilities();
+  const bool has_kv_policy = std::find(have.begin(), have.end(), "kv_policy") != have.end();
   for (const SeqPlan& s : plan.seqs) {
+    if (!has_kv_policy && uses_kv_policy(s)) {
+      return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
+                                                     " needs capability kv_policy (StreamingLLM / H2O K/V), which the " +
+                                                     std::string(backend_.name()) + " backend lacks");
+    }
     if (!s.sample) continue;
     if (const std::string_view missing = missing_sampling_option(s.sampling, have); !missing.empty()) {
       return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
@@ -160,15 +172,23 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
       ++n_sampled;
       all_greedy = all_greedy && plain_greedy(s.sampling);
     }
+    if (uses_kv_policy(s)) {
+      if (Status vk = validate_kv_directives(s, pool); !vk.ok()) {
+        return make_error(vk.error().code, "step " + std::to_string(plan.step_id) + ": " + vk.error().message);
+      }
+    }
     batch.push_back({.tokens = s.tokens, .start_pos = s.start_pos, .block_table = s.block_table,
-                     .slot_mapping = s.slot_mapping, .want_logits = s.sample});
+                     .slot_mapping = s.slot_mapping, .want_logits = s.sample, .rope_offset = s.rope_offset});
   }
   if (Status vb = validate_batch(pool, backend_.capabilities(), vocab, batch); !vb.ok()) {
     return make_error(vb.error().code, "step " + std::to_string(plan.step_id) + ": " + vb.error().message);
   }
 
   // 2-4. Apply: releases, page copies, fills.
-  for (uint64_t id : plan.released) st.samplers.erase(id);
+  for (uint64_t id : plan.released) {
+    st.samplers.erase(id);
+    st.h2o.erase(id);
+  }
   for (const PageCopy& c : plan.copies) TS_TRY(backend_.copy_page(c.src, c.dst));
   StepResult result;
   result.step_id = plan.step_id;
@@ -179,6 +199,20 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
                                              std::to_string(plan.fills[i].request_id) + "): " + fr.error().message);
     }
     result.fills.push_back(std::move(fr).value());
+  }
+  // 4b. K/V policy: compaction moves, then the H2O statistic's slots for this step's tokens.
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqPlan& s = plan.seqs[i];
+    if (!uses_kv_policy(s)) continue;
+    H2oState* h2o = s.h2o_recent >= 0 ? &st.h2o[s.request_id] : nullptr;
+    if (Status ms = apply_moves(backend_, backend_.model().config(), s, h2o); !ms.ok()) {
+      return make_error(ms.error().code, "step " + std::to_string(plan.step_id) + ": request " +
+                                             std::to_string(s.request_id) + ": moves: " + ms.error().message);
+    }
+    if (h2o != nullptr) {
+      h2o->begin_step(s);
+      batch[i].key_mass = h2o->mass.data();
+    }
   }
 
   // 5. The forward: device argmax when every sampled row is plain greedy and the backend can.
@@ -236,10 +270,15 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     }
   }
 
-  // 7. The result.
-  for (Pick& p : picks) {
-    result.results.push_back(
-        {.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob, .top = std::move(p.out.top)});
+  // 7. The result (H2O victims from the statistic after this step's attention).
+  size_t pick = 0;
+  for (const SeqPlan& s : plan.seqs) {
+    if (!s.sample) continue;
+    Pick& p = picks[pick++];
+    std::vector<int32_t> victims;
+    if (s.h2o_recent >= 0) victims = st.h2o[s.request_id].victims(s);
+    result.results.push_back({.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob,
+                              .top = std::move(p.out.top), .victims = std::move(victims)});
   }
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return result;

@@ -75,6 +75,8 @@ struct GenerateRequest {
   std::string api_key;                     // client -> frontend (ZeroMQ API); never forwarded
   std::string tenant;                      // frontend -> scheduler: the key's tenant ("" = "default")
   std::string cache_salt;                  // prefix-cache isolation inside a tenant (vLLM's field)
+  // K/V retention (docs/kv.md); on the wire as a map only when type != none.
+  KvPolicy kv_policy;
 };
 
 // type "cancel": stop request `id`, free its pages. Answered by a "final" with

@@ -53,6 +53,36 @@ inline constexpr size_t kMaxGrammarEndTokens = 64;
 // the scheduler, which routes a request only to workers that advertise all of them.
 std::vector<std::string_view> required_sampling_capabilities(const SamplingParams& p);
 
+// K/V retention policy of one request (docs/kv.md "StreamingLLM", "H2O"). kNone keeps every
+// position (full attention). kStreaming keeps the first `sinks` positions (attention sinks) and
+// the most recent `window` ones, with RoPE positions re-assigned inside the cache, so generation
+// may run past the model's context. kH2O keeps at most `budget` positions: the `recent` most
+// recent ones plus the heavy hitters (largest accumulated attention), RoPE positions unchanged.
+// Plain data shared by the frontend (API field kv_policy), the wire and the scheduler.
+enum class KvPolicyType : uint8_t { kNone, kStreaming, kH2O };
+struct KvPolicy {
+  KvPolicyType type = KvPolicyType::kNone;
+  int32_t sinks = 0;   // streaming: >= 0
+  int32_t window = 0;  // streaming: >= 1
+  int32_t budget = 0;  // h2o: >= 2
+  int32_t recent = 0;  // h2o: in [0, budget)
+  bool operator==(const KvPolicy&) const = default;
+};
+std::string_view kv_policy_type_name(KvPolicyType t);  // "none", "streaming", "h2o"
+// The rule every layer applies: "" when `p` is well formed for a model of `max_context`
+// positions (0 = unknown: no context bound), else what is wrong, naming the field
+// ("kv_policy.window must be >= 1 (got 0)").
+std::string kv_policy_error(const KvPolicy& p, int32_t max_context);
+
+// Move one cached position of a sequence to another (H2O / StreamingLLM compaction): K/V of
+// cache index `src` go to cache index `dst` (both through the sequence's block table) in
+// every layer, K rotated by `rope_delta` positions (RoPE is a rotation: R(p + d) = R(d) R(p)).
+struct KvMove {
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t rope_delta = 0;
+};
+
 // One sequence's share of a step.
 struct SeqPlan {
   uint64_t request_id = 0;
@@ -65,6 +95,21 @@ struct SeqPlan {
   // Tokens generated so far for this request (for penalties), sent only when the worker has no
   // state for the request (first step or after preemption); otherwise the worker tracks them.
   std::vector<int32_t> generated;
+  // K/V policy directives (docs/kv.md); all omitted from the wire at their defaults, and a plan
+  // using any of them needs the worker capability "kv_policy".
+  // start_pos and slot_mapping are cache indices (positions in the block table); the RoPE
+  // position of tokens[i] is start_pos + i + rope_offset (0: cache index = position).
+  int32_t rope_offset = 0;
+  // Applied before the forward (after the plan's copies and fills), as one parallel move: every
+  // source is read before any destination is written. Indices are below block_table.size() *
+  // page_size; the block table may cover more than [0, start_pos + tokens.size()) for them.
+  std::vector<KvMove> moves;
+  // H2O: >= 0 = the worker accumulates this sequence's attention mass per cache index (over
+  // heads, layers and queries) and, when it samples, reports in SeqResult::victims the
+  // h2o_victims cache indices of least mass among those not holding one of the h2o_recent most
+  // recent positions. -1 = off.
+  int32_t h2o_recent = -1;
+  int32_t h2o_victims = 0;
 };
 
 // Copy page src to page dst in every layer (copy-on-write of a shared partial page).
@@ -105,6 +150,7 @@ struct SeqResult {
   int32_t token = -1;                 // sampled token (when the plan asked to sample)
   float logprob = 0.0f;               // of `token`, when requested
   std::vector<TokenLogprob> top;      // top alternatives, most likely first, when requested
+  std::vector<int32_t> victims;       // H2O: cache indices to evict next, least mass first (SeqPlan::h2o_victims)
 };
 
 // Provenance of one applied KvFill (DKI): where the preference K/V came from and what it cost;

@@ -46,6 +46,9 @@ struct FrontendConfig {
   int32_t max_concurrent_requests = 256;
   int32_t max_queued_requests = 1024;
   int32_t default_max_tokens = 256;
+  // K/V policy of requests that give no kv_policy (docs/kv.md): "none", "streaming:SINKS:WINDOW"
+  // or "h2o:BUDGET:RECENT" — the per-model default; a request's own field (even "none") wins.
+  std::string kv_policy = "none";
   int64_t request_timeout_ms = 300000;
   // Slow clients (docs/security.md "Slow clients"): a request's header must arrive within
   // http_header_timeout_ms of its first byte and its body within http_body_timeout_ms after the

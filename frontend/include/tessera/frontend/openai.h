@@ -37,6 +37,7 @@ struct ParsedRequest {
   protocol::GenerateRequest request;  // completions: prompt/prompt_tokens of prompts[0]
   bool logprobs = false;  // client asked for logprobs (completions: `logprobs: n`; chat: `logprobs: true`)
   bool max_tokens_given = false;  // false: request.max_tokens is the default (PrepareOptions)
+  bool kv_policy_given = false;   // false: the frontend's --kv-policy applies (PrepareOptions)
   bool seed_given = false;        // false: the request preparer draws a random seed
   bool include_usage = false;     // stream_options.include_usage
   // Several choices (completions and chat: n; completions only: best_of, echo, a prompt list).

@@ -46,6 +46,7 @@ struct PrepareOptions {
   bool max_tokens_given = true;  // false: max_tokens = the default, capped to the context left
   bool seed_given = true;        // false: a random seed (a given `seed` makes sampling reproducible)
   const ChatTools* tools = nullptr;  // chat: tools and the messages' tool fields (HTTP API only)
+  bool kv_policy_given = true;   // false: kv_policy = --kv-policy (the per-model default)
 };
 
 class RequestPreparer {
@@ -76,6 +77,7 @@ class RequestPreparer {
   bool tokenizer_adds_bos_ = false;
   int32_t max_prompt_tokens_ = 0;
   int32_t default_max_tokens_ = 0;
+  KvPolicy default_kv_policy_{};
 };
 
 }  // namespace tessera::frontend

@@ -88,6 +88,9 @@ struct BatcherStats {
   int64_t page_copies = 0;
   int64_t finished = 0;
   int64_t cancelled = 0;
+  int64_t kv_compactions = 0;      // K/V policy compactions (docs/kv.md)
+  int64_t kv_evicted_tokens = 0;   // positions dropped from sequences' caches by a K/V policy
+  int64_t kv_moved_tokens = 0;     // positions moved inside a cache by compactions
 };
 
 // A prefix pinned in the radix index (Batcher::pin): its pages are never evicted until unpin().
@@ -186,6 +189,9 @@ class Batcher {
   int32_t fit_chunk(Planner& p, Sequence& s, int32_t start, int32_t want);
   void preempt(Planner& p, Sequence& victim);
   void build_plan(Planner& p, StepPlan& plan);
+  // ---- K/V policies (src/kv_compaction.cpp) ----
+  bool compact(Planner& p, Sequence& s);      // before a decode: drop positions per the policy
+  Sequence* preemption_victim() const;        // the worst running sequence that may be preempted
 
   // ---- apply stages (src/apply_step.cpp) ----
   void fail_plan(const std::string& message, StepOutcome& out);

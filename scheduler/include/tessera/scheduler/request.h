@@ -42,6 +42,8 @@ struct Request {
   // the next token's index is their count, and the worker gets them as penalty/RNG history.
   // Empty for a new request.
   std::vector<int32_t> generated{};
+  // K/V retention (docs/kv.md "StreamingLLM", "H2O"); kNone = full attention.
+  KvPolicy kv_policy{};
 };
 
 enum class FinishReason : uint8_t {

@@ -44,6 +44,12 @@ struct SeqInput {
   std::span<const int32_t> block_table;   // pages covering positions [0, start_pos + tokens.size())
   std::span<const int64_t> slot_mapping;  // per token: block_table[p / ps] * ps + p % ps, p = start_pos + i
   bool want_logits = false;               // logits of the last token
+  // K/V policies (docs/kv.md). start_pos / slot_mapping are cache indices; the RoPE position of
+  // tokens[i] is start_pos + i + rope_offset. key_mass, when set, has start_pos + tokens.size()
+  // floats: the backend adds every query row's attention probabilities (summed over heads and
+  // layers) to the entry of each cache index it attends (H2O's heavy-hitter statistic).
+  int32_t rope_offset = 0;
+  float* key_mass = nullptr;
 };
 
 // The page pool as the scheduler sees it: num_pages pages of page_size tokens, for n_layers
@@ -67,6 +73,9 @@ const char* where_name(Where w);
 struct BackendCaps {
   // "kv_fill": read_kv/write_kv work, so KvFill directives (preference K/V injection) can run.
   bool kv_fill = false;
+  // "kv_policy" (with kv_fill): SeqInput::rope_offset and key_mass work, so StreamingLLM and
+  // H2O plans (moves through read_kv/write_kv, re-based RoPE, attention mass) can run.
+  bool kv_scores = false;
   // Sampling options. "greedy": temperature 0 or top_k 1 without penalties or logprobs (kDevice:
   // forward_argmax, no logits copy); "temperature" (temperature > 0), "top_k" (> 1), "top_p"
   // (< 1), "min_p" (> 0), "penalties" (repetition/presence/frequency), "logprobs" (logprobs or

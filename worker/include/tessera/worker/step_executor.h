@@ -15,6 +15,9 @@
 //      worker/preference.h installs one through Engine::set_fill_handler); a handler error fails
 //      the step after the copies (the fill's pages are then undefined; the scheduler fails the
 //      request);
+//   4b. K/V policy directives (docs/kv.md; src/executor/kv_directives.h): each sequence's moves
+//      (through read_kv/write_kv, keys re-rotated), then its H2O statistic's slots; the forward
+//      adds the attention mass, and step 7 reports SeqResult::victims;
 //   5. the forward of all sequences as one ragged batch: forward_argmax when every sampled row
 //      is plain greedy and the backend does greedy on the device, forward otherwise;
 //   6. sampling: each sampled request keeps a Sampler (penalties history, seeded RNG, grammar
