@@ -15,11 +15,8 @@ void accumulate_key_mass(const KeyMassArgs& a) {
   const int32_t group = a.n_heads / a.n_kv_heads;
   const int64_t tf = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
   std::vector<float> key(static_cast<size_t>(tf));
-  // The one place that reads the pool's format: one slot's K (every kv head) as f32. (A pool
-  // with another page dtype decodes here, e.g. KvPool::load(layer, slot, 0, key.data()).)
-  auto load_key = [&](int64_t slot) {
-    std::memcpy(key.data(), a.pool->key(a.layer, slot), key.size() * sizeof(float));
-  };
+  // One slot's K (every kv head) as f32, decoded from the pool's page dtype (f32, f16, int8).
+  auto load_key = [&](int64_t slot) { a.pool->load(a.layer, slot, 0, key.data()); };
   std::vector<float> scores;  // [n_heads][keys of the row]
   for (int32_t r = 0; r < a.n_rows; ++r) {
     const int32_t pos = a.start_pos + r;
