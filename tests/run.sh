@@ -132,7 +132,9 @@ fi
 # and boots the instrumented binaries under systemd's sandbox, which ASan's shadow mapping does
 # not fit; it runs in the normal tree), llamacpp_agreement_test
 # (114 model fixtures: minutes of pure arithmetic under ASan, covered by the kernel and engine
-# unit tests), jinja_fixtures_fresh (Python only) and cluster_observe_test (headless Chromium);
+# unit tests), jinja_fixtures_fresh (Python only), cluster_observe_test (headless Chromium),
+# tokenizer_conformance_test with its npm fixture (pure string arithmetic, 6,000 cases; the
+# tokenizer's unit tests run here) and deploy_k8s_manifests_test (Python over YAML files);
 # and, inside cluster_integration_test, the suites whose assertions are deadlines of a second or
 # two (SlowClientTest: write/header timeouts; ClusterDrainTest: drain timeouts), which ASan's 2-3x
 # slowdown turns into false failures — they run in the normal tree.
@@ -158,7 +160,7 @@ elif [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${T
   LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
   GTEST_FILTER='-SlowClientTest.*:ClusterDrainTest.*' \
     ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" \
-    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*|cpp_client_install_test|package_test|llamacpp_agreement_test|jinja_fixtures_fresh|cluster_observe_test)$' ||
+    -E '^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*|cpp_client_install_test|package_test|llamacpp_agreement_test|jinja_fixtures_fresh|cluster_observe_test|tokenizer_reference_setup|tokenizer_conformance_test|deploy_k8s_manifests_test)$' ||
     asan_status=$?
   if compgen -G "$asan_dir/reports/*" >/dev/null; then
     echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2
