@@ -187,7 +187,8 @@ Result<InvalidateResult> Store::clear() {
 
 std::string Store::key_event(const BlobKey& key) const {
   const KeySigner& signer = l2_->signer();
-  return "key:" + signer.user_index_key(key.user) + ":" + signer.redis_key(key);
+  return "key:" + signer.user_index_key(key.user) + "|" + signer.redis_key(key);  // both contain ':', never '|'
+
 }
 
 void Store::publish(const std::string& event) {
@@ -206,11 +207,11 @@ void Store::on_event(std::string_view message) {
     remote_invalidations_.fetch_add(n);
     return;
   }
-  if (event.starts_with("key:")) {  // key:<user index key>:<redis name> (both hex)
+  if (event.starts_with("key:")) {  // key:<user index key>|<redis name>
     const std::string_view rest = event.substr(4);
-    const size_t colon = rest.find(':');
-    if (colon == std::string_view::npos) return;
-    const std::string_view index_key = rest.substr(0, colon), name = rest.substr(colon + 1);
+    const size_t bar2 = rest.find('|');
+    if (bar2 == std::string_view::npos) return;
+    const std::string_view index_key = rest.substr(0, bar2), name = rest.substr(bar2 + 1);
     const KeySigner& signer = l2_->signer();
     // O(entries) snapshot, hashing outside the L1 lock; only this user's entries get a key HMAC.
     std::string last_user;

@@ -13,7 +13,7 @@
 //   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h); so do put and
 //   remove for their one key (another node's L1 copy is stale after either), also when the
 //   key's own shard is down (the event goes over every shard that is up). Event payloads:
-//   "<node id>|user:<user index key>", "<node id>|clear", "<node id>|key:<user index key>:<redis name>".
+//   "<node id>|user:<user index key>", "<node id>|clear", "<node id>|key:<user index key>|<redis name>".
 // - L2 may be spread over several Redis shards (sharded_l2.h): a key lives on one shard; a
 //   shard being down makes its keys L1-only (hits from L1, else misses), the others work.
 // - write-back: each time Redis is back (reachable again after being down, or restarted between
@@ -100,7 +100,7 @@ class Store {
   explicit Store(StoreConfig config);
   Status l2_unavailable_after_l1(uint64_t l1_removed, const Error& cause) const;
   void publish(const std::string& event);
-  std::string key_event(const BlobKey& key) const;  // "key:<user index key>:<redis name>"
+  std::string key_event(const BlobKey& key) const;  // "key:<user index key>|<redis name>"
   void on_event(std::string_view event);  // runs on RedisL2's subscriber thread
 
   const StoreConfig config_;
