@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 
 #include "../../unit/kvstore/synthetic_kv.h"
 #include "tessera/kvstore/blob.h"
@@ -215,6 +216,15 @@ TEST_F(KvShards, DeletePutAndInvalidateOnOneNodeReachTheOthersL1) {
     EXPECT_FALSE(cb->get(key)->found);
   }
   EXPECT_TRUE(ca->get({kFp, "bob", "x"})->found);
+}
+
+TEST(KvShardsFlags, BadShardListsAreRefusedNamingTheProblem) {
+  auto [code, out] = KvProcess::run_to_exit({"--redis", "127.0.0.1:6390, 127.0.0.1:6390", "--hmac-secret", "x"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("redis shard '127.0.0.1:6390' is listed twice"), std::string::npos) << out;
+  std::tie(code, out) = KvProcess::run_to_exit({"--redis", "127.0.0.1:6390,nope", "--hmac-secret", "x"});
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--redis: redis address must be host:port (got 'nope')"), std::string::npos) << out;
 }
 
 }  // namespace
