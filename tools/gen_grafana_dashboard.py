@@ -153,6 +153,10 @@ ROWS = [
           q("sum(rate(tessera_kvstore_l2_errors_total%s))" % RATE, "errors/s"),
           q("sum(rate(tessera_kvstore_l2_puts_total%s))" % RATE, "puts/s"),
           q("sum(rate(tessera_kvstore_mac_failures_total%s))" % RATE, "MAC failures/s")]),
+        ("Redis shards (L2 spread over several Redis)", "short",
+         [q("min by (shard) (tessera_kvstore_redis_shard_up)", "up {{shard}}"),
+          q("sum by (shard) (rate(tessera_kvstore_redis_shard_errors_total%s))" % RATE, "errors/s {{shard}}"),
+          q("sum by (shard) (rate(tessera_kvstore_redis_shard_reconnects_total%s))" % RATE, "reconnects/s {{shard}}")]),
     ]),
 ]
 

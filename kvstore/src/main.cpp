@@ -31,13 +31,16 @@ int main(int argc, char** argv) {
   signals::install();  // before any thread starts (signals.h)
 
   kvstore::StoreConfig& sc = config.store;
-  if (const std::string& redis = config.redis; !redis.empty()) {
+  // --redis host:port[,host:port...]: one L2 shard each (docs/kvstore.md, "Several Redis shards").
+  std::string redis_list;  // for the listening line
+  for (const std::string& redis : config::detail::split_list(config.redis)) {
     auto hp = kvstore::parse_host_port(redis);
     if (!hp.ok()) {
       std::fprintf(stderr, "tessera-kvstore: --redis: %s\n", hp.error().message.c_str());
       return 2;
     }
-    sc.redis = kvstore::RedisConfig{.host = hp->first, .port = hp->second};
+    sc.redis_shards.push_back(kvstore::RedisConfig{.host = hp->first, .port = hp->second});
+    redis_list += (redis_list.empty() ? "" : ",") + hp->first + ":" + std::to_string(hp->second);
   }
   auto store = kvstore::Store::create(sc);
   if (!store.ok()) {
@@ -60,7 +63,10 @@ int main(int argc, char** argv) {
         config.metrics_host, config.metrics_port,
         {.metrics = [raw] { return raw->metrics_text(); },
          .health = [st] {
-           const char* redis = !st->l2_configured() ? "off" : st->l2_up() ? "up" : "down";
+           const char* redis = !st->l2_configured() ? "off"
+                               : st->l2_up()        ? "up"
+                               : st->l2_any_up()    ? "degraded"
+                                                    : "down";
            return metrics_http::Answer{.status = 200, .body = std::string("{\"status\":\"ok\",\"redis\":\"") + redis + "\"}"};
          }});
     if (!ms.ok()) {
@@ -72,7 +78,7 @@ int main(int argc, char** argv) {
   signals::OnStop on_stop([raw](int) { raw->stop(); });
   // Tests and `tessera up` read this line to learn the bound endpoint.
   std::printf("tessera-kvstore listening on %s redis=%s metrics=%d\n", (*server)->endpoint().c_str(),
-              sc.redis ? (sc.redis->host + ":" + std::to_string(sc.redis->port)).c_str() : "off",
+              redis_list.empty() ? "off" : redis_list.c_str(),
               metrics_server ? metrics_server->port() : -1);
   std::fflush(stdout);
   const Status st = (*server)->run();

@@ -22,20 +22,25 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
                                                        ") exceeds the L1 size (" + std::to_string(config.l1.max_bytes) + ")");
   }
   std::unique_ptr<Store> s(new Store(std::move(config)));
-  if (s->config_.redis) {
-    RedisConfig rc = *s->config_.redis;
-    rc.ttl_s = s->config_.default_ttl_s;
+  std::vector<RedisConfig> shards;
+  if (s->config_.redis) shards.push_back(*s->config_.redis);
+  shards.insert(shards.end(), s->config_.redis_shards.begin(), s->config_.redis_shards.end());
+  for (RedisConfig& rc : shards) rc.ttl_s = s->config_.default_ttl_s;
+  if (!shards.empty()) {
     Store* self = s.get();
-    TS_ASSIGN_OR_RETURN(s->l2_, RedisL2::create(
-                                    rc, s->config_.secret, [self](std::string_view event) { self->on_event(event); },
-                                    [self] { self->write_back_l1(); }));
+    TS_ASSIGN_OR_RETURN(s->l2_, ShardedL2::create(
+                                    shards, s->config_.secret, [self](std::string_view event) { self->on_event(event); },
+                                    [self](size_t shard) { self->write_back_l1(shard); }));
   }
   return s;
 }
 
-uint64_t Store::write_back_l1() {
+uint64_t Store::write_back_l1(size_t shard) {
   if (l2_ == nullptr) return 0;
-  const std::vector<L1Cache::Item> items = l1_.snapshot();
+  std::vector<L1Cache::Item> items = l1_.snapshot();
+  if (shard != kAllShards) {
+    std::erase_if(items, [&](const L1Cache::Item& it) { return l2_->owner(it.key) != shard; });
+  }
   uint64_t written = 0, failed = 0;
   const auto now = Clock::now();
   for (const L1Cache::Item& it : items) {
@@ -51,7 +56,8 @@ uint64_t Store::write_back_l1() {
     }
   }
   write_backs_.fetch_add(written);
-  TS_LOG(kInfo) << "redis back: wrote " << written << " of " << items.size() << " L1 entries back to Redis"
+  TS_LOG(kInfo) << "redis back" << (shard == kAllShards ? std::string() : " (shard " + l2_->ring().shards()[shard] + ")")
+                << ": wrote " << written << " of " << items.size() << " L1 entries back to Redis"
       << (failed > 0 ? " (" + std::to_string(failed) + " failed; they stay in L1)" : std::string());
   return written;
 }
@@ -68,7 +74,7 @@ Result<GetResult> Store::get(const BlobKey& key) {
   TS_TRY(validate_key(key));
   if (GetResult r = get_l1(key); r.blob != nullptr) return r;
   l1_misses_.fetch_add(1);
-  if (l2_ != nullptr && l2_->up()) {
+  if (l2_ != nullptr) {  // the key's shard fails fast when down: then a miss
     auto got = l2_->get(key);
     if (got.ok() && got->has_value()) {
       auto blob = std::make_shared<const std::string>(std::move(**got));
@@ -113,6 +119,7 @@ Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_
     const Status l2 = l2_->put(key, *shared, ttl);
     out.l2 = l2.ok();
     if (!l2.ok()) out.note += (out.note.empty() ? "L2: " : "; L2: ") + l2.error().message;
+    publish(key_event(key));  // other nodes' L1 copies of this key are stale now
   }
   if (!out.l1 && !out.l2) {
     rejected_puts_.fetch_add(1);
@@ -126,7 +133,7 @@ Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_
 Result<Tier> Store::exists(const BlobKey& key) {
   TS_TRY(validate_key(key));
   if (l1_.contains(key)) return Tier::kL1;
-  if (l2_ != nullptr && l2_->up()) {
+  if (l2_ != nullptr) {
     auto e = l2_->exists(key);
     if (e.ok() && *e) return Tier::kL2;
   }
@@ -143,6 +150,7 @@ Result<bool> Store::remove(const BlobKey& key) {
   bool removed = l1_.erase(key);
   if (l2_ != nullptr) {
     auto r = l2_->remove(key);
+    publish(key_event(key));  // also when the key's shard is down: other nodes drop their copies
     if (!r.ok()) return l2_unavailable_after_l1(removed ? 1 : 0, r.error()).take_error();
     removed = removed || *r;
   }
@@ -157,9 +165,9 @@ Result<InvalidateResult> Store::invalidate_user(const std::string& user) {
   out.l1 = l1_.erase_user(user);
   if (l2_ != nullptr) {
     auto r = l2_->remove_user(user);
+    publish("user:" + l2_->signer().user_index_key(user));  // also when a shard failed
     if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
     out.l2 = *r;
-    publish("user:" + l2_->signer().user_index_key(user));
   }
   TS_LOG(kInfo) << "user=" << user << " | invalidated: l1=" << out.l1 << " l2=" << out.l2;
   return out;
@@ -170,11 +178,17 @@ Result<InvalidateResult> Store::clear() {
   out.l1 = l1_.clear();
   if (l2_ != nullptr) {
     auto r = l2_->clear();
+    publish("clear");
     if (!r.ok()) return l2_unavailable_after_l1(out.l1, r.error()).take_error();
     out.l2 = *r;
-    publish("clear");
   }
   return out;
+}
+
+std::string Store::key_event(const BlobKey& key) const {
+  const KeySigner& signer = l2_->signer();
+  return "key:" + signer.user_index_key(key.user) + "|" + signer.redis_key(key);  // both contain ':', never '|'
+
 }
 
 void Store::publish(const std::string& event) {
@@ -190,6 +204,27 @@ void Store::on_event(std::string_view message) {
   const std::string_view event = message.substr(bar + 1);
   if (event == "clear") {
     const uint64_t n = l1_.clear();
+    remote_invalidations_.fetch_add(n);
+    return;
+  }
+  if (event.starts_with("key:")) {  // key:<user index key>|<redis name>
+    const std::string_view rest = event.substr(4);
+    const size_t bar2 = rest.find('|');
+    if (bar2 == std::string_view::npos) return;
+    const std::string_view index_key = rest.substr(0, bar2), name = rest.substr(bar2 + 1);
+    const KeySigner& signer = l2_->signer();
+    // O(entries) snapshot, hashing outside the L1 lock; only this user's entries get a key HMAC.
+    std::string last_user;
+    bool first = true, user_matches = false;
+    uint64_t n = 0;
+    for (const L1Cache::Item& it : l1_.snapshot()) {  // grouped by user (one partition each)
+      if (first || it.key.user != last_user) {
+        first = false;
+        last_user = it.key.user;
+        user_matches = signer.user_index_key(it.key.user) == index_key;
+      }
+      if (user_matches && signer.redis_key(it.key) == name && l1_.erase(it.key)) ++n;
+    }
     remote_invalidations_.fetch_add(n);
     return;
   }
@@ -232,7 +267,20 @@ void Store::export_metrics(metrics::Registry& reg) const {
   counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.evictions_user_quota),
           {{"reason", "user_quota"}});
   counter("tessera_kvstore_l1_evictions_total", kEvictions, static_cast<double>(l1.expired), {{"reason", "expired"}});
-  gauge("tessera_kvstore_redis_up", "1 when Redis (L2) answers, 0 when down or not configured.", l2_up() ? 1.0 : 0.0);
+  gauge("tessera_kvstore_redis_up", "1 when Redis (L2, every shard) answers, 0 when a shard is down or none is configured.", l2_up() ? 1.0 : 0.0);
+  if (l2_ != nullptr) {
+    for (const ShardStatus& sh : l2_->shard_status()) {
+      reg.gauge("tessera_kvstore_redis_shard_up", "1 when this Redis shard of the L2 answers, 0 when down.",
+                {{"shard", sh.address}})
+          .set(sh.up ? 1.0 : 0.0);
+      reg.counter("tessera_kvstore_redis_shard_errors_total", "Failed operations on this Redis shard (I/O or server errors).",
+                  {{"shard", sh.address}})
+          .inc(static_cast<double>(sh.counters.errors));
+      reg.counter("tessera_kvstore_redis_shard_reconnects_total", "Times this Redis shard came back after being down.",
+                  {{"shard", sh.address}})
+          .inc(static_cast<double>(sh.counters.reconnects));
+    }
+  }
   counter("tessera_kvstore_redis_reconnects_total", "Times Redis came back after being down (or restarted).",
           static_cast<double>(l2.reconnects));
   counter("tessera_kvstore_l2_write_backs_total", "L1 entries written back to Redis after it came back without them.",

@@ -33,6 +33,8 @@ const std::set<std::string> kOtherEndpoints = {
     "tessera_kvstore_l1_bytes", "tessera_kvstore_redis_up", "tessera_kvstore_redis_reconnects_total",
     "tessera_kvstore_l2_errors_total", "tessera_kvstore_l2_puts_total", "tessera_kvstore_mac_failures_total",
     "tessera_kvstore_refused_peers_total", "tessera_kvstore_l2_write_backs_total",
+    "tessera_kvstore_redis_shard_up", "tessera_kvstore_redis_shard_errors_total",
+    "tessera_kvstore_redis_shard_reconnects_total",
     // Exported by the frontend only with --zmq-curve (its client API behind CURVE).
     "tessera_frontend_refused_peers_total"};
 

@@ -27,7 +27,8 @@ struct KvstoreOptions {
 inline void declare_options(config::Options& o, KvstoreOptions& c) {
   o.add(c.server.listen, {.name = "listen", .help = "ZeroMQ ROUTER endpoint (tcp://host:* picks a free port)",
                           .env = "TESSERA_KVSTORE_LISTEN"});
-  o.add(c.redis, {.name = "redis", .help = "Redis host:port for L2; empty = L1 only", .env = "TESSERA_KVSTORE_REDIS"});
+  o.add(c.redis, {.name = "redis", .help = "Redis host:port for L2, or a comma-separated list of them: the L2 is spread over those shards by "
+                                          "consistent hashing (every node must list the same set); empty = L1 only", .env = "TESSERA_KVSTORE_REDIS"});
   o.add(c.store.l1.max_bytes, {.name = "l1-max-bytes", .help = "L1 bound in blob bytes",
                                .env = "TESSERA_KVSTORE_L1_MAX_BYTES", .min = 0});
   o.add(c.store.l1.max_entries, {.name = "l1-max-entries", .help = "L1 bound in entries",

@@ -12,8 +12,9 @@
 //
 // Cross-node L1 invalidation: publish_event() PUBLISHes on the channel kEventChannel and a
 // subscriber thread hands every event (from any node, this one included) to the `on_event`
-// callback — "user:<user index key>" after invalidate_user, "clear" after clear. The user name
-// itself never goes over the wire. Events published while this node is cut off from Redis are
+// callback — "user:<user index key>" after invalidate_user, "clear" after clear, "key:<user
+// index key>|<redis name>" after a put or delete (store.h). The user name itself never goes
+// over the wire. With several shards (sharded_l2.h) there is one RedisL2 per shard. Events published while this node is cut off from Redis are
 // not replayed: its L1 copies then live until their TTL or LRU eviction (docs/kvstore.md).
 //
 // Redis coming back: the health thread notices (a) the server reachable again after being down

@@ -10,8 +10,12 @@
 // - remove / invalidate_user / clear act on every tier; when Redis is configured but down they
 //   clear L1 and then fail with kUnavailable saying that L2 was not cleared (retry later).
 //   invalidate_user and clear also publish an event on Redis so every other kvstore node drops
-//   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h). Event payload:
-//   "<node id>|user:<user index key>" or "<node id>|clear".
+//   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h); so do put and
+//   remove for their one key (another node's L1 copy is stale after either), also when the
+//   key's own shard is down (the event goes over every shard that is up). Event payloads:
+//   "<node id>|user:<user index key>", "<node id>|clear", "<node id>|key:<user index key>|<redis name>".
+// - L2 may be spread over several Redis shards (sharded_l2.h): a key lives on one shard; a
+//   shard being down makes its keys L1-only (hits from L1, else misses), the others work.
 // - write-back: each time Redis is back (reachable again after being down, or restarted between
 //   two health checks: redis_l2.h), every live L1 entry that Redis lacks is written back to it
 //   with the entry's remaining TTL (an entry Redis has is never overwritten). So a Redis that
@@ -28,11 +32,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
 #include "tessera/kvstore/l1_cache.h"
 #include "tessera/kvstore/redis_l2.h"
+#include "tessera/kvstore/sharded_l2.h"
 #include "tessera/kvstore/types.h"
 
 namespace tessera::metrics {
@@ -43,7 +49,8 @@ namespace tessera::kvstore {
 
 struct StoreConfig {
   L1Config l1;
-  std::optional<RedisConfig> redis;  // nullopt = L1 only
+  std::optional<RedisConfig> redis;  // nullopt = L1 only (unless redis_shards is given)
+  std::vector<RedisConfig> redis_shards;  // further L2 shards: L2 = redis (if set) + these
   std::string secret;                // HMAC secret; required when redis is set
   uint64_t max_blob_bytes = uint64_t{256} << 20;
   uint32_t default_ttl_s = 86400;    // used when a put gives none
@@ -75,12 +82,14 @@ class Store {
   Result<InvalidateResult> clear();
 
   bool l2_configured() const { return l2_ != nullptr; }
-  bool l2_up() const { return l2_ != nullptr && l2_->up(); }
+  bool l2_up() const { return l2_ != nullptr && l2_->up(); }  // every shard answers
+  bool l2_any_up() const { return l2_ != nullptr && l2_->any_up(); }
   L1Stats l1_stats() const { return l1_.stats(); }
-  RedisL2* l2() { return l2_.get(); }  // nullptr when L1 only
-  // The write-back above (called by RedisL2's health thread; callable by tests). Returns the
-  // entries written.
-  uint64_t write_back_l1();
+  ShardedL2* l2() { return l2_.get(); }  // nullptr when L1 only
+  // The write-back above (called by a shard's health thread with its index, for the entries
+  // that shard owns; callable by tests, kAllShards = every entry). Returns the entries written.
+  static constexpr size_t kAllShards = static_cast<size_t>(-1);
+  uint64_t write_back_l1(size_t shard = kAllShards);
   // Every store metric (docs/kvstore.md lists them) as its current value, into `reg` (a registry
   // made for one rendering: counters are added to, so each is exported once per registry).
   void export_metrics(metrics::Registry& reg) const;
@@ -91,12 +100,13 @@ class Store {
   explicit Store(StoreConfig config);
   Status l2_unavailable_after_l1(uint64_t l1_removed, const Error& cause) const;
   void publish(const std::string& event);
+  std::string key_event(const BlobKey& key) const;  // "key:<user index key>|<redis name>"
   void on_event(std::string_view event);  // runs on RedisL2's subscriber thread
 
   const StoreConfig config_;
   std::string node_id_;  // random; tags this node's events so it skips its own
   L1Cache l1_;
-  std::unique_ptr<RedisL2> l2_;
+  std::unique_ptr<ShardedL2> l2_;
   std::atomic<uint64_t> l1_hits_{0}, l1_misses_{0}, l2_hits_{0}, l2_misses_{0}, misses_{0};
   std::atomic<uint64_t> write_backs_{0};
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
