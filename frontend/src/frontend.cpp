@@ -81,6 +81,8 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   f.admission = std::make_unique<Admission>(
       AdmissionConfig{.max_concurrent = config.max_concurrent_requests, .max_queued = config.max_queued_requests}, f.metrics->inflight);
   TS_ASSIGN_OR_RETURN(f.hub, Hub::create(HubConfig{.scheduler_endpoints = config.schedulers,
+                                                   .scheduler_refresh_ms = config.scheduler_refresh_ms,
+                                                   .load_epsilon = config.scheduler_load_epsilon,
                                                    .client_endpoint = config.zmq_endpoint,
                                                    .heartbeat_ms = config.heartbeat_ms,
                                                    .dead_after_ms = config.scheduler_dead_ms,

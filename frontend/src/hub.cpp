@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tessera/common/config.h"
+#include "tessera/common/discovery.h"
 #include "tessera/common/log.h"
 #include "tessera/common/log_limit.h"
 #include "tessera/frontend/scheduler_ring.h"
@@ -30,6 +32,8 @@ struct Hub::Impl {
   std::unique_ptr<zmq::socket_t> router;  // client API; hub thread only
   std::unique_ptr<SchedulerLinks> links;  // hub thread only, except its snapshot
   std::unique_ptr<SchedulerRing> ring;    // hub thread only
+  std::unique_ptr<discovery::EndpointWatcher> watcher;  // its own thread; read by the hub thread
+  uint64_t membership_version = 0;        // hub thread only: the watcher's version applied
   InflightTable inflight;                 // hub thread only
   ClientHandler on_client;                // set before the thread starts
   std::thread thread;
@@ -42,6 +46,10 @@ struct Hub::Impl {
   metrics::Counter* bad_from_scheduler = nullptr;
   metrics::Counter* bad_from_client = nullptr;
   metrics::Counter* peer_dead_failures = nullptr;
+  metrics::Counter* joined = nullptr;
+  metrics::Counter* left = nullptr;
+  metrics::Gauge* listed_gauge = nullptr;
+  metrics::Gauge* usable_gauge = nullptr;
 
   void post(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu);
@@ -53,18 +61,22 @@ struct Hub::Impl {
     tls_hub = hub;
     uint64_t beat_seq = 0;
     std::vector<zmq::pollitem_t> items;
+    std::vector<size_t> open;  // the open links' slots, in poll order
     while (!stopping.load()) {
       items.clear();
+      open.clear();
+      for (size_t i = 0; i < links->size(); ++i)
+        if (links->open(i)) open.push_back(i);
       items.push_back({wake_pull.handle(), 0, ZMQ_POLLIN, 0});
       if (router) items.push_back({router->handle(), 0, ZMQ_POLLIN, 0});
       auto wait = std::chrono::milliseconds(config.heartbeat_ms);
       const auto now = Clock::now();
-      for (size_t i = 0; i < links->size(); ++i) {
+      for (size_t i : open) {
         items.push_back({(*links)[i].socket().handle(), 0, ZMQ_POLLIN, 0});
         wait = std::min(wait, (*links)[i].until_beat(now));
       }
       // Their socket monitors: a dropped connection wakes the loop at once (tick() reads them).
-      for (size_t i = 0; i < links->size(); ++i) items.push_back({(*links)[i].monitor().handle(), 0, ZMQ_POLLIN, 0});
+      for (size_t i : open) items.push_back({(*links)[i].monitor().handle(), 0, ZMQ_POLLIN, 0});
       try {
         zmq::poll(items.data(), items.size(), wait);
       } catch (const zmq::error_t& e) {
@@ -77,8 +89,8 @@ struct Hub::Impl {
       if (router) {
         if (items[k++].revents & ZMQ_POLLIN) read_clients();
       }
-      for (size_t i = 0; i < links->size(); ++i)
-        if (items[k + i].revents & ZMQ_POLLIN) read_scheduler(i);
+      for (size_t j = 0; j < open.size(); ++j)
+        if (items[k + j].revents & ZMQ_POLLIN) read_scheduler(open[j]);
       tick(++beat_seq);
     }
     // Shutting down: nobody will answer the in-flight requests.
@@ -158,8 +170,15 @@ struct Hub::Impl {
     const auto now = Clock::now();
     bool changed = false;
     std::vector<std::pair<size_t, std::string>> dead;
+    changed = apply_membership() || changed;
     for (size_t i = 0; i < links->size(); ++i) {
+      if (!links->open(i)) continue;
+      if (links->close_if_idle(i, inflight.count(i))) {
+        changed = true;
+        continue;
+      }
       SchedulerLink& link = (*links)[i];
+      link.set_inflight(inflight.count(i));
       if (link.check_dead(now)) dead.emplace_back(i, "scheduler " + link.endpoint() + " stopped answering");
       if (link.check_disconnected()) dead.emplace_back(i, "the connection to scheduler " + link.endpoint() + " was lost");
       changed = link.beat_if_due(now, seq, config.name) || changed;
@@ -176,8 +195,22 @@ struct Hub::Impl {
 
   // The snapshot for other threads, and the ring equal to the usable schedulers.
   void publish() {
-    for (size_t i = 0; i < links->size(); ++i) ring->set_usable(i, (*links)[i].usable());
+    for (size_t i = 0; i < links->size(); ++i) ring->set_usable(i, links->open(i) && (*links)[i].usable());
+    listed_gauge->set(static_cast<double>(links->listed_count()));
+    usable_gauge->set(static_cast<double>(ring->usable_count()));
     links->publish();
+  }
+
+  // The watcher's newest membership, when it changed: links opened / unlisted (true if so).
+  bool apply_membership() {
+    const uint64_t v = watcher->version();
+    if (v == membership_version) return false;
+    membership_version = v;
+    const SchedulerLinks::Change change = links->set_listed(watcher->endpoints());
+    for (size_t i = 0; i < links->size(); ++i) TS_CHECK_EQ(ring->add(links->endpoints()[i]), i);
+    joined->inc(static_cast<double>(change.joined.size()));
+    left->inc(static_cast<double>(change.left.size()));
+    return true;
   }
 
   void submit(protocol::GenerateRequest req, std::shared_ptr<RequestSink> sink) {
@@ -186,18 +219,22 @@ struct Hub::Impl {
     // send: it leaves the ring until the next publish() and the request, never delivered, goes to
     // the next scheduler of its key (found by the multi-host tests: a killed scheduler's
     // frontend answered 503 to requests that another scheduler could serve).
+    // The ring's bounded-load choice (scheduler_ring.h): the key's owner unless it is at the cap.
     std::string refused;
     for (size_t tries = 0; tries < links->size(); ++tries) {
-      std::optional<size_t> i = ring->pick(req.routing_key);
-      if (!i) break;
-      SchedulerLink& link = (*links)[*i];
+      auto choice = ring->pick_bounded(
+          req.routing_key, [&](size_t s) { return inflight.count(s); }, config.load_epsilon);
+      if (!choice) break;
+      const size_t i = choice->scheduler;
+      SchedulerLink& link = (*links)[i];
       Status sent = zmqu::send(link.socket(), {protocol::encode(req)}, /*dontwait=*/true);
       if (sent.ok()) {
-        inflight.add(id, std::move(sink), *i);
+        inflight.add(id, std::move(sink), i);
+        link.routed(choice->spilled);
         return;
       }
       refused += (refused.empty() ? "cannot reach scheduler " : "; nor ") + link.endpoint() + ": " + sent.error().message;
-      ring->set_usable(*i, false);
+      ring->set_usable(i, false);
     }
     sink->on_message(protocol::ErrorEvent{
         .id = id, .code = ErrorCode::kUnavailable,
@@ -219,7 +256,7 @@ struct Hub::Impl {
     std::vector<size_t> targets;
     if (to_all) {
       for (size_t i = 0; i < links->size(); ++i)
-        if ((*links)[i].usable()) targets.push_back(i);
+        if (links->open(i) && (*links)[i].usable()) targets.push_back(i);
     } else if (std::optional<size_t> i = ring->pick(msg.routing_key)) {
       targets.push_back(*i);
     }
@@ -264,12 +301,33 @@ Result<std::unique_ptr<Hub>> Hub::create(HubConfig config, metrics::Registry& me
                                            "messages that failed to decode, by source", {{"source", "zmq_client"}});
   impl->peer_dead_failures = &metrics.counter("tessera_frontend_peer_dead_requests_total",
                                               "requests failed because their scheduler stopped answering heartbeats or restarted");
+  impl->joined = &metrics.counter("tessera_frontend_scheduler_membership_changes_total",
+                                  "schedulers that joined (those found at start-up included) or left the listed membership (--schedulers dns:/file: re-read)",
+                                  {{"change", "joined"}});
+  impl->left = &metrics.counter("tessera_frontend_scheduler_membership_changes_total",
+                                "schedulers that joined (those found at start-up included) or left the listed membership (--schedulers dns:/file: re-read)",
+                                {{"change", "left"}});
+  impl->listed_gauge = &metrics.gauge("tessera_frontend_schedulers", "schedulers by state: listed (discovered) or usable "
+                                      "(in the ring: alive with a live worker)", {{"state", "listed"}});
+  impl->usable_gauge = &metrics.gauge("tessera_frontend_schedulers", "schedulers by state: listed (discovered) or usable "
+                                      "(in the ring: alive with a live worker)", {{"state", "usable"}});
+  TS_ASSIGN_OR_RETURN(std::vector<discovery::Source> sources,
+                      discovery::parse_sources(config.scheduler_endpoints, "--schedulers"));
+  if (config.scheduler_refresh_ms < 1) return make_error(ErrorCode::kInvalidArgument, "--scheduler-refresh-ms must be >= 1");
+  impl->watcher = std::make_unique<discovery::EndpointWatcher>(
+      std::move(sources), std::chrono::milliseconds(config.scheduler_refresh_ms), "schedulers");
   TS_ASSIGN_OR_RETURN(impl->links,
-                      SchedulerLinks::create(impl->ctx, config.scheduler_endpoints,
+                      SchedulerLinks::create(impl->ctx, {},
                                              LivenessConfig{.interval = std::chrono::milliseconds(config.heartbeat_ms),
                                                             .dead_after = std::chrono::milliseconds(config.dead_after_ms)},
                                              metrics, config.to_schedulers));
-  impl->ring = std::make_unique<SchedulerRing>(impl->links->endpoints());
+  impl->ring = std::make_unique<SchedulerRing>();
+  (void)impl->apply_membership();
+  if (impl->links->size() == 0) {
+    TS_LOG(kWarn) << "schedulers | none found yet in --schedulers (" << config::detail::join_list(config.scheduler_endpoints)
+                  << "); looking again every " << config.scheduler_refresh_ms << " ms";
+  }
+  impl->publish();
   std::string endpoint;
   try {
     const std::string wake = "inproc://hub-wake";
@@ -332,9 +390,10 @@ void Hub::gather(protocol::PrefixAdmin message, bool to_all, std::function<void(
 
 size_t Hub::broadcast(std::string body) {
   impl_->post([impl = impl_.get(), b = std::move(body)] {
-    for (size_t i = 0; i < impl->links->size(); ++i) (void)zmqu::send((*impl->links)[i].socket(), {b}, /*dontwait=*/true);
+    for (size_t i = 0; i < impl->links->size(); ++i)
+      if (impl->links->open(i) && (*impl->links)[i].listed()) (void)zmqu::send((*impl->links)[i].socket(), {b}, /*dontwait=*/true);
   });
-  return impl_->config.scheduler_endpoints.size();
+  return impl_->links->listed_count();
 }
 
 void Hub::cancel(uint64_t id) {

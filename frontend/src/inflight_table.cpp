@@ -5,7 +5,20 @@
 namespace tessera::frontend {
 
 void InflightTable::add(uint64_t id, std::shared_ptr<RequestSink> sink, size_t scheduler) {
+  auto it = entries_.find(id);
+  if (it != entries_.end()) forget(it->second);
   entries_[id] = Entry{std::move(sink), scheduler};
+  ++per_scheduler_[scheduler];
+}
+
+void InflightTable::forget(const Entry& e) {
+  auto it = per_scheduler_.find(e.scheduler);
+  if (it != per_scheduler_.end() && --it->second <= 0) per_scheduler_.erase(it);
+}
+
+int64_t InflightTable::count(size_t scheduler) const {
+  auto it = per_scheduler_.find(scheduler);
+  return it == per_scheduler_.end() ? 0 : it->second;
 }
 
 int InflightTable::scheduler_of(uint64_t id) const {
@@ -20,12 +33,21 @@ bool InflightTable::deliver(protocol::Message message) {
   auto it = entries_.find(protocol::message_id(message));
   if (it == entries_.end()) return false;  // abandoned or unknown
   std::shared_ptr<RequestSink> sink = it->second.sink;
-  if (terminal) entries_.erase(it);
+  if (terminal) {
+    forget(it->second);
+    entries_.erase(it);
+  }
   sink->on_message(std::move(message));
   return true;
 }
 
-bool InflightTable::erase(uint64_t id) { return entries_.erase(id) != 0; }
+bool InflightTable::erase(uint64_t id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return false;
+  forget(it->second);
+  entries_.erase(it);
+  return true;
+}
 
 size_t InflightTable::fail_scheduler(size_t scheduler, ErrorCode code, const std::string& why) {
   std::vector<std::pair<uint64_t, std::shared_ptr<RequestSink>>> failed;
@@ -34,6 +56,7 @@ size_t InflightTable::fail_scheduler(size_t scheduler, ErrorCode code, const std
       ++it;
       continue;
     }
+    forget(it->second);
     failed.emplace_back(it->first, std::move(it->second.sink));
     it = entries_.erase(it);
   }
@@ -45,6 +68,7 @@ size_t InflightTable::fail_scheduler(size_t scheduler, ErrorCode code, const std
 size_t InflightTable::fail_all(ErrorCode code, const std::string& why) {
   std::unordered_map<uint64_t, Entry> all;
   all.swap(entries_);
+  per_scheduler_.clear();
   for (auto& [id, e] : all) e.sink->on_message(protocol::ErrorEvent{.id = id, .code = code, .message = why});
   return all.size();
 }

@@ -13,9 +13,20 @@ void declare_options(config::Options& o, FrontendConfig& c) {
                                  "port)",
                          .env = "TESSERA_ZMQ_ENDPOINT"});
   o.add(c.schedulers, {.name = "schedulers",
-                       .help = "comma-separated scheduler endpoints (ZeroMQ ROUTER), picked per request by hashing "
-                               "its routing key",
+                       .help = "comma-separated schedulers (ZeroMQ ROUTER), each tcp://HOST:PORT, dns:NAME:PORT (every "
+                               "address of NAME, re-resolved: a Kubernetes headless Service) or file:PATH (one entry a "
+                               "line, re-read); a request goes to the owner of its routing key on a consistent-hash "
+                               "ring with bounded loads (docs/architecture.md \"Several schedulers\")",
                        .env = "TESSERA_SCHEDULERS"});
+  o.add(c.scheduler_refresh_ms, {.name = "scheduler-refresh-ms",
+                                 .help = "dns: and file: entries of --schedulers are resolved again this often; "
+                                         "schedulers join and leave without a restart",
+                                 .env = "TESSERA_SCHEDULER_REFRESH_MS", .min = 100, .max = 3600000});
+  o.add(c.scheduler_load_epsilon, {.name = "scheduler-load-epsilon",
+                                   .help = "bounded loads between schedulers: none gets more than (1 + eps) x the mean of "
+                                           "this frontend's in-flight requests (rounded up); past it a routing key "
+                                           "spills to the next scheduler clockwise (0 = off: plain consistent hashing)",
+                                   .env = "TESSERA_SCHEDULER_LOAD_EPSILON", .min = 0, .max = 100});
   o.add(c.model, {.name = "model",
                   .help = "model file or directory: source of the tokenizer (GGUF), chat template and served name",
                   .env = "TESSERA_MODEL"});

@@ -1,5 +1,7 @@
 #include "tessera/frontend/scheduler_links.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <unordered_set>
 
@@ -20,13 +22,28 @@ SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, Liveness
       socket_(ctx, zmq::socket_type::dealer),
       liveness_(liveness),
       registry_(registry),
-      up_(registry.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", endpoint_}})) {
+      up_(registry.gauge("tessera_frontend_scheduler_up", "1 while the scheduler answers heartbeats", {{"endpoint", endpoint_}})),
+      routed_owner_(registry.counter("tessera_frontend_scheduler_routed_requests_total",
+                                     "requests sent to each scheduler by the bounded-load ring: reason owner (the routing "
+                                     "key's owner) or spill (the owner was at the load cap)",
+                                     {{"scheduler", endpoint_}, {"reason", "owner"}})),
+      routed_spill_(registry.counter("tessera_frontend_scheduler_routed_requests_total",
+                                     "requests sent to each scheduler by the bounded-load ring: reason owner (the routing "
+                                     "key's owner) or spill (the owner was at the load cap)",
+                                     {{"scheduler", endpoint_}, {"reason", "spill"}})),
+      inflight_(registry.gauge("tessera_frontend_scheduler_inflight",
+                               "requests this frontend has in flight on each scheduler (the ring's load)",
+                               {{"scheduler", endpoint_}})) {
   socket_.set(zmq::sockopt::linger, 0);
   zmqu::limit_message_size(socket_);
   curve::make_client(socket_, curve);
   socket_.set(zmq::sockopt::sndhwm, 100000);
   socket_.set(zmq::sockopt::immediate, 1);  // queue only to a connected scheduler
-  const std::string monitor_endpoint = "inproc://tessera-scheduler-link-" + std::to_string(reinterpret_cast<uintptr_t>(this));
+  socket_.set(zmq::sockopt::ipv6, 1);       // a dns: name may give IPv6 addresses
+  // A number of its own per link: a link reopened for the same endpoint never meets the endpoint
+  // of an earlier monitor.
+  static std::atomic<uint64_t> links_made{0};
+  const std::string monitor_endpoint = "inproc://tessera-scheduler-link-" + std::to_string(links_made.fetch_add(1));
   if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
   monitor_ = zmq::socket_t(ctx, zmq::socket_type::pair);
   monitor_.set(zmq::sockopt::linger, 0);
@@ -36,6 +53,10 @@ SchedulerLink::SchedulerLink(zmq::context_t& ctx, std::string endpoint, Liveness
 
 SchedulerLink::~SchedulerLink() {
   (void)zmq_socket_monitor(socket_.handle(), nullptr, 0);  // stop the monitor before its PAIR closes
+  up_.set(0);
+  inflight_.set(0);
+  last_ = {};
+  publish_worker_gauges();
 }
 
 bool SchedulerLink::check_disconnected() {
@@ -127,36 +148,70 @@ void SchedulerLink::publish_worker_gauges() {
 Result<std::unique_ptr<SchedulerLinks>> SchedulerLinks::create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
                                                                LivenessConfig liveness, metrics::Registry& registry,
                                                                const curve::ClientKeys& curve) {
-  if (endpoints.empty()) return make_error(ErrorCode::kInvalidArgument, "no scheduler endpoint");
   TS_TRY(liveness.validate("--heartbeat-ms/--scheduler-dead-ms"));
-  std::unique_ptr<SchedulerLinks> links(new SchedulerLinks());
   std::unordered_set<std::string> seen;
-  try {
-    for (const auto& ep : endpoints) {
-      if (!seen.insert(ep).second) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
-      links->links_.push_back(std::make_unique<SchedulerLink>(ctx, ep, liveness, registry, curve));
-    }
-  } catch (const zmq::error_t& e) {
-    return make_error(ErrorCode::kUnavailable, std::string("zmq setup failed: ") + e.what());
-  }
+  for (const auto& ep : endpoints)
+    if (!seen.insert(ep).second) return make_error(ErrorCode::kInvalidArgument, "scheduler endpoint " + ep + " is listed twice");
+  std::unique_ptr<SchedulerLinks> links(new SchedulerLinks(ctx, liveness, registry, curve));
+  (void)links->set_listed(endpoints);
   links->publish();
   return links;
 }
 
-std::vector<std::string> SchedulerLinks::endpoints() const {
-  std::vector<std::string> out;
-  for (const auto& l : links_) out.push_back(l->endpoint());
-  return out;
+SchedulerLinks::Change SchedulerLinks::set_listed(const std::vector<std::string>& endpoints) {
+  Change change;
+  const std::unordered_set<std::string> wanted(endpoints.begin(), endpoints.end());
+  for (size_t i = 0; i < links_.size(); ++i) {
+    if (links_[i] && links_[i]->listed() && !wanted.count(slot_endpoints_[i])) {
+      links_[i]->set_listed(false);
+      change.left.push_back(i);
+      TS_LOG(kInfo) << "scheduler=" << slot_endpoints_[i] << " | no longer listed: no new requests; closed once idle";
+    }
+  }
+  for (const auto& ep : endpoints) {
+    auto it = std::find(slot_endpoints_.begin(), slot_endpoints_.end(), ep);
+    size_t i = static_cast<size_t>(it - slot_endpoints_.begin());
+    if (it == slot_endpoints_.end()) {
+      slot_endpoints_.push_back(ep);
+      links_.emplace_back();
+    }
+    if (links_[i] && links_[i]->listed()) continue;
+    if (!links_[i]) {
+      try {
+        links_[i] = std::make_unique<SchedulerLink>(ctx_, ep, liveness_, registry_, curve_);
+      } catch (const zmq::error_t& e) {
+        // One endpoint ZeroMQ refuses never holds back the others (tried again on the next change).
+        TS_LOG(kWarn) << "scheduler=" << ep << " | cannot connect: " << e.what() << "; left out";
+        continue;
+      }
+    }
+    links_[i]->set_listed(true);
+    change.joined.push_back(i);
+  }
+  size_t listed = 0;
+  for (const auto& l : links_) listed += l && l->listed();
+  listed_count_.store(listed);
+  return change;
 }
+
+bool SchedulerLinks::close_if_idle(size_t i, int64_t inflight) {
+  if (!links_[i] || links_[i]->listed() || inflight != 0) return false;
+  TS_LOG(kInfo) << "scheduler=" << slot_endpoints_[i] << " | unlisted and idle: link closed";
+  links_[i].reset();
+  return true;
+}
+
+std::vector<std::string> SchedulerLinks::endpoints() const { return slot_endpoints_; }
 
 void SchedulerLinks::publish() {
   bool ready = false;
   int32_t waiting = 0;
   std::vector<SchedulerStatus> st;
   for (const auto& l : links_) {
+    if (!l) continue;
     ready = ready || l->usable();
     if (l->alive()) waiting += l->last().waiting;
-    st.push_back({l->endpoint(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting,
+    st.push_back({l->endpoint(), l->listed(), l->alive(), l->last().live_workers, l->last().running, l->last().waiting,
                   l->last().context_length, l->last().page_size, l->last().name, l->last().workers, l->last().totals});
   }
   ready_.store(ready);

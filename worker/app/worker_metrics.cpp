@@ -55,6 +55,10 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r, const WorkerMetricsInfo& info
   rss_ = &r.gauge("tessera_worker_resident_memory_bytes", "resident set size of the worker process", base);
   registered_ = &r.gauge("tessera_worker_registered", "1 while registered with the scheduler", base);
   draining_ = &r.gauge("tessera_worker_draining", "1 while draining (no new requests; the running ones finish)", base);
+  switches_ = &r.counter("tessera_worker_scheduler_switches_total",
+                         "times the worker moved to another scheduler of its --scheduler list (its own died, or did not "
+                         "answer register)",
+                         base);
 }
 
 void WorkerMetrics::on_step(const StepPlan& plan, double seconds, bool ok) {

@@ -12,6 +12,8 @@
 //                                                requests the worker holds state for
 //   tessera_worker_resident_memory_bytes         the process's RSS (/proc/self/statm), at scrape
 //   tessera_worker_registered, _draining         0/1: registered with the scheduler; draining
+//   tessera_worker_scheduler_switches_total      times it moved to another scheduler of its
+//                                                --scheduler list (its own died or never answered)
 //
 // Threading: on_step() runs on the compute thread only (it alone touches the block tables);
 // set_registered()/set_draining() on the service thread; render() on the metrics server's
@@ -48,6 +50,7 @@ class WorkerMetrics {
   void reset_requests();
   void set_registered(bool registered) { registered_->set(registered ? 1 : 0); }
   void set_draining(bool draining) { draining_->set(draining ? 1 : 0); }
+  void scheduler_switched() { switches_->inc(); }
   bool registered() const { return registered_->value() != 0; }
   bool draining() const { return draining_->value() != 0; }
   // The exposition text, RSS read now.
@@ -65,6 +68,7 @@ class WorkerMetrics {
   metrics::Gauge* rss_;
   metrics::Gauge* registered_;
   metrics::Gauge* draining_;
+  metrics::Counter* switches_;
   const int32_t num_pages_;
   std::unordered_map<uint64_t, std::vector<int32_t>> tables_;  // compute thread: request -> block table
   std::vector<uint8_t> marks_;                                  // compute thread: scratch, one per page

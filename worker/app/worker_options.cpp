@@ -5,8 +5,20 @@ namespace tessera::worker_app {
 
 void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.service.scheduler_endpoint, {.name = "scheduler",
-                                       .help = "the scheduler's worker endpoint (ZeroMQ ROUTER) to register with",
+                                       .help = "schedulers' worker endpoints (ZeroMQ ROUTER), comma-separated, each "
+                                               "tcp://HOST:PORT, dns:NAME:PORT or file:PATH; the worker registers with "
+                                               "one and moves to another when it dies (docs/architecture.md \"Several "
+                                               "schedulers\")",
                                        .env = "TESSERA_WORKER_SCHEDULER"});
+  o.add({.name = "scheduler-order",
+         .help = "which scheduler of --scheduler the worker registers with first: ring (a consistent-hash ring "
+                 "read from the worker's name: workers spread over the schedulers) or listed (the list's order: "
+                 "the first is this worker's primary, the next ones its fallbacks)",
+         .env = "TESSERA_WORKER_SCHEDULER_ORDER", .choices = {"ring", "listed"}},
+        c.service.listed_order ? "listed" : "ring", [&c](const std::string& v) { c.service.listed_order = v == "listed"; });
+  o.add(c.service.refresh_ms, {.name = "scheduler-refresh-ms",
+                               .help = "dns: and file: entries of --scheduler are resolved again this often",
+                               .env = "TESSERA_WORKER_SCHEDULER_REFRESH_MS", .min = 100, .max = 3600000});
   o.add(c.model, {.name = "model",
                   .help = "model file or directory (GGUF, safetensors directory, llama2.c checkpoint); required",
                   .env = "TESSERA_MODEL"});
@@ -74,7 +86,8 @@ void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.service.heartbeat_ms, {.name = "heartbeat-ms", .help = "heartbeat interval until the scheduler's ack sets it",
                                  .env = "TESSERA_WORKER_HEARTBEAT_MS", .min = 10, .max = 60000});
   o.add(c.service.dead_after_ms, {.name = "scheduler-dead-ms",
-                                  .help = "scheduler silence after which the worker registers again",
+                                  .help = "scheduler silence (or unanswered register) after which the worker "
+                                          "registers again, with the next scheduler of --scheduler when there are several",
                                   .env = "TESSERA_WORKER_SCHEDULER_DEAD_MS", .min = 50, .max = 600000});
   o.add(c.kvstore.endpoint, {.name = "kvstore",
                              .help = "tessera-kvstore endpoint for preference K/V (DKI); \"\" = compute every "

@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "tessera/common/discovery.h"
 #include "tessera/common/log.h"
 #include "tessera/common/log_limit.h"
 #include "tessera/common/protocol.h"
@@ -122,27 +124,69 @@ StepResult error_result(uint64_t step_id, const Error& e) {
   return r;
 }
 
-}  // namespace
+// The DEALER to the current scheduler and the PAIR reading its socket monitor. A new one per
+// scheduler the worker moves to, so monitor events always concern the current connection.
+struct SchedulerSocket {
+  zmq::socket_t sched;
+  zmq::socket_t monitor;
+  std::string endpoint;
 
-Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
-                   const std::atomic<bool>& stop_requested, WorkerMetrics* metrics) {
-  zmq::context_t ctx(1);
-  zmq::socket_t results(ctx, zmq::socket_type::pair);
-  zmq::socket_t sched(ctx, zmq::socket_type::dealer);
-  zmq::socket_t monitor(ctx, zmq::socket_type::pair);  // connection events of `sched`
-  try {
-    results.bind("inproc://worker-results");
+  SchedulerSocket(zmq::context_t& ctx, const ServiceConfig& config, const std::string& ep, uint64_t generation)
+      : sched(ctx, zmq::socket_type::dealer), monitor(ctx, zmq::socket_type::pair), endpoint(ep) {
     sched.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(sched);
     curve::make_client(sched, config.curve);
     sched.set(zmq::sockopt::routing_id, config.name);
-    if (zmq_socket_monitor(sched.handle(), "inproc://worker-monitor", ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+    sched.set(zmq::sockopt::ipv6, 1);  // a dns: name may give IPv6 addresses
+    const std::string mon = "inproc://worker-monitor-" + std::to_string(generation);
+    if (zmq_socket_monitor(sched.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
       throw zmq::error_t();
-    monitor.connect("inproc://worker-monitor");
-    sched.connect(config.scheduler_endpoint);
+    monitor.connect(mon);
+    sched.connect(endpoint);
+  }
+  ~SchedulerSocket() { (void)zmq_socket_monitor(sched.handle(), nullptr, 0); }
+  SchedulerSocket(const SchedulerSocket&) = delete;
+  SchedulerSocket& operator=(const SchedulerSocket&) = delete;
+};
+
+}  // namespace
+
+Status run_service(const ServiceConfig& config, const Model& model, worker::StepExecutor& executor,
+                   const std::atomic<bool>& stop_requested, WorkerMetrics* metrics) {
+  TS_ASSIGN_OR_RETURN(std::vector<discovery::Source> sources,
+                      discovery::parse_source_list(config.scheduler_endpoint, "--scheduler"));
+  discovery::EndpointWatcher watcher(std::move(sources), milliseconds(std::max(100, config.refresh_ms)), "schedulers");
+  // A scheduler that failed is passed over for a while (its workers spread over the others).
+  discovery::FailoverOrder order(config.name, milliseconds(3 * config.dead_after_ms), config.listed_order);
+  order.set_endpoints(watcher.endpoints_in_order());
+  uint64_t membership = watcher.version();
+
+  zmq::context_t ctx(1);
+  zmq::socket_t results(ctx, zmq::socket_type::pair);
+  std::unique_ptr<SchedulerSocket> link;
+  uint64_t link_generation = 0;  // +1 per SchedulerSocket
+  auto open_link = [&](const std::string& ep) -> Status {
+    try {
+      link.reset();
+      link = std::make_unique<SchedulerSocket>(ctx, config, ep, ++link_generation);
+    } catch (const zmq::error_t& e) {
+      return make_error(ErrorCode::kInvalidArgument, "cannot connect to scheduler '" + ep + "': " + e.what());
+    }
+    return ok_status();
+  };
+  try {
+    results.bind("inproc://worker-results");
   } catch (const zmq::error_t& e) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "cannot connect to scheduler '" + config.scheduler_endpoint + "': " + e.what());
+    return make_error(ErrorCode::kInternal, std::string("inproc results socket: ") + e.what());
+  }
+  {
+    const std::string first = order.choose(Clock::now());
+    if (first.empty()) {
+      TS_LOG(kWarn) << "no scheduler found yet in --scheduler " << config.scheduler_endpoint << "; looking again every "
+                    << config.refresh_ms << " ms";
+    } else {
+      TS_TRY(open_link(first));
+    }
   }
   Compute compute(ctx, executor, metrics);
 
@@ -158,7 +202,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
                                .max_seq_len = mc.max_seq_len,
                                .vocab_size = mc.vocab_size,
                                .eos_id = config.eos_id};
-  auto send = [&](const protocol::Message& m) { (void)zmqu::send(sched, {protocol::encode(m)}, /*dontwait=*/true); };
+  auto send = [&](const protocol::Message& m) {
+    if (link) (void)zmqu::send(link->sched, {protocol::encode(m)}, /*dontwait=*/true);
+  };
+  auto current = [&]() -> std::string { return link ? link->endpoint : std::string("(none)"); };
 
   bool registered = false;
   int unanswered_registers = 0;  // since the last register_ack
@@ -176,6 +223,8 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
   auto unregistered_since = Clock::now();
   auto next_register_warning = Clock::now() + milliseconds(config.dead_after_ms);
   Clock::time_point drain_deadline{};
+  auto attempt_since = Clock::now();  // when the worker began to register with the current scheduler
+  uint64_t plan_generation = 0;       // link_generation of the plan in flight (its result goes there only)
   auto set_registered = [&](bool r) {
     registered = r;
     if (!r) {
@@ -200,6 +249,29 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     if (metrics != nullptr) metrics->set_draining(true);
     send(protocol::Drain{.id = ++beat_seq});
   };
+  // The current scheduler is gone (dead, unreachable, or never answered): register with the next
+  // one of the list (docs/architecture.md "Several schedulers"), or again with the same one when it
+  // is the only choice. The old scheduler's requests end with it.
+  auto move_on = [&](const std::string& why) -> Status {
+    const auto now = Clock::now();
+    if (link) order.failed(link->endpoint, now);
+    const std::string next = order.choose(now);
+    if (!next.empty() && (!link || next != link->endpoint)) {
+      TS_LOG(kWarn) << "scheduler " << current() << ": " << why << "; registering with " << next;
+      TS_TRY(open_link(next));
+      if (metrics != nullptr) metrics->scheduler_switched();
+      connected = reached = false;
+    } else {
+      TS_LOG(kWarn) << "scheduler " << current() << ": " << why << "; registering again";
+    }
+    if (registered) set_registered(false);
+    unanswered_registers = 0;
+    next_register = now;
+    next_register_warning = now + milliseconds(config.dead_after_ms);
+    attempt_since = now;
+    last_heard = now;
+    return ok_status();
+  };
 
   while (true) {
     if (stop_requested.load() && !stop_seen) {
@@ -207,6 +279,21 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       begin_drain("signal");
     }
     if (exiting && !compute.busy()) break;
+    if (watcher.version() != membership) {
+      membership = watcher.version();
+      order.set_endpoints(watcher.endpoints_in_order());
+      const auto& eps = order.endpoints();
+      // Registered, the worker stays where it is; otherwise it follows the new list.
+      if (!registered && !draining && (!link || std::find(eps.begin(), eps.end(), link->endpoint) == eps.end())) {
+        const std::string next = order.choose(Clock::now());
+        if (!next.empty()) {
+          TS_LOG(kInfo) << "schedulers changed: registering with " << next;
+          TS_TRY(open_link(next));
+          connected = reached = false;
+          attempt_since = next_register = Clock::now();
+        }
+      }
+    }
     const auto now = Clock::now();
     if (draining && !exiting && now >= drain_deadline) {
       TS_LOG(kWarn) << "drain timeout (" << config.drain_timeout_s
@@ -222,12 +309,12 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     if (!registered && now >= next_register_warning) {
       const long waited = static_cast<long>(std::chrono::duration_cast<milliseconds>(now - unregistered_since).count());
       if (connected || reached) {
-        TS_LOG(kWarn) << "not registered after " << waited << " ms: connected to " << config.scheduler_endpoint
+        TS_LOG(kWarn) << "not registered after " << waited << " ms: connected to " << current()
                       << " but no register_ack; another worker may already use the name '" << config.name
                       << "' (the scheduler ignores a second peer with the same name: give each worker its own --name), "
                          "or the peer is not a tessera-scheduler's worker endpoint";
       } else {
-        TS_LOG(kWarn) << "not registered after " << waited << " ms: no connection to " << config.scheduler_endpoint
+        TS_LOG(kWarn) << "not registered after " << waited << " ms: no connection to " << current()
                       << " (is tessera-scheduler running with that --worker-endpoint?)";
       }
       next_register_warning = now + std::chrono::seconds(30);
@@ -236,7 +323,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       send(reg);
       next_register = now + milliseconds(1000);
       if (++unanswered_registers == 10) {
-        TS_LOG(kWarn) << "no register_ack from " << config.scheduler_endpoint << " after 10 attempts: is the scheduler "
+        TS_LOG(kWarn) << "no register_ack from " << current() << " after 10 attempts: is the scheduler "
                       << "up, and does it admit this worker's CURVE key (worker.key / worker.d/ in its --curve-dir)? "
                       << "A refused handshake is not retried: restart the worker once its key is admitted";
       }
@@ -246,41 +333,61 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       next_beat = now + milliseconds(heartbeat_ms);
     }
     if (registered && !draining && now - last_heard > milliseconds(config.dead_after_ms)) {
-      TS_LOG(kWarn) << "scheduler silent for " << config.dead_after_ms << " ms: registering again";
-      set_registered(false);
-      next_register = now;
-      next_register_warning = now + milliseconds(config.dead_after_ms);
+      TS_TRY(move_on("silent for " + std::to_string(config.dead_after_ms) + " ms"));
+      continue;
+    }
+    // Another scheduler of the list gets its turn when this one does not answer `register`.
+    if (!registered && !draining && link && order.endpoints().size() > 1 &&
+        now - attempt_since > milliseconds(config.dead_after_ms)) {
+      TS_TRY(move_on("no register_ack for " + std::to_string(config.dead_after_ms) + " ms"));
       continue;
     }
 
-    zmq::pollitem_t items[] = {{sched.handle(), 0, ZMQ_POLLIN, 0},
-                               {results.handle(), 0, ZMQ_POLLIN, 0},
-                               {monitor.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{results.handle(), 0, ZMQ_POLLIN, 0},
+                               {link ? link->sched.handle() : nullptr, 0, ZMQ_POLLIN, 0},
+                               {link ? link->monitor.handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 3, milliseconds(std::min(heartbeat_ms, 100)));
+      zmq::poll(items, link ? 3 : 1, milliseconds(std::min(heartbeat_ms, 100)));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       return make_error(ErrorCode::kInternal, std::string("zmq poll: ") + e.what());
     }
+    if (items[0].revents & ZMQ_POLLIN) {
+      auto frames = zmqu::recv(results, true);
+      compute.done();
+      // A result of a plan from a scheduler the worker has left goes nowhere.
+      if (link && plan_generation == link_generation && frames.ok() && !frames->empty())
+        (void)zmqu::send(link->sched, {frames->back()}, true);
+    }
+    if (!link) continue;
+    bool dropped = false;
     if (items[2].revents & ZMQ_POLLIN) {
       // A monitor event: frame 1 = uint16 event id + uint32 value, frame 2 = the address.
       for (;;) {
-        auto ev = zmqu::recv(monitor, true);
+        auto ev = zmqu::recv(link->monitor, true);
         if (!ev.ok() || ev->empty()) break;
         uint16_t id = 0;
         if ((*ev)[0].size() >= sizeof id) std::memcpy(&id, (*ev)[0].data(), sizeof id);
         if (id == ZMQ_EVENT_CONNECTED) connected = reached = true;
-        if (id == ZMQ_EVENT_DISCONNECTED) connected = false;
+        if (id == ZMQ_EVENT_DISCONNECTED) {
+          connected = false;
+          dropped = true;
+        }
       }
     }
-    if (items[1].revents & ZMQ_POLLIN) {
-      auto frames = zmqu::recv(results, true);
-      compute.done();
-      if (frames.ok() && !frames->empty()) (void)zmqu::send(sched, {frames->back()}, true);
+    // A dropped connection means the scheduler process is gone (its kernel closed the socket):
+    // move on at once instead of waiting for the silence.
+    if (dropped && registered && !draining) {
+      TS_TRY(move_on("connection lost"));
+      continue;
     }
-    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    if (dropped && draining && !exiting) {
+      TS_LOG(kInfo) << "drain: the connection to the scheduler was lost; exiting";
+      exiting = true;
+    }
+    if (!(items[1].revents & ZMQ_POLLIN)) continue;
     for (int n = 0; n < 64; ++n) {
-      auto frames = zmqu::recv(sched, true);
+      auto frames = zmqu::recv(link->sched, true);
       if (!frames.ok() || frames->empty()) break;
       last_heard = Clock::now();
       const std::string& body = frames->back();
@@ -300,7 +407,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
         if (!ack->accepted)
           return make_error(ErrorCode::kPermissionDenied, "scheduler rejected registration: " + ack->reason);
         if (!registered) {
-          TS_LOG(kInfo) << "registered with " << config.scheduler_endpoint << " as '" << config.name << "'";
+          TS_LOG(kInfo) << "registered with " << current() << " as '" << config.name << "'";
           // The scheduler starts this worker afresh (a new Batcher; a restarted one reuses request
           // ids): nothing keyed by a request id may survive from before.
           if (registrations++ > 0) compute.reset_requests();
@@ -312,7 +419,9 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       } else if (auto* plan = std::get_if<protocol::StepPlanMsg>(&*msg)) {
         if (!registered) continue;
         const uint64_t step = plan->plan.step_id;
-        if (!compute.submit(std::move(plan->plan))) {
+        if (compute.submit(std::move(plan->plan))) {
+          plan_generation = link_generation;
+        } else {
           send(protocol::StepResultMsg{
               .id = step, .result = error_result(step, make_error(ErrorCode::kInvalidArgument,
                                                                   "a step plan is already executing on this worker"))});

@@ -21,6 +21,18 @@
 // drains, or at once when it is not registered. `shutdown` from the scheduler: finish the
 // current step and exit.
 //
+// Several schedulers (docs/architecture.md "Several schedulers"): `scheduler_endpoint` is a list of
+// sources (discovery.h: endpoints, dns:NAME:PORT, file:PATH; re-read every refresh_ms). The
+// worker registers with one scheduler at a time, the first of the list in its own order (a
+// consistent-hash ring from its name: workers spread over the schedulers; or, with
+// listed_order, the list's own order: the first is the worker's primary). It moves to the next
+// one (passing over those that failed in the last 3 x dead_after_ms) when its scheduler's
+// connection drops (a killed process: at once), when it is silent for dead_after_ms while
+// registered (frozen, cut off), or when it does not answer `register` within dead_after_ms. So a
+// worker serves again within dead_after_ms + one register round trip of its scheduler's death
+// (milliseconds after a kill). A registered worker stays where it is when the list changes.
+// Results of plans from a scheduler it has left are dropped (that scheduler is gone).
+//
 // Registration trouble is logged, naming the likely cause (watching the connection with a
 // ZeroMQ socket monitor): no register_ack within dead_after_ms of trying logs a warning — "no
 // connection" (nothing listens at the endpoint) or "connected but no answer" (another worker
@@ -46,12 +58,14 @@
 namespace tessera::worker_app {
 
 struct ServiceConfig {
-  std::string scheduler_endpoint = "tcp://127.0.0.1:8101";
+  std::string scheduler_endpoint = "tcp://127.0.0.1:8101";  // comma-separated sources (above)
+  int refresh_ms = 5000;          // dns:/file: sources are read again this often
+  bool listed_order = false;      // true: the list's order (first = primary); false: ring order of the name
   std::string name;               // unique per scheduler
   int32_t max_batch_tokens = 1024;
   int32_t eos_id = -1;            // sent in register; -1 = none
   int heartbeat_ms = 500;         // until the ack says otherwise
-  int dead_after_ms = 3000;       // scheduler silence that triggers re-registration
+  int dead_after_ms = 3000;       // scheduler silence (or unanswered register) that moves the worker on
   int drain_timeout_s = 30;       // longest drain before exiting with requests still held
   curve::ClientKeys curve;        // the scheduler's public key and ours; empty = plain socket
 };

@@ -24,7 +24,7 @@ using json = nlohmann::json;
 const std::set<std::string> kOtherEndpoints = {
     "tessera_worker_step_seconds", "tessera_worker_batch_size", "tessera_worker_step_tokens", "tessera_worker_steps_total",
     "tessera_worker_tokens_total", "tessera_worker_kv_pages", "tessera_worker_resident_memory_bytes",
-    "tessera_worker_registered", "tessera_worker_draining", "tessera_worker_info",
+    "tessera_worker_registered", "tessera_worker_draining", "tessera_worker_info", "tessera_worker_scheduler_switches_total",
     "tessera_kvstore_hits_total", "tessera_kvstore_misses_total", "tessera_kvstore_requests_total",
     "tessera_kvstore_bad_requests_total", "tessera_kvstore_overloaded_total", "tessera_kvstore_puts_total",
     "tessera_kvstore_rejected_puts_total", "tessera_kvstore_put_bytes_total", "tessera_kvstore_get_bytes_total",

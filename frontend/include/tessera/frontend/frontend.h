@@ -34,7 +34,9 @@ struct FrontendConfig {
   std::string host = "127.0.0.1";
   int http_port = 8000;                  // 0 = pick a free port
   std::string zmq_endpoint = "tcp://127.0.0.1:8001";  // client API ROUTER; "" = off; port * = free
-  std::vector<std::string> schedulers = {"tcp://127.0.0.1:8100"};
+  std::vector<std::string> schedulers = {"tcp://127.0.0.1:8100"};  // endpoints, dns:NAME:PORT, file:PATH
+  int scheduler_refresh_ms = 5000;     // dns:/file: entries of --schedulers are read again this often
+  double scheduler_load_epsilon = 0.25;  // ring load bound (1 + eps) x mean; 0 = plain consistent hashing
   std::string model;                     // model file (tokenizer/template/name source)
   std::string tokenizer;                 // tokenizer file; "" = from the model
   std::string model_name;                // served id; "" = model file name without extension

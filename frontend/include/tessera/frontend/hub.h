@@ -9,7 +9,12 @@
 //   dead, or restarts (new `instance`), has each of its in-flight requests failed with
 //   ErrorEvent kPeerDead, and new requests go elsewhere;
 // - keeps the ring equal to the usable schedulers; a request goes to the owner of its routing
-//   key there (routing_hash of the key, common/routing.h);
+//   key there (routing_hash of the key, common/routing.h), or — when the owner already holds
+//   (1 + load_epsilon) x the mean of this frontend's in-flight requests — to the next one
+//   clockwise under that cap (bounded loads, scheduler_ring.h);
+// - follows the scheduler membership (discovery.h: static endpoints, dns: names re-resolved,
+//   file: lists re-read every scheduler_refresh_ms): joining schedulers get a link, leaving
+//   ones take no new request and are closed once their requests ended (scheduler_links.h);
 // - routes the schedulers' token/final/error events to the sinks of the in-flight table;
 // - hands every client-API message (already split from its envelope) to the ClientHandler.
 //
@@ -41,7 +46,10 @@
 namespace tessera::frontend {
 
 struct HubConfig {
-  std::vector<std::string> scheduler_endpoints;  // "tcp://127.0.0.1:7100"
+  // Where the schedulers are (discovery.h): "tcp://127.0.0.1:7100", "dns:NAME:PORT", "file:PATH".
+  std::vector<std::string> scheduler_endpoints;
+  int scheduler_refresh_ms = 5000;  // dns:/file: sources are read again this often
+  double load_epsilon = 0.25;       // ring load bound: (1 + eps) x mean in-flight; <= 0 = off
   std::string client_endpoint;                   // ROUTER bind for the client API; "" = none
   int heartbeat_ms = 500;
   int dead_after_ms = 1500;
@@ -85,8 +93,8 @@ class Hub {
   // `done` gets every answer, on the hub thread (it must not block). No usable scheduler: `done`
   // gets one ErrorEvent kUnavailable.
   void gather(protocol::PrefixAdmin message, bool to_all, std::function<void(std::vector<protocol::Message>)> done);
-  // Sends one encoded message to every configured scheduler, alive or not (fire and forget; an
-  // unreachable one drops it). Returns how many schedulers it was queued for. Messages to one
+  // Sends one encoded message to every listed scheduler, alive or not (fire and forget; an
+  // unreachable one drops it). Returns how many schedulers were listed. Messages to one
   // scheduler keep their order, so a request submitted after a broadcast reaches its scheduler
   // after it.
   size_t broadcast(std::string body);

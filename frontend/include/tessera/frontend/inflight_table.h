@@ -44,13 +44,18 @@ class InflightTable {
   // Every request gets ErrorEvent{code, why}; the table ends empty.
   size_t fail_all(ErrorCode code, const std::string& why);
   size_t size() const { return entries_.size(); }
+  // Requests in flight on `scheduler` (the load of the ring choice, scheduler_ring.h).
+  int64_t count(size_t scheduler) const;
 
  private:
   struct Entry {
     std::shared_ptr<RequestSink> sink;
     size_t scheduler = 0;
   };
+  void forget(const Entry& e);  // keeps per_scheduler_ in step with entries_
+
   std::unordered_map<uint64_t, Entry> entries_;
+  std::unordered_map<size_t, int64_t> per_scheduler_;  // invariant: entries of each scheduler
 };
 
 }  // namespace tessera::frontend

@@ -20,7 +20,11 @@
 //   the last heartbeat did not list, and for every worker of a dead scheduler).
 //
 // SchedulerLinks holds them all and publishes a snapshot (ready, waiting, per-scheduler status)
-// for other threads.
+// for other threads. Membership changes while the frontend runs (docs/architecture.md
+// "Several schedulers"): set_listed() takes the discovered endpoints; a new one gets a link (a slot index
+// that stays its own for the life of the process), one no longer listed is unlisted — it takes
+// no new request but keeps its socket until its in-flight requests end (close_if_idle()), so a
+// scheduler leaving the DNS records while it drains loses nothing. Closed slots are null.
 //
 // Ownership: each link owns its socket (created in the hub's zmq context, which must outlive
 // the links). Threading: links are owned by the hub thread (ZeroMQ: one thread per socket);
@@ -48,6 +52,7 @@ namespace tessera::frontend {
 
 struct SchedulerStatus {
   std::string endpoint;
+  bool listed = true;  // in the discovered membership (an unlisted one finishes its requests)
   bool alive = false;
   int32_t live_workers = 0;
   int32_t running = 0;
@@ -90,7 +95,13 @@ class SchedulerLink {
   std::chrono::milliseconds until_beat(Clock::time_point now) const { return liveness_.until_beat(now); }
 
   bool alive() const { return heard_ && liveness_.alive(); }
-  bool usable() const { return alive() && last_.live_workers >= 1; }
+  bool usable() const { return listed_ && alive() && last_.live_workers >= 1; }
+  bool listed() const { return listed_; }
+  void set_listed(bool listed) { listed_ = listed; }
+  // The ring choice made for a request: counted in
+  // tessera_frontend_scheduler_routed_requests_total{scheduler,reason=owner|spill}.
+  void routed(bool spilled) { (spilled ? routed_spill_ : routed_owner_).inc(); }
+  void set_inflight(int64_t n) { inflight_.set(static_cast<double>(n)); }
   const protocol::Heartbeat& last() const { return last_; }
 
  private:
@@ -102,10 +113,14 @@ class SchedulerLink {
   zmq::socket_t monitor_;  // PAIR: the DEALER's ZMQ_EVENT_DISCONNECTED events
   PeerLiveness liveness_;
   bool heard_ = false;     // something arrived at least once
+  bool listed_ = true;     // in the discovered membership (else: no new requests, closed when idle)
   uint64_t instance_ = 0;  // from its heartbeats; 0 = not seen yet (or an old scheduler)
   protocol::Heartbeat last_;
   metrics::Registry& registry_;
   metrics::Gauge& up_;
+  metrics::Counter& routed_owner_;
+  metrics::Counter& routed_spill_;
+  metrics::Gauge& inflight_;
   struct WorkerGauges {
     metrics::Gauge *free, *held, *cached, *running, *waiting;
   };
@@ -114,16 +129,29 @@ class SchedulerLink {
 
 class SchedulerLinks {
  public:
-  // kInvalidArgument for an empty list, a duplicate endpoint or a bad liveness config;
-  // kUnavailable when a socket cannot be set up.
+  // kInvalidArgument for a duplicate endpoint or a bad liveness config. `endpoints` may be empty
+  // (discovery has found none yet).
   static Result<std::unique_ptr<SchedulerLinks>> create(zmq::context_t& ctx, const std::vector<std::string>& endpoints,
                                                         LivenessConfig liveness, metrics::Registry& registry,
                                                         const curve::ClientKeys& curve = {});
 
+  // Slots ever used (open or closed); a slot's index never changes.
   size_t size() const { return links_.size(); }
-  SchedulerLink& operator[](size_t i) { return *links_[i]; }
+  bool open(size_t i) const { return links_[i] != nullptr; }
+  SchedulerLink& operator[](size_t i) { return *links_[i]; }  // only while open(i)
   const SchedulerLink& operator[](size_t i) const { return *links_[i]; }
-  std::vector<std::string> endpoints() const;
+  std::vector<std::string> endpoints() const;  // by slot, closed ones included
+  size_t listed_count() const { return listed_count_.load(); }
+
+  struct Change {
+    std::vector<size_t> joined;  // slots listed now and not before (new or reopened)
+    std::vector<size_t> left;    // slots listed before and not now
+  };
+  // Makes exactly `endpoints` the listed ones (see above). An endpoint whose socket cannot be
+  // set up (ZeroMQ refuses it) is logged and left out.
+  Change set_listed(const std::vector<std::string>& endpoints);
+  // Closes slot i when it is open, unlisted and `inflight` is 0; true when it did.
+  bool close_if_idle(size_t i, int64_t inflight);
 
   // Hub thread: recomputes the snapshot below from the links.
   void publish();
@@ -133,8 +161,15 @@ class SchedulerLinks {
   std::vector<SchedulerStatus> status() const;
 
  private:
-  SchedulerLinks() = default;
-  std::vector<std::unique_ptr<SchedulerLink>> links_;
+  SchedulerLinks(zmq::context_t& ctx, LivenessConfig liveness, metrics::Registry& registry, curve::ClientKeys curve)
+      : ctx_(ctx), liveness_(liveness), registry_(registry), curve_(std::move(curve)) {}
+  zmq::context_t& ctx_;
+  const LivenessConfig liveness_;
+  metrics::Registry& registry_;
+  const curve::ClientKeys curve_;
+  std::vector<std::unique_ptr<SchedulerLink>> links_;  // null = closed
+  std::vector<std::string> slot_endpoints_;            // by slot
+  std::atomic<size_t> listed_count_{0};
   std::atomic<bool> ready_{false};
   std::atomic<int32_t> waiting_{0};
   mutable std::mutex status_mu_;
