@@ -5,6 +5,7 @@
 #include "engine_impl.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/moe.h"
+#include "tessera/common/half.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::worker {
@@ -27,6 +28,18 @@ void swiglu(float* gate, const float* up, int64_t rows, int64_t cols, kernels::T
     tp->parallel_for(rows, [&](int64_t r) { kernels::silu_mul(gate + r * cols, cols, up + r * cols, cols, gate + r * cols, cols, 1, cols); });
   } else {
     kernels::silu_mul(gate, cols, up, cols, gate, cols, rows, cols);
+  }
+}
+
+// ggml's mul_mat_id (llama.cpp's expert matmuls) converts the activations to the weights'
+// vec_dot type first: fp16 for F16 weights, bf16 for BF16 (its dense mul_mat keeps f32 where
+// its sgemm path applies). Rounding the same rows the same way keeps the two programs' experts
+// in agreement. The quantized types quantize their activations inside the matmul, as ggml does.
+void round_like_mul_mat_id(DType w, float* x, int64_t n) {
+  if (w == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_f32(f32_to_fp16(x[i]));
+  } else if (w == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
   }
 }
 
@@ -72,6 +85,7 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
     std::copy(src, src + dim, xg + r * dim);
   }
 
+  round_like_mul_mat_id(w.ffn_gate_exps.dtype, xg, pairs * dim);  // gate and up share one dtype in practice
   // 3. Every active expert's gate and up projections in one region.
   list.clear();
   for (int64_t e = 0; e < E; ++e) {
@@ -83,6 +97,7 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   kernels::matmul_batch(list, tp, isa);
   swiglu(gate, up, pairs, ff, tp);
   if (sh > 0) swiglu(sh_gate, sh_up, T, sh, tp);
+  round_like_mul_mat_id(w.ffn_down_exps.dtype, gate, pairs * ff);
 
   // 4. Down projections (experts and the shared one) in one region.
   list.clear();
