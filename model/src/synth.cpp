@@ -452,6 +452,7 @@ Status synth_model(const SynthOptions& o) {
   if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
   if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
   if (vocab.unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
+  if (!o.chat_template.empty()) w.set_string("tokenizer.chat_template", o.chat_template);
   w.set_bool("tokenizer.ggml.add_bos_token", vocab.model == "llama");
   w.set_bool("tokenizer.ggml.add_eos_token", false);
   if (vocab.model == "llama") w.set_bool("tokenizer.ggml.add_space_prefix", true);

@@ -78,6 +78,7 @@ struct SynthOptions {
   std::string out_path;
   uint64_t seed = 0;
   std::string vocab_from;  // tokenizer.json (HF byte-level BPE), or "" for the synthetic SentencePiece vocab
+  std::string chat_template;  // written as tokenizer.chat_template when not empty (a Jinja template)
 };
 
 // "--dtype" names: every DType name, then "q3_k_m", "q4_k_s", "q4_k_m", "q5_k_m".
