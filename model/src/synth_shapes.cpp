@@ -64,6 +64,12 @@ const std::vector<SynthShape>& synth_shapes() {
          .n_heads = 16, .n_kv_heads = 16, .vocab_size = 151936, .context_length = 8192, .rope_theta = 1000000.0f,
          .rms_eps = 1e-6f, .attn_bias = true, .family = "qwen2moe", .n_experts = 60, .n_experts_used = 4,
          .expert_hidden_dim = 1408, .shared_expert_hidden_dim = 5632});
+    // A quarter-width, third-depth Qwen2-MoE for benchmarks (60 experts of 512, top 4, shared
+    // expert of 2048, a 32000-token vocabulary; ~0.9 B parameters, ~0.17 B active per token).
+    add({.like = "qwen2-moe-a2.7b-mini", .architecture = "qwen2moe", .dim = 1024, .hidden_dim = 2816, .n_layers = 8,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 32000, .context_length = 8192, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .attn_bias = true, .family = "qwen2moe", .n_experts = 60, .n_experts_used = 4,
+         .expert_hidden_dim = 512, .shared_expert_hidden_dim = 2048});
     add({.like = "mixtral-8x7b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 512, .n_layers = 2,
          .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
          .weight_std = 0.08f, .family = "mixtral", .n_experts = 8, .n_experts_used = 2});
