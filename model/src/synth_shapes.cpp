@@ -70,6 +70,10 @@ const std::vector<SynthShape>& synth_shapes() {
          .n_heads = 8, .n_kv_heads = 8, .vocab_size = 32000, .context_length = 8192, .rope_theta = 1000000.0f,
          .rms_eps = 1e-6f, .attn_bias = true, .family = "qwen2moe", .n_experts = 60, .n_experts_used = 4,
          .expert_hidden_dim = 512, .shared_expert_hidden_dim = 2048});
+    // The same for Mixtral: 8 layers of dim 1024, 8 experts of 3584, top 2 (~0.8 B parameters).
+    add({.like = "mixtral-8x7b-mini", .architecture = "llama", .dim = 1024, .hidden_dim = 3584, .n_layers = 8,
+         .n_heads = 8, .n_kv_heads = 2, .vocab_size = 32000, .context_length = 32768, .rope_theta = 1000000.0f,
+         .family = "mixtral", .n_experts = 8, .n_experts_used = 2});
     add({.like = "mixtral-8x7b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 512, .n_layers = 2,
          .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
          .weight_std = 0.08f, .family = "mixtral", .n_experts = 8, .n_experts_used = 2});

@@ -62,8 +62,8 @@ struct SynthShape {
 // 1024-token vocabulary; Gemma 2 keeps 26 layers, the count llama.cpp requires; windows and caps
 // small enough to act within 64 positions): smollm2-135m, llama3.2-1b, qwen2.5-0.5b, gemma2-2b,
 // phi3-mini, mistral-7b, mixtral-8x7b, qwen2-moe-a2.7b (+ -reduced: Mixtral 8 experts top 2,
-// Qwen2-MoE 16 experts of 256 top 4 + a shared expert of 512; qwen2-moe-a2.7b-mini: a benchmark
-// size, 8 layers of dim 1024, 60 experts of 512), and the older llama-1b,
+// Qwen2-MoE 16 experts of 256 top 4 + a shared expert of 512; qwen2-moe-a2.7b-mini and
+// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), and the older llama-1b,
 // stories260k, qwen2-0.5b. Lookup by name
 // (kInvalidArgument listing the known names).
 const std::vector<SynthShape>& synth_shapes();
