@@ -92,7 +92,7 @@ class Assembler {
                                 shape_str({n_experts, rows, cols}) + " from the model config");
     }
     TS_TRY(check_bytes(*raw, n_experts * rows, cols));
-    Tensor t{.dtype = raw->dtype, .rows = n_experts * rows, .cols = cols, .data = raw->data};
+    Tensor t{.dtype = raw->dtype, .rows = n_experts * rows, .cols = cols, .data = raw->data, .exec = raw->exec};
     if (reinterpret_cast<uintptr_t>(raw->data) % dtype_alignment(raw->dtype) != 0) {
       uint8_t* copy = model_.allocate(raw->nbytes);
       std::memcpy(copy, raw->data, raw->nbytes);

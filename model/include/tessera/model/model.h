@@ -150,7 +150,8 @@ inline Tensor expert_matrix(const Tensor& stacked, int64_t n_experts, int64_t e)
   const int64_t rows = stacked.rows / n_experts;
   return Tensor{.dtype = stacked.dtype, .rows = rows, .cols = stacked.cols,
                 .data = static_cast<const uint8_t*>(stacked.data) +
-                        static_cast<size_t>(e * rows) * dtype_row_bytes(stacked.dtype, stacked.cols)};
+                        static_cast<size_t>(e * rows) * dtype_row_bytes(stacked.dtype, stacked.cols),
+                .exec = stacked.exec};
 }
 
 
