@@ -82,6 +82,25 @@ class Assembler {
 
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
 
+  // A stacked expert tensor [n_experts, rows, cols] (GGUF ne {cols, rows, n_experts}) as one
+  // [n_experts * rows, cols] Tensor (see LayerWeights).
+  Result<Tensor> experts(const std::string& name, int64_t n_experts, int64_t rows, int64_t cols) {
+    TS_ASSIGN_OR_RETURN(const RawTensor* raw, find(name));
+    const bool one = n_experts == 1 && raw->shape.size() == 2 && raw->shape[0] == rows && raw->shape[1] == cols;
+    if (!one && !(raw->shape.size() == 3 && raw->shape[0] == n_experts && raw->shape[1] == rows && raw->shape[2] == cols)) {
+      return corrupt(file_, "tensor " + raw->name + " has shape " + shape_str(raw->shape) + ", expected " +
+                                shape_str({n_experts, rows, cols}) + " from the model config");
+    }
+    TS_TRY(check_bytes(*raw, n_experts * rows, cols));
+    Tensor t{.dtype = raw->dtype, .rows = n_experts * rows, .cols = cols, .data = raw->data, .exec = raw->exec};
+    if (reinterpret_cast<uintptr_t>(raw->data) % dtype_alignment(raw->dtype) != 0) {
+      uint8_t* copy = model_.allocate(raw->nbytes);
+      std::memcpy(copy, raw->data, raw->nbytes);
+      t.data = copy;
+    }
+    return t;
+  }
+
   // Rows [row0, row0 + rows) of a fused matrix (Phi-3 attn_qkv, ffn_up), as a view.
   static Tensor rows_of(const Tensor& fused, int64_t row0, int64_t rows) {
     const size_t rb = dtype_row_bytes(fused.dtype, fused.cols);
@@ -137,9 +156,9 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 
 bool architecture_supported(const std::string& a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "gemma2" || a == "phi3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen2moe" || a == "gemma2" || a == "phi3";
 }
-std::string supported_architectures() { return "llama, mistral, qwen2, gemma2, phi3"; }
+std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, gemma2, phi3"; }
 
 Status validate_config(const ModelConfig& c, const std::string& file) {
   TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));
@@ -166,6 +185,16 @@ Status validate_config(const ModelConfig& c, const std::string& file) {
                                                    supported_architectures() + ")");
   }
   if (c.sliding_window < 0 || c.swa_every < 1) return corrupt(file, "model config sliding window is negative");
+  if (c.n_experts < 0 || c.n_experts > 4096 || (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > c.n_experts))) {
+    return corrupt(file, "model config has " + std::to_string(c.n_experts) + " experts with " +
+                             std::to_string(c.n_experts_used) + " used per token");
+  }
+  if (c.n_experts > 0) {
+    TS_TRY(check_positive(file, "expert_hidden_dim", c.expert_hidden_dim, 1 << 20));
+    if (c.shared_expert_hidden_dim < 0 || c.shared_expert_hidden_dim > (1 << 20)) {
+      return corrupt(file, "model config shared_expert_hidden_dim is out of range");
+    }
+  }
   if (!c.rope_freq_factors.empty() && static_cast<int64_t>(c.rope_freq_factors.size()) != c.head_dim / 2) {
     return corrupt(file, "model config has " + std::to_string(c.rope_freq_factors.size()) +
                              " RoPE frequency factors, head_dim / 2 is " + std::to_string(c.head_dim / 2));
@@ -224,7 +253,19 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
       TS_ASSIGN_OR_RETURN(w.bv, a.vector_f32(p + "attn_v.bias", kv_dim));
     }
     TS_ASSIGN_OR_RETURN(w.ffn_norm, a.vector_f32(p + "ffn_norm.weight", c.dim));
-    if (!a.has(p + "ffn_gate.weight") && c.architecture == "phi3") {  // ffn_up holds gate rows, then up rows
+    if (c.is_moe()) {
+      const int64_t ne = c.n_experts, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
+      TS_ASSIGN_OR_RETURN(w.ffn_gate_inp, a.matrix(p + "ffn_gate_inp.weight", ne, c.dim));
+      TS_ASSIGN_OR_RETURN(w.ffn_gate_exps, a.experts(p + "ffn_gate_exps.weight", ne, ff, c.dim));
+      TS_ASSIGN_OR_RETURN(w.ffn_up_exps, a.experts(p + "ffn_up_exps.weight", ne, ff, c.dim));
+      TS_ASSIGN_OR_RETURN(w.ffn_down_exps, a.experts(p + "ffn_down_exps.weight", ne, c.dim, ff));
+      if (sh > 0) {
+        TS_ASSIGN_OR_RETURN(w.ffn_gate_inp_shexp, a.vector_f32(p + "ffn_gate_inp_shexp.weight", c.dim));
+        TS_ASSIGN_OR_RETURN(w.ffn_gate_shexp, a.matrix(p + "ffn_gate_shexp.weight", sh, c.dim));
+        TS_ASSIGN_OR_RETURN(w.ffn_up_shexp, a.matrix(p + "ffn_up_shexp.weight", sh, c.dim));
+        TS_ASSIGN_OR_RETURN(w.ffn_down_shexp, a.matrix(p + "ffn_down_shexp.weight", c.dim, sh));
+      }
+    } else if (!a.has(p + "ffn_gate.weight") && c.architecture == "phi3") {  // ffn_up holds gate rows, then up rows
       TS_ASSIGN_OR_RETURN(Tensor gate_up, a.matrix(p + "ffn_up.weight", 2 * static_cast<int64_t>(c.hidden_dim), c.dim));
       w.w_gate = Assembler::rows_of(gate_up, 0, c.hidden_dim);
       w.w_up = Assembler::rows_of(gate_up, c.hidden_dim, c.hidden_dim);
@@ -232,7 +273,9 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
       TS_ASSIGN_OR_RETURN(w.w_gate, a.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim));
       TS_ASSIGN_OR_RETURN(w.w_up, a.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim));
     }
-    TS_ASSIGN_OR_RETURN(w.w_down, a.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim));
+    if (!c.is_moe()) {
+      TS_ASSIGN_OR_RETURN(w.w_down, a.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim));
+    }
     if (c.post_norms) {
       TS_ASSIGN_OR_RETURN(w.attn_post_norm, a.vector_f32(p + "post_attention_norm.weight", c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_post_norm, a.vector_f32(p + "post_ffw_norm.weight", c.dim));

@@ -1,4 +1,4 @@
-// GGUF -> Model: architecture metadata (llama, mistral, qwen2, gemma2, phi3) with each family's
+// GGUF -> Model: architecture metadata (llama, mistral, qwen2, qwen2moe, gemma2, phi3) with each family's
 // features (docs/models.md, "Model families"), tensors by their GGUF names,
 // and the embedded tokenizer.ggml.* vocabulary.
 #include <algorithm>
@@ -202,9 +202,39 @@ Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& pa
   return ok_status();
 }
 
+// Mixture-of-experts keys (llama.cpp's load_hparams): <arch>.expert_count and expert_used_count
+// for a `llama` (Mixtral) or `qwen2moe` file; Qwen2-MoE's expert sizes default as llama.cpp's do
+// (n_ff / n_expert_used routed, n_ff shared). Mixtral renormalizes the chosen experts' weights.
+Status read_experts(const Meta& m, ModelConfig& c, const std::string& a) {
+  const bool qwen2moe = c.architecture == "qwen2moe";
+  if (!qwen2moe && c.architecture != "llama" && c.architecture != "mistral") return ok_status();
+  TS_ASSIGN_OR_RETURN(c.n_experts, m.int32(a + "expert_count", 0));
+  TS_ASSIGN_OR_RETURN(c.n_experts_used, m.int32(a + "expert_used_count", 0));
+  if (c.n_experts == 0 && !qwen2moe) return ok_status();
+  if (c.n_experts <= 0 || c.n_experts > 4096) return m.wrong(a + "expert_count", "= " + std::to_string(c.n_experts) + " is out of range [1, 4096]");
+  if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts) {
+    return m.wrong(a + "expert_used_count", "= " + std::to_string(c.n_experts_used) + " is out of range [1, expert_count = " +
+                                                std::to_string(c.n_experts) + "]");
+  }
+  if (qwen2moe) {
+    TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, m.int32(a + "expert_feed_forward_length", 0));
+    if (c.expert_hidden_dim == 0) c.expert_hidden_dim = c.hidden_dim / c.n_experts_used;
+    TS_ASSIGN_OR_RETURN(c.shared_expert_hidden_dim, m.int32(a + "expert_shared_feed_forward_length", 0));
+    if (c.shared_expert_hidden_dim == 0) c.shared_expert_hidden_dim = c.hidden_dim;
+    c.expert_weights_norm = false;
+  } else {
+    c.expert_hidden_dim = c.hidden_dim;  // llama.cpp's llama graph: each expert has feed_forward_length
+    c.expert_weights_norm = true;
+  }
+  if (c.expert_hidden_dim <= 0 || c.shared_expert_hidden_dim < 0) {
+    return m.wrong(a + "expert_feed_forward_length", "gives a non-positive expert size");
+  }
+  return ok_status();
+}
+
 std::string family_of(const ModelConfig& c, std::string name) {
   for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  for (const char* f : {"smollm2", "mistral", "qwen2.5", "llama3", "llama-3", "gemma2", "gemma-2", "phi3", "phi-3"}) {
+  for (const char* f : {"smollm2", "mixtral", "mistral", "qwen2.5", "llama3", "llama-3", "gemma2", "gemma-2", "phi3", "phi-3"}) {
     if (name.find(f) != std::string::npos) {
       std::string out(f);
       out.erase(std::remove(out.begin(), out.end(), '-'), out.end());
@@ -243,7 +273,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
                                                    "' is not supported (" + supported_architectures() + ")");
   }
   const std::string a = c.architecture + ".";
-  const bool qwen = c.architecture == "qwen2", gemma2 = c.architecture == "gemma2";
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen2moe", gemma2 = c.architecture == "gemma2";
   TS_ASSIGN_OR_RETURN(c.dim, m.int32(a + "embedding_length"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, m.int32(a + "feed_forward_length"));
   TS_ASSIGN_OR_RETURN(c.n_layers, m.int32(a + "block_count"));
@@ -273,6 +303,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
   // llama.cpp's rope type per architecture: NORM (adjacent pairs) for llama, NEOX (halves) for the others.
   c.rope_layout = c.architecture == "llama" || c.architecture == "mistral" ? RopeLayout::kInterleaved : RopeLayout::kHalves;
   TS_TRY(read_family_features(m, c, a));
+  TS_TRY(read_experts(m, c, a));
 
   TensorMap tensors;
   for (const GgufTensorInfo& t : g.tensors) {

@@ -238,70 +238,6 @@ void quantize_q8_0(const float* x, int64_t n, uint8_t* out) {
 
 namespace tessera {
 
-const std::vector<SynthShape>& synth_shapes() {
-  static const std::vector<SynthShape> kShapes = [] {
-    std::vector<SynthShape> v;
-    auto add = [&](SynthShape s) { v.push_back(std::move(s)); };
-    add({.like = "smollm2-135m", .architecture = "llama", .dim = 576, .hidden_dim = 1536, .n_layers = 30, .n_heads = 9,
-         .n_kv_heads = 3, .vocab_size = 49152, .context_length = 8192, .rope_theta = 100000.0f, .tied = true,
-         .family = "smollm2"});
-    add({.like = "llama-1b", .architecture = "llama", .dim = 2048, .hidden_dim = 8192, .n_layers = 16, .n_heads = 32,
-         .n_kv_heads = 8, .vocab_size = 128256, .context_length = 131072, .rope_theta = 500000.0f, .tied = true,
-         .family = "llama3"});
-    add({.like = "stories260k", .architecture = "llama", .dim = 64, .hidden_dim = 172, .n_layers = 5, .n_heads = 8,
-         .n_kv_heads = 4, .vocab_size = 512, .context_length = 512, .tied = true, .family = "llama"});
-    add({.like = "qwen2-0.5b", .architecture = "qwen2", .dim = 896, .hidden_dim = 4864, .n_layers = 24, .n_heads = 14,
-         .n_kv_heads = 2, .vocab_size = 151936, .context_length = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
-         .tied = true, .attn_bias = true, .family = "qwen2"});
-    // The families' real shapes (Hugging Face config.json values).
-    add({.like = "llama3.2-1b", .architecture = "llama", .dim = 2048, .hidden_dim = 8192, .n_layers = 16, .n_heads = 32,
-         .n_kv_heads = 8, .vocab_size = 128256, .context_length = 131072, .rope_theta = 500000.0f, .tied = true,
-         .llama3_rope_factor = 32.0f, .family = "llama3"});
-    add({.like = "qwen2.5-0.5b", .architecture = "qwen2", .dim = 896, .hidden_dim = 4864, .n_layers = 24, .n_heads = 14,
-         .n_kv_heads = 2, .vocab_size = 151936, .context_length = 32768, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
-         .tied = true, .attn_bias = true, .family = "qwen2.5"});
-    add({.like = "gemma2-2b", .architecture = "gemma2", .dim = 2304, .hidden_dim = 9216, .n_layers = 26, .n_heads = 8,
-         .n_kv_heads = 4, .vocab_size = 256000, .context_length = 8192, .rms_eps = 1e-6f, .tied = true, .head_dim = 256,
-         .sliding_window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f, .family = "gemma2"});
-    add({.like = "phi3-mini", .architecture = "phi3", .dim = 3072, .hidden_dim = 8192, .n_layers = 32, .n_heads = 32,
-         .n_kv_heads = 32, .vocab_size = 32064, .context_length = 4096, .sliding_window = 2047, .family = "phi3"});
-    add({.like = "mistral-7b", .architecture = "llama", .dim = 4096, .hidden_dim = 14336, .n_layers = 32, .n_heads = 32,
-         .n_kv_heads = 8, .vocab_size = 32768, .context_length = 32768, .rope_theta = 1000000.0f, .family = "mistral"});
-    // Reduced shapes: the same family features at test size. Matrices std 0.08 (peaked
-    // distributions, so that agreement is measured on logits that matter).
-    add({.like = "smollm2-135m-reduced", .architecture = "llama", .dim = 192, .hidden_dim = 512, .n_layers = 2,
-         .n_heads = 3, .n_kv_heads = 1, .vocab_size = 1024, .context_length = 8192, .rope_theta = 100000.0f,
-         .tied = true, .weight_std = 0.08f, .family = "smollm2"});
-    add({.like = "llama3.2-1b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 768, .n_layers = 2,
-         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 131072, .rope_theta = 500000.0f,
-         .tied = true, .llama3_rope_factor = 32.0f, .weight_std = 0.08f, .family = "llama3"});
-    add({.like = "qwen2.5-0.5b-reduced", .architecture = "qwen2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
-         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
-         .rms_eps = 1e-6f, .tied = true, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2.5"});
-    add({.like = "gemma2-2b-reduced", .architecture = "gemma2", .dim = 256, .hidden_dim = 256, .n_layers = 26,
-         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 8192, .rms_eps = 1e-6f, .tied = true,
-         .head_dim = 128, .sliding_window = 16, .attn_softcap = 1.0f, .final_softcap = 3.0f, .weight_std = 0.08f,
-         .family = "gemma2"});
-    add({.like = "phi3-mini-reduced", .architecture = "phi3", .dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4,
-         .n_kv_heads = 4, .vocab_size = 1024, .context_length = 4096, .sliding_window = 16, .weight_std = 0.08f,
-         .family = "phi3"});
-    add({.like = "mistral-7b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 768, .n_layers = 2,
-         .n_heads = 4, .n_kv_heads = 1, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
-         .weight_std = 0.08f, .family = "mistral"});
-    return v;
-  }();
-  return kShapes;
-}
-
-Result<SynthShape> synth_shape(const std::string& like) {
-  std::string names;
-  for (const SynthShape& s : synth_shapes()) {
-    if (s.like == like) return s;
-    names += (names.empty() ? "" : ", ") + s.like;
-  }
-  return make_error(ErrorCode::kInvalidArgument, "unknown model shape '" + like + "' (known: " + names + ")");
-}
-
 namespace {
 
 struct MixName {
@@ -370,8 +306,13 @@ DType synth_tensor_type(const SynthOptions& o, const SynthShape& shape, const st
     const bool ffn_down = name.find("ffn_down") != std::string::npos;
     const bool attn_out = name.find("attn_output.weight") != std::string::npos;
     const bool attn_qkv = name.find("attn_qkv.weight") != std::string::npos;
+    const bool eight_experts = shape.n_experts == 8;
     if (is_output) {
       t = cols % 256 == 0 ? DType::kQ6_K : DType::kQ8_0;
+    } else if (eight_experts && (attn_v || name.find("attn_k.weight") != std::string::npos)) {
+      t = DType::kQ8_0;  // llama.cpp: "for the 8-expert model, bumping this to Q8_0 trades just ~128MB"
+    } else if (eight_experts && attn_out && o.mix != SynthMix::kQ5_K_M) {
+      t = DType::kQ5_K;
     } else if (attn_qkv) {  // llama.cpp: Q3_K_M -> Q4_K, Q4_K_M -> Q5_K, Q5_K_M -> Q6_K
       if (o.mix == SynthMix::kQ3_K_M) t = DType::kQ4_K;
       if (o.mix == SynthMix::kQ4_K_M) t = DType::kQ5_K;
@@ -405,7 +346,7 @@ Status synth_model(const SynthOptions& o) {
     }
   } else {
     const std::string pre = s.family == "smollm2" ? "smollm" : s.family == "llama3" ? "llama-bpe"
-                            : s.family == "qwen2" || s.family == "qwen2.5"          ? "qwen2"
+                            : s.family == "qwen2" || s.family == "qwen2.5" || s.family == "qwen2moe" ? "qwen2"
                                                                                      : "default";
     TS_ASSIGN_OR_RETURN(vocab, hf_vocab(o.vocab_from, s.vocab_size, pre));
   }
@@ -418,6 +359,9 @@ Status synth_model(const SynthOptions& o) {
   std::vector<PlannedTensor> plan;
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
     plan.push_back({name, {cols, rows}, 0, synth_tensor_type(o, s, name, cols)});
+  };
+  auto experts = [&](const std::string& name, uint64_t cols, uint64_t rows, uint64_t n) {
+    plan.push_back({name, {cols, rows, n}, 0, synth_tensor_type(o, s, name, cols)});
   };
   auto vec = [&](const std::string& name, uint64_t n, int kind) { plan.push_back({name, {n}, kind, DType::kF32}); };
   matrix("token_embd.weight", dim, static_cast<uint64_t>(s.vocab_size));
@@ -440,13 +384,27 @@ Status synth_model(const SynthOptions& o) {
     matrix(p + "attn_output.weight", q_dim, dim);
     if (gemma2) vec(p + "post_attention_norm.weight", dim, 1);
     vec(p + "ffn_norm.weight", dim, 1);
-    if (phi3) {
+    if (s.n_experts > 0) {
+      const auto ne = static_cast<uint64_t>(s.n_experts);
+      const uint64_t ff = s.expert_hidden_dim > 0 ? static_cast<uint64_t>(s.expert_hidden_dim) : hidden;
+      plan.push_back({p + "ffn_gate_inp.weight", {dim, ne}, 0, DType::kF32});
+      experts(p + "ffn_gate_exps.weight", dim, ff, ne);
+      experts(p + "ffn_up_exps.weight", dim, ff, ne);
+      experts(p + "ffn_down_exps.weight", ff, dim, ne);
+      if (s.shared_expert_hidden_dim > 0) {
+        const auto sh = static_cast<uint64_t>(s.shared_expert_hidden_dim);
+        plan.push_back({p + "ffn_gate_inp_shexp.weight", {dim}, 0, DType::kF32});
+        matrix(p + "ffn_gate_shexp.weight", dim, sh);
+        matrix(p + "ffn_up_shexp.weight", dim, sh);
+        matrix(p + "ffn_down_shexp.weight", sh, dim);
+      }
+    } else if (phi3) {
       matrix(p + "ffn_up.weight", dim, 2 * hidden);
     } else {
       matrix(p + "ffn_gate.weight", dim, hidden);
       matrix(p + "ffn_up.weight", dim, hidden);
     }
-    matrix(p + "ffn_down.weight", hidden, dim);
+    if (s.n_experts == 0) matrix(p + "ffn_down.weight", hidden, dim);
     if (gemma2) vec(p + "post_ffw_norm.weight", dim, 1);
   }
   vec("output_norm.weight", dim, 1);
@@ -475,6 +433,14 @@ Status synth_model(const SynthOptions& o) {
     w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
   }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.n_experts > 0) {
+    w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_experts));
+    w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_experts_used));
+    if (s.expert_hidden_dim > 0) w.set_u32(a + "expert_feed_forward_length", static_cast<uint32_t>(s.expert_hidden_dim));
+    if (s.shared_expert_hidden_dim > 0) {
+      w.set_u32(a + "expert_shared_feed_forward_length", static_cast<uint32_t>(s.shared_expert_hidden_dim));
+    }
+  }
   if (s.attn_softcap > 0.0f) w.set_f32(a + "attn_logit_softcapping", s.attn_softcap);
   if (s.final_softcap > 0.0f) w.set_f32(a + "final_logit_softcapping", s.final_softcap);
   w.set_string("tokenizer.ggml.model", vocab.model);
@@ -486,6 +452,7 @@ Status synth_model(const SynthOptions& o) {
   if (vocab.bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(vocab.bos));
   if (vocab.eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(vocab.eos));
   if (vocab.unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(vocab.unk));
+  if (!o.chat_template.empty()) w.set_string("tokenizer.chat_template", o.chat_template);
   w.set_bool("tokenizer.ggml.add_bos_token", vocab.model == "llama");
   w.set_bool("tokenizer.ggml.add_eos_token", false);
   if (vocab.model == "llama") w.set_bool("tokenizer.ggml.add_space_prefix", true);

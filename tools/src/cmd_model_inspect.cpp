@@ -33,7 +33,10 @@ std::vector<NamedTensor> representative_tensors(const Model& m) {
     const std::pair<const char*, const Tensor*> layer[] = {
         {"attn_norm", &w.attn_norm}, {"attn_q", &w.wq}, {"attn_k", &w.wk}, {"attn_v", &w.wv},
         {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_output", &w.wo},
-        {"ffn_norm", &w.ffn_norm}, {"ffn_gate", &w.w_gate}, {"ffn_up", &w.w_up}, {"ffn_down", &w.w_down}};
+        {"ffn_norm", &w.ffn_norm}, {"ffn_gate", &w.w_gate}, {"ffn_up", &w.w_up}, {"ffn_down", &w.w_down},
+        {"ffn_gate_inp", &w.ffn_gate_inp}, {"ffn_gate_exps", &w.ffn_gate_exps}, {"ffn_up_exps", &w.ffn_up_exps},
+        {"ffn_down_exps", &w.ffn_down_exps}, {"ffn_gate_inp_shexp", &w.ffn_gate_inp_shexp},
+        {"ffn_gate_shexp", &w.ffn_gate_shexp}, {"ffn_up_shexp", &w.ffn_up_shexp}, {"ffn_down_shexp", &w.ffn_down_shexp}};
     for (const auto& [name, t] : layer) {
       if (!t->empty()) out.push_back({std::string("blk.*.") + name, t});
     }
@@ -52,7 +55,8 @@ std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
   if (!m.config().tied_embeddings) add(m.output);
   for (const auto& w : m.layers) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
-                            &w.w_up, &w.w_down}) {
+                            &w.w_up, &w.w_down, &w.ffn_gate_inp, &w.ffn_gate_exps, &w.ffn_up_exps, &w.ffn_down_exps,
+                            &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp}) {
       add(*t);
     }
   }
@@ -97,6 +101,14 @@ std::vector<std::string> features(const Model& m) {
                   (c.swa_every == 1 ? " (every layer)" : " (every " + std::to_string(c.swa_every) + "nd layer from 0)"));
   }
   if (c.post_norms) out.emplace_back("post-attention and post-MLP norms");
+  if (c.is_moe()) {
+    std::snprintf(buf, sizeof buf, "mixture of experts: %d experts of %d, top %d (%s)", c.n_experts, c.expert_hidden_dim,
+                  c.n_experts_used, c.expert_weights_norm ? "softmax over the chosen" : "softmax over all");
+    out.emplace_back(buf);
+    if (c.shared_expert_hidden_dim > 0) {
+      out.push_back("shared expert of " + std::to_string(c.shared_expert_hidden_dim) + " with a sigmoid gate");
+    }
+  }
   out.emplace_back(c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU (gelu-tanh)" : "SwiGLU");
   return out;
 }

@@ -1,9 +1,11 @@
 // `tessera model synth --like NAME --dtype f32|f16|q8_0|q4_k|q4_k_m|... --out FILE.gguf [--seed N]
-//  [--vocab-from tokenizer.json]`: writes a deterministic random-weight GGUF of a real
+//  [--vocab-from tokenizer.json] [--chat-template-file FILE]`: writes a deterministic random-weight GGUF of a real
 // model's shape (see tessera/worker/model_synth.h), then loads it back as a check.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -21,7 +23,7 @@ std::vector<std::string> shape_names() {
   return out;
 }
 
-void declare_options(config::Options& o, SynthOptions& s) {
+void declare_options(config::Options& o, SynthOptions& s, std::string& template_file) {
   std::string shapes;
   for (const auto& name : shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
   o.add(s.like, {.name = "like", .help = "the real model whose shape to copy (required): " + shapes});
@@ -33,18 +35,29 @@ void declare_options(config::Options& o, SynthOptions& s) {
   o.add(s.seed, {.name = "seed", .help = "RNG seed of the weights"});
   o.add(s.vocab_from, {.name = "vocab-from",
                        .help = "tokenizer.json (Hugging Face byte-level BPE) to embed; \"\" = a synthetic SentencePiece vocabulary"});
+  o.add(template_file, {.name = "chat-template-file",
+                        .help = "a Jinja chat template to embed as tokenizer.chat_template (\"\" = none)"});
 }
 
 int run_synth(const std::vector<std::string>& args) {
   SynthOptions o;
   config::Options opts("tessera model synth", "model-synth");
-  declare_options(opts, o);
+  std::string template_file;
+  declare_options(opts, o, template_file);
   opts.describe("Write a deterministic random-weight GGUF shaped like a real model (model/model_synth.h), then load "
                 "it back as a check");
   if (auto exit_code = config::parse_command_line(opts, args)) return *exit_code;
   if (o.like.empty() || o.out_path.empty()) {
     std::fprintf(stderr, "tessera model synth: --like and --out are required; see tessera model synth --help\n");
     return 2;
+  }
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "tessera model synth: cannot read --chat-template-file %s\n", template_file.c_str());
+      return 2;
+    }
+    o.chat_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   std::string dtype = dtype_name(o.dtype);
   for (const std::string& name : synth_dtype_names()) {

@@ -326,5 +326,56 @@ TEST(TesseraUp, AMissingModelFailsFast) {
   EXPECT_TRUE(file_contains(dir + "/up.log", "--model " + dir + "/no-such-model.gguf: no such file or directory"));
 }
 
+// A mixture-of-experts GGUF (Qwen2-MoE-shaped, Q4_K_M, with a Jinja chat template in its
+// metadata, as llama.cpp's converter writes it) is served by `tessera up --model`: the frontend
+// renders the model's own template and the worker's CPU engine runs the routed experts.
+TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up-moe");
+  {
+    std::ofstream t(dir + "/template.jinja");
+    t << "MOE-CHAT{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}\n{% endfor %}"
+         "{% if add_generation_prompt %}[ASSISTANT]{% endif %}";
+  }
+  const std::string model = dir + "/qwen2moe.gguf";
+  Process synth(testing::bin_path("tessera"),
+                {"model", "synth", "--like", "qwen2-moe-a2.7b-reduced", "--dtype", "q4_k_m", "--out", model,
+                 "--chat-template-file", dir + "/template.jinja"},
+                dir + "/synth.log");
+  ASSERT_EQ(synth.wait_exit(milliseconds(60000)), 0);
+  Process up(testing::bin_path("tessera"),
+             {"up", "--model", model, "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+              "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+              "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
+             dir + "/up.log");
+  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << "tessera up never became ready";
+  EXPECT_TRUE(file_contains(dir + "/up.log", "(the model's own, rendered by tessera_jinja)"));
+
+  const std::string messages = R"({"messages": [{"role": "user", "content": "hello there"}]})";
+  auto tok = http::request({.port = base, .method = "POST", .path = "/tokenize", .body = messages, .timeout_ms = 5000});
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  ASSERT_EQ(tok->status, 200) << tok->body;
+  const auto tj = nlohmann::json::parse(tok->body);
+  auto text = http::request({.port = base, .method = "POST", .path = "/detokenize",
+                             .body = nlohmann::json{{"tokens", tj["tokens"]}}.dump(), .timeout_ms = 5000});
+  ASSERT_TRUE(text.ok()) << text.error().to_string();
+  EXPECT_NE(text->body.find("MOE-CHAT[USER] hello there\\n[ASSISTANT]"), std::string::npos) << text->body;
+
+  auto r = http::request({.port = base, .method = "POST", .path = "/v1/chat/completions",
+                          .body = R"({"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 6})",
+                          .timeout_ms = 20000});
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->status, 200) << r->body;
+  const auto j = nlohmann::json::parse(r->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["usage"]["prompt_tokens"].get<int>(), tj["count"].get<int>()) << r->body;
+  EXPECT_GE(j["usage"]["completion_tokens"].get<int>(), 1) << r->body;
+  EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string()) << r->body;
+
+  up.signal(SIGTERM);
+  EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
+}
+
 }  // namespace
 }  // namespace tessera::testing::cluster_test

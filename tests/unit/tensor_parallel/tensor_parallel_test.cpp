@@ -14,11 +14,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <thread>
 
 #include "synth_model.h"
 #include "tensor_parallel.h"
+#include "tessera/model/model_synth.h"
+#include "tessera/testing/paths.h"
 #include "tessera/worker/engine.h"
 
 namespace tessera::worker::tp {
@@ -273,6 +276,22 @@ TEST(InProcessGroup, MismatchedSizesAreAnError) {
   ASSERT_FALSE(sa.ok());
   ASSERT_FALSE(sb.ok());
   EXPECT_EQ(sa.error().code, ErrorCode::kInvalidArgument);
+}
+
+// A mixture-of-experts model is refused by name (the check the CUDA backend makes too).
+TEST(TpPlan, RefusesAMixtureOfExperts) {
+  const std::string dir = tessera::testing::make_temp_dir("tp-moe");
+  SynthOptions o{.like = "mixtral-8x7b-reduced", .out_path = dir + "/mixtral.gguf"};
+  ASSERT_TRUE(synth_model(o).ok());
+  auto model = load_model(o.out_path);
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  auto plan = plan_shards(**model, 2);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(plan.error().message.find("tensor parallel: not implemented yet: a mixture-of-experts MLP (8 experts)"),
+            std::string::npos)
+      << plan.error().message;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -208,7 +208,8 @@ TEST(LlamaCppAgreement, FamilyFeaturesOnEveryKernelPathMatchTheReference) {
   const std::string dir = testing::make_temp_dir("family-paths");
   std::vector<int32_t> tokens = {1};
   for (int32_t i = 1; i < 40; ++i) tokens.push_back((i * 397 + 11) % 1000 + 3);
-  for (const char* shape : {"gemma2-2b-reduced", "phi3-mini-reduced", "llama3.2-1b-reduced", "qwen2.5-0.5b-reduced"}) {
+  for (const char* shape : {"gemma2-2b-reduced", "phi3-mini-reduced", "llama3.2-1b-reduced", "qwen2.5-0.5b-reduced",
+                            "mixtral-8x7b-reduced", "qwen2-moe-a2.7b-reduced"}) {
     const auto model = synth_and_load(shape, "f32", dir);
     ASSERT_TRUE(model != nullptr) << shape;
     const auto ref = reference_forward(*model, tokens);
@@ -225,6 +226,58 @@ TEST(LlamaCppAgreement, FamilyFeaturesOnEveryKernelPathMatchTheReference) {
       // Gemma 2's GELU goes through fp16 in the engine (as ggml), exactly in the reference.
       EXPECT_LT(worst / scale, std::string(shape).starts_with("gemma2") ? 2e-2 : 1e-4)
           << shape << " on " << kernels::isa_name(isa);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A mixture-of-experts decode step of 16 sequences (tokens grouped by expert, each active
+// expert's weights read once for all its rows) gives every sequence the logits it gets alone:
+// bit-identical for the integer paths (each activation row is quantized and dotted on its own),
+// to float rounding for f32.
+TEST(LlamaCppAgreement, MoeBatchedDecodeEqualsSingleSequences) {
+  const std::string dir = testing::make_temp_dir("moe-batch");
+  constexpr int32_t kSeqs = 16, kSteps = 6, kPage = 8;
+  for (const auto& [shape, dtype] : {std::pair{"qwen2-moe-a2.7b-reduced", "q4_k_m"}, std::pair{"mixtral-8x7b-reduced", "q4_0"},
+                                     std::pair{"mixtral-8x7b-reduced", "f32"}}) {
+    const auto model = synth_and_load(shape, dtype, dir);
+    ASSERT_TRUE(model != nullptr) << shape;
+    const auto vocab = static_cast<size_t>(model->config().vocab_size);
+    std::vector<std::vector<int32_t>> prompts(kSeqs);
+    std::vector<std::vector<float>> alone(kSeqs);
+    for (int32_t q = 0; q < kSeqs; ++q) {
+      for (int32_t i = 0; i < kSteps; ++i) prompts[static_cast<size_t>(q)].push_back((q * 131 + i * 37 + 5) % 1000 + 3);
+      alone[static_cast<size_t>(q)] = teacher_forced_logits(*model, prompts[static_cast<size_t>(q)], 0);
+    }
+    auto engine = Engine::create(*model, {.pool = {.num_pages = kSeqs + 1, .page_size = kPage}, .threads = 2});
+    ASSERT_TRUE(engine.ok()) << engine.error().to_string();
+    std::vector<std::vector<int32_t>> tables(kSeqs);
+    for (int32_t q = 0; q < kSeqs; ++q) tables[static_cast<size_t>(q)] = {q};
+    double worst = 0.0;
+    for (int32_t i = 0; i < kSteps; ++i) {
+      std::vector<int64_t> slots(kSeqs);
+      std::vector<SeqInput> batch;
+      for (int32_t q = 0; q < kSeqs; ++q) {
+        slots[static_cast<size_t>(q)] = int64_t{q} * kPage + i;
+        batch.push_back({.tokens = std::span<const int32_t>(prompts[static_cast<size_t>(q)]).subspan(static_cast<size_t>(i), 1),
+                         .start_pos = i, .block_table = tables[static_cast<size_t>(q)],
+                         .slot_mapping = {&slots[static_cast<size_t>(q)], 1}, .want_logits = true});
+      }
+      auto r = (*engine)->forward(batch);
+      ASSERT_TRUE(r.ok()) << r.error().to_string();
+      ASSERT_EQ(r->size(), kSeqs * vocab);
+      for (int32_t q = 0; q < kSeqs; ++q) {
+        for (size_t v = 0; v < vocab; ++v) {
+          const float got = (*r)[static_cast<size_t>(q) * vocab + v];
+          const float want = alone[static_cast<size_t>(q)][static_cast<size_t>(i) * vocab + v];
+          worst = std::max(worst, std::fabs(static_cast<double>(got) - want));
+        }
+      }
+    }
+    if (std::string(dtype) == "f32") {
+      EXPECT_LT(worst, 1e-4) << shape << " " << dtype;
+    } else {
+      EXPECT_EQ(worst, 0.0) << shape << " " << dtype;
     }
   }
   std::filesystem::remove_all(dir);

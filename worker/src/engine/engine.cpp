@@ -34,6 +34,25 @@ Status check_linear(const Tensor& t, const std::string& name, int64_t rows, int6
   return ok_status();
 }
 
+Status check_moe(const ModelConfig& c, const LayerWeights& w, const std::string& p) {
+  if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts || c.n_experts > 4096 || c.expert_hidden_dim <= 0) {
+    return make_error(ErrorCode::kInvalidArgument, "model: " + std::to_string(c.n_experts_used) + " of " +
+                                                       std::to_string(c.n_experts) + " experts per token");
+  }
+  const int64_t ne = c.n_experts, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
+  TS_TRY(check_linear(w.ffn_gate_inp, p + "ffn_gate_inp", ne, c.dim));
+  TS_TRY(check_linear(w.ffn_gate_exps, p + "ffn_gate_exps", ne * ff, c.dim));
+  TS_TRY(check_linear(w.ffn_up_exps, p + "ffn_up_exps", ne * ff, c.dim));
+  TS_TRY(check_linear(w.ffn_down_exps, p + "ffn_down_exps", ne * c.dim, ff));
+  if (sh > 0) {
+    TS_TRY(check_tensor(w.ffn_gate_inp_shexp, p + "ffn_gate_inp_shexp", 1, c.dim, true));
+    TS_TRY(check_linear(w.ffn_gate_shexp, p + "ffn_gate_shexp", sh, c.dim));
+    TS_TRY(check_linear(w.ffn_up_shexp, p + "ffn_up_shexp", sh, c.dim));
+    TS_TRY(check_linear(w.ffn_down_shexp, p + "ffn_down_shexp", c.dim, sh));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status check_model(const Model& model) {
@@ -64,9 +83,13 @@ Status check_model(const Model& model) {
     TS_TRY(check_linear(w.wk, p + "attn_k", kv_dim, c.dim));
     TS_TRY(check_linear(w.wv, p + "attn_v", kv_dim, c.dim));
     TS_TRY(check_linear(w.wo, p + "attn_output", c.dim, q_dim));
-    TS_TRY(check_linear(w.w_gate, p + "ffn_gate", c.hidden_dim, c.dim));
-    TS_TRY(check_linear(w.w_up, p + "ffn_up", c.hidden_dim, c.dim));
-    TS_TRY(check_linear(w.w_down, p + "ffn_down", c.dim, c.hidden_dim));
+    if (c.is_moe()) {
+      TS_TRY(check_moe(c, w, p));
+    } else {
+      TS_TRY(check_linear(w.w_gate, p + "ffn_gate", c.hidden_dim, c.dim));
+      TS_TRY(check_linear(w.w_up, p + "ffn_up", c.hidden_dim, c.dim));
+      TS_TRY(check_linear(w.w_down, p + "ffn_down", c.dim, c.hidden_dim));
+    }
     if (c.post_norms) {
       TS_TRY(check_tensor(w.attn_post_norm, p + "post_attention_norm", 1, c.dim, true));
       TS_TRY(check_tensor(w.ffn_post_norm, p + "post_ffw_norm", 1, c.dim, true));
@@ -90,6 +113,7 @@ Status check_plain_llama(const ModelConfig& c, const std::string& backend) {
   else if (c.sliding_window > 0) missing = "sliding-window attention (" + std::to_string(c.sliding_window) + ")";
   else if (c.post_norms) missing = "post-attention/post-MLP norms";
   else if (c.ffn_act != FfnActivation::kSilu) missing = "the GeGLU MLP";
+  else if (c.is_moe()) missing = "a mixture-of-experts MLP (" + std::to_string(c.n_experts) + " experts)";
   if (missing.empty()) return ok_status();
   return make_error(ErrorCode::kUnsupported, backend + ": not implemented yet: " + missing + ", which this " + c.architecture +
                                                  " model needs (use the cpu backend)");

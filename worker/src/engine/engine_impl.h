@@ -6,14 +6,23 @@
 #include <memory>
 #include <vector>
 
+#include "tessera/kernels/matmul.h"
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/worker/engine.h"
 #include "tessera/worker/step_executor.h"
 
 namespace tessera::worker {
 
+// Scratch of the mixture-of-experts MLP (moe_ffn.cpp), grown on demand and reused.
+struct MoeScratch {
+  std::vector<float> logits, weights, xg, gate, up, down, sh_gate, sh_up, sh_down, sh_logit;
+  std::vector<int32_t> ids, offsets, order, pair_row;
+  std::vector<kernels::MatmulArgs> list;
+};
+
 // Scratch activations of one step, grown on demand and reused (never shrunk).
 struct Scratch {
+  MoeScratch moe;
   std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_rows, logits;
   std::vector<int32_t> tokens, positions, token_indptr, start_pos, page_indptr, page_ids, out_row_index;
   std::vector<int64_t> slots;
@@ -83,6 +92,14 @@ struct KeyMassArgs {
   float* mass = nullptr;
 };
 void accumulate_key_mass(const KeyMassArgs& args);
+// The mixture-of-experts MLP of layer `w` for T normalized rows `xn` ([T, dim], stride dim):
+// out[T, dim] = the routed experts' weighted sum (+ the gated shared expert). Routing per token
+// (kernels/moe.h); the (token, choice) pairs are grouped by expert and each active expert runs
+// one matmul over all of its rows, so a batched step reads each expert's weights once. The
+// matmuls of all active experts go into one parallel region (threads split across experts and
+// row chunks). The sum over a token's choices runs in choice order (llama.cpp's order).
+void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64_t T, float* out, MoeScratch& s,
+             kernels::ThreadPool* tp, kernels::Isa isa);
 
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.
 Status check_model(const Model& model);
@@ -90,7 +107,7 @@ Status check_model(const Model& model);
 // kUnsupported naming the first family feature (docs/models.md, "Model families") that a
 // backend with only the plain Llama forward pass lacks: RoPE frequency factors or scaling,
 // embedding scaling, a custom attention scale, soft-capping, sliding windows, post-norms,
-// GeGLU. `backend` starts the message ("CUDA backend").
+// GeGLU, a mixture-of-experts MLP. `backend` starts the message ("CUDA backend").
 Status check_plain_llama(const ModelConfig& config, const std::string& backend);
 
 }  // namespace tessera::worker

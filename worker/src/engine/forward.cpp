@@ -170,20 +170,24 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     kernels::add_inplace(x, o, T * dim);
     // MLP block.
     kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    {
-      const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
-      const Tensor* const ws[2] = {&w.w_gate, &w.w_up};
-      linear_group(ws, gate_up);
-    }
-    const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
-    if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
-      tp->parallel_for(T, [&](int64_t t) {
-        act(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
-      });
+    if (c.is_moe()) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
+      moe_ffn(c, w, xn, T, o, s.moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
     } else {
-      act(gate, hidden, up, hidden, gate, hidden, T, hidden);
+      {
+        const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
+        const Tensor* const ws[2] = {&w.w_gate, &w.w_up};
+        linear_group(ws, gate_up);
+      }
+      const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
+      if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
+        tp->parallel_for(T, [&](int64_t t) {
+          act(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
+        });
+      } else {
+        act(gate, hidden, up, hidden, gate, hidden, T, hidden);
+      }
+      linear(w.w_down, gate, hidden, o, dim);
     }
-    linear(w.w_down, gate, hidden, o, dim);
     if (c.post_norms) kernels::rmsnorm(o, dim, w.ffn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);
   }

@@ -49,6 +49,76 @@ void rotate(float* v, int64_t hd, int32_t pos, const ModelConfig& cfg, bool inte
   }
 }
 
+struct MoeWeights {
+  std::vector<float> router, gate, up, down, sh_router, sh_gate, sh_up, sh_down;
+  static MoeWeights of(const LayerWeights& w) {
+    MoeWeights m{dequant(w.ffn_gate_inp), dequant(w.ffn_gate_exps), dequant(w.ffn_up_exps), dequant(w.ffn_down_exps),
+                 {}, {}, {}, {}};
+    if (!w.ffn_gate_shexp.empty()) {
+      m.sh_router = dequant(w.ffn_gate_inp_shexp);
+      m.sh_gate = dequant(w.ffn_gate_shexp);
+      m.sh_up = dequant(w.ffn_up_shexp);
+      m.sh_down = dequant(w.ffn_down_shexp);
+    }
+    return m;
+  }
+};
+
+// out = SwiGLU MLP of xn with [ff, dim] gate/up and [dim, ff] down matrices at the given offsets.
+void swiglu_mlp(const float* wg, const float* wu, const float* wd, int64_t ff, int64_t dim, const float* xn, float* out) {
+  std::vector<float> g(static_cast<size_t>(ff));
+  for (int64_t r = 0; r < ff; ++r) {
+    float a = 0.0f, b = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) {
+      a += wg[r * dim + i] * xn[i];
+      b += wu[r * dim + i] * xn[i];
+    }
+    g[static_cast<size_t>(r)] = a / (1.0f + std::exp(-a)) * b;
+  }
+  for (int64_t r = 0; r < dim; ++r) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < ff; ++i) acc += wd[r * ff + i] * g[static_cast<size_t>(i)];
+    out[r] = acc;
+  }
+}
+
+// The mixture-of-experts MLP of one token, written out plainly: a full softmax over the
+// experts in double, a sort for the top k, the expert MLPs one by one, the shared expert with a
+// true sigmoid gate.
+void moe_mlp(const ModelConfig& c, const MoeWeights& m, const float* xn, float* out) {
+  const int64_t E = c.n_experts, dim = c.dim, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
+  std::vector<double> p(static_cast<size_t>(E));
+  double mx = -INFINITY, z = 0.0;
+  for (int64_t e = 0; e < E; ++e) {
+    double l = 0.0;
+    for (int64_t i = 0; i < dim; ++i) l += static_cast<double>(m.router[static_cast<size_t>(e * dim + i)]) * xn[i];
+    p[static_cast<size_t>(e)] = l;
+    mx = std::max(mx, l);
+  }
+  for (double& v : p) z += (v = std::exp(v - mx));
+  for (double& v : p) v /= z;
+  std::vector<int64_t> ids(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) ids[static_cast<size_t>(e)] = e;
+  std::stable_sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+  ids.resize(static_cast<size_t>(c.n_experts_used));
+  double wsum = 0.0;
+  for (int64_t e : ids) wsum += p[static_cast<size_t>(e)];
+  std::vector<float> y(static_cast<size_t>(dim));
+  std::fill_n(out, dim, 0.0f);
+  for (int64_t e : ids) {
+    const double wt = c.expert_weights_norm ? p[static_cast<size_t>(e)] / wsum : p[static_cast<size_t>(e)];
+    swiglu_mlp(m.gate.data() + e * ff * dim, m.up.data() + e * ff * dim, m.down.data() + e * dim * ff, ff, dim, xn, y.data());
+    for (int64_t i = 0; i < dim; ++i) out[i] += static_cast<float>(wt) * y[static_cast<size_t>(i)];
+  }
+  if (sh > 0) {
+    double l = 0.0;
+    for (int64_t i = 0; i < dim; ++i) l += static_cast<double>(m.sh_router[static_cast<size_t>(i)]) * xn[i];
+    const auto gate = static_cast<float>(1.0 / (1.0 + std::exp(-l)));
+    swiglu_mlp(m.sh_gate.data(), m.sh_up.data(), m.sh_down.data(), sh, dim, xn, y.data());
+    for (int64_t i = 0; i < dim; ++i) out[i] += gate * y[static_cast<size_t>(i)];
+  }
+}
+
 }  // namespace
 
 Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens, std::vector<float>* queries) {
@@ -76,6 +146,7 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
     const LayerWeights& w = model.layers[static_cast<size_t>(l)];
     const auto wq = dequant(w.wq), wk = dequant(w.wk), wv = dequant(w.wv), wo = dequant(w.wo);
     const auto wg = dequant(w.w_gate), wu = dequant(w.w_up), wd = dequant(w.w_down);
+    const MoeWeights moe = c.is_moe() ? MoeWeights::of(w) : MoeWeights{};
     // Each position in order: K/V of position t are cached before t attends.
     for (int64_t t = 0; t < n; ++t) {
       float* xt = x.data() + t * dim;
@@ -123,6 +194,11 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
       if (c.post_norms) rmsnorm(o.data(), w.attn_post_norm.f32(), o.data(), dim, c.rms_eps);
       for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
       rmsnorm(xt, w.ffn_norm.f32(), xn.data(), dim, c.rms_eps);
+      if (c.is_moe()) {
+        moe_mlp(c, moe, xn.data(), o.data());
+        for (int64_t i = 0; i < dim; ++i) xt[i] += o[static_cast<size_t>(i)];
+        continue;
+      }
       matvec(wg, hidden, dim, xn.data(), g.data());
       matvec(wu, hidden, dim, xn.data(), u.data());
       for (int64_t i = 0; i < hidden; ++i) {

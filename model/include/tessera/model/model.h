@@ -70,7 +70,7 @@ enum class FfnActivation : uint8_t {
 };
 
 struct ModelConfig {
-  std::string architecture = "llama";  // llama | mistral | qwen2 | gemma2 | phi3
+  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen2moe | gemma2 | phi3
   // The model family as far as the file tells (for display): gemma2, phi3, qwen2, llama3 (a
   // llama with rope_freqs), or from general.name (smollm2, mistral, qwen2.5, llama3...), else
   // the architecture.
@@ -105,6 +105,20 @@ struct ModelConfig {
   bool post_norms = false;       // RMSNorm after attention and after the MLP, before each residual add (Gemma 2)
   FfnActivation ffn_act = FfnActivation::kSilu;
 
+  // Mixture of experts (Mixtral: `llama` with <arch>.expert_count; Qwen2-MoE: `qwen2moe`). With
+  // n_experts > 0 every layer's MLP is routed: per token, the router's logits over the experts
+  // go through a softmax over all experts, the n_experts_used most probable are chosen, and
+  // their outputs are summed weighted by their probabilities (renormalized over the chosen when
+  // expert_weights_norm: Mixtral's softmax over the chosen k). A shared expert
+  // (shared_expert_hidden_dim > 0, Qwen2-MoE) runs on every token, scaled by
+  // sigmoid(ffn_gate_inp_shexp . x), and is added to the routed sum. hidden_dim is then unused.
+  int32_t n_experts = 0;
+  int32_t n_experts_used = 0;
+  int32_t expert_hidden_dim = 0;         // each routed expert's intermediate size
+  int32_t shared_expert_hidden_dim = 0;  // 0 = no shared expert
+  bool expert_weights_norm = false;
+
+  bool is_moe() const { return n_experts > 0; }
   // Whether layer `l` uses the sliding window.
   bool layer_uses_swa(int32_t l) const { return sliding_window > 0 && l % swa_every == 0; }
 };
@@ -118,7 +132,27 @@ struct LayerWeights {
   Tensor w_down;              // [dim, hidden_dim]  (HF down_proj, llama2.c w2)
   Tensor attn_post_norm;      // [1, dim] F32, only when config.post_norms (Gemma 2 post_attention_norm)
   Tensor ffn_post_norm;       // [1, dim] F32, only when config.post_norms (Gemma 2 post_ffw_norm)
+
+  // Mixture of experts (config.is_moe(); w_gate/w_up/w_down are then empty). Field names are
+  // the GGUF tensor names (blk.N.<name>.weight), so that a placement rule can address each by
+  // name. A stacked expert tensor (GGUF 3-D [cols, rows, n_experts]) is one Tensor of
+  // n_experts * rows rows: expert e's matrix is rows [e * rows, (e + 1) * rows) (expert_matrix()).
+  Tensor ffn_gate_inp;                  // [n_experts, dim] router, any matmul dtype (llama.cpp keeps it F32)
+  Tensor ffn_gate_exps, ffn_up_exps;    // [n_experts * expert_hidden_dim, dim]
+  Tensor ffn_down_exps;                 // [n_experts * dim, expert_hidden_dim]
+  Tensor ffn_gate_inp_shexp;            // [1, dim] F32, the shared expert's sigmoid gate (Qwen2-MoE)
+  Tensor ffn_gate_shexp, ffn_up_shexp;  // [shared_expert_hidden_dim, dim], empty without a shared expert
+  Tensor ffn_down_shexp;                // [dim, shared_expert_hidden_dim]
 };
+
+// Expert e's [stacked.rows / n_experts, cols] matrix of a stacked expert tensor (a view).
+inline Tensor expert_matrix(const Tensor& stacked, int64_t n_experts, int64_t e) {
+  const int64_t rows = stacked.rows / n_experts;
+  return Tensor{.dtype = stacked.dtype, .rows = rows, .cols = stacked.cols,
+                .data = static_cast<const uint8_t*>(stacked.data) +
+                        static_cast<size_t>(e * rows) * dtype_row_bytes(stacked.dtype, stacked.cols),
+                .exec = stacked.exec};
+}
 
 
 class Model {

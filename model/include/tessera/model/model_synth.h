@@ -11,7 +11,9 @@
 // head (or the tied token embedding) Q6_K; Q4_K_M/Q5_K_M give attn_v and ffn_down Q6_K in the
 // "use_more_bits" layers (first and last eighth, every third between); Q4_K_S gives Q5_K to
 // the first 4 attn_v and the first eighth of ffn_down; Q3_K_M gives Q5_K to the first 2 attn_v
-// and the first 1/16 of ffn_down, Q4_K to the other attn_v, ffn_down and attn_output.
+// and the first 1/16 of ffn_down, Q4_K to the other attn_v, ffn_down and attn_output. With 8
+// experts (Mixtral) attn_k and attn_v are Q8_0 and attn_output Q5_K (Q3_K_M, Q4_K_S, Q4_K_M), as
+// llama.cpp's rules say; ffn_down covers the expert and shared-expert tensors.
 // A matrix whose row length is not a multiple of its type's block falls back as in
 // llama.cpp (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0, q2_k/q3_k/iq4_xs -> iq4_nl), and to
 // f32 when even that does not fit. Blocks are bit-identical to ggml's reference quantizers
@@ -48,6 +50,10 @@ struct SynthShape {
   float attn_softcap = 0.0f, final_softcap = 0.0f;  // > 0: gemma2 soft-capping keys
   float weight_std = 0.02f;        // std of the matrices' uniform values
   std::string family;              // what `model inspect` calls it: llama3, smollm2, qwen2.5, gemma2, phi3, mistral
+  // Mixture of experts (> 0 experts): ffn_gate_inp (F32, as llama-quantize keeps it) and stacked
+  // ffn_{gate,up,down}_exps; expert_hidden_dim 0 = hidden_dim (Mixtral); a shared expert
+  // (ffn_*_shexp + ffn_gate_inp_shexp, F32) when shared_expert_hidden_dim > 0 (Qwen2-MoE).
+  int32_t n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0, shared_expert_hidden_dim = 0;
 
   int32_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
 };
@@ -55,7 +61,10 @@ struct SynthShape {
 // The known shapes: each family's real shape and a "-reduced" one (2 layers, dim 256 or 192, a
 // 1024-token vocabulary; Gemma 2 keeps 26 layers, the count llama.cpp requires; windows and caps
 // small enough to act within 64 positions): smollm2-135m, llama3.2-1b, qwen2.5-0.5b, gemma2-2b,
-// phi3-mini, mistral-7b (+ -reduced), and the older llama-1b, stories260k, qwen2-0.5b. Lookup by name
+// phi3-mini, mistral-7b, mixtral-8x7b, qwen2-moe-a2.7b (+ -reduced: Mixtral 8 experts top 2,
+// Qwen2-MoE 16 experts of 256 top 4 + a shared expert of 512; qwen2-moe-a2.7b-mini and
+// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), and the older llama-1b,
+// stories260k, qwen2-0.5b. Lookup by name
 // (kInvalidArgument listing the known names).
 const std::vector<SynthShape>& synth_shapes();
 Result<SynthShape> synth_shape(const std::string& like);
@@ -70,6 +79,7 @@ struct SynthOptions {
   std::string out_path;
   uint64_t seed = 0;
   std::string vocab_from;  // tokenizer.json (HF byte-level BPE), or "" for the synthetic SentencePiece vocab
+  std::string chat_template;  // written as tokenizer.chat_template when not empty (a Jinja template)
 };
 
 // "--dtype" names: every DType name, then "q3_k_m", "q4_k_s", "q4_k_m", "q5_k_m".

@@ -1,0 +1,132 @@
+// The mixture-of-experts MLP of the CPU forward pass (see engine_impl.h, moe_ffn).
+#include <algorithm>
+#include <vector>
+
+#include "engine_impl.h"
+#include "tessera/kernels/matmul.h"
+#include "tessera/kernels/moe.h"
+#include "tessera/common/half.h"
+#include "tessera/kernels/ops.h"
+
+namespace tessera::worker {
+namespace {
+
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+kernels::MatmulArgs mm(const Tensor& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
+  return {.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = x, .x_stride = x_stride, .n = n, .y = y,
+          .y_stride = y_stride};
+}
+
+// silu(gate) * up over `rows` rows of `cols`, in place into gate; rows in parallel when many.
+void swiglu(float* gate, const float* up, int64_t rows, int64_t cols, kernels::ThreadPool* tp) {
+  if (rows >= 4) {
+    tp->parallel_for(rows, [&](int64_t r) { kernels::silu_mul(gate + r * cols, cols, up + r * cols, cols, gate + r * cols, cols, 1, cols); });
+  } else {
+    kernels::silu_mul(gate, cols, up, cols, gate, cols, rows, cols);
+  }
+}
+
+// ggml's mul_mat_id (llama.cpp's expert matmuls) converts the activations to the weights'
+// vec_dot type first: fp16 for F16 weights, bf16 for BF16 (its dense mul_mat keeps f32 where
+// its sgemm path applies). Rounding the same rows the same way keeps the two programs' experts
+// in agreement. The quantized types quantize their activations inside the matmul, as ggml does.
+void round_like_mul_mat_id(DType w, float* x, int64_t n) {
+  if (w == DType::kF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = fp16_to_f32(f32_to_fp16(x[i]));
+  } else if (w == DType::kBF16) {
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  }
+}
+
+}  // namespace
+
+void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64_t T, float* out, MoeScratch& s,
+             kernels::ThreadPool* tp, kernels::Isa isa) {
+  const int64_t dim = c.dim, E = c.n_experts, K = c.n_experts_used, ff = c.expert_hidden_dim;
+  const int64_t sh = c.shared_expert_hidden_dim, pairs = T * K;
+  float* logits = grow(s.logits, static_cast<size_t>(T * E));
+  float* weights = grow(s.weights, static_cast<size_t>(pairs));
+  int32_t* ids = grow(s.ids, static_cast<size_t>(pairs));
+  int32_t* offsets = grow(s.offsets, static_cast<size_t>(E + 1));
+  int32_t* order = grow(s.order, static_cast<size_t>(pairs));
+  int32_t* pair_row = grow(s.pair_row, static_cast<size_t>(pairs));
+  float* xg = grow(s.xg, static_cast<size_t>(pairs * dim));
+  float* gate = grow(s.gate, static_cast<size_t>(pairs * ff));
+  float* up = grow(s.up, static_cast<size_t>(pairs * ff));
+  float* down = grow(s.down, static_cast<size_t>(pairs * dim));
+  float* sh_gate = sh > 0 ? grow(s.sh_gate, static_cast<size_t>(T * sh)) : nullptr;
+  float* sh_up = sh > 0 ? grow(s.sh_up, static_cast<size_t>(T * sh)) : nullptr;
+  float* sh_down = sh > 0 ? grow(s.sh_down, static_cast<size_t>(T * dim)) : nullptr;
+  float* sh_logit = sh > 0 ? grow(s.sh_logit, static_cast<size_t>(T)) : nullptr;
+
+  // 1. Router logits, and the shared expert's gate/up and gate logit (same input, one region).
+  std::vector<kernels::MatmulArgs>& list = s.list;
+  list.clear();
+  list.push_back(mm(w.ffn_gate_inp, xn, dim, T, logits, E));
+  if (sh > 0) {
+    list.push_back(mm(w.ffn_gate_shexp, xn, dim, T, sh_gate, sh));
+    list.push_back(mm(w.ffn_up_shexp, xn, dim, T, sh_up, sh));
+    list.push_back(mm(w.ffn_gate_inp_shexp, xn, dim, T, sh_logit, 1));
+  }
+  kernels::matmul_batch(list, tp, isa);
+
+  // 2. Routing, grouping, and the gathered input rows (expert by expert).
+  kernels::moe_route(logits, E, T, static_cast<int32_t>(E), static_cast<int32_t>(K), c.expert_weights_norm, ids, weights);
+  kernels::moe_group(ids, T, static_cast<int32_t>(K), static_cast<int32_t>(E), offsets, order);
+  for (int64_t r = 0; r < pairs; ++r) {
+    const int32_t p = order[r];
+    pair_row[p] = static_cast<int32_t>(r);
+    const float* src = xn + (p / K) * dim;
+    std::copy(src, src + dim, xg + r * dim);
+  }
+
+  round_like_mul_mat_id(w.ffn_gate_exps.dtype, xg, pairs * dim);  // gate and up share one dtype in practice
+  // 3. Every active expert's gate and up projections in one region.
+  list.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+    if (n == 0) continue;
+    list.push_back(mm(expert_matrix(w.ffn_gate_exps, E, e), xg + r0 * dim, dim, n, gate + r0 * ff, ff));
+    list.push_back(mm(expert_matrix(w.ffn_up_exps, E, e), xg + r0 * dim, dim, n, up + r0 * ff, ff));
+  }
+  kernels::matmul_batch(list, tp, isa);
+  swiglu(gate, up, pairs, ff, tp);
+  if (sh > 0) swiglu(sh_gate, sh_up, T, sh, tp);
+  round_like_mul_mat_id(w.ffn_down_exps.dtype, gate, pairs * ff);
+
+  // 4. Down projections (experts and the shared one) in one region.
+  list.clear();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
+    if (n == 0) continue;
+    list.push_back(mm(expert_matrix(w.ffn_down_exps, E, e), gate + r0 * ff, ff, n, down + r0 * dim, dim));
+  }
+  if (sh > 0) list.push_back(mm(w.ffn_down_shexp, sh_gate, sh, T, sh_down, dim));
+  kernels::matmul_batch(list, tp, isa);
+
+  // 5. Per token: sum of weight * expert output in choice order, then the gated shared expert.
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out + t * dim;
+    for (int64_t j = 0; j < K; ++j) {
+      const float wj = weights[t * K + j];
+      const float* d = down + static_cast<int64_t>(pair_row[t * K + j]) * dim;
+      if (j == 0) {
+        for (int64_t i = 0; i < dim; ++i) o[i] = d[i] * wj;
+      } else {
+        for (int64_t i = 0; i < dim; ++i) o[i] += d[i] * wj;
+      }
+    }
+    if (sh > 0) {
+      const float g = kernels::moe_shared_gate(sh_logit[t]);
+      const float* d = sh_down + t * dim;
+      for (int64_t i = 0; i < dim; ++i) o[i] += d[i] * g;
+    }
+  }
+}
+
+}  // namespace tessera::worker
