@@ -118,6 +118,9 @@ ROWS = [
     ("Scheduler (per worker)", [
         ("Pages by state", "short", [q("tessera_scheduler_pages{worker=~\"$worker\"}", "{{worker}} {{state}}")]),
         ("Pinned prefix pages", "short", [q("tessera_scheduler_pinned_pages{worker=~\"$worker\"}", "{{worker}}")]),
+        ("K/V policy: evicted tokens / s, compactions / s", "short",
+         [q("rate(tessera_scheduler_kv_evicted_tokens_total[$__rate_interval])", "evicted tokens"),
+          q("rate(tessera_scheduler_kv_compactions_total[$__rate_interval])", "compactions")]),
         ("Routed requests / s", "reqps",
          [q("sum by (worker, reason) (rate(tessera_scheduler_routed_requests_total{worker=~\"$worker\"}%s))" % RATE, "{{worker}} {{reason}}")]),
     ]),
