@@ -308,6 +308,16 @@ std::string forcing_schema(const ToolSet& tools) {
       .dump();
 }
 
+std::shared_ptr<const std::map<std::string, nlohmann::ordered_json>> required_tool_parameters(const ToolSet& tools) {
+  if (tools.choice != ToolChoice::kRequired || tools.names.size() < 2) return nullptr;
+  auto out = std::make_shared<std::map<std::string, nlohmann::ordered_json>>();
+  for (const auto& t : tools.chat.tools) {
+    const auto& f = t["function"];
+    (*out)[f["name"].get<std::string>()] = f.contains("parameters") ? f["parameters"] : ojson{{"type", "object"}};
+  }
+  return out;
+}
+
 ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced) {
   if (forced) {
     if (auto call = call_from_text(text)) return ToolParse{{std::move(*call)}, ""};

@@ -70,7 +70,14 @@ struct TokenLogprobText {
   std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;
+  // Completions' text_offset: where the token's text starts in the choice's text, in code
+  // points; -1 = right after the previous entry's token (0 for the first).
+  int32_t text_offset = -1;
+  bool has_logprob = true;  // false: the first prompt token of an echo (logprob and top are null)
 };
+
+// Unicode code points of UTF-8 text (bytes that are not continuation bytes).
+int32_t code_points(std::string_view text);
 
 // Where a stream carries `usage`: kLastChunk (with the finish_reason chunk), kSeparateChunk
 // (OpenAI's stream_options.include_usage: an extra chunk with `choices: []`), kNone.

@@ -14,6 +14,8 @@
 // Pure functions; thread-safe (random call ids use a thread_local generator).
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +50,17 @@ Status parse_tools(const nlohmann::json& body, std::string_view body_text, ToolS
 // parameters} for a named tool or `required` with one tool; `required` with several tools:
 // {"name": enum of the names, "arguments": any object} (the grammar cannot branch on the name).
 std::string forcing_schema(const ToolSet& tools);
+
+// tool_choice "required" with several tools: each tool's `parameters` by name (the grammar fixes
+// only the name, so the arguments are checked when the choice ends); null otherwise.
+std::shared_ptr<const std::map<std::string, nlohmann::ordered_json>> required_tool_parameters(const ToolSet& tools);
+
+// "" when `arguments` (JSON text) is a value the tool's `parameters` schema accepts; else what is
+// wrong, naming the place ("arguments.city: required property missing"). The grammar's JSON
+// Schema subset (type, properties, required, additionalProperties, items, minItems, maxItems,
+// minLength, maxLength, enum, const, anyOf, oneOf, $ref to #/$defs or #/definitions); property
+// order is free; annotations are ignored (tool_arguments.cpp).
+std::string arguments_violation(const nlohmann::ordered_json& parameters, std::string_view arguments);
 
 struct ToolCall {
   std::string id;         // "call_" + 24 random hex digits
