@@ -8,7 +8,7 @@ namespace tessera::frontend {
 ChoiceSet::ChoiceSet(const Tokenizer& tokenizer, ResponseMeta meta, ChoiceSetOptions options,
                      std::vector<protocol::GenerateRequest> prompts, std::vector<std::string> echo,
                      const std::function<uint64_t()>& next_id)
-    : tok_(tokenizer), meta_(std::move(meta)), options_(options), echo_(std::move(echo)) {
+    : tok_(tokenizer), next_id_(next_id), meta_(std::move(meta)), options_(options), echo_(std::move(echo)) {
   echo_.resize(prompts.size());
   prompt_lps_.resize(prompts.size());
   for (size_t k = 0; k < prompts.size(); ++k)
@@ -30,6 +30,7 @@ ChoiceSet::ChoiceSet(const Tokenizer& tokenizer, ResponseMeta meta, ChoiceSetOpt
       if (c > 0) s.request.sampling.prompt_logprobs = -1;
       s.gen = std::make_unique<Generation>(tokenizer, s.request.stop, options_.logprobs);
       s.echo = echo_[k];
+      if (options_.check_arguments) s.retry = s.request;
       seqs_.push_back(std::move(s));
     }
   }
@@ -86,6 +87,29 @@ std::vector<TokenLogprobText> ChoiceSet::with_prompt(int32_t prompt, const std::
   return all;
 }
 
+std::string ChoiceSet::call_piece(Seq& s, bool final, std::string_view reason, const protocol::FinalEvent* final_event) {
+  const std::string& text = s.gen->text();
+  const ToolCall* header = nullptr;
+  if (!s.call) {
+    std::string name;
+    const size_t at = forced_arguments_start(text, &name);
+    if (at == std::string::npos) return "";
+    s.call = ToolCall{new_call_id(), name, ""};
+    s.args_sent = at;
+    header = &*s.call;
+  }
+  // The outer object's closing '}' is not part of the arguments: hold the last byte back until
+  // the end, then send up to the last '}'.
+  size_t end = final ? text.find_last_of('}') : text.size() - 1;
+  if (end == std::string::npos || end < s.args_sent) end = s.args_sent;
+  const std::string_view piece = std::string_view(text).substr(s.args_sent, end - s.args_sent);
+  s.args_sent = end;
+  if (piece.empty() && header == nullptr && !final) return "";
+  std::string c = tool_call_delta_chunk(meta_, header, piece, s.first_chunk, reason, final_event, s.prompt * options_.n + s.candidate);
+  s.first_chunk = false;
+  return c;
+}
+
 std::string ChoiceSet::chunk(Seq& s, const std::string& text, const std::vector<TokenLogprobText>& logprobs,
                              std::string_view reason, const protocol::FinalEvent* final_event) {
   // text_offset of a stream: code points of the choice's text sent before the token.
@@ -134,6 +158,8 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
     }
     if (options_.streaming && !options_.tools && (!d.text.empty() || !d.logprobs.empty()))
       out.sse = chunk(*s, d.text, d.logprobs, "", nullptr);
+    else if (options_.streaming && options_.tools_forced && !options_.check_arguments && !d.text.empty())
+      out.sse = call_piece(*s, false, "", nullptr);
     return out;
   }
   if (const auto* fin = std::get_if<protocol::FinalEvent>(&m)) {
@@ -145,12 +171,27 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
     if (s->gen->stop_hit()) s->final.usage.completion_tokens = s->gen->completion_tokens();
     if (s->final.usage.prompt_tokens == 0) s->final.usage.prompt_tokens = s->prompt_len;
     out.finished = s->final;
+    s->final.usage.completion_tokens += s->earlier_tokens;
     if (options_.tools && options_.check_arguments) {
       for (const ToolCall& call : parse_tool_calls(options_.tool_format, s->gen->text(), options_.tools_forced).calls) {
         const auto tool = options_.check_arguments->find(call.name);
         const std::string why = tool == options_.check_arguments->end() ? "no such tool"
-                                                                        : arguments_violation(tool->second, call.arguments);
+                                                                        : arguments_violation(tool->second.parameters, call.arguments);
         if (why.empty()) continue;
+        if (!s->retried && tool != options_.check_arguments->end()) {
+          // Generate the call again with this tool named: its grammar enforces the arguments.
+          s->retried = true;
+          s->earlier_tokens = s->final.usage.completion_tokens;
+          protocol::GenerateRequest again = s->retry;
+          again.id = s->id = next_id_();
+          again.sampling.grammar = tool->second.grammar;
+          s->gen = std::make_unique<Generation>(tok_, again.stop, options_.logprobs);
+          s->done = false;
+          s->cancel_sent = false;
+          s->cumulative_logprob = 0.0;
+          out.submit.push_back(std::move(again));
+          return out;
+        }
         out.error = make_error(ErrorCode::kInternal,
                                "tool_choice \"required\": the model called '" + call.name +
                                    "' with arguments its parameters do not accept (" + why +
@@ -163,7 +204,10 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
       // The last choice to end carries the request's timings.
       protocol::FinalEvent t;
       if (done()) t = total();
-      if (options_.tools) {
+      if (options_.tools && s->call) {
+        s->finish_reason = "tool_calls";
+        out.sse = call_piece(*s, true, s->finish_reason, done() ? &t : nullptr);
+      } else if (options_.tools) {
         ToolParse p = parse_tool_calls(options_.tool_format, s->gen->text(), options_.tools_forced);
         if (!p.calls.empty()) s->finish_reason = "tool_calls";
         if (p.calls.empty()) out.sse = chunk(*s, s->gen->text(), {}, s->finish_reason, done() ? &t : nullptr);

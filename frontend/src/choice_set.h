@@ -49,9 +49,10 @@ struct ChoiceSetOptions {
   bool tools_forced = false;
   ToolFormat tool_format = ToolFormat::kHermes;
   // tool_choice "required" with several tools (the grammar fixes only the name): each tool's
-  // `parameters` by name, to check a call's arguments at the end of its choice (a call that does
-  // not match fails the request with kInternal naming the tool and the place). Null: no check.
-  std::shared_ptr<const std::map<std::string, nlohmann::ordered_json>> check_arguments;
+  // `parameters` and forcing grammar by name. A call whose arguments its tool does not accept is
+  // generated again (once, new id) with that tool named, so its grammar enforces them; the stream
+  // then holds the call back until the choice ends. Null: no check.
+  std::shared_ptr<const std::map<std::string, RequiredTool>> check_arguments;
 };
 
 class ChoiceSet {
@@ -101,12 +102,22 @@ class ChoiceSet {
     bool submitted = false, done = false, cancel_sent = false, first_chunk = true;
     std::string echo;  // streaming: not yet sent
     int32_t lp_offset = 0;  // streaming: text_offset of the next logprobs entry (code points sent before it)
+    // Streaming a forced tool call: its id and name once the name is complete, and the end of
+    // the arguments text already sent (an offset into the generated text; 0 = not started).
+    std::optional<ToolCall> call;
+    size_t args_sent = 0;
+    // check_arguments: the request as first submitted, to generate the call again once.
+    protocol::GenerateRequest retry;
+    bool retried = false;
+    int32_t earlier_tokens = 0;  // completion tokens of the discarded attempt
     std::string finish_reason;
     protocol::FinalEvent final;
     double cumulative_logprob = 0.0;
   };
   Seq* find(uint64_t id);
   void release_candidates(int32_t prompt, Output& out);
+  // The next piece of a streamed forced call ("" when nothing new); `final`: the rest.
+  std::string call_piece(Seq& s, bool final, std::string_view reason, const protocol::FinalEvent* final_event);
   std::string chunk(Seq& s, const std::string& text, const std::vector<TokenLogprobText>& logprobs, std::string_view reason,
                     const protocol::FinalEvent* final_event);
 
@@ -116,6 +127,7 @@ class ChoiceSet {
   std::vector<TokenLogprobText> with_prompt(int32_t prompt, const std::vector<TokenLogprobText>& generated) const;
 
   const Tokenizer& tok_;
+  std::function<uint64_t()> next_id_;
   ResponseMeta meta_;
   ChoiceSetOptions options_;
   std::vector<std::string> echo_;

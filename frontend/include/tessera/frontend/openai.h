@@ -114,6 +114,11 @@ std::string stream_chunk(const ResponseMeta& meta, const std::string& text, cons
 // function.name, function.arguments), with `content` first when non-empty.
 std::string tool_calls_chunk(const ResponseMeta& meta, const std::string& content, const std::vector<ToolCall>& calls, bool first,
                              std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
+// One chat chunk whose delta carries a piece of call 0's arguments (OpenAI's
+// delta.tool_calls[0].function.arguments): a forced call streamed as it is generated;
+// `header` (the first piece): also the call's id, type and name.
+std::string tool_call_delta_chunk(const ResponseMeta& meta, const ToolCall* header, std::string_view arguments, bool first,
+                                  std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
 // OpenAI's usage chunk: "data: {..., "choices": [], "usage": {...}}\n\n".
 std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event);
 // /v1/models and /v1/models/{id}; max_model_len = the context length (omitted when 0: unknown).
