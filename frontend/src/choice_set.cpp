@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "tessera/common/log.h"
+
 namespace tessera::frontend {
 
 ChoiceSet::ChoiceSet(const Tokenizer& tokenizer, ResponseMeta meta, ChoiceSetOptions options,
@@ -180,6 +182,8 @@ ChoiceSet::Output ChoiceSet::on_message(const protocol::Message& m) {
         if (why.empty()) continue;
         if (!s->retried && tool != options_.check_arguments->end()) {
           // Generate the call again with this tool named: its grammar enforces the arguments.
+          TS_LOG(kInfo) << "req=" << s->id << " | tool_choice required: the call of '" << call.name << "' has arguments its "
+                        << "parameters do not accept (" << why << "); generating it again with the tool named";
           s->retried = true;
           s->earlier_tokens = s->final.usage.completion_tokens;
           protocol::GenerateRequest again = s->retry;

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 
 namespace tessera::testing::cluster_echo_logprobs_test {
@@ -145,6 +148,59 @@ TEST_F(ClusterEchoLogprobsTest, StreamedAndSeveralChoicesCarryThePromptPart) {
     EXPECT_TRUE(lp["token_logprobs"][0].is_null());
     for (size_t i = 1; i < prompt_len; ++i)
       expect_same_logprob(lp["token_logprobs"][i], want["token_logprobs"][i], "choice " + std::to_string(c) + " token " + std::to_string(i));
+  }
+}
+
+// The ZeroMQ form: prompt_logprobs on a completion gives the same figures as HTTP's echo +
+// logprobs (element i = prompt token i + 1), in the final when not streamed, in one event with
+// no tokens before the first token when streamed.
+TEST_F(ClusterEchoLogprobsTest, ZeroMqPromptLogprobsMatchHttp) {
+  const std::vector<int> t = tokenize("The cat sat on the mat");
+  const json http = post("/v1/completions", {{"prompt", t}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}, {"logprobs", 1}});
+  const json& want = http["choices"][0]["logprobs"]["token_logprobs"];
+  zmq::context_t ctx{1};
+  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  sock.set(zmq::sockopt::rcvtimeo, 20000);
+  sock.connect(cluster_->zmq_endpoint());
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "not streamed");
+    protocol::GenerateRequest r{.id = stream ? 2u : 1u, .max_tokens = 2, .stream = stream};
+    r.prompt_tokens.assign(t.begin(), t.end());
+    r.sampling.temperature = 0.0f;
+    r.sampling.prompt_logprobs = 1;
+    ASSERT_TRUE(zmqu::send(sock, {protocol::encode(r)}).ok());
+    std::vector<float> got;
+    std::vector<std::vector<TokenLogprob>> top;
+    bool token_seen = false, ended = false;
+    while (!ended) {
+      auto frames = zmqu::recv(sock);
+      ASSERT_TRUE(frames.ok() && !frames->empty()) << "no reply";
+      auto m = protocol::decode(frames->back());
+      ASSERT_TRUE(m.ok()) << m.error().to_string();
+      if (const auto* tok = std::get_if<protocol::TokenEvent>(&*m)) {
+        if (!tok->prompt_logprobs.empty()) {
+          EXPECT_FALSE(token_seen) << "prompt log-probabilities come before the first token";
+          EXPECT_TRUE(tok->tokens.empty());
+          got = tok->prompt_logprobs;
+          top = tok->prompt_top_logprobs;
+        }
+        token_seen = token_seen || !tok->tokens.empty();
+      } else if (const auto* fin = std::get_if<protocol::FinalEvent>(&*m)) {
+        if (!stream) {
+          got = fin->prompt_logprobs;
+          top = fin->prompt_top_logprobs;
+        } else {
+          EXPECT_TRUE(fin->prompt_logprobs.empty());
+        }
+        ended = true;
+      } else {
+        FAIL() << "unexpected " << protocol::message_type(*m);
+      }
+    }
+    ASSERT_EQ(got.size(), t.size() - 1);
+    ASSERT_EQ(top.size(), t.size() - 1);
+    for (size_t i = 0; i < got.size(); ++i) expect_same_logprob(json(got[i]), want[i + 1], "prompt token " + std::to_string(i + 1));
   }
 }
 

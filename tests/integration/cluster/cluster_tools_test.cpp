@@ -101,6 +101,32 @@ TEST_F(ClusterToolsTest, RequiredPicksADeclaredTool) {
   }
 }
 
+// required over several tools whose parameters a free object almost never satisfies (stories260K
+// knows nothing of them): the call is checked and generated again with the tool named, so every
+// answer is a valid call (the frontend logs each second generation).
+TEST_F(ClusterToolsTest, RequiredWithSeveralToolsAlwaysGivesValidArguments) {
+  // Small tools: two of them fill most of the 512-token context (about a token per character).
+  const json a = json::parse(R"({"type":"function","function":{"name":"a",
+      "parameters":{"type":"object","properties":{"c":{"enum":["r","b"]}},"required":["c"]}}})");
+  json b = a;
+  b["function"]["name"] = "b";
+  for (int seed = 1; seed <= 3; ++seed) {
+    json body = chat("A bird sang.");
+    body["tools"] = json::array({a, b});
+    body["tool_choice"] = "required";
+    body["seed"] = seed;
+    body["max_tokens"] = 48;
+    const json r = post(body);
+    ASSERT_TRUE(r.contains("choices")) << r;
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "tool_calls") << r;
+    const json& call = r["choices"][0]["message"]["tool_calls"][0];
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(args.is_object() && args.size() == 1 && (args.value("c", "") == "r" || args.value("c", "") == "b")) << r;
+  }
+  EXPECT_NE(cluster_->logs().find("generating it again with the tool named"), std::string::npos)
+      << "no call was generated again: the check was not exercised";
+}
+
 // Streamed (a forced call): the role with the call's id, type and name, then its arguments in
 // pieces (index 0, no id or name again), the last chunk with finish_reason tool_calls, [DONE];
 // no content deltas; the pieces concatenate to the non-streamed arguments of the same seed.
