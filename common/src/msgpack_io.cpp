@@ -340,6 +340,9 @@ void write_sampling(Writer& w, const SamplingParams& s) {
     for (int32_t t : s.grammar_end_tokens) w.i64(t);
     w.key("grammar_max_tokens"); w.i64(s.grammar_max_tokens);
   }
+  if (s.prompt_logprobs >= 0) {
+    w.key("prompt_logprobs"); w.i64(s.prompt_logprobs);
+  }
 }
 
 Status read_sampling(const MapView& m, SamplingParams* s) {
@@ -371,6 +374,7 @@ Status read_sampling(const MapView& m, SamplingParams* s) {
   };
   TS_TRY(opt_array(m, "grammar_end_tokens", read_end));
   TS_TRY(opt(m, "grammar_max_tokens", &s->grammar_max_tokens));
+  TS_TRY(opt(m, "prompt_logprobs", &s->prompt_logprobs));
   return ok_status();
 }
 

@@ -110,6 +110,14 @@ Status decode_token(const MapView& m, TokenEvent* e) {
     return ok_status();
   };
   TS_TRY(opt_array(m, "top_logprobs", read_top_logprobs));
+  TS_TRY(opt(m, "prompt_logprobs", &e->prompt_logprobs));
+  auto read_prompt_top = [&](const msgpack::object& o, const std::string& p) -> Status {
+    std::vector<TokenLogprob> top;
+    TS_TRY(top_list(o, p, &top));
+    e->prompt_top_logprobs.push_back(std::move(top));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "prompt_top_logprobs", read_prompt_top));
   return ok_status();
 }
 
@@ -125,6 +133,14 @@ Status decode_final(const MapView& m, FinalEvent* e) {
     return ok_status();
   };
   TS_TRY(opt_array(m, "top_logprobs", read_top_logprobs));
+  TS_TRY(opt(m, "prompt_logprobs", &e->prompt_logprobs));
+  auto read_prompt_top = [&](const msgpack::object& o, const std::string& p) -> Status {
+    std::vector<TokenLogprob> top;
+    TS_TRY(top_list(o, p, &top));
+    e->prompt_top_logprobs.push_back(std::move(top));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "prompt_top_logprobs", read_prompt_top));
   if (const msgpack::object* u = m.find("usage")) {
     TS_ASSIGN_OR_RETURN(MapView um, detail::as_map(*u, "usage"));
     TS_TRY(opt(um, "prompt_tokens", &e->usage.prompt_tokens));
@@ -227,6 +243,8 @@ Status decode_plan(const MapView& m, StepPlan* p) {
     for (size_t i = 0; i < moves.size(); i += 3) sp.moves.push_back(KvMove{moves[i], moves[i + 1], moves[i + 2]});
     TS_TRY(opt(s, "h2o_recent", &sp.h2o_recent));
     TS_TRY(opt(s, "h2o_victims", &sp.h2o_victims));
+    TS_TRY(opt(s, "prompt_logprobs", &sp.prompt_logprobs));
+    TS_TRY(opt(s, "next_token", &sp.next_token));
     p->seqs.push_back(std::move(sp));
     return ok_status();
   };
@@ -264,6 +282,26 @@ Status decode_result(const MapView& m, StepResult* r) {
     return ok_status();
   };
   TS_TRY(opt_array(m, "fills", read_fills));
+  auto read_prompt = [&](const msgpack::object& o, const std::string& path) -> Status {
+    TS_ASSIGN_OR_RETURN(MapView f, detail::as_map(o, path));
+    PromptLogprobs pl;
+    TS_TRY(req(f, "request_id", &pl.request_id));
+    TS_TRY(req(f, "first_pos", &pl.first_pos));
+    TS_TRY(req(f, "logprobs", &pl.logprobs));
+    auto read_top = [&](const msgpack::object& t, const std::string& p) -> Status {
+      std::vector<TokenLogprob> top;
+      TS_TRY(top_list(t, p, &top));
+      pl.top.push_back(std::move(top));
+      return ok_status();
+    };
+    TS_TRY(opt_array(f, "top", read_top));
+    if (!pl.top.empty() && pl.top.size() != pl.logprobs.size())
+      return make_error(ErrorCode::kInvalidArgument, path + ".top has " + std::to_string(pl.top.size()) + " entries for " +
+                                                         std::to_string(pl.logprobs.size()) + " logprobs");
+    r->prompt_logprobs.push_back(std::move(pl));
+    return ok_status();
+  };
+  TS_TRY(opt_array(m, "prompt_logprobs", read_prompt));
   return ok_status();
 }
 
@@ -477,6 +515,8 @@ Status validate(const SamplingParams& s) {
   if (s.grammar_end_tokens.size() > kMaxGrammarEndTokens)
     return range_error("grammar_end_tokens has " + num(s.grammar_end_tokens.size()) + " entries; at most " + num(kMaxGrammarEndTokens) + " are allowed");
   if (s.grammar_max_tokens < 0) return range_error("grammar_max_tokens must be >= 0 (got " + num(s.grammar_max_tokens) + ")");
+  if (s.prompt_logprobs < -1 || s.prompt_logprobs > kMaxTopLogprobs)
+    return range_error("prompt_logprobs must be -1 (off) or in [0, " + num(kMaxTopLogprobs) + "] (got " + num(s.prompt_logprobs) + ")");
   return ok_status();
 }
 
@@ -525,7 +565,10 @@ Status validate(const StepPlan& p) {
       if (page < 0) return range_error(at + ".block_table holds a negative page id (" + num(page) + ")");
     for (int64_t slot : s.slot_mapping)
       if (slot < 0) return range_error(at + ".slot_mapping holds a negative slot (" + num(slot) + ")");
-    if (s.sample) TS_TRY(validate(s.sampling));
+    if (s.sample || s.prompt_logprobs) TS_TRY(validate(s.sampling));
+    if (s.prompt_logprobs && s.sampling.prompt_logprobs < 0)
+      return make_error(ErrorCode::kInvalidArgument, at + ".prompt_logprobs needs sampling.prompt_logprobs >= 0");
+    if (s.next_token < -1) return range_error(at + ".next_token must be >= -1 (got " + num(s.next_token) + ")");
     for (size_t j = 0; j < s.moves.size(); ++j)
       if (s.moves[j].src < 0 || s.moves[j].dst < 0) return range_error(at + ".moves[" + num(j) + "] has a negative cache index");
     if (s.h2o_recent < -1 || s.h2o_victims < 0)

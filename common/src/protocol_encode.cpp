@@ -41,6 +41,19 @@ void write_logprobs(Writer& w, const std::vector<float>& logprobs, const std::ve
   }
 }
 
+// `prompt_logprobs` and `prompt_top_logprobs`, each only when non-empty (asked for).
+void write_prompt_logprobs(Writer& w, const std::vector<float>& logprobs, const std::vector<std::vector<TokenLogprob>>& top) {
+  if (!logprobs.empty()) {
+    w.key("prompt_logprobs");
+    w.f32s(logprobs);
+  }
+  if (!top.empty()) {
+    w.key("prompt_top_logprobs");
+    w.begin_array(static_cast<uint32_t>(top.size()));
+    for (const auto& t : top) write_top(w, t);
+  }
+}
+
 struct Encoder {
   Writer& w;
 
@@ -118,6 +131,7 @@ struct Encoder {
     w.key("text");
     w.str(e.text);
     write_logprobs(w, e.logprobs, e.top_logprobs);
+    write_prompt_logprobs(w, e.prompt_logprobs, e.prompt_top_logprobs);
   }
 
   void operator()(const FinalEvent& e) {
@@ -129,6 +143,7 @@ struct Encoder {
     w.key("tokens");
     w.i32s(e.tokens);
     write_logprobs(w, e.logprobs, e.top_logprobs);
+    write_prompt_logprobs(w, e.prompt_logprobs, e.prompt_top_logprobs);
     w.key("usage");
     w.begin_map();
     w.key("prompt_tokens");
@@ -277,6 +292,12 @@ struct Encoder {
         w.key("h2o_victims");
         w.i64(s.h2o_victims);
       }
+      if (s.prompt_logprobs) {
+        w.key("prompt_logprobs");
+        w.boolean(true);
+        w.key("next_token");
+        w.i64(s.next_token);
+      }
       w.end_map();
     }
     w.key("released");
@@ -327,6 +348,23 @@ struct Encoder {
       w.key("compute_ms");
       w.f64(f.compute_ms);
       w.end_map();
+    }
+    if (!r.prompt_logprobs.empty()) {
+      w.key("prompt_logprobs");
+      w.begin_array(static_cast<uint32_t>(r.prompt_logprobs.size()));
+      for (const auto& p : r.prompt_logprobs) {
+        w.begin_map();
+        w.key("request_id");
+        w.u64(p.request_id);
+        w.key("first_pos");
+        w.i64(p.first_pos);
+        w.key("logprobs");
+        w.f32s(p.logprobs);
+        w.key("top");
+        w.begin_array(static_cast<uint32_t>(p.top.size()));
+        for (const auto& t : p.top) write_top(w, t);
+        w.end_map();
+      }
     }
   }
 

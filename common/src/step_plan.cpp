@@ -20,6 +20,7 @@ std::vector<std::string_view> required_sampling_capabilities(const SamplingParam
     out.emplace_back("penalties");
   if (p.logprobs || p.top_logprobs > 0) out.emplace_back("logprobs");
   if (!p.grammar.empty()) out.emplace_back("grammar");
+  if (p.prompt_logprobs >= 0) out.emplace_back("prompt_logprobs");
   return out;
 }
 

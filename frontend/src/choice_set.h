@@ -12,16 +12,23 @@
 // reuse those pages (copy-on-write of a partial last page) and compute only the last prompt
 // token. A prompt of at most one page has nothing worth sharing: all its candidates go at once.
 //
+// echo + logprobs (completions): only the first candidate of a prompt asks the scheduler for the
+// prompt's log-probabilities (sampling.prompt_logprobs; they arrive in a token event without
+// tokens before its first token); every choice of that prompt starts with them.
+//
 // Ownership: owns the sequences' Generations; references the tokenizer (which outlives it).
 // Threading: not thread-safe; one connection's coroutine uses it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tessera/common/protocol.h"
 #include "tessera/frontend/generation.h"
@@ -41,6 +48,11 @@ struct ChoiceSetOptions {
   bool tools = false;
   bool tools_forced = false;
   ToolFormat tool_format = ToolFormat::kHermes;
+  // tool_choice "required" with several tools (the grammar fixes only the name): each tool's
+  // `parameters` and forcing grammar by name. A call whose arguments its tool does not accept is
+  // generated again (once, new id) with that tool named, so its grammar enforces them; the stream
+  // then holds the call back until the choice ends. Null: no check.
+  std::shared_ptr<const std::map<std::string, RequiredTool>> check_arguments;
 };
 
 class ChoiceSet {
@@ -89,18 +101,37 @@ class ChoiceSet {
     std::unique_ptr<Generation> gen;
     bool submitted = false, done = false, cancel_sent = false, first_chunk = true;
     std::string echo;  // streaming: not yet sent
+    int32_t lp_offset = 0;  // streaming: text_offset of the next logprobs entry (code points sent before it)
+    // Streaming a forced tool call: its id and name once the name is complete, and the end of
+    // the arguments text already sent (an offset into the generated text; 0 = not started).
+    std::optional<ToolCall> call;
+    size_t args_sent = 0;
+    // check_arguments: the request as first submitted, to generate the call again once.
+    protocol::GenerateRequest retry;
+    bool retried = false;
+    int32_t earlier_tokens = 0;  // completion tokens of the discarded attempt
     std::string finish_reason;
     protocol::FinalEvent final;
     double cumulative_logprob = 0.0;
   };
   Seq* find(uint64_t id);
   void release_candidates(int32_t prompt, Output& out);
+  // The next piece of a streamed forced call ("" when nothing new); `final`: the rest.
+  std::string call_piece(Seq& s, bool final, std::string_view reason, const protocol::FinalEvent* final_event);
   std::string chunk(Seq& s, const std::string& text, const std::vector<TokenLogprobText>& logprobs, std::string_view reason,
                     const protocol::FinalEvent* final_event);
 
+  // echo + logprobs: one prompt's entries (token text, text_offset; log-probabilities once its
+  // first candidate's scheduler event brought them), put in front of each of its choices.
+  std::vector<TokenLogprobText> prompt_entries(const protocol::GenerateRequest& prompt) const;
+  std::vector<TokenLogprobText> with_prompt(int32_t prompt, const std::vector<TokenLogprobText>& generated) const;
+
+  const Tokenizer& tok_;
+  std::function<uint64_t()> next_id_;
   ResponseMeta meta_;
   ChoiceSetOptions options_;
   std::vector<std::string> echo_;
+  std::vector<std::vector<TokenLogprobText>> prompt_lps_;  // per prompt; empty = not asked
   std::vector<Seq> seqs_;  // prompt-major: seqs_[prompt * best_of + candidate]
 };
 

@@ -72,6 +72,20 @@ class ClientApi::Sink : public RequestSink {
     if (gone_) return;
     FrontendMetrics& metrics = api_->d_.metrics;
     if (auto* tok = std::get_if<protocol::TokenEvent>(&m)) {
+      // Prompt log-probabilities (prompt_logprobs >= 0): an event of their own before the
+      // first token when streaming, else in the final.
+      if (!tok->prompt_logprobs.empty()) {
+        if (stream_) {
+          protocol::TokenEvent p{.id = client_id_};
+          p.prompt_logprobs = tok->prompt_logprobs;
+          p.prompt_top_logprobs = tok->prompt_top_logprobs;
+          send(protocol::encode(p));
+        } else {
+          prompt_logprobs_ = tok->prompt_logprobs;
+          prompt_top_ = tok->prompt_top_logprobs;
+        }
+      }
+      if (tok->tokens.empty()) return;
       clock_.on_token(metrics);
       Generation::Delta d = gen_.on_tokens(*tok);
       if (gen_.stop_hit() && !cancel_sent_) {
@@ -115,6 +129,8 @@ class ClientApi::Sink : public RequestSink {
         out.tokens = gen_.tokens();
         out.logprobs = std::move(all_logprobs_);
         out.top_logprobs = std::move(all_top_);
+        out.prompt_logprobs = std::move(prompt_logprobs_);
+        out.prompt_top_logprobs = std::move(prompt_top_);
       }
       send(protocol::encode(out));
       done();
@@ -172,6 +188,8 @@ class ClientApi::Sink : public RequestSink {
   RequestClock clock_;
   AccessRecord access_;
   std::vector<float> all_logprobs_;                           // stream == false
+  std::vector<float> prompt_logprobs_;                        // stream == false, prompt_logprobs asked
+  std::vector<std::vector<TokenLogprob>> prompt_top_;
   std::vector<std::vector<TokenLogprob>> all_top_;  // stream == false
   bool cancel_sent_ = false;
   bool gone_ = false;
@@ -212,8 +230,9 @@ void ClientApi::on_request(zmqu::Envelope env, protocol::GenerateRequest r) {
   for (const char* key : {"n", "best_of", "echo", "suffix"})
     if (protocol::peek_has_key(env.body, key))
       return refuse(ErrorCode::kUnsupported, std::string(key) +
-                                                 " is not a field of the ZeroMQ API (HTTP only); send one request per sample, each with "
-                                                 "its own id and seed (requests with the same prompt share its cached pages)");
+                                                 " is not a field of the ZeroMQ API (HTTP only; a request here is one sequence): send one "
+                                                 "request per sample, each with its own id and seed (requests with the same prompt share "
+                                                 "its cached pages); for the prompt's log-probabilities send prompt_logprobs");
   auto job = std::make_shared<Job>();
   job->client_id = client_id;
   job->max_tokens_given = protocol::peek_has_key(env.body, "max_tokens");

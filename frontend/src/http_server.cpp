@@ -254,7 +254,8 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   const ChoiceSetOptions choice_options{.n = parsed->n, .best_of = parsed->best_of, .streaming = streaming,
                                           .logprobs = parsed->logprobs, .page_size = limits.page_size,
                                           .tools = parsed->tools.active(), .tools_forced = parsed->tools.forced(),
-                                          .tool_format = s.preparer.chat_template().tool_format};
+                                          .tool_format = s.preparer.chat_template().tool_format,
+                                          .check_arguments = required_tool_parameters(parsed->tools)};
   // Kept to run the whole request again when a worker (or scheduler) dies before anything
   // reached the client (docs/api.md "Failures"): at most kMaxResubmits times, within the deadline.
   constexpr int kMaxResubmits = 2;
@@ -326,7 +327,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       }
       continue;
     }
-    if (std::holds_alternative<protocol::TokenEvent>(*msg)) clock.on_token(s.metrics);
+    if (const auto* tok = std::get_if<protocol::TokenEvent>(&*msg); tok != nullptr && !tok->tokens.empty()) clock.on_token(s.metrics);
     ChoiceSet& set = *choices;
     ChoiceSet::Output out = set.on_message(*msg);
     for (uint64_t id : out.cancel) s.hub.cancel(id);

@@ -422,11 +422,9 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
       r.sampling.logprobs = true;
       r.sampling.top_logprobs = lp;
     }
-    // Prompt log-probabilities need the logits of every prompt position, which the workers do
-    // not return (docs/api.md, field table).
-    if (out.echo && out.logprobs)
-      return rd.fail("echo", ErrorCode::kUnsupported,
-                     "echo together with logprobs (prompt log-probabilities) is not supported; send echo or logprobs, not both");
+    // echo + logprobs: the prompt tokens' log-probabilities too, scored by the worker during
+    // the prefill (docs/api.md "Several choices", echo).
+    if (out.echo && out.logprobs) r.sampling.prompt_logprobs = lp;
   } else {
     TS_TRY(rd.boolean("logprobs", &out.logprobs));
     r.sampling.logprobs = out.logprobs;
@@ -516,15 +514,24 @@ json logprobs_json(RequestKind kind, const std::vector<TokenLogprobText>& lps) {
     }
     return {{"content", content}};
   }
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array();
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+  int32_t running = 0;
   for (const auto& t : lps) {
     tokens.push_back(t.token);
+    const int32_t offset = t.text_offset >= 0 ? t.text_offset : running;
+    offsets.push_back(offset);
+    running = offset + code_points(t.token);
+    if (!t.has_logprob) {  // the first prompt token (echo): nothing comes before it
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(t.logprob);
     json m = json::object();
     for (const auto& [s, lp] : t.top) m[s] = lp;
     top.push_back(m);
   }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}};
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -612,6 +619,12 @@ std::string models_json(const std::string& model, int64_t created, int32_t max_m
 
 std::string model_json(const std::string& model, int64_t created, int32_t max_model_len) {
   return dump(model_object(model, created, max_model_len));
+}
+
+int32_t code_points(std::string_view text) {
+  int32_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80 ? 1 : 0;  // every byte but UTF-8 continuation bytes
+  return n;
 }
 
 uint64_t candidate_seed(uint64_t seed, int32_t candidate) {

@@ -20,7 +20,7 @@ Status fail(std::string* bad_param, std::string param, std::string message, Erro
   return make_error(code, std::move(message));
 }
 
-std::string call_id() {
+std::string random_call_id() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[32];
   std::snprintf(buf, sizeof buf, "call_%016llx%08llx", static_cast<unsigned long long>(rng()),
@@ -40,7 +40,7 @@ std::optional<ToolCall> call_from(const json& j) {
   const json* args = nullptr;
   if (j.contains("arguments")) args = &j["arguments"];
   else if (j.contains("parameters")) args = &j["parameters"];
-  ToolCall c{call_id(), j["name"].get<std::string>(), "{}"};
+  ToolCall c{random_call_id(), j["name"].get<std::string>(), "{}"};
   if (args != nullptr) {
     if (args->is_string()) {
       const json inner = json::parse(args->get<std::string>(), nullptr, false);
@@ -308,9 +308,60 @@ std::string forcing_schema(const ToolSet& tools) {
       .dump();
 }
 
+std::shared_ptr<const std::map<std::string, RequiredTool>> required_tool_parameters(const ToolSet& tools) {
+  if (tools.choice != ToolChoice::kRequired || tools.names.size() < 2) return nullptr;
+  auto out = std::make_shared<std::map<std::string, RequiredTool>>();
+  for (const auto& t : tools.chat.tools) {
+    const auto& f = t["function"];
+    (*out)[f["name"].get<std::string>()] =
+        RequiredTool{f.contains("parameters") ? f["parameters"] : ojson{{"type", "object"}}, call_schema(t).dump()};
+  }
+  return out;
+}
+
+std::string new_call_id() { return random_call_id(); }
+
+size_t forced_arguments_start(std::string_view text, std::string* name) {
+  static constexpr std::string_view kOpen = "{\"name\":", kArgs = ",\"arguments\":";
+  const size_t b = text.find_first_not_of(" \n\t\r");
+  if (b == std::string_view::npos || text.substr(b, kOpen.size()) != kOpen) return std::string_view::npos;
+  const size_t k = text.find(kArgs, b + kOpen.size());
+  if (k == std::string_view::npos) return std::string_view::npos;
+  const json n = json::parse(text.substr(b + kOpen.size(), k - b - kOpen.size()), nullptr, false);
+  if (!n.is_string()) return std::string_view::npos;
+  if (name != nullptr) *name = n.get<std::string>();
+  return k + kArgs.size();
+}
+
+// A piece of a forced call's arguments as a chat chunk (openai.h).
+std::string tool_call_delta_chunk(const ResponseMeta& meta, const ToolCall* header, std::string_view arguments, bool first,
+                                  std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index) {
+  const std::string base = stream_chunk(meta, "", {}, first, finish_reason, final_event, index);
+  json j = json::parse(base.substr(6));  // "data: {...}\n\n"
+  json& delta = j["choices"][0]["delta"];
+  delta.erase("content");
+  json call = {{"index", 0}, {"function", {{"arguments", std::string(arguments)}}}};
+  if (header != nullptr) {
+    call["id"] = header->id;
+    call["type"] = "function";
+    call["function"]["name"] = header->name;
+  }
+  delta["tool_calls"] = json::array({call});
+  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
 ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced) {
   if (forced) {
-    if (auto call = call_from_text(text)) return ToolParse{{std::move(*call)}, ""};
+    if (auto call = call_from_text(text)) {
+      // The grammar's compact {"name":..,"arguments":{..}}: the arguments exactly as generated
+      // (as they were streamed), not re-serialized.
+      const size_t at = forced_arguments_start(text, nullptr);
+      const size_t end = text.find_last_of('}');
+      if (at != std::string_view::npos && end != std::string_view::npos && end > at &&
+          !json::parse(text.substr(at, end - at), nullptr, false).is_discarded())
+        call->arguments = std::string(text.substr(at, end - at));
+      return ToolParse{{std::move(*call)}, ""};
+    }
     // The template's generation prompt may have been followed by the format's wrapper.
   }
   switch (format) {

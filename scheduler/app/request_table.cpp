@@ -92,6 +92,15 @@ void RequestTable::record_fill(const FillResult& fill) {
 }
 
 void RequestTable::emit(const scheduler::StepOutcome& out) {
+  // Prompt log-probabilities first: an event without tokens, before the request's first token.
+  for (const auto& p : out.prompt_logprobs) {
+    auto it = requests_.find(p.request_id);
+    if (it == requests_.end()) continue;
+    protocol::TokenEvent ev{.id = it->second.client_id};
+    ev.prompt_logprobs = p.logprobs;
+    ev.prompt_top_logprobs = p.top;
+    sockets_.to_frontend(it->second.frontend, ev);
+  }
   // One token event per request per step (a step samples at most one token per sequence).
   for (const auto& t : out.tokens) {
     auto it = requests_.find(t.request_id);

@@ -38,6 +38,24 @@ Result<StepOutcome> Batcher::apply(const StepResult& result) {
               out);
     return out;
   }
+  // Prompt log-probabilities of scored chunks, in position order (positions already gathered
+  // before a preemption are skipped).
+  for (const PromptLogprobs& pl : result.prompt_logprobs) {
+    auto it = q_->live.find(pl.request_id);
+    if (it == q_->live.end() || !it->second->in_plan) continue;
+    Sequence& s = *it->second;
+    for (size_t i = 0; i < pl.logprobs.size() && s.lp_next < s.prompt_end; ++i) {
+      if (pl.first_pos + static_cast<int32_t>(i) != s.lp_next) continue;
+      s.prompt_lp.push_back(pl.logprobs[i]);
+      if (i < pl.top.size()) s.prompt_top.push_back(pl.top[i]);
+      ++s.lp_next;
+    }
+    if (s.lp_next == s.prompt_end && !s.prompt_lp.empty()) {
+      out.prompt_logprobs.push_back({s.req.id, std::move(s.prompt_lp), std::move(s.prompt_top)});
+      s.prompt_lp.clear();
+      s.prompt_top.clear();
+    }
+  }
   // Advance every sequence that is still live (cancelled ones are gone: their results are dropped).
   const auto inflight = std::move(q_->inflight);
   q_->inflight.clear();

@@ -129,6 +129,9 @@ Status Batcher::submit(Request r) {
   s->tokens.insert(s->tokens.end(), r.generated.begin(), r.generated.end());  // a migrated request resumes
   s->prefix_len = p;
   s->prompt_end = static_cast<int32_t>(prompt_end);
+  // Prompt log-probabilities: the first prompt token has none (nothing, or only the preference,
+  // comes before it); the others are scored as their positions are computed.
+  s->lp_next = r.sampling.prompt_logprobs >= 0 ? std::min(p + 1, s->prompt_end) : s->prompt_end;
   s->arrival = next_arrival_++;
   s->req = std::move(r);
   Sequence* raw = s.get();

@@ -126,7 +126,10 @@ void Batcher::admit_waiting(Planner& p) {
 bool Batcher::admit_one(Planner& p, Sequence& s) {
   const int32_t ps = config_.page_size;
   // Match the prefix, lock and share what is reused.
-  const MatchResult m = index_->match(s.req.ns, s.tokens);
+  MatchResult m = index_->match(s.req.ns, s.tokens);
+  // Prompt log-probabilities still missing need the logits from position lp_next - 1 on: a
+  // cached prefix has K/V but no logits, so only the part before that is reused.
+  if (s.lp_next < s.prompt_end) m.matched_tokens = std::min(m.matched_tokens, s.lp_next - 1);
   const PrefixUse u = decide_prefix_use(m.matched_tokens, s.len(), s.prefix_len, ps);
   if (u.use > 0) TS_CHECK(index_->lock(m.handle).ok());
   s.lock = u.use > 0 ? m.handle : RadixHandle{};
@@ -273,6 +276,11 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
     out.sampling = s.req.sampling;
     if (out.h2o_recent >= 0 && out.sample) {  // victims for the next token, should the cache be full then
       out.h2o_victims = std::max(0, end - s.evicted + 1 - kv_policy_cap(s.req.kv_policy));
+    }
+    // Score the chunk while prompt log-probabilities are missing at its next positions.
+    if (s.lp_next < s.prompt_end && start < s.prompt_end - 1 && end >= s.lp_next) {
+      out.prompt_logprobs = true;
+      out.next_token = end < s.prompt_end ? s.tokens[static_cast<size_t>(end)] : -1;
     }
     if (!s.worker_has_state) {
       out.generated.assign(s.tokens.begin() + s.prompt_end, s.tokens.end());

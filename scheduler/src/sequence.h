@@ -44,6 +44,15 @@ struct Sequence {
 
   int32_t cache_len() const { return num_computed - evicted; }
 
+  // Prompt log-probabilities (req.sampling.prompt_logprobs >= 0): the next prompt position whose
+  // log-probability is missing (prompt_end: all there, or none asked), and those gathered so far
+  // for positions [prefix_len + 1, lp_next). Position q is scored from the logits of q - 1, so
+  // a matched prefix is reused only up to lp_next - 1 (admit_one) and scored chunks survive a
+  // preemption (only what is missing is computed again).
+  int32_t lp_next = 0;
+  std::vector<float> prompt_lp;
+  std::vector<std::vector<TokenLogprob>> prompt_top;
+
   int32_t len() const { return static_cast<int32_t>(tokens.size()); }
   int32_t generated() const { return len() - prompt_end; }
   int32_t priority() const { return req.priority; }

@@ -218,11 +218,7 @@ TEST_F(ClusterChoicesTest, EchoPutsThePromptInFrontOfEachChoice) {
   const json d = post("/detokenize", {{"tokens", json::array({1, 403, 407})}});
   const std::string echoed = texts(completion(ids)).at(0);
   EXPECT_EQ(echoed.rfind(d.value("prompt", std::string("?")), 0), 0u) << echoed << " vs " << d.dump();
-  // Prompt log-probabilities are not available: the combination is refused by name.
-  body.erase("stream");
-  body["logprobs"] = 1;
-  const json e = post("/v1/completions", body, 400);
-  EXPECT_EQ(e["error"]["param"], "echo");
+  // echo + logprobs (prompt log-probabilities): cluster_echo_logprobs_test.cpp.
 }
 
 // A prompt list runs one request per prompt; choices are prompt-major (index = prompt * n + i);

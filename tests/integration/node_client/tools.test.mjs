@@ -2,8 +2,8 @@
 // the official client"; docs/api.md "Tool calls"). stories260K knows nothing of tools, so the
 // call is forced with a named tool_choice (grammar-constrained): the client parses the response's
 // tool_calls, the test runs the "tool" and sends its result back as a `tool` message, and the
-// answer is an ordinary 200 with text. Streamed: the client's chunk iterator yields the call as
-// a delta with the whole arguments.
+// answer is an ordinary 200 with text. Streamed: the client's chunk iterator yields the call's
+// arguments in pieces (delta.tool_calls[0].function.arguments), which the client accumulates.
 //
 // usage: node --test tools.test.mjs   (environment: see support.mjs)
 import assert from "node:assert/strict";
@@ -69,23 +69,33 @@ describe("tool calls through the official openai client", { concurrency: false }
     assert.equal(answer.choices[0].message.tool_calls, undefined);
   });
 
-  test("streamed: one delta chunk with the whole call, finish_reason tool_calls", async () => {
+  test("streamed: the call's arguments arrive in pieces, finish_reason tool_calls", async () => {
     const req = { model, messages: [{ role: "developer", content: "Be kind." }, { role: "user", content: "Tim had a ball." }],
                   tools, tool_choice: forced, max_tokens: 96, seed: 11 };
     const whole = await oa.chat.completions.create(req);
-    const calls = [];
+    const deltas = [];
     let finish = null;
     for await (const ch of await oa.chat.completions.create({ ...req, stream: true })) {
       for (const c of ch.choices) {
-        for (const d of c.delta?.tool_calls ?? []) calls.push(d);
+        for (const d of c.delta?.tool_calls ?? []) deltas.push(d);
         if (c.finish_reason) finish = c.finish_reason;
       }
     }
     assert.equal(finish, "tool_calls");
-    assert.equal(calls.length, 1);
-    assert.equal(calls[0].index, 0);
-    assert.equal(calls[0].function.name, "pick");
-    assert.equal(calls[0].function.arguments, whole.choices[0].message.tool_calls[0].function.arguments);
+    assert.ok(deltas.length >= 2, `${deltas.length} tool_calls deltas: the arguments are streamed`);
+    assert.ok(deltas.every((d) => d.index === 0));
+    assert.equal(deltas[0].function.name, "pick");
+    assert.match(deltas[0].id, /^call_[0-9a-f]{24}$/);
+    assert.ok(deltas.slice(1).every((d) => d.id === undefined && d.function.name === undefined));
+    const args = deltas.map((d) => d.function.arguments).join("");
+    assert.equal(args, whole.choices[0].message.tool_calls[0].function.arguments);
+    // The official client's own accumulation (ChatCompletionStream) gives the same call.
+    const stream = oa.beta?.chat?.completions?.stream ? oa.beta.chat.completions.stream({ ...req, stream: true })
+                                                      : oa.chat.completions.stream?.({ ...req, stream: true });
+    if (stream) {
+      const done = await stream.finalChatCompletion();
+      assert.equal(done.choices[0].message.tool_calls[0].function.arguments, args);
+    }
   });
 
   test("bad tool fields: BadRequestError naming the field", async () => {

@@ -94,7 +94,6 @@ TEST(OpenAIFields, SeveralChoicesAreCheckedByName) {
       {R"({"prompt":"a","n":3,"best_of":2})", "best_of", "best_of must be in [n, 16] (got 2 with n = 3)"},
       {R"({"prompt":"a","best_of":17})", "best_of", "best_of must be in [n, 16]"},
       {R"({"prompt":"a","best_of":2,"stream":true})", "best_of", "best_of > 1 cannot be streamed"},
-      {R"({"prompt":"a","echo":true,"logprobs":1})", "echo", "echo together with logprobs"},
       {R"({"prompt":"a","suffix":"b"})", "suffix", "suffix"},
       {R"({"prompt":["a",[1,2]]})", "prompt", "prompt[0] is string but prompt[1] is array"},
       {R"({"prompt":[1,"a"]})", "prompt", "prompt[0] is integer but prompt[1] is string"},

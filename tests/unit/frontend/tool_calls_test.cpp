@@ -241,3 +241,49 @@ TEST(ToolCalls, ResponseShapes) {
 
 }  // namespace
 }  // namespace tessera::frontend
+
+namespace tessera::frontend {
+namespace {
+
+// tool_choice "required" with several tools: the arguments are checked after the call.
+TEST(ToolArguments, ViolationsNameThePlace) {
+  const auto params = nlohmann::ordered_json::parse(R"({
+    "type": "object",
+    "properties": {"city": {"type": "string", "minLength": 2}, "days": {"type": "integer"},
+                   "unit": {"enum": ["c", "f"]}, "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "maxItems": 2}},
+    "required": ["city"], "additionalProperties": false,
+    "$defs": {"tag": {"type": "string"}}})");
+  EXPECT_EQ(arguments_violation(params, R"({"days": 3, "city": "Paris"})"), "") << "property order is free";
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "tags": ["a", "b"], "unit": "c"})"), "");
+  EXPECT_EQ(arguments_violation(params, R"({"days": 3})"), "arguments.city: required property missing");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "P"})"), "arguments.city: shorter than minLength 2");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "days": "3"})"), "arguments.days: expected integer, got \"3\"");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "unit": "k"})"), "arguments.unit: must be one of [\"c\",\"f\"]");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "tags": ["a", 1]})"), "arguments.tags[1]: expected string, got 1");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "tags": ["a", "b", "c"]})"), "arguments.tags: more than maxItems 2 items");
+  EXPECT_EQ(arguments_violation(params, R"({"city": "Paris", "x": 1})"),
+            "arguments.x: property not declared (additionalProperties is false)");
+  EXPECT_EQ(arguments_violation(params, "{"), "arguments: not JSON");
+  EXPECT_EQ(arguments_violation(params, "[]"), "arguments: expected object, got []");
+}
+
+TEST(ToolArguments, OnlyRequiredWithSeveralToolsIsChecked) {
+  ToolSet one;
+  one.names = {"a"};
+  one.choice = ToolChoice::kRequired;
+  one.chat.tools = nlohmann::ordered_json::array({{{"type", "function"}, {"function", {{"name", "a"}}}}});
+  EXPECT_EQ(required_tool_parameters(one), nullptr) << "one tool: the grammar enforces its parameters";
+  ToolSet two = one;
+  two.names = {"a", "b"};
+  two.chat.tools.push_back({{"type", "function"}, {"function", {{"name", "b"}, {"parameters", {{"type", "object"}}}}}});
+  auto p = required_tool_parameters(two);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->size(), 2u);
+  EXPECT_EQ(p->at("a").parameters, (nlohmann::ordered_json{{"type", "object"}}));
+  EXPECT_NE(p->at("b").grammar.find("\"const\":\"b\""), std::string::npos) << p->at("b").grammar;
+  two.choice = ToolChoice::kAuto;
+  EXPECT_EQ(required_tool_parameters(two), nullptr);
+}
+
+}  // namespace
+}  // namespace tessera::frontend

@@ -93,3 +93,55 @@ TEST(ProtocolApiFields, PeekHasKey) {
 
 }  // namespace
 }  // namespace tessera::protocol
+
+namespace tessera::protocol {
+namespace {
+
+// Prompt log-probabilities (echo + logprobs): the request field, the plan's scored chunks, the
+// worker's answer and the events, each omitted when off.
+TEST(ProtocolApiFields, PromptLogprobsOnEveryLink) {
+  GenerateRequest in{.id = 6, .prompt = "x"};
+  EXPECT_FALSE(peek_has_key(encode(in), "prompt_logprobs")) << "omitted when off";
+  in.sampling.prompt_logprobs = 3;
+  EXPECT_EQ(round_trip(in).sampling.prompt_logprobs, 3);
+  EXPECT_EQ(required_sampling_capabilities(in.sampling).back(), "prompt_logprobs");
+  in.sampling.prompt_logprobs = 21;
+  auto bad = decode(encode(in));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ErrorCode::kOutOfRange);
+
+  StepPlan plan{.step_id = 3};
+  SeqPlan s{.request_id = 7, .tokens = {1, 2}, .start_pos = 0, .block_table = {0}, .slot_mapping = {0, 1}};
+  s.sampling.prompt_logprobs = 1;
+  s.prompt_logprobs = true;
+  s.next_token = 9;
+  plan.seqs.push_back(s);
+  StepPlanMsg pm = round_trip(StepPlanMsg{.id = 3, .plan = plan});
+  ASSERT_EQ(pm.plan.seqs.size(), 1u);
+  EXPECT_TRUE(pm.plan.seqs[0].prompt_logprobs);
+  EXPECT_EQ(pm.plan.seqs[0].next_token, 9);
+  EXPECT_EQ(pm.plan.seqs[0].sampling.prompt_logprobs, 1);
+
+  StepResult r{.step_id = 3};
+  r.prompt_logprobs.push_back({.request_id = 7, .first_pos = 1, .logprobs = {-0.5f, -2.0f}, .top = {{{4, -0.25f}}, {{9, -2.0f}}}});
+  StepResultMsg rm = round_trip(StepResultMsg{.id = 3, .result = r});
+  ASSERT_EQ(rm.result.prompt_logprobs.size(), 1u);
+  EXPECT_EQ(rm.result.prompt_logprobs[0].first_pos, 1);
+  EXPECT_EQ(rm.result.prompt_logprobs[0].logprobs, r.prompt_logprobs[0].logprobs);
+  EXPECT_EQ(rm.result.prompt_logprobs[0].top[1][0].token, 9);
+  EXPECT_FALSE(peek_has_key(encode(StepResultMsg{.id = 3, .result = StepResult{.step_id = 3}}), "prompt_logprobs"));
+
+  TokenEvent t{.id = 6};
+  t.prompt_logprobs = {-1.0f};
+  t.prompt_top_logprobs = {{{3, -1.0f}}};
+  TokenEvent tout = round_trip(t);
+  EXPECT_EQ(tout.prompt_logprobs, t.prompt_logprobs);
+  EXPECT_EQ(tout.prompt_top_logprobs[0][0].token, 3);
+  EXPECT_FALSE(peek_has_key(encode(TokenEvent{.id = 1, .tokens = {4}}), "prompt_logprobs"));
+  FinalEvent f{.id = 6};
+  f.prompt_logprobs = {-1.0f};
+  EXPECT_EQ(round_trip(f).prompt_logprobs, f.prompt_logprobs);
+}
+
+}  // namespace
+}  // namespace tessera::protocol

@@ -171,6 +171,7 @@ BackendCaps CpuBackend::capabilities() const {
   BackendCaps c;  // every sampling option on the host (the defaults), no limits
   c.kv_fill = true;
   c.kv_scores = true;
+  c.prompt_logprobs = true;
   return c;
 }
 

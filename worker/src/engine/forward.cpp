@@ -72,7 +72,11 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     s.page_indptr.push_back(static_cast<int32_t>(s.page_ids.size()));
     s.token_indptr.push_back(static_cast<int32_t>(tokens.size()));
     s.start_pos.push_back(in.start_pos);
-    if (in.want_logits) s.out_row_index.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    if (in.all_logits) {
+      for (size_t i = in.tokens.size(); i > 0; --i) s.out_row_index.push_back(static_cast<int32_t>(tokens.size() - i));
+    } else if (in.want_logits) {
+      s.out_row_index.push_back(static_cast<int32_t>(tokens.size()) - 1);
+    }
   }
   const int64_t T = static_cast<int64_t>(tokens.size());
 

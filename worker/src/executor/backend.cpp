@@ -35,6 +35,7 @@ std::vector<std::string> capability_names(std::string_view backend_name, const B
   for (const auto& [name, where] : sampling) {
     if (where != Where::kNone) out.emplace_back(name);
   }
+  if (caps.prompt_logprobs) out.emplace_back("prompt_logprobs");
   return out;
 }
 
@@ -61,6 +62,8 @@ Status validate_batch(const PoolGeometry& pool, const BackendCaps& caps, int32_t
   for (size_t i = 0; i < batch.size(); ++i) {
     const SeqInput& in = batch[i];
     if (in.tokens.empty()) return make_error(ErrorCode::kInvalidArgument, seq_name(i) + ": no tokens");
+    if (in.all_logits && !caps.prompt_logprobs)
+      return make_error(ErrorCode::kUnsupported, seq_name(i) + ": all_logits needs capability prompt_logprobs");
     const auto n = static_cast<int64_t>(in.tokens.size());
     if (n > kMaxStepTokensPerSeq) return make_error(ErrorCode::kTooLarge, seq_name(i) + ": too many tokens in one step");
     total += n;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -31,6 +32,39 @@ std::string_view missing_sampling_option(const SamplingParams& p, const std::vec
     if (std::find(have.begin(), have.end(), need) == have.end()) return need;
   }
   return {};
+}
+
+constexpr int32_t kMaxPromptTop = 20;
+
+// The log-probabilities of the next tokens of one scored chunk (SeqPlan::prompt_logprobs) from
+// its rows of logits (one per token, before any sampling touches the last): row i scores
+// tokens[i + 1], the last row next_token (none when -1). Raw log-softmax of the model's logits.
+PromptLogprobs score_prompt(const SeqPlan& s, std::span<const float> rows, int32_t vocab) {
+  PromptLogprobs out;
+  out.request_id = s.request_id;
+  out.first_pos = s.start_pos + 1;
+  const size_t v = static_cast<size_t>(vocab);
+  const size_t k = static_cast<size_t>(s.sampling.prompt_logprobs);
+  std::vector<int32_t> order(k > 0 ? v : 0);
+  for (size_t i = 0; i < s.tokens.size(); ++i) {
+    const int32_t next = i + 1 < s.tokens.size() ? s.tokens[i + 1] : s.next_token;
+    if (next < 0) break;
+    const float* row = rows.data() + i * v;
+    const float mx = *std::max_element(row, row + v);
+    double z = 0.0;  // as the Sampler computes a sampled token's log-probability
+    for (size_t t = 0; t < v; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
+    const double lse = mx + std::log(z);
+    out.logprobs.push_back(static_cast<float>(row[next] - lse));
+    if (k > 0) {
+      for (size_t t = 0; t < v; ++t) order[t] = static_cast<int32_t>(t);
+      const size_t n = std::min(k, v);
+      std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n), order.end(),
+                        [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+      std::vector<TokenLogprob>& top = out.top.emplace_back();
+      for (size_t j = 0; j < n; ++j) top.push_back({order[j], static_cast<float>(row[order[j]] - lse)});
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -100,6 +134,11 @@ Status StepExecutor::check_capabilities(const StepPlan& plan) const {
     if (!has_kv_policy && uses_kv_policy(s)) {
       return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
                                                      " needs capability kv_policy (StreamingLLM / H2O K/V), which the " +
+                                                     std::string(backend_.name()) + " backend lacks");
+    }
+    if (s.prompt_logprobs && !caps.prompt_logprobs) {
+      return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
+                                                     " needs capability prompt_logprobs (prompt log-probabilities), which the " +
                                                      std::string(backend_.name()) + " backend lacks");
     }
     if (!s.sample) continue;
@@ -177,8 +216,20 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
         return make_error(vk.error().code, "step " + std::to_string(plan.step_id) + ": " + vk.error().message);
       }
     }
+    if (s.prompt_logprobs) {
+      if (s.sampling.prompt_logprobs < 0 || s.sampling.prompt_logprobs > kMaxPromptTop) {
+        return make_error(ErrorCode::kOutOfRange, "request " + std::to_string(s.request_id) + ": sampling.prompt_logprobs " +
+                                                      std::to_string(s.sampling.prompt_logprobs) + " outside [0, 20]");
+      }
+      if (s.next_token < -1 || s.next_token >= vocab) {
+        return make_error(ErrorCode::kOutOfRange, "request " + std::to_string(s.request_id) + ": next_token " +
+                                                      std::to_string(s.next_token) + " is outside the vocabulary");
+      }
+      all_greedy = false;  // the scored rows are copied back: no device argmax in this step
+    }
     batch.push_back({.tokens = s.tokens, .start_pos = s.start_pos, .block_table = s.block_table,
-                     .slot_mapping = s.slot_mapping, .want_logits = s.sample, .rope_offset = s.rope_offset});
+                     .slot_mapping = s.slot_mapping, .want_logits = s.sample, .rope_offset = s.rope_offset,
+                     .all_logits = s.prompt_logprobs});
   }
   if (Status vb = validate_batch(pool, backend_.capabilities(), vocab, batch); !vb.ok()) {
     return make_error(vb.error().code, "step " + std::to_string(plan.step_id) + ": " + vb.error().message);
@@ -225,6 +276,23 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     TS_ASSIGN_OR_RETURN(logits, backend_.forward(batch));  // an empty batch waits for the copies
   }
 
+  // Rows of the returned logits: a sequence with all_logits has one per token (the last is the
+  // one sampled), any other sequence with want_logits one.
+  std::vector<size_t> sample_rows;  // per sampled sequence, its row
+  if (!device_greedy) {
+    size_t row = 0;
+    for (const SeqPlan& s : plan.seqs) {
+      if (s.prompt_logprobs) {
+        TS_CHECK_LE((row + s.tokens.size()) * static_cast<size_t>(vocab), logits.size());
+        result.prompt_logprobs.push_back(score_prompt(s, logits.subspan(row * static_cast<size_t>(vocab)), vocab));
+        row += s.tokens.size();
+        if (s.sample) sample_rows.push_back(row - 1);
+      } else if (s.sample) {
+        sample_rows.push_back(row++);
+      }
+    }
+  }
+
   // 6. Sampling: request states are created (map changes) on this thread, then every sequence
   // samples its own row, in parallel on the backend's host threads when it lends them (Samplers
   // are independent; each row is its own slice of the step's logits, penalized in place). A
@@ -254,12 +322,14 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     }
   } else if (!picks.empty()) {
     const size_t v = static_cast<size_t>(vocab);
-    TS_CHECK(logits.size() == picks.size() * v) << logits.size() << " logits for " << picks.size() << " rows";
+    TS_CHECK(sample_rows.size() == picks.size()) << sample_rows.size() << " rows for " << picks.size() << " samples";
+    TS_CHECK(logits.size() >= (sample_rows.back() + 1) * v) << logits.size() << " logits for " << picks.size() << " rows";
     float* rows = logits.data();  // the sampler penalizes each row in place (backend.h allows it)
     Pick* pick_list = picks.data();
-    auto sample_row = [pick_list, rows, v](int64_t i) {
+    const size_t* row_of = sample_rows.data();
+    auto sample_row = [pick_list, rows, v, row_of](int64_t i) {
       Pick& p = pick_list[i];
-      p.out = p.sampler->sample({rows + static_cast<size_t>(i) * v, v});
+      p.out = p.sampler->sample({rows + row_of[i] * v, v});
       p.sampler->accept(p.out.token);
     };
     kernels::ThreadPool* tp = backend_.host_threads();

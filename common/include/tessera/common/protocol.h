@@ -31,7 +31,7 @@ namespace tessera::protocol {
 inline constexpr int32_t kProtocolVersion = 1;
 
 // Upper bounds checked by validation; a service may configure tighter limits of its own.
-inline constexpr int32_t kMaxTopLogprobs = 20;
+inline constexpr int32_t kMaxTopLogprobs = 20;  // also bounds prompt_logprobs
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopTokenIds = 256;
 inline constexpr size_t kMaxMessageBytes = 64u << 20;  // whole encoded message
@@ -95,6 +95,12 @@ struct TokenEvent {
   std::string text;
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // Prompt log-probabilities (sampling.prompt_logprobs >= 0): scheduler -> frontend in one event
+  // with no `tokens`, before the first token. prompt_logprobs[i] is that of prompt token i + 1
+  // (the first prompt token has none); prompt_top_logprobs parallel to it when alternatives were
+  // asked. Omitted from the wire when empty.
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
 };
 
 struct Usage {
@@ -129,6 +135,9 @@ struct FinalEvent {
   // (omitted from the wire when empty).
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // frontend -> client when stream == false and prompt_logprobs was asked (as in TokenEvent).
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   Usage usage;
   Timings timings;
 };

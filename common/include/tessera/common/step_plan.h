@@ -42,6 +42,12 @@ struct SamplingParams {
   std::string grammar;
   std::vector<int32_t> grammar_end_tokens;
   int32_t grammar_max_tokens = 0;
+  // Prompt log-probabilities (OpenAI `echo` + `logprobs` on completions): -1 = off (omitted from
+  // the wire); n >= 0 = the log-probability of every prompt token given the ones before it, with
+  // the n most likely alternatives (0..20). Request-level: the scheduler scores the prompt's
+  // prefill chunks (SeqPlan::prompt_logprobs) and never reuses cached prefix pages whose logits
+  // it still needs; needs the worker capability "prompt_logprobs".
+  int32_t prompt_logprobs = -1;
 };
 inline constexpr size_t kMaxLogitBias = 1024;
 inline constexpr size_t kMaxGrammarBytes = 64 * 1024;
@@ -110,6 +116,11 @@ struct SeqPlan {
   // recent positions. -1 = off.
   int32_t h2o_recent = -1;
   int32_t h2o_victims = 0;
+  // Score this chunk (SamplingParams::prompt_logprobs > 0 alternatives): the worker returns, for
+  // each computed position p whose next token is known (tokens[i + 1], or next_token after the
+  // last one), the log-probability of that next token from p's logits (StepResult::prompt_logprobs).
+  bool prompt_logprobs = false;
+  int32_t next_token = -1;  // the prompt token after this chunk (-1: none, e.g. the last chunk)
 };
 
 // Copy page src to page dst in every layer (copy-on-write of a shared partial page).
@@ -163,6 +174,16 @@ struct FillResult {
   double compute_ms = 0.0;   // compute: prefill of the preference; hit: 0
 };
 
+// The scored positions of one SeqPlan with prompt_logprobs: logprobs[i] is the log-probability
+// of the token at position first_pos + i given positions [0, first_pos + i) (raw model
+// distribution: no temperature, penalties or logit_bias); top[i] its alternatives, most likely first.
+struct PromptLogprobs {
+  uint64_t request_id = 0;
+  int32_t first_pos = 0;  // the SeqPlan's start_pos + 1
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+};
+
 struct StepResult {
   uint64_t step_id = 0;
   std::vector<SeqResult> results;  // one per SeqPlan with sample == true, in plan order
@@ -170,6 +191,7 @@ struct StepResult {
   std::string error_message;
   double compute_ms = 0.0;
   std::vector<FillResult> fills;   // one per KvFill of the plan, in plan order
+  std::vector<PromptLogprobs> prompt_logprobs;  // one per SeqPlan with prompt_logprobs, in plan order
 };
 
 }  // namespace tessera

@@ -70,7 +70,14 @@ struct TokenLogprobText {
   std::string token;  // the token's text (may be a partial UTF-8 sequence, sent as-is)
   float logprob = 0.0f;
   std::vector<std::pair<std::string, float>> top;
+  // Completions' text_offset: where the token's text starts in the choice's text, in code
+  // points; -1 = right after the previous entry's token (0 for the first).
+  int32_t text_offset = -1;
+  bool has_logprob = true;  // false: the first prompt token of an echo (logprob and top are null)
 };
+
+// Unicode code points of UTF-8 text (bytes that are not continuation bytes).
+int32_t code_points(std::string_view text);
 
 // Where a stream carries `usage`: kLastChunk (with the finish_reason chunk), kSeparateChunk
 // (OpenAI's stream_options.include_usage: an extra chunk with `choices: []`), kNone.
@@ -107,6 +114,11 @@ std::string stream_chunk(const ResponseMeta& meta, const std::string& text, cons
 // function.name, function.arguments), with `content` first when non-empty.
 std::string tool_calls_chunk(const ResponseMeta& meta, const std::string& content, const std::vector<ToolCall>& calls, bool first,
                              std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
+// One chat chunk whose delta carries a piece of call 0's arguments (OpenAI's
+// delta.tool_calls[0].function.arguments): a forced call streamed as it is generated;
+// `header` (the first piece): also the call's id, type and name.
+std::string tool_call_delta_chunk(const ResponseMeta& meta, const ToolCall* header, std::string_view arguments, bool first,
+                                  std::string_view finish_reason, const protocol::FinalEvent* final_event, int32_t index = 0);
 // OpenAI's usage chunk: "data: {..., "choices": [], "usage": {...}}\n\n".
 std::string usage_chunk(const ResponseMeta& meta, const protocol::FinalEvent& final_event);
 // /v1/models and /v1/models/{id}; max_model_len = the context length (omitted when 0: unknown).

@@ -14,6 +14,8 @@
 // Pure functions; thread-safe (random call ids use a thread_local generator).
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,6 +51,22 @@ Status parse_tools(const nlohmann::json& body, std::string_view body_text, ToolS
 // {"name": enum of the names, "arguments": any object} (the grammar cannot branch on the name).
 std::string forcing_schema(const ToolSet& tools);
 
+// tool_choice "required" with several tools: each tool's `parameters` and forcing grammar by name
+// (the grammar fixes only the name, so the arguments are checked when the choice ends, and a
+// call they do not match is generated again with that tool named); null otherwise.
+struct RequiredTool {
+  nlohmann::ordered_json parameters;  // to check a call's arguments
+  std::string grammar;                // forcing_schema of this tool alone (a retry named it)
+};
+std::shared_ptr<const std::map<std::string, RequiredTool>> required_tool_parameters(const ToolSet& tools);
+
+// "" when `arguments` (JSON text) is a value the tool's `parameters` schema accepts; else what is
+// wrong, naming the place ("arguments.city: required property missing"). The grammar's JSON
+// Schema subset (type, properties, required, additionalProperties, items, minItems, maxItems,
+// minLength, maxLength, enum, const, anyOf, oneOf, $ref to #/$defs or #/definitions); property
+// order is free; annotations are ignored (tool_arguments.cpp).
+std::string arguments_violation(const nlohmann::ordered_json& parameters, std::string_view arguments);
+
 struct ToolCall {
   std::string id;         // "call_" + 24 random hex digits
   std::string name;
@@ -61,6 +79,12 @@ struct ToolParse {
 };
 
 ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced);
+
+// Streaming a forced call (docs/api.md "Tool calls"): where the arguments start in the grammar's
+// compact output `{"name":"<name>","arguments":...` once the name is complete (npos before),
+// setting *name; a forced call's `arguments` are that text up to the last '}' (exclusive).
+size_t forced_arguments_start(std::string_view text, std::string* name);
+std::string new_call_id();  // "call_" + 24 random hex digits
 
 // The tool fields of one request message (docs/api.md "Tool calls"): an assistant's tool_calls
 // (arguments that are JSON text become objects, as HF templates expect), a tool message's

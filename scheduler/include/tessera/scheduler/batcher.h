@@ -102,6 +102,7 @@ struct PinnedPrefix {
 };
 
 struct StepOutcome {
+  std::vector<PromptLogprobsEvent> prompt_logprobs;  // before `tokens` of the same request
   std::vector<TokenEvent> tokens;
   std::vector<FinishEvent> finished;
 };

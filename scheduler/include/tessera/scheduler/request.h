@@ -72,6 +72,14 @@ struct TokenEvent {
   std::vector<TokenLogprob> top;
 };
 
+// The log-probabilities of a request's prompt tokens 1..n-1 (sampling.prompt_logprobs >= 0),
+// reported once, in the step that computes the last of them (before that step's TokenEvent).
+struct PromptLogprobsEvent {
+  uint64_t request_id = 0;
+  std::vector<float> logprobs;                   // of prompt tokens 1, 2, ..., n - 1
+  std::vector<std::vector<TokenLogprob>> top;    // parallel, when alternatives were asked
+};
+
 struct FinishEvent {
   uint64_t request_id = 0;
   FinishReason reason = FinishReason::kStop;

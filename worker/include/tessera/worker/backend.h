@@ -50,6 +50,9 @@ struct SeqInput {
   // layers) to the entry of each cache index it attends (H2O's heavy-hitter statistic).
   int32_t rope_offset = 0;
   float* key_mass = nullptr;
+  // Logits of every token of this sequence (one row per token, in order; replaces want_logits'
+  // single row). Only with capabilities().prompt_logprobs (prompt log-probabilities).
+  bool all_logits = false;
 };
 
 // The page pool as the scheduler sees it: num_pages pages of page_size tokens, for n_layers
@@ -87,6 +90,9 @@ struct BackendCaps {
   Where min_p = Where::kHost;
   Where penalties = Where::kHost;
   Where logprobs = Where::kHost;
+  // "prompt_logprobs": forward() honours SeqInput::all_logits (the log-probabilities of prompt
+  // tokens, OpenAI echo + logprobs).
+  bool prompt_logprobs = false;
   // Limits of one forward (0 = none beyond the executor's own): sequences, tokens, positions
   // per sequence; max_head_dim is informational (the backend refused larger models at creation).
   int32_t max_seqs = 0;
@@ -109,7 +115,7 @@ class Backend {
   virtual BackendCaps capabilities() const = 0;
 
   // Runs one validated ragged batch into the pool (every token's K/V to its slot) and returns
-  // the logits of the sequences with want_logits, [count, vocab] row-major in host memory the
+  // the logits of the sequences with want_logits (every token's row for all_logits), [count, vocab] row-major in host memory the
   // backend owns: valid until its next call, and the caller may modify the rows in place (the
   // executor's samplers apply penalties there). An empty batch computes nothing (but waits for
   // enqueued page copies).
