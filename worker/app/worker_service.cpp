@@ -319,7 +319,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       }
       next_register_warning = now + std::chrono::seconds(30);
     }
-    if (!registered && now >= next_register) {
+    // Not while a plan of the scheduler it left is still executing: the new scheduler's first
+    // plan would find the compute thread busy and fail its requests (found by the multi-scheduler
+    // test: a scheduler killed mid-step). The plan ends within a step; its result is dropped.
+    if (!registered && now >= next_register && !compute.busy()) {
       send(reg);
       next_register = now + milliseconds(1000);
       if (++unanswered_registers == 10) {
