@@ -323,6 +323,11 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
     // plan would find the compute thread busy and fail its requests (found by the multi-scheduler
     // test: a scheduler killed mid-step). The plan ends within a step; its result is dropped.
     if (!registered && now >= next_register && !compute.busy()) {
+      // Each attempt has its own id, and only the ack of the latest one counts: an ack of an older
+      // attempt (delayed by a link outage) is followed by plans of a Batcher that the scheduler
+      // replaced when the next attempt reached it — taking it would start one of those plans and
+      // then refuse the new Batcher's first plan as "already executing".
+      ++reg.id;
       send(reg);
       next_register = now + milliseconds(1000);
       if (++unanswered_registers == 10) {
@@ -407,6 +412,10 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
         continue;
       }
       if (auto* ack = std::get_if<protocol::RegisterAck>(&*msg)) {
+        if (!registered && ack->id != reg.id) {
+          TS_LOG(kDebug) << "ignoring the ack of an older register attempt (" << ack->id << ", latest " << reg.id << ")";
+          continue;
+        }
         if (!ack->accepted)
           return make_error(ErrorCode::kPermissionDenied, "scheduler rejected registration: " + ack->reason);
         if (!registered) {
