@@ -213,6 +213,15 @@ struct Hub::Impl {
     return true;
   }
 
+  // One message to scheduler i without blocking (a full or dropped connection refuses it); the
+  // error names the scheduler: "cannot reach scheduler <endpoint>: <why>".
+  Status send_to(size_t i, std::string wire) {
+    SchedulerLink& link = (*links)[i];
+    Status sent = zmqu::send(link.socket(), {std::move(wire)}, /*dontwait=*/true);
+    if (sent.ok()) return sent;
+    return Error{ErrorCode::kUnavailable, "cannot reach scheduler " + link.endpoint() + ": " + sent.error().message};
+  }
+
   void submit(protocol::GenerateRequest req, std::shared_ptr<RequestSink> sink) {
     const uint64_t id = req.id;
     // A scheduler whose connection dropped a moment ago (tick() has not seen it yet) refuses the
@@ -226,14 +235,13 @@ struct Hub::Impl {
           req.routing_key, [&](size_t s) { return inflight.count(s); }, config.load_epsilon);
       if (!choice) break;
       const size_t i = choice->scheduler;
-      SchedulerLink& link = (*links)[i];
-      Status sent = zmqu::send(link.socket(), {protocol::encode(req)}, /*dontwait=*/true);
+      Status sent = send_to(i, protocol::encode(req));
       if (sent.ok()) {
         inflight.add(id, std::move(sink), i);
-        link.routed(choice->spilled);
+        (*links)[i].routed(choice->spilled);
         return;
       }
-      refused += (refused.empty() ? "cannot reach scheduler " : "; nor ") + link.endpoint() + ": " + sent.error().message;
+      refused += (refused.empty() ? "" : "; nor ") + sent.error().message;
       ring->set_usable(i, false);
     }
     sink->on_message(protocol::ErrorEvent{
@@ -269,11 +277,9 @@ struct Hub::Impl {
     sink->done = std::move(done);
     for (size_t i : targets) {
       msg.id = ids.fetch_add(1);
-      SchedulerLink& link = (*links)[i];
-      Status sent = zmqu::send(link.socket(), {protocol::encode(msg)}, /*dontwait=*/true);
+      Status sent = send_to(i, protocol::encode(msg));
       if (!sent.ok()) {
-        sink->on_message(protocol::ErrorEvent{.id = msg.id, .code = ErrorCode::kUnavailable,
-                                              .message = "cannot reach scheduler " + link.endpoint() + ": " + sent.error().message});
+        sink->on_message(protocol::ErrorEvent{.id = msg.id, .code = ErrorCode::kUnavailable, .message = sent.error().message});
         continue;
       }
       inflight.add(msg.id, sink, i);
