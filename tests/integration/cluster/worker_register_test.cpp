@@ -158,8 +158,8 @@ TEST(WorkerRegisterTest, RegistersWithTheNextSchedulerOnlyOnceTheLeftOnesPlanHas
   ASSERT_GE(info.num_pages, seqs * ((len + info.page_size - 1) / info.page_size));
   a.send(prefill_plan(1, seqs, len, info.page_size));
   const auto sent = std::chrono::steady_clock::now();
-  // Three heartbeats (the first at once, then 50 ms apart) after the plan was sent: the worker's loop, which reads its
-  // socket between heartbeats, has taken the plan by then.
+  // Three heartbeats (the first at once, then 50 ms apart) after the plan was sent: the
+  // worker's loop, which reads its socket between heartbeats, has taken the plan by then.
   for (int i = 0; i < 3; ++i) {
     auto beat = a.next(milliseconds(5000));
     ASSERT_TRUE(beat && std::holds_alternative<protocol::Heartbeat>(*beat)) << "got " << describe(beat);
