@@ -20,8 +20,9 @@ throughput is tokens / (real window * time_scale); the window ends when the last
 slower than on the simulated GPU), so each step carries the same real control-plane overhead;
 choose it so that the largest K does not saturate the machine's CPU (--divide-scale instead uses
 time_scale / K, which keeps the real request rate constant but shrinks the relative overhead as K
-grows, flattering large K). Workers are assigned to schedulers
-round-robin (a worker belongs to one scheduler today); frontends list every scheduler.
+grows, flattering large K). Workers are assigned to schedulers round-robin: each lists every
+scheduler, its own first (`--scheduler own,others... --scheduler-order listed`), so it registers
+with its own and moves to the next when that one leaves; frontends list every scheduler.
 
 Needs python3 with pyzmq and msgpack (Debian python3-zmq python3-msgpack). Example:
   python3 bench/scale/scale_bench.py --bin build/bin --shared ../shared throughput --workers 1,4,16,64
@@ -40,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -186,9 +188,10 @@ class Cluster:
 
     def start_worker(self, i, s):
         name = "w%d" % i
+        order = [self.scheds[s]["we"]] + [x["we"] for j, x in enumerate(self.scheds) if j != s]
         p = self.spawn(name, [
-            "tessera-worker", "--backend", "sim", "--model", self.a.model, "--scheduler", self.scheds[s]["we"],
-            "--name", name, "--num-pages", str(self.a.num_pages), "--metrics-port", "-1", "--sim-profile",
+            "tessera-worker", "--backend", "sim", "--model", self.a.model, "--scheduler", ",".join(order),
+            "--scheduler-order", "listed", "--name", name, "--num-pages", str(self.a.num_pages), "--metrics-port", "-1", "--sim-profile",
             self.a.sim_profile, "--sim-time-scale", repr(self.time_scale)] + (
                 ["--sim-cost", self.a.sim_cost] if self.a.sim_cost else []))
         read_line(p, "READY")
@@ -197,14 +200,14 @@ class Cluster:
     def live_scheds(self):
         return [s for s in self.scheds if s["proc"].poll() is None]
 
-    def wait_live(self, n, timeout_s=60.0):
+    def wait_live(self, n, timeout_s=60.0, poll_s=0.1):
         deadline = time.monotonic() + timeout_s
         live = -1
         while time.monotonic() < deadline:
             live = sum(total(scrape(s["metrics"]), "tessera_scheduler_live_workers") for s in self.live_scheds())
             if live == n:
                 return
-            time.sleep(0.1)  # polling a metric with a deadline, not standing in for synchronization
+            time.sleep(poll_s)  # polling a metric with a deadline, not standing in for synchronization
         raise RuntimeError("%d of %d workers registered within %.0f s (logs in %s)" % (live, n, timeout_s, self.dir))
 
     def wait_ready(self, timeout_s=30.0):
@@ -489,19 +492,27 @@ def cmd_leave(a):
                 sig = signal.SIGTERM if case == "workers-drain" else signal.SIGKILL
                 gone = {w["name"] for w in cl.workers[-n:]}
             fired = []
+            live_again = []  # seconds from the victims' exit to every remaining worker registered
+
+            def watch():
+                for p in victims:
+                    p.wait()
+                gone_at = time.monotonic()
+                # A leaving scheduler's workers register with the next scheduler of their list;
+                # leaving workers are simply gone.
+                cl.wait_live(a.workers_n if case == "scheduler" else a.workers_n - len(victims), poll_s=0.01)
+                live_again.append(time.monotonic() - gone_at)
+            watcher = threading.Thread(target=watch)
 
             def progress(done):
                 if not fired and done >= len(prompts) // 3:
                     fired.append(True)
                     for p in victims:
                         p.send_signal(sig)
+                    watcher.start()
             recs, _ = dr.run(prompts, a.workers_n * a.per_worker, on_progress=progress)
-            for p in victims:
-                p.wait()
-            if case == "scheduler":  # the frontends notice at once (socket monitor); heartbeats at most
-                time.sleep(0)
-            else:
-                cl.wait_live(a.workers_n - len(victims))
+            watcher.join()
+            rehome_s = live_again[0] if live_again else float("nan")
             after = probe_owners(cl, dr, keys, by)
             dr.close()
         finally:
@@ -514,11 +525,13 @@ def cmd_leave(a):
                      "errors": sum(1 for r in recs if r["type"] == "error"),
                      "lost": sum(1 for r in recs if r["type"] == "lost"), "wrong": check(recs, prompts, a),
                      "error_kinds": sorted({r["error"] for r in recs if r["type"] == "error"})[:3],
-                     "members": a.schedulers if case == "scheduler" else a.workers_n, "left": len(gone)}
-        print("%-14s keys moved %d/%d (%.3f; ideal %.3f; from survivors %d), requests %d: errors %d, lost %d, wrong %d %s" % (
-            case, moved, len(stayed), out[case]["moved_fraction"], out[case]["left"] / out[case]["members"],
-            moved_from_live, len(prompts), out[case]["errors"], out[case]["lost"], out[case]["wrong"],
-            out[case]["error_kinds"]))
+                     "members": a.schedulers if case == "scheduler" else a.workers_n, "left": len(gone),
+                     "live_again_s": rehome_s}
+        print("%-14s keys moved %d/%d (%.3f; ideal %.3f; from survivors %d), requests %d: errors %d, lost %d, wrong %d %s;"
+              " workers live again %.2f s after the exit" % (
+                  case, moved, len(stayed), out[case]["moved_fraction"], out[case]["left"] / out[case]["members"],
+                  moved_from_live, len(prompts), out[case]["errors"], out[case]["lost"], out[case]["wrong"],
+                  out[case]["error_kinds"], rehome_s))
     return out
 
 

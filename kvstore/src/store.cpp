@@ -35,8 +35,49 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
   return s;
 }
 
+void Store::mark_unsynced(const BlobKey& key, bool unsynced) {
+  std::lock_guard<std::mutex> lock(unsynced_mu_);
+  if (unsynced) {
+    unsynced_[canonical_key(key)] = key;
+  } else {
+    unsynced_.erase(canonical_key(key));
+  }
+}
+
+uint64_t Store::sync_unsynced(size_t shard) {
+  std::vector<BlobKey> keys;
+  {
+    std::lock_guard<std::mutex> lock(unsynced_mu_);
+    for (const auto& [canon, key] : unsynced_)
+      if (shard == kAllShards || l2_->owner(key) == shard) keys.push_back(key);
+  }
+  if (keys.empty()) return 0;
+  std::map<std::string, L1Cache::Item> in_l1;
+  for (L1Cache::Item& it : l1_.snapshot()) {
+    std::string canon = canonical_key(it.key);
+    in_l1.emplace(std::move(canon), std::move(it));
+  }
+  const auto now = Clock::now();
+  uint64_t synced = 0;
+  for (const BlobKey& key : keys) {
+    auto it = in_l1.find(canonical_key(key));
+    const auto left_s = it == in_l1.end() ? 0 : std::chrono::duration_cast<std::chrono::seconds>(it->second.expires_at - now).count();
+    // This node's last word on the key: its L1 entry, or none (removed, evicted or expired).
+    const bool ok = left_s >= 1 ? l2_->put(key, *it->second.blob,
+                                           static_cast<uint32_t>(std::min<int64_t>(left_s, config_.default_ttl_s)))
+                                      .ok()
+                                : l2_->remove(key).ok();
+    if (!ok) continue;  // still unsynced: the next time the shard is back
+    mark_unsynced(key, false);
+    publish(key_event(key));
+    ++synced;
+  }
+  return synced;
+}
+
 uint64_t Store::write_back_l1(size_t shard) {
   if (l2_ == nullptr) return 0;
+  const uint64_t synced = sync_unsynced(shard);
   std::vector<L1Cache::Item> items = l1_.snapshot();
   if (shard != kAllShards) {
     std::erase_if(items, [&](const L1Cache::Item& it) { return l2_->owner(it.key) != shard; });
@@ -55,9 +96,10 @@ uint64_t Store::write_back_l1(size_t shard) {
       ++failed;
     }
   }
-  write_backs_.fetch_add(written);
+  write_backs_.fetch_add(written + synced);
   TS_LOG(kInfo) << "redis back" << (shard == kAllShards ? std::string() : " (shard " + l2_->ring().shards()[shard] + ")")
                 << ": wrote " << written << " of " << items.size() << " L1 entries back to Redis"
+                << (synced > 0 ? ", and synced " + std::to_string(synced) + " keys written or removed while it was down" : "")
       << (failed > 0 ? " (" + std::to_string(failed) + " failed; they stay in L1)" : std::string());
   return written;
 }
@@ -118,6 +160,7 @@ Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_
   if (l2_ != nullptr) {
     const Status l2 = l2_->put(key, *shared, ttl);
     out.l2 = l2.ok();
+    mark_unsynced(key, !l2.ok());
     if (!l2.ok()) out.note += (out.note.empty() ? "L2: " : "; L2: ") + l2.error().message;
     publish(key_event(key));  // other nodes' L1 copies of this key are stale now
   }
@@ -150,6 +193,7 @@ Result<bool> Store::remove(const BlobKey& key) {
   bool removed = l1_.erase(key);
   if (l2_ != nullptr) {
     auto r = l2_->remove(key);
+    mark_unsynced(key, !r.ok());
     publish(key_event(key));  // also when the key's shard is down: other nodes drop their copies
     if (!r.ok()) return l2_unavailable_after_l1(removed ? 1 : 0, r.error()).take_error();
     removed = removed || *r;
@@ -226,6 +270,10 @@ void Store::on_event(std::string_view message) {
       if (user_matches && signer.redis_key(it.key) == name && l1_.erase(it.key)) ++n;
     }
     remote_invalidations_.fetch_add(n);
+    {  // another node wrote the key later than this one: its word, not ours, goes to L2
+      std::lock_guard<std::mutex> lock(unsynced_mu_);
+      std::erase_if(unsynced_, [&](const auto& kv) { return signer.redis_key(kv.second) == name; });
+    }
     return;
   }
   if (event.starts_with("user:")) {

@@ -21,6 +21,12 @@
 //   with the entry's remaining TTL (an entry Redis has is never overwritten). So a Redis that
 //   lost its data (no persistence, or a flush) gets this node's preferences again and other
 //   nodes — or this one after a restart — find them. Counted in tessera_kvstore_l2_write_backs_total.
+//   Except for keys whose last put or remove through this node did not reach their shard (it was
+//   down): Redis may still hold the value from before (a shard cut off, not restarted), which is
+//   stale now, so for those the write-back overwrites it with this node's L1 entry, or deletes it
+//   when L1 has none (removed, or evicted meanwhile), and tells the other nodes (key event); a
+//   key event from another node for such a key first drops it from this node's list (that node
+//   wrote it later). Until then other nodes' gets of such a key are misses (the shard is down).
 //
 // Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
 // the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
@@ -29,7 +35,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -102,6 +110,9 @@ class Store {
   void publish(const std::string& event);
   std::string key_event(const BlobKey& key) const;  // "key:<user index key>|<redis name>"
   void on_event(std::string_view event);  // runs on RedisL2's subscriber thread
+  // Keys whose last put/remove through this node did not reach L2 (see write-back above).
+  void mark_unsynced(const BlobKey& key, bool unsynced);
+  uint64_t sync_unsynced(size_t shard);  // the write-back's first pass: returns the keys written or deleted
 
   const StoreConfig config_;
   std::string node_id_;  // random; tags this node's events so it skips its own
@@ -109,6 +120,8 @@ class Store {
   std::unique_ptr<ShardedL2> l2_;
   std::atomic<uint64_t> l1_hits_{0}, l1_misses_{0}, l2_hits_{0}, l2_misses_{0}, misses_{0};
   std::atomic<uint64_t> write_backs_{0};
+  std::mutex unsynced_mu_;
+  std::map<std::string, BlobKey> unsynced_;  // by canonical_key; guarded by unsynced_mu_
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
 };
 
