@@ -35,6 +35,18 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
   return s;
 }
 
+bool Store::distrusted(const BlobKey& key) {
+  if (!any_distrusted_.load()) return false;
+  const std::string name = l2_->signer().redis_key(key);
+  std::lock_guard<std::mutex> lock(unsynced_mu_);
+  auto it = distrusted_.find(name);
+  if (it == distrusted_.end()) return false;
+  if (it->second > Clock::now()) return true;
+  distrusted_.erase(it);
+  any_distrusted_.store(!distrusted_.empty());
+  return false;
+}
+
 void Store::mark_unsynced(const BlobKey& key, bool unsynced) {
   std::lock_guard<std::mutex> lock(unsynced_mu_);
   if (unsynced) {
@@ -116,7 +128,7 @@ Result<GetResult> Store::get(const BlobKey& key) {
   TS_TRY(validate_key(key));
   if (GetResult r = get_l1(key); r.blob != nullptr) return r;
   l1_misses_.fetch_add(1);
-  if (l2_ != nullptr) {  // the key's shard fails fast when down: then a miss
+  if (l2_ != nullptr && !distrusted(key)) {  // the key's shard fails fast when down: then a miss
     auto got = l2_->get(key);
     if (got.ok() && got->has_value()) {
       auto blob = std::make_shared<const std::string>(std::move(**got));
@@ -162,7 +174,8 @@ Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_
     out.l2 = l2.ok();
     mark_unsynced(key, !l2.ok());
     if (!l2.ok()) out.note += (out.note.empty() ? "L2: " : "; L2: ") + l2.error().message;
-    publish(key_event(key));  // other nodes' L1 copies of this key are stale now
+    // Other nodes' L1 copies of this key are stale now; when L2 missed the put, its copy is too.
+    publish(key_event(key) + (l2.ok() ? "" : std::string(kUnsyncedMark)));
   }
   if (!out.l1 && !out.l2) {
     rejected_puts_.fetch_add(1);
@@ -194,7 +207,8 @@ Result<bool> Store::remove(const BlobKey& key) {
   if (l2_ != nullptr) {
     auto r = l2_->remove(key);
     mark_unsynced(key, !r.ok());
-    publish(key_event(key));  // also when the key's shard is down: other nodes drop their copies
+    // Also when the key's shard is down: other nodes drop their copies (and distrust L2's).
+    publish(key_event(key) + (r.ok() ? "" : std::string(kUnsyncedMark)));
     if (!r.ok()) return l2_unavailable_after_l1(removed ? 1 : 0, r.error()).take_error();
     removed = removed || *r;
   }
@@ -251,11 +265,22 @@ void Store::on_event(std::string_view message) {
     remote_invalidations_.fetch_add(n);
     return;
   }
-  if (event.starts_with("key:")) {  // key:<user index key>|<redis name>
-    const std::string_view rest = event.substr(4);
+  if (event.starts_with("key:")) {  // key:<user index key>|<redis name>[|unsynced]
+    std::string_view rest = event.substr(4);
+    const bool unsynced = rest.ends_with(kUnsyncedMark);
+    if (unsynced) rest.remove_suffix(kUnsyncedMark.size());
     const size_t bar2 = rest.find('|');
     if (bar2 == std::string_view::npos) return;
     const std::string_view index_key = rest.substr(0, bar2), name = rest.substr(bar2 + 1);
+    {
+      std::lock_guard<std::mutex> lock(unsynced_mu_);
+      if (unsynced) {
+        distrusted_[std::string(name)] = Clock::now() + std::chrono::seconds(config_.default_ttl_s);
+      } else {
+        distrusted_.erase(std::string(name));
+      }
+      any_distrusted_.store(!distrusted_.empty());
+    }
     const KeySigner& signer = l2_->signer();
     // O(entries) snapshot, hashing outside the L1 lock; only this user's entries get a key HMAC.
     std::string last_user;

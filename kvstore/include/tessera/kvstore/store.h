@@ -13,7 +13,7 @@
 //   its L1 copies (promoted from L2) of that user / of everything (redis_l2.h); so do put and
 //   remove for their one key (another node's L1 copy is stale after either), also when the
 //   key's own shard is down (the event goes over every shard that is up). Event payloads:
-//   "<node id>|user:<user index key>", "<node id>|clear", "<node id>|key:<user index key>|<redis name>".
+//   "<node id>|user:<user index key>", "<node id>|clear", "<node id>|key:<user index key>|<redis name>[|unsynced]".
 // - L2 may be spread over several Redis shards (sharded_l2.h): a key lives on one shard; a
 //   shard being down makes its keys L1-only (hits from L1, else misses), the others work.
 // - write-back: each time Redis is back (reachable again after being down, or restarted between
@@ -26,7 +26,10 @@
 //   stale now, so for those the write-back overwrites it with this node's L1 entry, or deletes it
 //   when L1 has none (removed, or evicted meanwhile), and tells the other nodes (key event); a
 //   key event from another node for such a key first drops it from this node's list (that node
-//   wrote it later). Until then other nodes' gets of such a key are misses (the shard is down).
+//   wrote it later). The key event of such a put/remove says so ("...|unsynced"): every other node
+//   then answers gets of that key from L1 or as misses, never from L2, until a later key event of
+//   it (the write-back's, or another put) or the TTL — so no node reads the stale value in the
+//   window between the shard's return and this node's write-back.
 //
 // Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
 // the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
@@ -40,6 +43,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/common/result.h"
@@ -113,6 +117,8 @@ class Store {
   // Keys whose last put/remove through this node did not reach L2 (see write-back above).
   void mark_unsynced(const BlobKey& key, bool unsynced);
   uint64_t sync_unsynced(size_t shard);  // the write-back's first pass: returns the keys written or deleted
+  bool distrusted(const BlobKey& key);    // another node's unsynced write: L2's copy may be stale
+  static constexpr std::string_view kUnsyncedMark = "|unsynced";
 
   const StoreConfig config_;
   std::string node_id_;  // random; tags this node's events so it skips its own
@@ -122,6 +128,8 @@ class Store {
   std::atomic<uint64_t> write_backs_{0};
   std::mutex unsynced_mu_;
   std::map<std::string, BlobKey> unsynced_;  // by canonical_key; guarded by unsynced_mu_
+  std::map<std::string, Clock::time_point> distrusted_;  // redis names -> until when; guarded by unsynced_mu_
+  std::atomic<bool> any_distrusted_{false};
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
 };
 
