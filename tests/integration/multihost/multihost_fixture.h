@@ -15,6 +15,10 @@
 namespace tessera::testing {
 
 class MultiHost : public ::testing::Test {
+ public:
+  // The shared cluster, for helper functions outside the test bodies (valid while a test runs).
+  static ThreeHosts& cluster() { return *cluster_; }
+
  protected:
   static const std::string& unavailable() {
     static const std::string why = NetBed::unavailable();

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <thread>
 
-#include "multihost_fixture.h"
+#include "multihost_helpers.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/status.h"
 #include "tessera/testing/wait.h"
@@ -15,86 +15,8 @@
 namespace tessera::testing {
 namespace {
 
-using json = nlohmann::json;
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-
-struct Greedy {
-  std::string prompt, completion;
-  int steps;
-};
-std::vector<Greedy> greedy_cases64() {
-  std::ifstream in(shared_path("models/stories260K/greedy.json"));
-  auto j = json::parse(in);
-  std::vector<Greedy> out;
-  for (const auto& c : j.at("cases"))
-    if (c.at("steps").get<int>() <= 64)
-      out.push_back({c.at("prompt").get<std::string>(), c.at("completion").get<std::string>(), c.at("steps").get<int>()});
-  return out;
-}
-
-// One streamed completion from the client host, recorded as it arrives.
-struct Stream {
-  std::atomic<int> chunks{0};
-  std::atomic<bool> ended{false};
-  bool done = false;
-  std::string error;  // the data of an error event
-  int status = 0;
-};
-
-void run_stream(ThreeHosts& c, const std::string& ip, const std::string& prompt, int max_tokens, Stream& s) {
-  NetHost::Enter in(c.host("client"));
-  http::SseParser sse;
-  auto r = http::request({.host = ip, .port = kHttpPort, .method = "POST", .path = "/v1/completions",
-                          .body = completion_json(prompt, max_tokens, true), .timeout_ms = 20000,
-                          .on_body = [&](std::string_view b) {
-                            sse.feed(b, [&](const std::string& d) {
-                              if (d == "[DONE]") s.done = true;
-                              else if (d.find("\"error\"") != std::string::npos) s.error = d;
-                              else ++s.chunks;
-                            });
-                            return true;
-                          }});
-  s.status = r.ok() ? r->status : -1;
-  if (!r.ok()) s.error = r.error().to_string();
-  s.ended = true;
-}
-
-// Non-streamed greedy requests, `n` at once from the client host alternating between the two
-// frontends; each must be 200 and begin with the expected completion.
-void expect_greedy_answers(ThreeHosts& c, int n, int timeout_ms = 20000) {
-  const auto cases = greedy_cases64();
-  std::vector<std::string> text(n), error(n);
-  std::vector<int> status(n, 0);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i)
-    threads.emplace_back([&, i] {
-      NetHost::Enter in(c.host("client"));
-      const auto& g = cases[i % cases.size()];
-      auto r = http::request({.host = i % 2 ? kHostB : kHostA, .port = kHttpPort, .method = "POST",
-                              .path = "/v1/completions", .body = completion_json(g.prompt, g.steps),
-                              .timeout_ms = timeout_ms});
-      if (!r.ok()) {
-        error[i] = r.error().to_string();
-        return;
-      }
-      status[i] = r->status;
-      auto j = json::parse(r->body, nullptr, false);
-      if (r->status == 200 && !j.is_discarded()) text[i] = j["choices"][0]["text"].get<std::string>();
-      else error[i] = r->body;
-    });
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < n; ++i) {
-    const auto& g = cases[i % cases.size()];
-    EXPECT_EQ(status[i], 200) << "request " << i << " (" << g.prompt << "): " << error[i];
-    EXPECT_EQ(text[i].substr(0, g.completion.size()), g.completion) << "request " << i;
-  }
-}
-
-bool is_clear_error(const std::string& e) {
-  return e.find("peer_dead") != std::string::npos || e.find("unavailable") != std::string::npos;
-}
 
 // Every frontend serves exact greedy answers; both schedulers and all four workers are used.
 TEST_F(MultiHost, ServesExactAnswersThroughBothFrontendsFromTheClientHost) {
@@ -146,7 +68,8 @@ TEST_F(MultiHost, StoredPreferenceIsSharedByBothKvstores) {
 
 // host-c (workers w3 and w4) loses its link with streams in flight: every stream ends with its
 // answer or a clear error (peer_dead), requests sent meanwhile are answered by the workers
-// left (re-queued, exact), and when the link comes back both workers register again.
+// left (re-queued, exact), and when the link comes back both workers register again (with
+// either scheduler: cut off from both, each tried its list in turn; repair() sends them home).
 TEST_F(MultiHost, WorkerHostLinkDownAndUp) {
   constexpr int kStreams = 8;
   std::vector<Stream> streams(kStreams);
@@ -182,39 +105,24 @@ TEST_F(MultiHost, WorkerHostLinkDownAndUp) {
   // Both schedulers lost their host-c worker.
   EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 1.0 && c().live_workers("b") == 1.0; }, milliseconds(5000)));
   ASSERT_OK(c().host("c").link_up());
-  EXPECT_TRUE(c().settled(milliseconds(10000))) << "w3/w4 did not register again after the link came back\n" << c().logs();
-  expect_greedy_answers(c(), 4);
-}
-
-// host-b (sched-b, a frontend, a kvstore, w2) loses its link: every request through host-a's
-// frontend is answered (the ones sent to sched-b are submitted again to sched-a), and when the
-// link comes back sched-b and its workers serve again.
-TEST_F(MultiHost, SchedulerHostLinkDownAndUp) {
-  ASSERT_OK(c().host("b").link_down());
-  std::vector<std::thread> threads;
-  std::vector<int> status(8, 0);
-  std::vector<std::string> error(8);
-  for (int i = 0; i < 8; ++i)
-    threads.emplace_back([&, i] {
-      auto r = c().post(kHostA, "/v1/completions", completion_json("During the outage " + std::to_string(i), 16));
-      status[i] = r.ok() ? r->status : -1;
-      error[i] = r.ok() ? r->body : r.error().to_string();
-    });
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(status[i], 200) << "request " << i << ": " << error[i];
-  ASSERT_OK(c().host("b").link_up());
-  EXPECT_TRUE(c().settled(milliseconds(10000))) << c().logs();
+  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") + c().live_workers("b") == 4.0; }, milliseconds(10000)))
+      << "w3/w4 did not register again after the link came back\n" << c().logs();
   expect_greedy_answers(c(), 4);
 }
 
 // A worker frozen (SIGSTOP) is declared dead and comes back when continued; a worker killed
-// comes back when restarted; a scheduler killed: its frontends' requests go to the other one.
+// comes back when restarted; a scheduler killed: its frontends' requests go to the other one,
+// and so do its workers (at once: their connection drops).
 TEST_F(MultiHost, ProcessesFrozenAndKilled) {
   c().process("w1").signal(SIGSTOP);
   EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 1.0; }, milliseconds(5000)));
   expect_greedy_answers(c(), 4);
   c().process("w1").signal(SIGCONT);
-  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 2.0; }, milliseconds(5000))) << c().logs();
+  // Back with sched-a, or with sched-b when its own silence ran past --scheduler-dead-ms first.
+  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") + c().live_workers("b") == 4.0; }, milliseconds(5000)))
+      << c().logs();
+  c().repair();  // w1 home again, if it moved
+  ASSERT_TRUE(c().settled(milliseconds(10000))) << c().logs();
 
   c().kill("w4");
   EXPECT_TRUE(wait_until([&] { return c().live_workers("b") == 1.0; }, milliseconds(5000)));
@@ -222,6 +130,12 @@ TEST_F(MultiHost, ProcessesFrozenAndKilled) {
   EXPECT_TRUE(wait_until([&] { return c().live_workers("b") == 2.0; }, milliseconds(10000))) << c().logs();
 
   c().kill("sched-b");
+  const auto killed = Clock::now();
+  // w2 and w4 register with sched-a within the bound (--scheduler-dead-ms + 1 s; at once here).
+  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 4.0; }, milliseconds(2000), milliseconds(5)))
+      << "sched-b's workers did not register with sched-a\n" << c().logs();
+  std::printf("sched-b killed: its workers registered with sched-a after %.0f ms\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - killed).count());
   std::vector<std::thread> threads;
   std::vector<int> status(6, 0);
   for (int i = 0; i < 6; ++i)
@@ -232,6 +146,7 @@ TEST_F(MultiHost, ProcessesFrozenAndKilled) {
   for (auto& t : threads) t.join();
   for (int i = 0; i < 6; ++i) EXPECT_EQ(status[i], 200) << "request " << i << "\n" << c().logs();
   ASSERT_TRUE(c().start("sched-b")) << c().logs();
+  c().repair();  // w2 and w4 stay with sched-a until restarted
   EXPECT_TRUE(c().settled(milliseconds(10000))) << c().logs();
 }
 

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -88,7 +89,7 @@ ThreeHosts::ThreeHosts() {
 ThreeHosts::~ThreeHosts() {
   // Orderly stop (SIGTERM) in reverse start order; the bed SIGKILLs what is left.
   for (const std::string name : {"frontend-a", "frontend-b", "w1", "w2", "w3", "w4", "sched-a", "sched-b",
-                                 "kvstore-a", "kvstore-b", "redis"}) {
+                                 "kvstore-a", "kvstore-b", "redis-b", "redis-c"}) {
     auto it = processes_.find(name);
     if (it != processes_.end()) it->second->signal(SIGCONT), it->second->signal(SIGTERM);
   }
@@ -141,11 +142,15 @@ bool ThreeHosts::distribute_keys() {
   return true;
 }
 
-std::string ThreeHosts::host_of(const std::string& name) const {
-  if (name == "redis" || name == "w3" || name == "w4") return "c";
+std::string ThreeHosts::host_of(const std::string& name) {
+  if (name == "w3" || name == "w4") return "c";
   if (name == "w1") return "a";
   if (name == "w2") return "b";
-  return name.substr(name.size() - 1);  // sched-a, frontend-b, kvstore-a
+  return name.substr(name.size() - 1);  // sched-a, frontend-b, kvstore-a, redis-c
+}
+
+std::pair<std::string, int> ThreeHosts::worker_metrics(const std::string& worker) {
+  return {kIp.at(host_of(worker)), worker == "w4" ? 8111 : 8110};
 }
 
 std::vector<std::string> ThreeHosts::command_for(const std::string& name) const {
@@ -154,8 +159,8 @@ std::vector<std::string> ThreeHosts::command_for(const std::string& name) const 
   const std::string keys = host_dir(h) + "/keys";
   const std::string model = shared_path("models/stories260K/stories260K.bin");
   const std::string tok = shared_path("models/stories260K/tok512.bin");
-  if (name == "redis")
-    return {"redis-server", "--bind", kIp.at("c"), "--port", "6379", "--protected-mode", "no", "--save", "",
+  if (name.rfind("redis-", 0) == 0)
+    return {"redis-server", "--bind", kIp.at(h), "--port", "6379", "--protected-mode", "no", "--save", "",
             "--appendonly", "no"};
   if (name.rfind("kvstore-", 0) == 0)
     return {"env", "TESSERA_KVSTORE_SECRET=" + std::string(kKvstoreSecret), bin_path("tessera-kvstore"), "--config", conf,
@@ -166,8 +171,11 @@ std::vector<std::string> ThreeHosts::command_for(const std::string& name) const 
   // Workers.
   std::vector<std::string> cmd = {bin_path("tessera-worker"), "--config", conf, "--curve-dir", keys, "--name", name,
                                   "--model", model, "--backend", "cpu"};
-  if (name == "w3") cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.1:8101", "--metrics-port", "8110"});
-  if (name == "w4") cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.2:8101", "--metrics-port", "8111"});
+  // host-c's workers list both schedulers, each its own first (the config's scheduler-order = listed).
+  if (name == "w3")
+    cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.1:8101,tcp://10.77.0.2:8101", "--metrics-port", "8110"});
+  if (name == "w4")
+    cmd.insert(cmd.end(), {"--scheduler", "tcp://10.77.0.2:8101,tcp://10.77.0.1:8101", "--metrics-port", "8111"});
   return cmd;
 }
 
@@ -193,7 +201,7 @@ bool ThreeHosts::start(const std::string& name) {
   const int run = ++starts_[name];
   const std::string log = dir_ + "/logs/" + name + (run > 1 ? "-" + std::to_string(run) : "") + ".log";
   std::string binary = cmd.front();
-  if (name == "redis") {
+  if (name.rfind("redis-", 0) == 0) {
     const char* env = std::getenv("TESSERA_REDIS_SERVER");
     binary = env && *env ? env : "redis-server";
   }
@@ -201,8 +209,8 @@ bool ThreeHosts::start(const std::string& name) {
   Process& p = h.spawn(binary, std::vector<std::string>(cmd.begin() + 1, cmd.end()), log);
   processes_[name] = &p;
   const milliseconds deadline(15000);
-  if (name == "redis")
-    return bed_->host("client").run([&] { return wait_until([&] { return tcp_open(kIp.at("c"), 6379); }, deadline); });
+  if (name.rfind("redis-", 0) == 0)
+    return bed_->host("client").run([&] { return wait_until([&] { return tcp_open(h.ip(), 6379); }, deadline); });
   if (name.rfind("kvstore-", 0) == 0) return !p.wait_line("tessera-kvstore listening", deadline).empty();
   if (name.rfind("w", 0) == 0) return !p.wait_line("READY", deadline).empty();
   return !p.wait_line("LISTENING", deadline).empty();
@@ -225,6 +233,17 @@ void ThreeHosts::repair() {
     if (!p->alive()) dead.push_back(name);
   }
   for (const auto& name : dead) (void)start(name);
+  // A worker that moved to the other scheduler stays there (docs/architecture.md): restarted, it
+  // registers with its own again.
+  for (const std::string w : {"w1", "w2", "w3", "w4"}) {
+    if (std::find(dead.begin(), dead.end(), w) != dead.end()) continue;
+    const auto [ip, port] = worker_metrics(w);
+    const double switches = metric(ip, port, "tessera_worker_scheduler_switches_total");
+    if (switches != 0.0) {  // moved, or unreadable (NaN)
+      kill(w);
+      (void)start(w);
+    }
+  }
 }
 
 Result<http::Response> ThreeHosts::request(http::Request r) const {

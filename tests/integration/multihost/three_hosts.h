@@ -1,9 +1,14 @@
 // The three-host cluster of docs/deploy.md, on network namespaces (tessera/testing/netns.h):
 //
 //   host-a 10.77.0.1   tessera-scheduler sched-a, tessera-frontend, tessera-kvstore, worker w1
-//   host-b 10.77.0.2   tessera-scheduler sched-b, tessera-frontend, tessera-kvstore, worker w2
-//   host-c 10.77.0.3   workers w3 (-> sched-a) and w4 (-> sched-b), redis-server (kvstore L2)
+//   host-b 10.77.0.2   tessera-scheduler sched-b, tessera-frontend, tessera-kvstore, worker w2,
+//                      redis-server redis-b (a shard of the kvstores' L2)
+//   host-c 10.77.0.3   workers w3 (-> sched-a) and w4 (-> sched-b), redis-server redis-c (the
+//                      other shard)
 //   client 10.77.0.100 drives HTTP (threads that enter its namespace)
+//
+// Every worker lists both schedulers, its own first (w1, w3: sched-a; w2, w4: sched-b), and moves
+// to the other one when its own dies or is cut off.
 //
 // Each program runs with `--config <host dir>/tessera.conf` (a copy of deploy/bare/host-X.conf)
 // and `--curve-dir <host dir>/keys`: a key set made with `tessera keys` on an "admin" directory,
@@ -49,16 +54,20 @@ class ThreeHosts {
   const std::string& admin_keys() const { return admin_keys_; }
 
   // Processes by name: "sched-a", "sched-b", "frontend-a", "frontend-b", "kvstore-a",
-  // "kvstore-b", "w1".."w4", "redis".
+  // "kvstore-b", "w1".."w4", "redis-b", "redis-c".
   Process& process(const std::string& name) { return *processes_.at(name); }
   // (Re)starts one of them on its host with its walkthrough command; true once it printed its
   // start-up line (workers: once started; use live_workers() for registration).
   bool start(const std::string& name);
   // SIGKILLs it and waits for the exit.
   void kill(const std::string& name);
-  // Undoes whatever a failed test left: every link up without netem, every process continued
-  // (SIGCONT) and restarted when it has exited.
+  // Undoes whatever a test left: every link up without netem, every process continued
+  // (SIGCONT) and restarted when it has exited, and every worker that moved to the other
+  // scheduler restarted (so it registers with its own again).
   void repair();
+  // The host of a process ("a", "b", "c") and a worker's metrics address (ip, port).
+  static std::string host_of(const std::string& name);
+  static std::pair<std::string, int> worker_metrics(const std::string& worker);
 
   // HTTP from the client host to `ip:port`.
   Result<http::Response> request(http::Request r) const;
@@ -81,13 +90,13 @@ class ThreeHosts {
   static std::vector<std::string> test_flags(const std::string& name);
   // Every process name, in start order.
   static std::vector<std::string> names() {
-    return {"redis", "kvstore-a", "kvstore-b", "sched-a", "sched-b", "w1", "w2", "w3", "w4", "frontend-a", "frontend-b"};
+    return {"redis-b", "redis-c", "kvstore-a", "kvstore-b", "sched-a", "sched-b", "w1", "w2", "w3", "w4",
+            "frontend-a", "frontend-b"};
   }
 
  private:
   bool distribute_keys();
   std::vector<std::string> command_for(const std::string& name) const;
-  std::string host_of(const std::string& name) const;
 
   std::string dir_, admin_keys_;
   std::unique_ptr<NetBed> bed_;
