@@ -17,6 +17,7 @@
 
 #include "multihost_helpers.h"
 #include "tessera/common/hash_ring.h"
+#include "tessera/common/metrics.h"
 #include "tessera/common/routing.h"
 #include "tessera/testing/status.h"
 #include "tessera/testing/wait.h"
@@ -165,9 +166,18 @@ TEST_F(MultiHost, SchedulerHostDownLosesNothingUnstreamedAndItsWorkersMove) {
     threads.emplace_back([&, i] { run_stream(c(), kHostA, "In the stream number " + std::to_string(i), kTokens, streams[i]); });
   double on_b = 0;
   const bool loaded = wait_until(
-      [&] {
-        on_b = frontend_metric(kHostA, "tessera_frontend_scheduler_inflight", "scheduler=\"" + kSchedB + "\"");
-        return frontend_metric(kHostA, "tessera_frontend_scheduler_inflight") == kPlain + kStreams;
+      [&] {  // one scrape: both figures of the same moment
+        auto r = c().get(kHostA, kHttpPort, "/metrics", 2000);
+        auto samples = r.ok() ? metrics::parse_text(r->body) : make_error(ErrorCode::kUnavailable, "no scrape");
+        if (!samples.ok()) return false;
+        double total = 0;
+        on_b = 0;
+        for (const auto& x : *samples) {
+          if (x.name != "tessera_frontend_scheduler_inflight") continue;
+          total += x.value;
+          if (x.labels.find("scheduler=\"" + kSchedB + "\"") != std::string::npos) on_b += x.value;
+        }
+        return total == kPlain + kStreams;
       },
       milliseconds(20000), milliseconds(2));
   const double dead0 = value_or_zero(frontend_metric(kHostA, "tessera_frontend_peer_dead_requests_total"));
@@ -240,6 +250,7 @@ TEST_F(MultiHost, SchedulerHostDownLosesNothingUnstreamedAndItsWorkersMove) {
   // 5. Back: host-b's link up, every worker home again (repair restarts the ones that moved);
   //    every key returns to exactly its first scheduler.
   ASSERT_OK(c().host("b").link_up());
+  ASSERT_TRUE(wait_until([&] { return !std::isnan(c().live_workers("b")); }, milliseconds(5000)));  // reachable again
   c().repair();
   ASSERT_TRUE(c().settled(milliseconds(15000))) << c().logs();
   ASSERT_TRUE(wait_until([&] { return frontend_metric(kHostA, "tessera_frontend_schedulers", "state=\"usable\"") == 2.0; },

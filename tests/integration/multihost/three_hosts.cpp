@@ -234,15 +234,22 @@ void ThreeHosts::repair() {
   }
   for (const auto& name : dead) (void)start(name);
   // A worker that moved to the other scheduler stays there (docs/architecture.md): restarted, it
-  // registers with its own again.
-  for (const std::string w : {"w1", "w2", "w3", "w4"}) {
-    if (std::find(dead.begin(), dead.end(), w) != dead.end()) continue;
-    const auto [ip, port] = worker_metrics(w);
-    const double switches = metric(ip, port, "tessera_worker_scheduler_switches_total");
-    if (switches != 0.0) {  // moved, or unreadable (NaN)
-      kill(w);
-      (void)start(w);
+  // registers with its own again (tried again when a just-restored link made it move once more).
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    bool restarted = false;
+    for (const std::string w : {"w1", "w2", "w3", "w4"}) {
+      if (attempt == 0 && std::find(dead.begin(), dead.end(), w) != dead.end()) continue;
+      const auto [ip, port] = worker_metrics(w);
+      const double switches = metric(ip, port, "tessera_worker_scheduler_switches_total");
+      if (switches != 0.0) {  // moved, or unreadable (NaN)
+        kill(w);
+        (void)start(w);
+        restarted = true;
+      }
     }
+    if (!restarted) break;
+    if (wait_until([&] { return live_workers("a") == 2.0 && live_workers("b") == 2.0; }, milliseconds(5000), milliseconds(50)))
+      break;
   }
 }
 
@@ -282,6 +289,8 @@ bool ThreeHosts::settled(milliseconds timeout) {
   return wait_until(
       [&] {
         if (live_workers("a") != 2.0 || live_workers("b") != 2.0) return false;
+        for (const std::string h : {"a", "b"})  // every Redis shard answers (after an outage: its backoff)
+          if (metric(kIp.at(h), kKvstoreMetricsPort, "tessera_kvstore_redis_up") != 1.0) return false;
         for (const std::string h : {"a", "b"}) {
           auto r = get(kIp.at(h), kHttpPort, "/ready", 1000);
           if (!r.ok() || r->status != 200) return false;
@@ -291,8 +300,23 @@ bool ThreeHosts::settled(milliseconds timeout) {
       timeout, milliseconds(50));
 }
 
+std::string ThreeHosts::state() const {
+  std::string out = "sched-a live workers " + std::to_string(live_workers("a")) + ", sched-b " +
+                    std::to_string(live_workers("b"));
+  for (const std::string h : {"a", "b"}) {
+    out += "; kvstore-" + h + " redis_up " + std::to_string(metric(kIp.at(h), kKvstoreMetricsPort, "tessera_kvstore_redis_up"));
+    auto r = get(kIp.at(h), kHttpPort, "/ready", 1000);
+    out += ", frontend-" + h + " /ready " + (r.ok() ? std::to_string(r->status) : r.error().to_string());
+  }
+  for (const std::string w : {"w1", "w2", "w3", "w4"}) {
+    const auto [ip, port] = worker_metrics(w);
+    out += "; " + w + " switches " + std::to_string(metric(ip, port, "tessera_worker_scheduler_switches_total"));
+  }
+  return out;
+}
+
 std::string ThreeHosts::logs() const {
-  std::string out;
+  std::string out = "state: " + state() + "\n";
   for (const auto& [name, p] : processes_) out += "---- " + name + ".log (tail)\n" + tail(p->log_path()) + "\n";
   return out;
 }

@@ -78,10 +78,12 @@ class ThreeHosts {
   double metric(const std::string& ip, int port, const std::string& name, const std::string& filter = "") const;
   // tessera_scheduler_live_workers of sched-a ("a") or sched-b ("b").
   double live_workers(const std::string& sched_host) const;
-  // True once both schedulers have 2 live workers and both frontends answer /ready 200.
+  // True once both schedulers have 2 live workers, both kvstores reach every Redis shard and
+  // both frontends answer /ready 200.
   bool settled(std::chrono::milliseconds timeout);
 
-  std::string logs() const;  // the tail of every log, for failure messages
+  std::string logs() const;  // state() and the tail of every log, for failure messages
+  std::string state() const;  // what settled() checks, and each worker's scheduler switches
   // The command line `name` was started with (program and arguments, paths as run), without
   // test_flags(name): the walkthrough's command (docs/deploy.md shows each one).
   const std::vector<std::string>& command(const std::string& name) const { return commands_.at(name); }
