@@ -228,13 +228,29 @@ for name, w in workloads.items():
                 flags[flag] = argv[i + 1] if i + 1 < len(argv) else ""
         for flag in ("schedulers", "scheduler", "kvstore", "redis"):
             for ep in filter(None, flags.get(flag, "").split(",")):
+                d = re.fullmatch(r"dns:([a-z0-9.-]+):(\d+)", ep)
+                if d and flag in ("schedulers", "scheduler"):  # every address of a headless Service
+                    svc = services.get(d.group(1))
+                    if check(svc is not None, cw + ": --%s %s names no Service" % (flag, ep)):
+                        check(svc["spec"].get("clusterIP") == "None", cw + ": --%s %s: Service %s is not headless (one "
+                              "address, not one per pod)" % (flag, ep, d.group(1)))
+                    endpoint_ok(d.group(1), int(d.group(2)), cw + " --" + flag)
+                    continue
                 m = re.fullmatch(r"(?:tcp://)?([a-z0-9.-]+):(\d+)", ep)
                 if check(m, cw + ": --%s %s is not host:port" % (flag, ep)):
                     endpoint_ok(m.group(1), int(m.group(2)), cw + " --" + flag)
-        if role == "frontend":  # every scheduler pod, by its stable name
-            sched = by_kind["StatefulSet"]["tessera-scheduler"]
-            want = {"tcp://tessera-scheduler-%d.tessera-scheduler:8100" % i for i in range(sched["spec"]["replicas"])}
-            check(set(flags.get("schedulers", "").split(",")) == want, cw + ": --schedulers must list %s" % sorted(want))
+        # Frontends and workers find every scheduler from the StatefulSet's headless Service
+        # (dns:SERVICE:PORT, re-resolved while running), never one fixed scheduler: its port for
+        # frontends, its port for workers.
+        sched_port = {"frontend": ("schedulers", "frontends"), "worker": ("scheduler", "workers")}.get(role)
+        if sched_port:
+            flag, port_name = sched_port
+            sts = by_kind["StatefulSet"]["tessera-scheduler"]
+            svc = services.get(sts["spec"]["serviceName"], {"spec": {"ports": []}})
+            ports = [p["port"] for p in svc["spec"]["ports"] if p.get("name") == port_name]
+            want = "dns:%s:%s" % (sts["spec"]["serviceName"], ports[0] if ports else "?")
+            check(flags.get(flag) == want, cw + ": --%s must be %s (every scheduler pod, from the headless Service), "
+                  "not %r" % (flag, want, flags.get(flag)))
         if "drain-timeout-s" in flags:
             pause = int(pre[1]) if len(pre) > 1 else 0
             check(grace > pause + int(flags["drain-timeout-s"]),
