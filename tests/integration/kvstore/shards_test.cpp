@@ -222,6 +222,50 @@ TEST_F(KvShards, DeletePutAndInvalidateOnOneNodeReachTheOthersL1) {
   EXPECT_TRUE(ca->get({kFp, "bob", "x"})->found);
 }
 
+// A put that missed its shard (down) is never undone by the shard's old value: node a writes v2
+// while the shard is down (L1 only) and is gone before the shard returns — still holding its v1
+// bytes, as after a network cut — so a's write-back never comes. Node b, told by a's key event
+// that the put missed L2 ("|unsynced"), answers the key as a miss instead of reading v1; a later
+// put through another node is read again.
+TEST_F(KvShards, APutThatMissedItsShardIsNeverUndoneByTheShardsOldValue) {
+  start_redis(2);
+  auto a = start_node(), b = start_node();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto ca = client_for(*a), cb = client_for(*b);
+  const BlobKey k{kFp, "carol", "pref"};
+  const size_t own = shard_of(k);
+  const std::string v1 = blob_of(4, 21), v2 = blob_of(4, 22), v3 = blob_of(4, 23);
+  ASSERT_TRUE(ca->put(k, v1)->l2);
+  const std::string name = KeySigner(kSecret).redis_key(k);
+  const std::string sealed_v1 = redis_[own]->command({"GET", name});  // v1 as the shard holds it
+  ASSERT_GT(sealed_v1.size(), v1.size());
+
+  redis_[own]->kill();
+  ASSERT_TRUE(wait_until([&] { return !ca->stats()->redis_up && !cb->stats()->redis_up; }, 10s));
+  auto put = ca->put(k, v2);
+  ASSERT_TRUE(put.ok()) << put.error().to_string();
+  EXPECT_FALSE(put->l2);
+  EXPECT_EQ(ca->get(k)->blob, v2);
+  EXPECT_FALSE(cb->get(k)->found);
+  ca.reset();
+  a.reset();  // gone before the shard returns: its write-back never happens
+
+  ASSERT_TRUE(redis_[own]->restart());
+  ASSERT_EQ(redis_[own]->command({"SET", name, sealed_v1}), "OK");  // back with its old bytes
+  ASSERT_TRUE(wait_until([&] { return cb->stats()->redis_up; }, 15s));
+  auto got = cb->get(k);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_FALSE(got->found) << "b served the value from before a's put (" << got->blob.size() << " bytes)";
+
+  // A later write wins, and b reads it from Redis again.
+  auto c = start_node();
+  ASSERT_NE(c, nullptr);
+  auto cc = client_for(*c);
+  ASSERT_TRUE(cc->put(k, v3)->l2);
+  EXPECT_TRUE(wait_until([&] { return cb->get(k)->blob == v3; }, 5s)) << "b still distrusts the key after a later put";
+}
+
 TEST(KvShardsFlags, BadShardListsAreRefusedNamingTheProblem) {
   auto [code, out] = KvProcess::run_to_exit({"--redis", "127.0.0.1:6390, 127.0.0.1:6390", "--hmac-secret", "x"});
   EXPECT_EQ(code, 2) << out;
