@@ -370,7 +370,7 @@ void EventLoop::log_stats(Clock::time_point now) {
 
 void EventLoop::shutdown_all() {
   for (uint64_t id : requests_.ids())
-    requests_.fail(id, ErrorCode::kUnavailable, "scheduler '" + config_.name + "' is shutting down");
+    requests_.fail(id, ErrorCode::kPeerDead, "scheduler '" + config_.name + "' is shutting down");
 }
 
 }  // namespace tessera::scheduler_app

@@ -258,6 +258,45 @@ TEST_F(MultiHost, SchedulerHostDownLosesNothingUnstreamedAndItsWorkersMove) {
   for (int k = 0; k < kKeys; ++k) EXPECT_EQ(placement(keys[k], k), before[k]) << keys[k];
 }
 
+// A scheduler stopped the orderly way (SIGTERM: a rolling update, a pod deleted) with
+// non-streamed requests in flight on it: every one is answered, exactly (submitted again to the
+// other scheduler, the client having seen nothing), and its workers register with the other one.
+TEST_F(MultiHost, SchedulerStoppedWithSigtermLosesNothingUnstreamed) {
+  const auto cases = greedy_cases64();
+  constexpr int kPlain = 12, kTokens = 200;
+  std::vector<std::string> text(kPlain), error(kPlain);
+  std::vector<int> status(kPlain, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kPlain; ++i)
+    threads.emplace_back([&, i] {
+      auto r = c().post(kHostA, "/v1/completions", completion_json(cases[i % cases.size()].prompt, kTokens), 30000);
+      status[i] = r.ok() ? r->status : -1;
+      auto j = r.ok() ? json::parse(r->body, nullptr, false) : json();
+      if (r.ok() && r->status == 200 && !j.is_discarded()) text[i] = j["choices"][0]["text"].get<std::string>();
+      else error[i] = r.ok() ? r->body : r.error().to_string();
+    });
+  double on_b = 0;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        on_b = value_or_zero(frontend_metric(kHostA, "tessera_frontend_scheduler_inflight", "scheduler=\"" + kSchedB + "\""));
+        return value_or_zero(frontend_metric(kHostA, "tessera_frontend_scheduler_inflight")) == kPlain && on_b >= 1;
+      },
+      milliseconds(20000), milliseconds(2)));
+  c().process("sched-b").signal(SIGTERM);
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kPlain; ++i) {
+    const auto& g = cases[i % cases.size()];
+    EXPECT_EQ(status[i], 200) << "request " << i << ": " << error[i];
+    EXPECT_EQ(text[i].substr(0, g.completion.size()), g.completion) << "request " << i;
+  }
+  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 4.0; }, milliseconds(kSchedulerDeadMs + 1000)))
+      << c().logs();
+  std::printf("sched-b stopped (SIGTERM) with %g of %d requests on it: all answered through sched-a\n", on_b, kPlain);
+  (void)c().process("sched-b").wait_exit(milliseconds(5000));
+  ASSERT_TRUE(c().start("sched-b")) << c().logs();
+  c().repair();
+}
+
 // --- Redis shards ------------------------------------------------------------------------------
 
 const std::vector<std::pair<std::string, std::string>>& admin_auth() {
