@@ -162,7 +162,8 @@ class Cluster:
                 p = self.spawn("frontend%d" % i, [
                     "tessera-frontend", "--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", eps,
                     "--model", a.model, "--tokenizer", a.tokenizer, "--max-concurrent-requests", "100000",
-                    "--max-queued-requests", "1000000", "--http-threads", "1"])
+                    "--max-queued-requests", "1000000", "--http-threads", "1",
+                    "--scheduler-load-epsilon", repr(a.scheduler_load_epsilon)])
                 line = read_line(p, "LISTENING")
                 self.frontends.append({"proc": p, "zmq": field(line, "zmq"), "http": int(field(line, "http"))})
             self.wait_live(workers)
@@ -181,7 +182,8 @@ class Cluster:
     def start_scheduler(self, i):
         p = self.spawn("scheduler%d" % i, [
             "tessera-scheduler", "--name", "s%d" % i, "--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint",
-            "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "250", "--max-running", str(self.a.max_running)])
+            "tcp://127.0.0.1:*", "--metrics-port", "0", "--heartbeat-ms", "250", "--max-running", str(self.a.max_running),
+            "--route-load-epsilon", repr(self.a.route_load_epsilon)])
         line = read_line(p, "LISTENING")
         self.scheds.append({"proc": p, "fe": field(line, "frontends"), "we": field(line, "workers"),
                             "metrics": int(field(line, "metrics")), "name": "s%d" % i})
@@ -560,6 +562,10 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--probes", type=int, default=200)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--scheduler-load-epsilon", type=float, default=0.25,
+                   help="frontends' load bound over schedulers (tessera-frontend --scheduler-load-epsilon)")
+    p.add_argument("--route-load-epsilon", type=float, default=0.25,
+                   help="schedulers' load bound over their workers (tessera-scheduler --route-load-epsilon)")
     p.add_argument("--keep", action="store_true", help="keep the logs' directory")
     p.add_argument("--json", default="", help="write the results here")
     sub = p.add_subparsers(dest="cmd", required=True)
