@@ -1,4 +1,4 @@
-// Packed K/V blob: header, codecs (none, zstd, int8/int4 group quantization + zstd), checks.
+// Packed K/V blob: header, codecs (none, zstd, int8/int4 group quantization + zstd, kivi, tiered), checks.
 #include "tessera/kvstore/blob.h"
 
 #include <zstd.h>
@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "blob_kivi.h"
+#include "blob_tiered.h"
 #include "tessera/common/half.h"
 
 namespace tessera::kvstore {
@@ -194,7 +195,10 @@ Result<std::string> zstd_decompress(std::string_view in, uint64_t expected) {
 bool grouped(Codec c) { return c == Codec::kInt8 || c == Codec::kInt4 || c == Codec::kKivi; }
 
 Status check_options(const EncodeOptions& o) {
-  if (o.codec > Codec::kKivi) return make_error(ErrorCode::kInvalidArgument, "unknown codec");
+  if (o.codec > Codec::kTiered) return make_error(ErrorCode::kInvalidArgument, "unknown codec");
+  if (o.codec == Codec::kTiered && !(o.tiered_step > 0.0f && o.tiered_step <= 4.0f)) {
+    return make_error(ErrorCode::kOutOfRange, "tiered_step must be in (0, 4] (got " + std::to_string(o.tiered_step) + ")");
+  }
   if (o.codec == Codec::kKivi && !(o.kivi_step > 0.0f && o.kivi_step <= 4.0f)) {
     return make_error(ErrorCode::kOutOfRange, "kivi_step must be in (0, 4] (got " + std::to_string(o.kivi_step) + ")");
   }
@@ -217,16 +221,17 @@ const char* codec_name(Codec c) {
     case Codec::kInt8: return "int8";
     case Codec::kInt4: return "int4";
     case Codec::kKivi: return "kivi";
+    case Codec::kTiered: return "tiered";
   }
   return "unknown";
 }
 
 Result<Codec> parse_codec(std::string_view name) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi, Codec::kTiered}) {
     if (name == codec_name(c)) return c;
   }
   return make_error(ErrorCode::kInvalidArgument,
-                    "unknown codec '" + std::string(name) + "' (expected none, zstd, int8, int4 or kivi)");
+                    "unknown codec '" + std::string(name) + "' (expected none, zstd, int8, int4, kivi or tiered)");
 }
 
 size_t element_bytes(DType dtype) {
@@ -321,6 +326,14 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
       TS_ASSIGN_OR_RETURN(payload, zstd_compress(q, options.zstd_level));
       break;
     }
+    case Codec::kTiered: {
+      const uint64_t n = s.elements_per_region();
+      std::vector<float> xk(n), xv(n);
+      to_float(kv.dtype, kv.k.data(), n, xk.data());
+      to_float(kv.dtype, kv.v.data(), n, xv.data());
+      TS_TRY(tiered::encode(s, xk.data(), xv.data(), {.step = options.tiered_step, .recent = options.tiered_recent}, payload));
+      break;
+    }
   }
   std::string out(kBlobHeaderBytes, '\0');
   std::memcpy(out.data(), kMagic, 4);
@@ -359,7 +372,7 @@ Result<BlobHeader> peek_blob_header(std::string_view blob) {
   }
   h.dtype = static_cast<DType>(dt);
   const auto codec = get_le<uint8_t>(blob, 7);
-  if (codec > static_cast<uint8_t>(Codec::kKivi)) {
+  if (codec > static_cast<uint8_t>(Codec::kTiered)) {
     return make_error(ErrorCode::kUnsupported, "kv blob: unknown codec code " + std::to_string(codec));
   }
   h.codec = static_cast<Codec>(codec);
@@ -480,6 +493,15 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
       from_float(kv.dtype, x.data(), n, kv.k.data());
       TS_TRY(kivi::dequantize_region(h.shape, h.group_size, q, &pos, x.data()));
       from_float(kv.dtype, x.data(), n, kv.v.data());
+      break;
+    }
+    case Codec::kTiered: {
+      std::vector<float> xk(n), xv(n);
+      TS_TRY(tiered::decode(h.shape, payload, xk.data(), xv.data()));
+      kv.k.resize(n * element_bytes(kv.dtype));
+      kv.v.resize(kv.k.size());
+      from_float(kv.dtype, xk.data(), n, kv.k.data());
+      from_float(kv.dtype, xv.data(), n, kv.v.data());
       break;
     }
   }

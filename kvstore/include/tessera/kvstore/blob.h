@@ -31,6 +31,10 @@
 //   kivi  payload = zstd(quantized), per-channel blocks of group_size tokens, fp16 mean and step
 //         per block, int8 codes entropy-coded by zstd (src/blob_kivi.h; docs/kv.md): the rate
 //         follows EncodeOptions::kivi_step (the step as a fraction of the block's std).
+//   tiered payload = own header (recent count, fine shift), per (layer, head) f32 steps and fp16
+//         channel means, then range-coded integer codes (src/blob_tiered.h; docs/kv.md): per-head
+//         steps of tiered_step × the head's RMS deviation (K a quarter of that), the last
+//         tiered_recent tokens 16× finer; no zstd. Old blobs (codecs 0-4) decode unchanged.
 // Quantized codecs dequantize back to the blob's dtype (f16/bf16 round to nearest even).
 // Error bound per element (before the final dtype rounding): |x - x'| <= scale / 2, i.e.
 // (max - min) / 510 for int8 and (max - min) / 30 for int4 of its group.
@@ -50,8 +54,8 @@
 
 namespace tessera::kvstore {
 
-enum class Codec : uint8_t { kNone = 0, kZstd = 1, kInt8 = 2, kInt4 = 3, kKivi = 4 };
-const char* codec_name(Codec c);                       // "none", "zstd", "int8", "int4", "kivi"
+enum class Codec : uint8_t { kNone = 0, kZstd = 1, kInt8 = 2, kInt4 = 3, kKivi = 4, kTiered = 5 };
+const char* codec_name(Codec c);                       // "none", "zstd", "int8", "int4", "kivi", "tiered"
 Result<Codec> parse_codec(std::string_view name);      // inverse of codec_name
 
 inline constexpr size_t kBlobHeaderBytes = 64;
@@ -98,6 +102,8 @@ struct EncodeOptions {
   uint32_t group_size = 64;  // int8/int4: elements; kivi: tokens per channel block; 2..65536
   float kivi_step = 0.25f;   // kivi: quantization step / the block's standard deviation, (0, 4]
   int zstd_level = 3;        // 1..19
+  float tiered_step = 0.1f;     // tiered: V's step / the head's RMS deviation, (0, 4]
+  uint32_t tiered_recent = 16;  // tiered: tokens at the end of the blob coded 16x finer
 };
 
 struct DecodeOptions {

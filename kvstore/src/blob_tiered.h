@@ -1,0 +1,46 @@
+// Private: the "tiered" codec of blob.cpp — K/V quantized in two precision tiers and
+// entropy-coded with an adaptive range coder (range_coder.h).
+//
+// Per region (K, then V) and per (layer, kv head): every channel's mean over the blob's tokens
+// (fp16; for K a constant error per channel is harmless: it moves every score of a query by the
+// same amount, which the softmax cancels), and one step Δ = frac × the RMS deviation from those
+// means over the head (f32), frac = EncodeOptions::tiered_step for V and kKeyStepRatio × that
+// for K. The last `recent` tokens (KIVI's full-precision residual: recent tokens get most of the
+// attention) use Δ / 2^fine_shift. Codes q = round_half_even((x - mean) / Δ_t), x' = mean + q·Δ_t;
+// |x - x'| <= Δ_t / 2 (before rounding to the blob's dtype).
+//
+// Payload (little-endian): u32 recent, u8 fine_shift, 3 zero bytes; then for K and for V:
+// n_layers × n_kv_heads f32 steps, then n_layers × n_kv_heads × head_dim fp16 means; then the
+// range-coded codes, K then V, each in [layer][token][kv head][dim] order, one adaptive model
+// per (region, tier, dim mod 8) (range_coder.h's IntModel).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tessera/common/result.h"
+#include "tessera/kvstore/blob.h"
+
+namespace tessera::kvstore::tiered {
+
+// K's step relative to V's (K errors move every score; attention is more sensitive to them).
+inline constexpr float kKeyStepRatio = 0.25f;
+// The recent tier's steps are 2^-kFineShift of the others.
+inline constexpr uint32_t kFineShift = 4;
+
+struct Params {
+  float step = 0.1f;         // V's step / the head's RMS deviation, (0, 4]
+  uint32_t recent = 16;      // tokens at the end in the fine tier (clamped to n_tokens)
+  uint32_t fine_shift = kFineShift;
+};
+
+// Appends the payload for k and v (elements_per_region() floats each). Non-finite values are
+// refused (kInvalidArgument naming the region and element).
+Status encode(const KvShape& s, const float* k, const float* v, const Params& p, std::string& out);
+
+// Decodes a payload into k and v (elements_per_region() floats each). Corrupt or short
+// payloads give kCorruptFile / kTruncatedFile; never reads out of bounds.
+Status decode(const KvShape& s, std::string_view payload, float* k, float* v);
+
+}  // namespace tessera::kvstore::tiered

@@ -1,0 +1,132 @@
+#include "range_coder.h"
+
+namespace tessera::kvstore::rc {
+namespace {
+
+constexpr uint32_t kTop = 1u << 24;
+constexpr int kProbBits = 11;
+constexpr int kMoveBits = 5;
+
+}  // namespace
+
+void Encoder::shift_low() {
+  if (static_cast<uint32_t>(low_) < 0xFF000000u || (low_ >> 32) != 0) {
+    const auto carry = static_cast<uint8_t>(low_ >> 32);
+    uint8_t temp = cache_;
+    do {
+      out_.push_back(static_cast<char>(static_cast<uint8_t>(temp + carry)));
+      temp = 0xFF;
+    } while (--cache_size_ != 0);
+    cache_ = static_cast<uint8_t>(low_ >> 24);
+  }
+  ++cache_size_;
+  low_ = (low_ & 0x00FFFFFFu) << 8;
+}
+
+void Encoder::encode_bit(uint16_t& prob, uint32_t bit) {
+  const uint32_t bound = (range_ >> kProbBits) * prob;
+  if (bit == 0) {
+    range_ = bound;
+    prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
+  } else {
+    low_ += bound;
+    range_ -= bound;
+    prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
+  }
+  while (range_ < kTop) {
+    range_ <<= 8;
+    shift_low();
+  }
+}
+
+void Encoder::encode_direct(uint32_t bit) {
+  range_ >>= 1;
+  if (bit != 0) low_ += range_;
+  while (range_ < kTop) {
+    range_ <<= 8;
+    shift_low();
+  }
+}
+
+void Encoder::encode_int(IntModel& m, int32_t q) {
+  encode_bit(m.zero, q == 0 ? 0 : 1);
+  if (q == 0) return;
+  encode_bit(m.sign, q < 0 ? 1 : 0);
+  const uint32_t v = (q < 0 ? static_cast<uint32_t>(-static_cast<int64_t>(q)) : static_cast<uint32_t>(q));  // >= 1
+  const int n = 31 - __builtin_clz(v);  // suffix bits below the leading one
+  for (int i = 0; i < n; ++i) encode_bit(m.unary[static_cast<size_t>(i)], 1);
+  if (n < kMaxExpBits) encode_bit(m.unary[static_cast<size_t>(n)], 0);
+  if (n == 0) return;
+  encode_bit(m.top[static_cast<size_t>(n)], (v >> (n - 1)) & 1u);
+  for (int b = n - 2; b >= 0; --b) encode_direct((v >> b) & 1u);
+}
+
+void Encoder::finish() {
+  for (int i = 0; i < 5; ++i) shift_low();
+}
+
+Decoder::Decoder(std::string_view in) : in_(in) {
+  for (int i = 0; i < 5; ++i) code_ = (code_ << 8) | next_byte();
+}
+
+uint8_t Decoder::next_byte() {
+  if (pos_ >= in_.size()) {
+    overrun_ = true;
+    return 0;
+  }
+  return static_cast<uint8_t>(in_[pos_++]);
+}
+
+uint32_t Decoder::decode_bit(uint16_t& prob) {
+  const uint32_t bound = (range_ >> kProbBits) * prob;
+  uint32_t bit;
+  if (code_ < bound) {
+    range_ = bound;
+    prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
+    bit = 0;
+  } else {
+    code_ -= bound;
+    range_ -= bound;
+    prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
+    bit = 1;
+  }
+  while (range_ < kTop) {
+    range_ <<= 8;
+    code_ = (code_ << 8) | next_byte();
+  }
+  return bit;
+}
+
+uint32_t Decoder::decode_direct() {
+  range_ >>= 1;
+  uint32_t bit = 0;
+  if (code_ >= range_) {
+    code_ -= range_;
+    bit = 1;
+  }
+  while (range_ < kTop) {
+    range_ <<= 8;
+    code_ = (code_ << 8) | next_byte();
+  }
+  return bit;
+}
+
+bool Decoder::decode_int(IntModel& m, int32_t* q) {
+  if (decode_bit(m.zero) == 0) {
+    *q = 0;
+    return true;
+  }
+  const bool negative = decode_bit(m.sign) != 0;
+  int n = 0;
+  while (n < kMaxExpBits && decode_bit(m.unary[static_cast<size_t>(n)]) != 0) ++n;
+  if (n == kMaxExpBits) return false;  // the encoder never writes |q| >= 2^30
+  uint32_t v = 1;
+  if (n > 0) {
+    v = (v << 1) | decode_bit(m.top[static_cast<size_t>(n)]);
+    for (int b = n - 2; b >= 0; --b) v = (v << 1) | decode_direct();
+  }
+  *q = negative ? -static_cast<int32_t>(v) : static_cast<int32_t>(v);
+  return true;
+}
+
+}  // namespace tessera::kvstore::rc
