@@ -25,7 +25,7 @@
 namespace tessera::kvstore::tiered {
 
 // K's step relative to V's (K errors move every score; attention is more sensitive to them).
-inline constexpr float kKeyStepRatio = 0.25f;
+inline constexpr float kKeyStepRatio = 0.15f;
 // The recent tier's steps are 2^-kFineShift of the others.
 inline constexpr uint32_t kFineShift = 4;
 

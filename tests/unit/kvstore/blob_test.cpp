@@ -91,7 +91,7 @@ TEST(BlobCodec, LosslessCodecsAreBitExact) {
 TEST(BlobCodec, DecodeToF32) {
   for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {
     const PackedKv kv = synthetic_kv(t, {2, 9, 2, 16}, kFp, 4);
-    for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
+    for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi, Codec::kTiered}) {
       const std::string blob = encode_blob(kv, {.codec = c, .group_size = 32}).value();
       auto native = decode_blob(blob).value();
       auto f32 = decode_blob(blob, {.to_f32 = true});
@@ -286,7 +286,7 @@ TEST(BlobCodec, KiviWithinPerBlockBound) {
 }
 
 TEST(BlobValidation, EveryTruncationIsAnError) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi, Codec::kTiered}) {
     const std::string blob = small_blob(c);
     for (size_t len = 0; len < blob.size(); ++len) {
       auto r = decode_blob(std::string_view(blob).substr(0, len));
@@ -298,7 +298,7 @@ TEST(BlobValidation, EveryTruncationIsAnError) {
 }
 
 TEST(BlobValidation, EveryFlippedByteIsAnError) {
-  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi}) {
+  for (Codec c : {Codec::kNone, Codec::kZstd, Codec::kInt8, Codec::kInt4, Codec::kKivi, Codec::kTiered}) {
     const std::string blob = small_blob(c);
     for (size_t i = 0; i < blob.size(); ++i) {
       std::string bad = blob;

@@ -33,7 +33,7 @@
 //         follows EncodeOptions::kivi_step (the step as a fraction of the block's std).
 //   tiered payload = own header (recent count, fine shift), per (layer, head) f32 steps and fp16
 //         channel means, then range-coded integer codes (src/blob_tiered.h; docs/kv.md): per-head
-//         steps of tiered_step × the head's RMS deviation (K a quarter of that), the last
+//         steps of tiered_step × the head's RMS deviation (K 0.15 of that), the last
 //         tiered_recent tokens 16× finer; no zstd. Old blobs (codecs 0-4) decode unchanged.
 // Quantized codecs dequantize back to the blob's dtype (f16/bf16 round to nearest even).
 // Error bound per element (before the final dtype rounding): |x - x'| <= scale / 2, i.e.
