@@ -255,5 +255,89 @@ TEST_F(RealKv, KiviCodecRatioAndAttentionErrorOnF16) {
   }
 }
 
+
+// Every codec on the same f16 K/V, the table of docs/BENCHMARKS.md "Codec ratio and error on real
+// K/V": ratio = f16 bytes / whole blob (header and parameters included); attention error with
+// the model's own queries (the measure of issue 15's target) and with random ones; logits.
+// Asserted for tiered: the measured figures with ~5-10 % margin, the issue's error bound at
+// step 0.05 (1.90x, below int8's ratio-error point on both axes), and tiered beating kivi's error at a
+// similar ratio. The target of >= 3.5x at <= 1e-2 is NOT reached (docs/kv.md says why).
+TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
+  const PackedKv f16 = to_f16(exact_);
+  const auto ref = query_logits();
+  const double f16_bytes = 2.0 * static_cast<double>(f16.region_bytes());
+  const auto& cfg = model_->config();
+  const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
+  std::vector<std::vector<float>> per_layer(static_cast<size_t>(cfg.n_layers));
+  uint32_t n_queries = 0;
+  for (const char* text : {"One day, Lily went to", "Tim the bird", "It started to rain and"}) {
+    std::vector<int32_t> seq = pref_;
+    const auto cont = tok_->encode(text, false);
+    seq.insert(seq.end(), cont.begin(), cont.end());
+    std::vector<float> all;
+    ASSERT_TRUE(worker::reference_forward(*model_, seq, &all).ok());
+    for (size_t l = 0; l < per_layer.size(); ++l) {
+      const float* first = all.data() + (l * seq.size() + pref_.size()) * qd;
+      per_layer[l].insert(per_layer[l].end(), first, first + cont.size() * qd);
+    }
+    n_queries += static_cast<uint32_t>(cont.size());
+  }
+  std::vector<float> queries;
+  for (const auto& q : per_layer) queries.insert(queries.end(), q.begin(), q.end());
+  struct Case {
+    EncodeOptions opts;
+    double min_ratio = 0, max_attn = 1;  // asserted for tiered only
+  };
+  const Case cases[] = {
+      {{.codec = Codec::kNone}},
+      {{.codec = Codec::kZstd}},
+      {{.codec = Codec::kInt8, .group_size = 64}},
+      {{.codec = Codec::kInt4, .group_size = 32}},
+      {{.codec = Codec::kKivi, .group_size = 64, .kivi_step = 0.125f}},
+      {{.codec = Codec::kKivi, .group_size = 64, .kivi_step = 0.25f}},
+      {{.codec = Codec::kKivi, .group_size = 64, .kivi_step = 0.5f}},
+      {{.codec = Codec::kTiered, .tiered_step = 0.05f, .tiered_recent = 0}, 1.9, 0.024},
+      {{.codec = Codec::kTiered, .tiered_step = 0.05f, .tiered_recent = 8}, 1.85, 0.0099},
+      {{.codec = Codec::kTiered, .tiered_step = 0.1f, .tiered_recent = 8}, 2.1, 0.023},
+      {{.codec = Codec::kTiered, .tiered_step = 0.2f, .tiered_recent = 8}, 2.4, 0.045},
+      {{.codec = Codec::kTiered, .tiered_step = 0.4f, .tiered_recent = 8}, 2.85, 0.085},
+      {{.codec = Codec::kTiered, .tiered_step = 0.8f, .tiered_recent = 8}, 3.4, 0.17},
+  };
+  std::printf("| codec | params | blob bytes | ratio vs f16 | attn out rel err (model q) | (random q) | logits rel err | argmax kept |\n");
+  for (const Case& c : cases) {
+    auto blob = encode_blob(f16, c.opts);
+    ASSERT_TRUE(blob.ok()) << blob.error().to_string();
+    auto back = decode_blob(*blob);
+    ASSERT_TRUE(back.ok()) << back.error().to_string();
+    const double ratio = f16_bytes / static_cast<double>(blob->size());
+    const double attn = testing::attention_output_rel_error_real(f16, *back, queries, n_queries,
+                                                                 static_cast<uint32_t>(cfg.n_heads));
+    const double attn_random = testing::attention_output_rel_error(f16, *back, 3);
+    write_kv(decode_blob(*blob, {.to_f32 = true}).value());
+    const auto got = query_logits();
+    write_kv(exact_);
+    double err2 = 0, ref2 = 0;
+    int same = 0;
+    for (size_t q = 0; q < ref.size(); ++q) {
+      for (size_t i = 0; i < ref[q].size(); ++i) {
+        err2 += (got[q][i] - ref[q][i]) * static_cast<double>(got[q][i] - ref[q][i]);
+        ref2 += ref[q][i] * static_cast<double>(ref[q][i]);
+      }
+      same += argmax(got[q]) == argmax(ref[q]) ? 1 : 0;
+    }
+    char params[64] = "-";
+    if (c.opts.codec == Codec::kInt8 || c.opts.codec == Codec::kInt4) std::snprintf(params, sizeof params, "group %u", c.opts.group_size);
+    if (c.opts.codec == Codec::kKivi) std::snprintf(params, sizeof params, "group %u step %.3g", c.opts.group_size, c.opts.kivi_step);
+    if (c.opts.codec == Codec::kTiered) std::snprintf(params, sizeof params, "step %.3g recent %u", c.opts.tiered_step, c.opts.tiered_recent);
+    std::printf("| %s | %s | %zu | %.2f | %.4f | %.4f | %.4f | %d/%zu |\n", codec_name(c.opts.codec), params, blob->size(), ratio, attn,
+                attn_random, std::sqrt(err2 / ref2), same, ref.size());
+    if (c.opts.codec == Codec::kTiered) {
+      EXPECT_GE(ratio, c.min_ratio) << params;
+      EXPECT_LE(attn, c.max_attn) << params;
+      EXPECT_GE(same, 2) << params;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kvstore
