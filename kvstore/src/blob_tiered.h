@@ -31,7 +31,7 @@ inline constexpr uint32_t kFineShift = 4;
 
 struct Params {
   float step = 0.1f;         // V's step / the head's RMS deviation, (0, 4]
-  uint32_t recent = 16;      // tokens at the end in the fine tier (clamped to n_tokens)
+  uint32_t recent = 8;       // tokens at the end in the fine tier (clamped to n_tokens)
   uint32_t fine_shift = kFineShift;
 };
 

@@ -103,7 +103,7 @@ struct EncodeOptions {
   float kivi_step = 0.25f;   // kivi: quantization step / the block's standard deviation, (0, 4]
   int zstd_level = 3;        // 1..19
   float tiered_step = 0.1f;     // tiered: V's step / the head's RMS deviation, (0, 4]
-  uint32_t tiered_recent = 16;  // tiered: tokens at the end of the blob coded 16x finer
+  uint32_t tiered_recent = 8;   // tiered: tokens at the end of the blob coded 16x finer
 };
 
 struct DecodeOptions {
