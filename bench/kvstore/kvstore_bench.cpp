@@ -130,15 +130,19 @@ int main(int argc, char** argv) {
   struct C {
     Codec codec;
     uint32_t group;
-    float step = 0.0f;  // kivi
+    float step = 0.0f;  // kivi, tiered (tiered: group = the recent tokens)
   };
   std::string zstd_blob, int8_blob;
   for (const C& c : {C{Codec::kNone, 0}, C{Codec::kZstd, 0}, C{Codec::kInt8, 128}, C{Codec::kInt8, 64},
                      C{Codec::kInt8, 32}, C{Codec::kInt4, 128}, C{Codec::kInt4, 64}, C{Codec::kInt4, 32},
                      C{Codec::kKivi, 64, 0.125f}, C{Codec::kKivi, 64, 0.25f}, C{Codec::kKivi, 64, 0.5f},
-                     C{Codec::kKivi, 128, 0.25f}, C{Codec::kKivi, 128, 0.5f}, C{Codec::kKivi, 128, 1.0f}}) {
-    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 ? 64 : c.group,
-                             .kivi_step = c.step > 0.0f ? c.step : 0.25f};
+                     C{Codec::kKivi, 128, 0.25f}, C{Codec::kKivi, 128, 0.5f}, C{Codec::kKivi, 128, 1.0f},
+                     C{Codec::kTiered, 8, 0.05f}, C{Codec::kTiered, 8, 0.1f}, C{Codec::kTiered, 8, 0.2f},
+                     C{Codec::kTiered, 8, 0.4f}, C{Codec::kTiered, 8, 0.8f}}) {
+    const bool tiered = c.codec == Codec::kTiered;
+    const EncodeOptions opts{.codec = c.codec, .group_size = c.group == 0 || tiered ? 64 : c.group,
+                             .kivi_step = c.step > 0.0f && !tiered ? c.step : 0.25f,
+                             .tiered_step = tiered ? c.step : 0.1f, .tiered_recent = tiered ? c.group : 8};
     CodecReport best = measure_codec(kv, opts).value();
     // Timings: thread CPU time, best of 5 (the build machine is shared and loaded).
     std::string blob;
@@ -160,8 +164,9 @@ int main(int argc, char** argv) {
     if (c.codec == Codec::kInt8 && c.group == 64) int8_blob = blob;
     char step[16] = "-";
     if (c.step > 0.0f) std::snprintf(step, sizeof(step), "%.3g", static_cast<double>(c.step));
+    const std::string group = c.group == 0 ? "-" : tiered ? "recent " + std::to_string(c.group) : std::to_string(c.group);
     std::printf("| %s | %s | %s | %.2f | %.2f | %.1f | %.1f | %.1f | %.5f | %.4f | %.5f |\n", codec_name(c.codec),
-                c.group == 0 ? "-" : std::to_string(c.group).c_str(), step, static_cast<double>(best.encoded_bytes) / 1e6,
+                group.c_str(), step, static_cast<double>(best.encoded_bytes) / 1e6,
                 best.ratio, best.encode_ms, best.decode_ms, f32_ms, best.relative_error, best.max_abs_error, attn);
   }
 

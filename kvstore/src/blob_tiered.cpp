@@ -11,7 +11,7 @@
 namespace tessera::kvstore::tiered {
 namespace {
 
-constexpr size_t kPrefixBytes = 8;
+constexpr size_t kPrefixBytes = 12;  // u32 recent, u8 fine shift, u8 rice k per (region, tier), 3 zero
 constexpr uint32_t kCtxDims = 8;  // models per tier: dim mod 8
 constexpr double kMaxCode = 1073741823.0;  // 2^30 - 1
 
@@ -85,14 +85,10 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
     }
   }
   const uint32_t recent = static_cast<uint32_t>(std::min<uint64_t>(p.recent, g.tokens));
-  append(out, recent);
-  append(out, static_cast<uint8_t>(p.fine_shift));
-  out.append(3, '\0');
   const RegionParams kp = fit(g, k, p.step * kKeyStepRatio), vp = fit(g, v, p.step);
-  append_params(kp, out);
-  append_params(vp, out);
-  rc::Encoder enc(out);
-  std::vector<rc::IntModel> models(2 * 2 * kCtxDims);
+  // The codes, K then V in [layer][token][head][dim] order, and each (region, tier)'s mean |q|.
+  std::vector<int32_t> codes(2 * n);
+  double abs_sum[4] = {0, 0, 0, 0}, count[4] = {0, 0, 0, 0};
   const uint64_t row = g.heads * g.dim;
   int region = 0;
   for (const auto& [x, rp] : {std::pair{k, &kp}, std::pair{v, &vp}}) {
@@ -103,15 +99,44 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
           const float step = std::ldexp(rp->step[l * g.heads + h], tier == 1 ? -static_cast<int>(p.fine_shift) : 0);
           const float inv = 1.0f / step;
           for (uint64_t d = 0; d < g.dim; ++d) {
+            const uint64_t i = (l * g.tokens + t) * row + h * g.dim + d;
             const float m = fp16_to_f32(rp->mean[(l * g.heads + h) * g.dim + d]);
-            const double q = std::nearbyint((x[(l * g.tokens + t) * row + h * g.dim + d] - m) * inv);
-            enc.encode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + d % kCtxDims],
-                           static_cast<int32_t>(std::clamp(q, -kMaxCode, kMaxCode)));
+            const double q = std::clamp<double>(std::nearbyint((x[i] - m) * inv), -kMaxCode, kMaxCode);
+            codes[static_cast<uint64_t>(region) * n + i] = static_cast<int32_t>(q);
+            abs_sum[region * 2 + tier] += std::fabs(q);
+            count[region * 2 + tier] += 1;
           }
         }
       }
     }
     ++region;
+  }
+  // Golomb-Rice split per (region, tier): the low bits below a quarter of the mean |q| go
+  // uncoded (they are close to uniform), so a value costs a few adaptive decisions, not ~log2|q|.
+  uint8_t rice[4];
+  for (int c = 0; c < 4; ++c) {
+    const double mean = count[c] > 0 ? abs_sum[c] / count[c] : 0.0;
+    rice[c] = static_cast<uint8_t>(mean >= 8.0 ? std::min(16, static_cast<int>(std::floor(std::log2(mean))) - 2) : 0);
+  }
+  append(out, recent);
+  append(out, static_cast<uint8_t>(p.fine_shift));
+  out.append(reinterpret_cast<const char*>(rice), 4);
+  out.append(3, '\0');
+  append_params(kp, out);
+  append_params(vp, out);
+  rc::Encoder enc(out);
+  std::vector<rc::IntModel> models(2 * 2 * kCtxDims);
+  for (region = 0; region < 2; ++region) {
+    for (uint64_t l = 0; l < g.layers; ++l) {
+      for (uint64_t t = 0; t < g.tokens; ++t) {
+        const uint32_t tier = tier_of(g, t, recent);
+        const int kb = rice[region * 2 + static_cast<int>(tier)];
+        const int32_t* q = codes.data() + static_cast<uint64_t>(region) * n + (l * g.tokens + t) * row;
+        for (uint64_t c = 0; c < row; ++c) {
+          enc.encode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + (c % g.dim) % kCtxDims], q[c], kb);
+        }
+      }
+    }
   }
   enc.finish();
   return ok_status();
@@ -126,9 +151,13 @@ Status decode(const KvShape& s, std::string_view payload, float* k, float* v) {
   uint32_t recent;
   std::memcpy(&recent, payload.data(), 4);
   const auto shift = static_cast<uint8_t>(payload[4]);
-  if (recent > g.tokens || shift > 24 || payload[5] != 0 || payload[6] != 0 || payload[7] != 0) {
+  uint8_t rice[4];
+  std::memcpy(rice, payload.data() + 5, 4);
+  if (recent > g.tokens || shift > 24 || std::max({rice[0], rice[1], rice[2], rice[3]}) > 16 || payload[9] != 0 ||
+      payload[10] != 0 || payload[11] != 0) {
     return make_error(ErrorCode::kCorruptFile, "kv blob: tiered prefix is invalid (recent " + std::to_string(recent) +
-                                                   ", fine shift " + std::to_string(shift) + ")");
+                                                   ", fine shift " + std::to_string(shift) + ", rice " +
+                                                   std::to_string(std::max({rice[0], rice[1], rice[2], rice[3]})) + ")");
   }
   size_t pos = kPrefixBytes;
   RegionParams rp[2];
@@ -163,7 +192,8 @@ Status decode(const KvShape& s, std::string_view payload, float* k, float* v) {
           const float step = std::ldexp(r.step[l * g.heads + h], tier == 1 ? -static_cast<int>(shift) : 0);
           for (uint64_t d = 0; d < g.dim; ++d) {
             int32_t q = 0;
-            if (!dec.decode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + d % kCtxDims], &q)) {
+            if (!dec.decode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + d % kCtxDims],
+                                rice[region * 2 + static_cast<int>(tier)], &q)) {
               return make_error(ErrorCode::kCorruptFile, "kv blob: tiered code stream is corrupt (a code beyond 2^30)");
             }
             if (dec.overrun()) {

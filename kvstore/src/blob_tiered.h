@@ -9,7 +9,8 @@
 // attention) use Δ / 2^fine_shift. Codes q = round_half_even((x - mean) / Δ_t), x' = mean + q·Δ_t;
 // |x - x'| <= Δ_t / 2 (before rounding to the blob's dtype).
 //
-// Payload (little-endian): u32 recent, u8 fine_shift, 3 zero bytes; then for K and for V:
+// Payload (little-endian): u32 recent, u8 fine_shift, u8 Golomb-Rice k per (K coarse, K fine,
+// V coarse, V fine) (range_coder.h; chosen from the codes' mean magnitude), 3 zero bytes; then for K and for V:
 // n_layers × n_kv_heads f32 steps, then n_layers × n_kv_heads × head_dim fp16 means; then the
 // range-coded codes, K then V, each in [layer][token][kv head][dim] order, one adaptive model
 // per (region, tier, dim mod 8) (range_coder.h's IntModel).

@@ -39,26 +39,35 @@ void Encoder::encode_bit(uint16_t& prob, uint32_t bit) {
   }
 }
 
-void Encoder::encode_direct(uint32_t bit) {
-  range_ >>= 1;
-  if (bit != 0) low_ += range_;
+void Encoder::encode_direct(uint32_t value, int bits) {
+  if (bits == 0) return;
+  range_ >>= bits;  // range_ >= 2^24 here, so >= 2^8 after
+  low_ += uint64_t{value} * range_;
   while (range_ < kTop) {
     range_ <<= 8;
     shift_low();
   }
 }
 
-void Encoder::encode_int(IntModel& m, int32_t q) {
+void Encoder::encode_int(IntModel& m, int32_t q, int k) {
   encode_bit(m.zero, q == 0 ? 0 : 1);
   if (q == 0) return;
   encode_bit(m.sign, q < 0 ? 1 : 0);
-  const uint32_t v = (q < 0 ? static_cast<uint32_t>(-static_cast<int64_t>(q)) : static_cast<uint32_t>(q));  // >= 1
-  const int n = 31 - __builtin_clz(v);  // suffix bits below the leading one
+  const uint32_t u = (q < 0 ? static_cast<uint32_t>(-static_cast<int64_t>(q)) : static_cast<uint32_t>(q)) - 1;
+  const uint32_t h = (u >> k) + 1;
+  const int n = 31 - __builtin_clz(h);  // suffix bits below the leading one
   for (int i = 0; i < n; ++i) encode_bit(m.unary[static_cast<size_t>(i)], 1);
-  if (n < kMaxExpBits) encode_bit(m.unary[static_cast<size_t>(n)], 0);
-  if (n == 0) return;
-  encode_bit(m.top[static_cast<size_t>(n)], (v >> (n - 1)) & 1u);
-  for (int b = n - 2; b >= 0; --b) encode_direct((v >> b) & 1u);
+  encode_bit(m.unary[static_cast<size_t>(n)], 0);
+  if (n > 0) {
+    encode_bit(m.top[static_cast<size_t>(n)], (h >> (n - 1)) & 1u);
+    if (n > 17) {
+      encode_direct((h >> 16) & ((1u << (n - 17)) - 1), n - 17);
+      encode_direct(h & 0xFFFFu, 16);
+    } else {
+      encode_direct(h & ((1u << (n - 1)) - 1), n - 1);
+    }
+  }
+  encode_direct(u & ((1u << k) - 1), k);
 }
 
 void Encoder::finish() {
@@ -97,21 +106,22 @@ uint32_t Decoder::decode_bit(uint16_t& prob) {
   return bit;
 }
 
-uint32_t Decoder::decode_direct() {
-  range_ >>= 1;
-  uint32_t bit = 0;
-  if (code_ >= range_) {
-    code_ -= range_;
-    bit = 1;
-  }
+bool Decoder::decode_direct(int bits, uint32_t* value) {
+  *value = 0;
+  if (bits == 0) return true;
+  range_ >>= bits;
+  const uint32_t v = code_ / range_;
+  if (v >> bits != 0) return false;
+  code_ -= v * range_;
   while (range_ < kTop) {
     range_ <<= 8;
     code_ = (code_ << 8) | next_byte();
   }
-  return bit;
+  *value = v;
+  return true;
 }
 
-bool Decoder::decode_int(IntModel& m, int32_t* q) {
+bool Decoder::decode_int(IntModel& m, int k, int32_t* q) {
   if (decode_bit(m.zero) == 0) {
     *q = 0;
     return true;
@@ -119,13 +129,26 @@ bool Decoder::decode_int(IntModel& m, int32_t* q) {
   const bool negative = decode_bit(m.sign) != 0;
   int n = 0;
   while (n < kMaxExpBits && decode_bit(m.unary[static_cast<size_t>(n)]) != 0) ++n;
-  if (n == kMaxExpBits) return false;  // the encoder never writes |q| >= 2^30
-  uint32_t v = 1;
+  if (n == kMaxExpBits) return false;  // the encoder never writes h >= 2^30
+  uint64_t h = 1;
   if (n > 0) {
-    v = (v << 1) | decode_bit(m.top[static_cast<size_t>(n)]);
-    for (int b = n - 2; b >= 0; --b) v = (v << 1) | decode_direct();
+    h = (h << 1) | decode_bit(m.top[static_cast<size_t>(n)]);
+    uint32_t rest = 0;
+    if (n > 17) {
+      if (!decode_direct(n - 17, &rest)) return false;
+      h = (h << (n - 17)) | rest;
+      if (!decode_direct(16, &rest)) return false;
+      h = (h << 16) | rest;
+    } else {
+      if (!decode_direct(n - 1, &rest)) return false;
+      h = (h << (n - 1)) | rest;
+    }
   }
-  *q = negative ? -static_cast<int32_t>(v) : static_cast<int32_t>(v);
+  uint32_t lo = 0;
+  if (!decode_direct(k, &lo)) return false;
+  const uint64_t mag = (((h - 1) << k) | lo) + 1;
+  if (mag >= (uint64_t{1} << 30)) return false;
+  *q = negative ? -static_cast<int32_t>(mag) : static_cast<int32_t>(mag);
   return true;
 }
 

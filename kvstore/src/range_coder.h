@@ -2,9 +2,11 @@
 // carry propagation through a cached byte) and a signed-integer model on top of it, the entropy
 // coder of the "tiered" codec (blob_tiered.h).
 //
-// Integers are binarized as: zero? (context), sign (context), then |q| - 1 in order-0
-// Exp-Golomb: the bit length n of |q| in unary (one context per position, n <= 30), the most
-// significant of the n suffix bits with a context per n, the rest at probability 1/2.
+// Integers are binarized as: zero? (context), sign (context), then u = |q| - 1 split at a
+// caller-chosen bit k (Golomb-Rice): h = (u >> k) + 1 in order-0 Exp-Golomb — the bit length n
+// of h in unary (one context per position, n < 30), the most significant of the n suffix bits
+// with a context per n, the rest at probability 1/2 — then the k low bits of u at probability
+// 1/2 (coded in one step: they are nearly uniform when k is below the codes' scale).
 // Each IntModel is one set of contexts; a coder keeps as many as the caller has statistics.
 //
 // Not thread-safe (state per object). The decoder never reads out of bounds: past the end it
@@ -34,8 +36,8 @@ class Encoder {
  public:
   explicit Encoder(std::string& out) : out_(out) {}
   void encode_bit(uint16_t& prob, uint32_t bit);
-  void encode_direct(uint32_t bit);  // probability 1/2, no adaptation
-  void encode_int(IntModel& m, int32_t q);  // |q| < 2^30
+  void encode_direct(uint32_t value, int bits);  // bits <= 16 at probability 1/2, no adaptation
+  void encode_int(IntModel& m, int32_t q, int k);  // |q| < 2^30, 0 <= k <= 16
   void finish();  // flushes; the stream is complete after this
 
  private:
@@ -51,9 +53,10 @@ class Decoder {
  public:
   explicit Decoder(std::string_view in);
   uint32_t decode_bit(uint16_t& prob);
-  uint32_t decode_direct();
-  // false: a unary prefix longer than kMaxExpBits (corrupt stream).
-  bool decode_int(IntModel& m, int32_t* q);
+  // false: a value out of range (corrupt stream).
+  bool decode_direct(int bits, uint32_t* value);
+  // false: a unary prefix longer than kMaxExpBits or |q| >= 2^30 (corrupt stream).
+  bool decode_int(IntModel& m, int k, int32_t* q);
   bool overrun() const { return overrun_; }
   size_t consumed() const { return pos_; }
 

@@ -162,12 +162,12 @@ TEST(TieredCodec, TruncatedOrCorruptPayloadsAreCleanErrors) {
   EXPECT_NE(decode_blob(bad_recent).error().message.find("recent 10"), std::string::npos);
   std::string bad_step = blob;
   const float neg = -1.0f;
-  std::memcpy(bad_step.data() + kBlobHeaderBytes + 8, &neg, 4);
+  std::memcpy(bad_step.data() + kBlobHeaderBytes + 12, &neg, 4);
   reseal(bad_step);
   EXPECT_NE(decode_blob(bad_step).error().message.find("step 0"), std::string::npos);
   std::string bad_mean = blob;
   const uint16_t nan16 = 0x7e00;
-  std::memcpy(bad_mean.data() + kBlobHeaderBytes + 8 + 4 * 4, &nan16, 2);
+  std::memcpy(bad_mean.data() + kBlobHeaderBytes + 12 + 4 * 4, &nan16, 2);
   reseal(bad_mean);
   EXPECT_NE(decode_blob(bad_mean).error().message.find("mean 0"), std::string::npos);
   // Every byte flipped and every random payload (re-sealed): ok or a clean error; a decoded
@@ -184,7 +184,7 @@ TEST(TieredCodec, TruncatedOrCorruptPayloadsAreCleanErrors) {
       }
     }
   }
-  const size_t params = 8 + 2 * (4 * 4 + 4 * 16 * 2);
+  const size_t params = 12 + 2 * (4 * 4 + 4 * 16 * 2);
   for (int i = 0; i < 3000; ++i) {
     std::string bad = blob.substr(0, kBlobHeaderBytes + params);
     const size_t n = rng() % 400;
