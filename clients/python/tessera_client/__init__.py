@@ -4,7 +4,8 @@ from .client import (DEFAULT_DEAD_AFTER, DEFAULT_HEARTBEAT_INTERVAL, OPTION_KEYS
                      Client, Stream)
 from .errors import (BadRequest, Cancelled, ClientClosed, InternalError, NotFound, Overloaded, PeerDead,
                      PermissionDenied, TesseraError, Timeout, Unavailable, error_for)
-from .types import Completion, Limits, StreamEvent, Timings, TokenEvent, TopLogprob, Usage
+from .types import (Completion, FullAttention, H2OPolicy, KvPolicy, Limits, StreamEvent, StreamingPolicy, Timings,
+                    TokenEvent, TopLogprob, Usage)
 
 __version__ = "0.1.0"
 __all__ = [
@@ -13,4 +14,5 @@ __all__ = [
     "DEFAULT_HEARTBEAT_INTERVAL", "BadRequest", "Cancelled", "ClientClosed", "InternalError", "NotFound",
     "Overloaded", "PeerDead", "PermissionDenied", "TesseraError", "Timeout", "Unavailable", "error_for",
     "Completion", "Limits", "StreamEvent", "Timings", "TokenEvent", "TopLogprob", "Usage",
+    "StreamingPolicy", "H2OPolicy", "FullAttention", "KvPolicy",
 ]

@@ -12,17 +12,19 @@ from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, 
 
 from ._core import Core, Event
 from .errors import BadRequest, TesseraError
-from .types import Completion, Limits, StreamEvent, TokenEvent, completion_from, limits_from, token_event
+from .types import (Completion, Limits, StreamEvent, TokenEvent, completion_from, kv_policy_wire, limits_from,
+                    token_event)
 
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
 # Request fields a caller may set (docs/protocol.md "completion and chat"), besides
-# prompt/prompt_tokens/messages. `logit_bias` may be a {token: bias} dict.
+# prompt/prompt_tokens/messages. `logit_bias` may be a {token: bias} dict; `kv_policy` a
+# StreamingPolicy, H2OPolicy or FullAttention (types.py) or the wire map.
 OPTION_KEYS = frozenset({
     "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "seed", "logit_bias", "logprobs", "top_logprobs",
     "stop", "stop_token_ids", "ignore_eos", "user", "preference", "preference_alpha",
-    "priority", "routing_key",
+    "priority", "routing_key", "kv_policy",
 })
 
 DEFAULT_HEARTBEAT_INTERVAL = 0.5
@@ -40,6 +42,11 @@ def _body(kind: str, rid: int, stream: bool, fields: Dict[str, Any], options: Di
             continue
         if k == "logit_bias" and isinstance(v, Mapping):
             v = [{"token": int(t), "bias": float(b)} for t, b in v.items()]
+        if k == "kv_policy":
+            try:
+                v = kv_policy_wire(v)
+            except TypeError as e:
+                raise BadRequest(100, "invalid_argument", str(e)) from None
         body[k] = v
     return body
 

@@ -57,6 +57,52 @@ class Completion:
 StreamEvent = Union[TokenEvent, Completion]
 
 
+# K/V retention policies, the request option `kv_policy` (docs/api.md, docs/kv.md). The defaults
+# are the HTTP API's (sinks 4, recent budget / 2) and always sent, so a request means the same
+# over ZeroMQ (whose wire defaults are 0) and HTTP. Ranges are checked by the frontend
+# (sinks + window and budget at most the context: BadRequest 101).
+@dataclass(frozen=True)
+class StreamingPolicy:
+    """StreamingLLM: keep the first `sinks` positions and the last `window`; may generate past the context."""
+    window: int
+    sinks: int = 4
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"type": "streaming", "sinks": int(self.sinks), "window": int(self.window)}
+
+
+@dataclass(frozen=True)
+class H2OPolicy:
+    """H2O: keep `budget` positions, the `recent` most recent (default budget // 2) and the most attended."""
+    budget: int
+    recent: Optional[int] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        recent = int(self.budget) // 2 if self.recent is None else int(self.recent)
+        return {"type": "h2o", "budget": int(self.budget), "recent": recent}
+
+
+@dataclass(frozen=True)
+class FullAttention:
+    """No retention policy (full attention), overriding the frontend's --kv-policy."""
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"type": "none"}
+
+
+KvPolicy = Union[StreamingPolicy, H2OPolicy, FullAttention]
+
+
+def kv_policy_wire(v: Any) -> Dict[str, Any]:
+    """The wire map of a `kv_policy` option: a typed policy, or a dict as docs/protocol.md writes it."""
+    if isinstance(v, (StreamingPolicy, H2OPolicy, FullAttention)):
+        return v.to_wire()
+    if isinstance(v, dict):
+        return dict(v)
+    raise TypeError("kv_policy must be a StreamingPolicy, H2OPolicy, FullAttention or a dict, not "
+                    f"{type(v).__name__}")
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the frontend's heartbeat reply says about the served model (None: not reported yet)."""

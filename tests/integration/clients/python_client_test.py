@@ -180,6 +180,42 @@ class Conformance(unittest.TestCase):
         with self.assertRaises(tc.BadRequest):
             self.client.chat([{"role": "robot", "content": "hi"}])
 
+    def test_g2_kv_policy_typed_fields(self) -> None:
+        # The typed policies' wire maps carry the HTTP API's defaults explicitly.
+        self.assertEqual(tc.StreamingPolicy(32).to_wire(), {"type": "streaming", "sinks": 4, "window": 32})
+        self.assertEqual(tc.H2OPolicy(40).to_wire(), {"type": "h2o", "budget": 40, "recent": 20})
+        self.assertEqual(tc.H2OPolicy(40, recent=0).to_wire(), {"type": "h2o", "budget": 40, "recent": 0})
+        self.assertEqual(tc.FullAttention().to_wire(), {"type": "none"})
+        prompt = "Once upon a time"
+        for typed, http in [(tc.StreamingPolicy(window=24), {"type": "streaming", "window": 24}),
+                            (tc.H2OPolicy(budget=24), {"type": "h2o", "budget": 24}),
+                            (tc.FullAttention(), {"type": "none"})]:
+            with self.subTest(policy=typed):
+                # Greedy past the policy's cap: the same tokens as the HTTP API with the JSON form.
+                want = CLUSTER.post(CLUSTER.http[0], "/v1/completions",
+                                    {"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": True,
+                                     "kv_policy": http})["choices"][0]["text"]
+                r = self.client.complete(prompt, max_tokens=48, temperature=0.0, ignore_eos=True, kv_policy=typed)
+                self.assertEqual(r.text, want)
+                self.assertEqual(r.usage.completion_tokens, 48)
+                streamed = list(self.client.stream_complete(prompt, max_tokens=48, temperature=0.0, ignore_eos=True,
+                                                            kv_policy=typed))[-1]
+                self.assertEqual(streamed.text, want)
+        full = self.client.complete(prompt, max_tokens=48, temperature=0.0, ignore_eos=True)
+        window = self.client.complete(prompt, max_tokens=48, temperature=0.0, ignore_eos=True,
+                                      kv_policy=tc.StreamingPolicy(window=8, sinks=1))
+        self.assertNotEqual(window.tokens, full.tokens)  # the policy took effect
+        # Out of range (sinks + window beyond the context) and bad types: typed errors.
+        with self.assertRaises(tc.BadRequest) as cm:
+            self.client.complete(prompt, max_tokens=4, kv_policy=tc.StreamingPolicy(window=100000))
+        self.assertEqual(cm.exception.code, 103, cm.exception.message)  # out_of_range
+        self.assertIn("kv_policy", cm.exception.message)
+        with self.assertRaises(tc.BadRequest) as cm:
+            self.client.complete(prompt, max_tokens=4, kv_policy="streaming")
+        self.assertEqual(cm.exception.code, 100)
+        # The connection keeps serving.
+        self.assertEqual(self.client.complete("Once", max_tokens=3).usage.completion_tokens, 3)
+
     def test_h_limits_from_heartbeat(self) -> None:
         lim = self.client.limits()
         self.assertEqual(lim.protocol_version, 1)
