@@ -3,6 +3,17 @@
 
 export type Message = { role: "system" | "user" | "assistant"; content: string };
 
+/** K/V retention (docs/kv.md). Omitted sinks / recent get the HTTP API's defaults (4, budget / 2). */
+export type StreamingPolicy = { type: "streaming"; window: number; sinks?: number };
+export type H2OPolicy = { type: "h2o"; budget: number; recent?: number };
+export type FullAttention = { type: "none" };
+export type KvPolicy = StreamingPolicy | H2OPolicy | FullAttention;
+export function streamingPolicy(window: number, sinks?: number): Required<StreamingPolicy>;
+export function h2oPolicy(budget: number, recent?: number): Required<H2OPolicy>;
+export function fullAttention(): FullAttention;
+/** The wire map sent for a kv_policy option (defaults filled; BadRequest 100 on a bad shape). */
+export function kvPolicyWire(policy: KvPolicy): Required<StreamingPolicy> | Required<H2OPolicy> | FullAttention;
+
 /** Every request field of the protocol (docs/protocol.md "completion and chat"). Defaults and
  *  checks are the server's; an unknown key is refused with BadRequest before anything is sent. */
 export interface RequestOptions {
@@ -29,6 +40,8 @@ export interface RequestOptions {
   priority?: number;
   routing_key?: string;
   cache_salt?: string;
+  /** StreamingLLM / H2O K/V retention; see streamingPolicy, h2oPolicy, fullAttention. */
+  kv_policy?: KvPolicy;
   /** Overrides the client's apiKey for this request. */
   api_key?: string;
   /** Client side: this request's deadline in ms (the client's timeoutMs by default). Past it

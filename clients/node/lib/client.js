@@ -12,14 +12,16 @@ import { Decoder, Encoder } from "@msgpack/msgpack";
 import { BadRequest, ClientClosed, InternalError, PeerDead, Timeout, Unavailable, errorFor } from "./errors.js";
 import { completionFrom, limitsFrom } from "./types.js";
 import { Stream } from "./stream.js";
+import { kvPolicyWire } from "./kv_policy.js";
 
 /** Request fields a caller may set (docs/protocol.md "completion and chat"), besides
- *  prompt/prompt_tokens/messages. `logit_bias` may also be a {token: bias} object or a Map. */
+ *  prompt/prompt_tokens/messages. `logit_bias` may also be a {token: bias} object or a Map;
+ *  `kv_policy` is normalized by kvPolicyWire (kv_policy.js: the HTTP API's defaults filled in). */
 export const OPTION_KEYS = Object.freeze([
   "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
   "presence_penalty", "frequency_penalty", "seed", "logit_bias", "logprobs", "top_logprobs",
   "stop", "stop_token_ids", "ignore_eos", "user", "preference", "preference_alpha",
-  "priority", "routing_key", "cache_salt", "api_key",
+  "priority", "routing_key", "cache_salt", "api_key", "kv_policy",
 ]);
 const OPTION_SET = new Set(OPTION_KEYS);
 /** Client-side per-request options (never sent). */
@@ -152,7 +154,7 @@ export class Client {
       if (LOCAL_KEYS.has(k)) continue;
       if (!OPTION_SET.has(k)) throw new BadRequest(100, "invalid_argument", `unknown request option: ${k}`);
       if (v === undefined || v === null) continue;
-      body[k] = k === "logit_bias" ? logitBias(v) : v;
+      body[k] = k === "logit_bias" ? logitBias(v) : k === "kv_policy" ? kvPolicyWire(v) : v;
     }
     if (this.apiKey !== null && body.api_key === undefined) body.api_key = this.apiKey;
     return body;

@@ -182,6 +182,35 @@ describe("tessera-client conformance", { concurrency: false }, () => {
     assert.equal(tc.errorFor(401, "x").codeName, "peer_dead");
   });
 
+  test("kv_policy: typed helpers equal the HTTP API's JSON form; bad ones raise typed errors", async () => {
+    assert.deepEqual(tc.streamingPolicy(32), { type: "streaming", sinks: 4, window: 32 });
+    assert.deepEqual(tc.h2oPolicy(40), { type: "h2o", budget: 40, recent: 20 });
+    assert.deepEqual(tc.kvPolicyWire({ type: "h2o", budget: 40, recent: 0 }), { type: "h2o", budget: 40, recent: 0 });
+    assert.deepEqual(tc.kvPolicyWire({ type: "streaming", window: 9 }), { type: "streaming", sinks: 4, window: 9 });
+    assert.deepEqual(tc.fullAttention(), { type: "none" });
+    const prompt = "Once upon a time";
+    const opts = { max_tokens: 48, temperature: 0, ignore_eos: true };
+    for (const [typed, http] of [[tc.streamingPolicy(24), { type: "streaming", window: 24 }],
+                                 [tc.h2oPolicy(24), { type: "h2o", budget: 24 }],
+                                 [{ type: "h2o", budget: 24 }, { type: "h2o", budget: 24 }],
+                                 [tc.fullAttention(), { type: "none" }]]) {
+      const want = (await cluster.post(cluster.http[0], "/v1/completions", { prompt, ...opts, kv_policy: http })).choices[0].text;
+      const r = await client.complete(prompt, { ...opts, kv_policy: typed });
+      assert.equal(r.text, want, JSON.stringify(typed));
+      assert.equal(r.usage.completion_tokens, 48);
+      assert.equal((await client.streamComplete(prompt, { ...opts, kv_policy: typed }).result()).text, want);
+    }
+    const full = await client.complete(prompt, opts);
+    const window = await client.complete(prompt, { ...opts, kv_policy: tc.streamingPolicy(8, 1) });
+    assert.notDeepEqual(window.tokens, full.tokens); // the policy took effect
+    await rejects(client.complete(prompt, { max_tokens: 4, kv_policy: tc.streamingPolicy(100000) }), tc.BadRequest, 103);
+    await rejects(client.complete(prompt, { max_tokens: 4, kv_policy: "streaming" }), tc.BadRequest, 100);
+    await rejects(client.complete(prompt, { max_tokens: 4, kv_policy: { type: "lru" } }), tc.BadRequest, 100);
+    await rejects(client.complete(prompt, { max_tokens: 4, kv_policy: { type: "h2o" } }), tc.BadRequest, 100);
+    await rejects(client.complete(prompt, { max_tokens: 4, kv_policy: { type: "streaming", window: 1.5 } }), tc.BadRequest, 100);
+    assert.equal((await client.complete("Once", { max_tokens: 3 })).usage.completion_tokens, 3);
+  });
+
   test("limits() from the heartbeat reply", async () => {
     const lim = await client.limits();
     assert.equal(lim.protocol_version, 1);

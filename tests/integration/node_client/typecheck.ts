@@ -2,7 +2,7 @@
 // every part of the public API, so a wrong or missing declaration fails the fixture.
 import {
   AdminClient, BadRequest, Client, Completion, PeerDead, Stream, TesseraError, Timeout, TokenEvent,
-  type Limits, type StreamEvent, type Usage,
+  type KvPolicy, type Limits, type StreamEvent, type Usage, fullAttention, h2oPolicy, kvPolicyWire, streamingPolicy,
 } from "tessera-client";
 
 async function main(): Promise<void> {
@@ -14,6 +14,9 @@ async function main(): Promise<void> {
     max_tokens: 8, temperature: 0, seed: 7n, logit_bias: { 42: -100 }, stop: ["."], logprobs: true, top_logprobs: 2,
     user: "alice", preference: "likes dragons", preference_alpha: 0.5, routing_key: "k", priority: 1,
   });
+  const policies: KvPolicy[] = [streamingPolicy(252), h2oPolicy(128, 64), fullAttention(), { type: "streaming", window: 8 }];
+  for (const p of policies) await client.complete("Once", { max_tokens: 4, kv_policy: p });
+  const sinks: number = kvPolicyWire({ type: "streaming", window: 8 }).type === "streaming" ? streamingPolicy(8).sinks : 0;
   const u: Usage = r.usage;
   const cached: number = u.cached_tokens;
   const src: string | null = u.preference_source;
@@ -36,7 +39,7 @@ async function main(): Promise<void> {
   const admin = new AdminClient("http://127.0.0.1:8000", { token: "t" });
   const stored = await admin.setPreference("alice", "likes dragons", 0.5);
   const n: number = (await admin.invalidate("alice")).schedulers_notified;
-  console.log(ctx, cached, src, total, done.text, stored.alpha, n, client.endpoint, client.failovers, client.inFlight);
+  console.log(sinks, ctx, cached, src, total, done.text, stored.alpha, n, client.endpoint, client.failovers, client.inFlight);
   await client.close();
 }
 void main();
