@@ -125,6 +125,27 @@ std::string encode_request(uint64_t id, bool stream, const Prompt& prompt, const
   put(w, "priority", o.priority, i32);
   put(w, "routing_key", o.routing_key, str);
   put(w, "cache_salt", o.cache_salt, str);
+  if (o.kv_policy) {
+    w.key("kv_policy");
+    w.begin_map();
+    w.key("type");
+    if (const auto* s = std::get_if<StreamingPolicy>(&*o.kv_policy)) {
+      w.str("streaming");
+      w.key("sinks");
+      w.i64(s->sinks);
+      w.key("window");
+      w.i64(s->window);
+    } else if (const auto* h = std::get_if<H2OPolicy>(&*o.kv_policy)) {
+      w.str("h2o");
+      w.key("budget");
+      w.i64(h->budget);
+      w.key("recent");
+      w.i64(h->recent.value_or(h->budget / 2));
+    } else {
+      w.str("none");
+    }
+    w.end_map();
+  }
   if (o.api_key) {
     put(w, "api_key", o.api_key, str);
   } else if (!api_key.empty()) {

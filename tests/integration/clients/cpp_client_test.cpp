@@ -220,6 +220,43 @@ TEST_F(CppClient, G_BadRequestsRaiseTypedErrors) {
   EXPECT_THROW(tc::Client(tc::ClientOptions{.server_public_key = "too-short"}), tc::BadRequest);
 }
 
+// Typed kv_policy: the same greedy text as the HTTP API's JSON form (with its defaults), streamed
+// and not; the policy takes effect; out of range is BadRequest 103 naming kv_policy.
+TEST_F(CppClient, G2_KvPolicyTypedFields) {
+  const std::string prompt = "Once upon a time";
+  const std::pair<tc::KvPolicy, nlohmann::json> cases[] = {
+      {tc::StreamingPolicy{.window = 24}, {{"type", "streaming"}, {"window", 24}}},
+      {tc::H2OPolicy{.budget = 24}, {{"type", "h2o"}, {"budget", 24}}},
+      {tc::H2OPolicy{.budget = 24, .recent = 12}, {{"type", "h2o"}, {"budget", 24}}},
+      {tc::FullAttention{}, {{"type", "none"}}},
+  };
+  for (const auto& [typed, json_form] : cases) {
+    SCOPED_TRACE(json_form.dump());
+    nlohmann::json body = {{"prompt", prompt}, {"max_tokens", 48}, {"temperature", 0}, {"ignore_eos", true},
+                           {"kv_policy", json_form}};
+    auto http = cluster_->http_post("/v1/completions", body.dump());
+    ASSERT_TRUE(http.ok() && http->status == 200) << (http.ok() ? http->body : http.error().to_string());
+    const std::string want = nlohmann::json::parse(http->body)["choices"][0]["text"];
+    const tc::RequestOptions o{.max_tokens = 48, .temperature = 0.0, .ignore_eos = true, .kv_policy = typed};
+    const tc::Completion r = client_->complete(prompt, o);
+    EXPECT_EQ(r.text, want);
+    EXPECT_EQ(r.usage.completion_tokens, 48);
+    EXPECT_EQ(client_->stream_complete(prompt, o).result().text, want);
+  }
+  const auto full = client_->complete(prompt, {.max_tokens = 48, .temperature = 0.0, .ignore_eos = true});
+  const auto window = client_->complete(prompt, {.max_tokens = 48, .temperature = 0.0, .ignore_eos = true,
+                                                 .kv_policy = tc::StreamingPolicy{.window = 8, .sinks = 1}});
+  EXPECT_NE(window.tokens, full.tokens);  // the policy took effect
+  try {
+    client_->complete(prompt, {.max_tokens = 4, .kv_policy = tc::StreamingPolicy{.window = 100000}});
+    ADD_FAILURE() << "no error";
+  } catch (const tc::BadRequest& e) {
+    EXPECT_EQ(e.code(), 103) << e.what();
+    EXPECT_NE(e.message().find("kv_policy"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client_->complete("Once", {.max_tokens = 3}).usage.completion_tokens, 3);
+}
+
 TEST_F(CppClient, H_LimitsFromHeartbeat) {
   tc::Limits lim = client_->limits();
   EXPECT_EQ(lim.protocol_version, 1);

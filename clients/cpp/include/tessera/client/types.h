@@ -25,6 +25,21 @@ struct LogitBias {
   float bias = 0.0f;  // [-100, 100], added to the token's logit
 };
 
+// K/V retention policies, RequestOptions::kv_policy (docs/api.md, docs/kv.md). The defaults are
+// the HTTP API's and always sent (the ZeroMQ wire's own defaults are 0), so a request means the
+// same over both. Ranges are the frontend's (sinks + window and budget at most the context:
+// BadRequest 103 naming kv_policy).
+struct StreamingPolicy {  // StreamingLLM: the first `sinks` positions plus the last `window`
+  int32_t window = 0;     // >= 1; the request may then generate past the context
+  int32_t sinks = 4;      // >= 0
+};
+struct H2OPolicy {                // H2O: `budget` positions, the `recent` most recent + the most attended
+  int32_t budget = 0;             // >= 2
+  std::optional<int32_t> recent;  // [0, budget); unset = budget / 2
+};
+struct FullAttention {};  // no policy, overriding the frontend's --kv-policy
+using KvPolicy = std::variant<FullAttention, StreamingPolicy, H2OPolicy>;
+
 // Every request field of the protocol besides the prompt/messages (docs/protocol.md "completion
 // and chat"). An unset std::optional (or an empty list) is left off the wire, so the server's
 // default applies (e.g. max_tokens: the frontend's --default-max-tokens; seed: random per
@@ -53,6 +68,7 @@ struct RequestOptions {
   std::optional<int32_t> priority;               // [-100, 100]; higher is admitted first
   std::optional<std::string> routing_key;        // consistent-hash key ("" = user, else prefix)
   std::optional<std::string> cache_salt;         // prefix-cache isolation within the tenant
+  std::optional<KvPolicy> kv_policy;             // K/V retention (StreamingLLM, H2O); unset = the model's
   std::optional<std::string> api_key;            // overrides ClientOptions::api_key
   // Client-side deadline of this request (overrides ClientOptions::timeout): when it passes the
   // client sends `cancel` (the server frees the request's pages) and the request ends with
