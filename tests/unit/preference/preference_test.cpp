@@ -188,7 +188,8 @@ TEST_F(PrefTest, KvstoreRoundTripPerCodec) {
                                         {kvstore::Codec::kNone, 0, 1e-8, 1e-5, false},  // f16 rounding only
                                         {kvstore::Codec::kInt8, 64, 1e-4, 1e-3, false},
                                         {kvstore::Codec::kInt4, 32, 2e-2, 0.15, false},
-                                        {kvstore::Codec::kKivi, 64, 2e-4, 1e-2, false}};
+                                        {kvstore::Codec::kKivi, 64, 2e-4, 1e-2, false},
+                                        {kvstore::Codec::kTiered, 0, 1e-5, 1e-3, false}};  // default step 0.1, recent 8
   const int32_t P = static_cast<int32_t>(pref_.size());
   for (const CodecCase& c : cases) {
     SCOPED_TRACE(kvstore::codec_name(c.codec));
