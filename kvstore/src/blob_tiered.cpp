@@ -58,8 +58,10 @@ RegionParams fit(const Geometry& g, const float* x, float frac) {
       }
       const double rms = std::sqrt(sq / static_cast<double>(g.tokens * g.dim));
       // Codes stay below 2^30 whatever the spread (rms > 0 here bounds |x - m| / rms by sqrt(n)).
-      const auto step = static_cast<float>(static_cast<double>(frac) * rms);
-      r.step[l * g.heads + h] = step > 0.0f && std::isfinite(step) ? step : 1.0f;
+      // At least 1e-30 (a tiny but non-zero spread): the fine tier's step / 2^24 stays a normal
+      // float, so 1 / step is finite and (x - mean) / step is never 0 * inf.
+      const auto step = static_cast<float>(std::max(static_cast<double>(frac) * rms, 1e-30));
+      r.step[l * g.heads + h] = rms > 0.0 && std::isfinite(step) ? step : 1.0f;
     }
   }
   return r;
