@@ -1,14 +1,6 @@
 #include "range_coder.h"
 
 namespace tessera::kvstore::rc {
-namespace {
-
-constexpr uint32_t kTop = 1u << 24;
-constexpr int kProbBits = 11;
-constexpr int kMoveBits = 5;
-
-}  // namespace
-
 void Encoder::shift_low() {
   if (static_cast<uint32_t>(low_) < 0xFF000000u || (low_ >> 32) != 0) {
     const auto carry = static_cast<uint8_t>(low_ >> 32);
@@ -21,22 +13,6 @@ void Encoder::shift_low() {
   }
   ++cache_size_;
   low_ = (low_ & 0x00FFFFFFu) << 8;
-}
-
-void Encoder::encode_bit(uint16_t& prob, uint32_t bit) {
-  const uint32_t bound = (range_ >> kProbBits) * prob;
-  if (bit == 0) {
-    range_ = bound;
-    prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
-  } else {
-    low_ += bound;
-    range_ -= bound;
-    prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
-  }
-  while (range_ < kTop) {
-    range_ <<= 8;
-    shift_low();
-  }
 }
 
 void Encoder::encode_direct(uint32_t value, int bits) {
@@ -76,34 +52,6 @@ void Encoder::finish() {
 
 Decoder::Decoder(std::string_view in) : in_(in) {
   for (int i = 0; i < 5; ++i) code_ = (code_ << 8) | next_byte();
-}
-
-uint8_t Decoder::next_byte() {
-  if (pos_ >= in_.size()) {
-    overrun_ = true;
-    return 0;
-  }
-  return static_cast<uint8_t>(in_[pos_++]);
-}
-
-uint32_t Decoder::decode_bit(uint16_t& prob) {
-  const uint32_t bound = (range_ >> kProbBits) * prob;
-  uint32_t bit;
-  if (code_ < bound) {
-    range_ = bound;
-    prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
-    bit = 0;
-  } else {
-    code_ -= bound;
-    range_ -= bound;
-    prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
-    bit = 1;
-  }
-  while (range_ < kTop) {
-    range_ <<= 8;
-    code_ = (code_ << 8) | next_byte();
-  }
-  return bit;
 }
 
 bool Decoder::decode_direct(int bits, uint32_t* value) {

@@ -22,6 +22,9 @@
 namespace tessera::kvstore::rc {
 
 inline constexpr int kMaxExpBits = 30;
+inline constexpr uint32_t kTop = 1u << 24;
+inline constexpr int kProbBits = 11;
+inline constexpr int kMoveBits = 5;
 
 struct IntModel {
   uint16_t zero = 1024, sign = 1024;
@@ -35,7 +38,21 @@ struct IntModel {
 class Encoder {
  public:
   explicit Encoder(std::string& out) : out_(out) {}
-  void encode_bit(uint16_t& prob, uint32_t bit);
+  void encode_bit(uint16_t& prob, uint32_t bit) {  // inline: the hot path
+    const uint32_t bound = (range_ >> kProbBits) * prob;
+    if (bit == 0) {
+      range_ = bound;
+      prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
+    } else {
+      low_ += bound;
+      range_ -= bound;
+      prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
+    }
+    while (range_ < kTop) {
+      range_ <<= 8;
+      shift_low();
+    }
+  }
   void encode_direct(uint32_t value, int bits);  // bits <= 16 at probability 1/2, no adaptation
   void encode_int(IntModel& m, int32_t q, int k);  // |q| < 2^30, 0 <= k <= 16
   void finish();  // flushes; the stream is complete after this
@@ -52,7 +69,25 @@ class Encoder {
 class Decoder {
  public:
   explicit Decoder(std::string_view in);
-  uint32_t decode_bit(uint16_t& prob);
+  uint32_t decode_bit(uint16_t& prob) {  // inline: the hot path
+    const uint32_t bound = (range_ >> kProbBits) * prob;
+    uint32_t bit;
+    if (code_ < bound) {
+      range_ = bound;
+      prob = static_cast<uint16_t>(prob + (((1u << kProbBits) - prob) >> kMoveBits));
+      bit = 0;
+    } else {
+      code_ -= bound;
+      range_ -= bound;
+      prob = static_cast<uint16_t>(prob - (prob >> kMoveBits));
+      bit = 1;
+    }
+    while (range_ < kTop) {
+      range_ <<= 8;
+      code_ = (code_ << 8) | next_byte();
+    }
+    return bit;
+  }
   // false: a value out of range (corrupt stream).
   bool decode_direct(int bits, uint32_t* value);
   // false: a unary prefix longer than kMaxExpBits or |q| >= 2^30 (corrupt stream).
@@ -61,7 +96,13 @@ class Decoder {
   size_t consumed() const { return pos_; }
 
  private:
-  uint8_t next_byte();
+  uint8_t next_byte() {
+    if (pos_ >= in_.size()) {
+      overrun_ = true;
+      return 0;
+    }
+    return static_cast<uint8_t>(in_[pos_++]);
+  }
   std::string_view in_;
   size_t pos_ = 0;
   uint32_t range_ = 0xFFFFFFFFu, code_ = 0;
