@@ -99,4 +99,66 @@ inline double attention_output_rel_error_real(const PackedKv& a, const PackedKv&
   return std::sqrt(err2 / ref2);
 }
 
+// One continuation after the blob's positions, as the model computed it: its queries
+// [n_layers][n][n_heads * head_dim] (after RoPE) and its own K and V [n_layers][n][n_kv_heads *
+// head_dim] (f32, exact).
+struct Continuation {
+  uint32_t n = 0;
+  std::vector<float> q, k, v;
+};
+
+// The attention the model itself computes for the continuations: query i attends causally over
+// the blob's positions (a: exact, b: decoded) and the continuation's own positions 0..i (exact
+// in both); ||o - o'|| / ||o|| over every layer, query head and position.
+inline double attention_output_rel_error_full(const PackedKv& a, const PackedKv& b, const std::vector<Continuation>& conts,
+                                              uint32_t n_heads) {
+  const KvShape& s = a.shape;
+  const size_t eb = element_bytes(a.dtype);
+  const uint32_t group = n_heads / s.n_kv_heads, hd = s.head_dim, row = s.n_kv_heads * hd;
+  double err2 = 0, ref2 = 0;
+  for (const Continuation& c : conts) {
+    std::vector<double> wa(s.n_tokens + c.n), wb(s.n_tokens + c.n);
+    for (uint32_t l = 0; l < s.n_layers; ++l) {
+      for (uint32_t i = 0; i < c.n; ++i) {
+        for (uint32_t hq = 0; hq < n_heads; ++hq) {
+          const float* q = c.q.data() + (size_t{l} * c.n + i) * n_heads * hd + size_t{hq} * hd;
+          const uint32_t h = hq / group, total = s.n_tokens + i + 1;
+          auto key = [&](const PackedKv& kv, uint32_t t, uint32_t d) {
+            return t < s.n_tokens ? static_cast<double>(element_to_float(kv.dtype, kv.k.data() + kv.row_offset(l, t) + (size_t{h} * hd + d) * eb))
+                                  : c.k[(size_t{l} * c.n + (t - s.n_tokens)) * row + size_t{h} * hd + d];
+          };
+          auto value = [&](const PackedKv& kv, uint32_t t, uint32_t d) {
+            return t < s.n_tokens ? static_cast<double>(element_to_float(kv.dtype, kv.v.data() + kv.row_offset(l, t) + (size_t{h} * hd + d) * eb))
+                                  : c.v[(size_t{l} * c.n + (t - s.n_tokens)) * row + size_t{h} * hd + d];
+          };
+          auto weights = [&](const PackedKv& kv, std::vector<double>& w) {
+            double mx = -1e300;
+            for (uint32_t t = 0; t < total; ++t) {
+              double dot = 0;
+              for (uint32_t d = 0; d < hd; ++d) dot += q[d] * key(kv, t, d);
+              w[t] = dot / std::sqrt(static_cast<double>(hd));
+              mx = std::max(mx, w[t]);
+            }
+            double sum = 0;
+            for (uint32_t t = 0; t < total; ++t) sum += (w[t] = std::exp(w[t] - mx));
+            for (uint32_t t = 0; t < total; ++t) w[t] /= sum;
+          };
+          weights(a, wa);
+          weights(b, wb);
+          for (uint32_t d = 0; d < hd; ++d) {
+            double oa = 0, ob = 0;
+            for (uint32_t t = 0; t < total; ++t) {
+              oa += wa[t] * value(a, t, d);
+              ob += wb[t] * value(b, t, d);
+            }
+            err2 += (oa - ob) * (oa - ob);
+            ref2 += oa * oa;
+          }
+        }
+      }
+    }
+  }
+  return std::sqrt(err2 / ref2);
+}
+
 }  // namespace tessera::kvstore::testing

@@ -284,6 +284,31 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
   }
   std::vector<float> queries;
   for (const auto& q : per_layer) queries.insert(queries.end(), q.begin(), q.end());
+  // The continuations as the model runs them: their own queries and K/V (from the pool, written
+  // after the exact preference), for the full-context measure.
+  std::vector<testing::Continuation> conts;
+  const size_t row = static_cast<size_t>(engine_->pool().token_floats());
+  for (const char* text : {"One day, Lily went to", "Tim the bird", "It started to rain and"}) {
+    std::vector<int32_t> seq = pref_;
+    const auto cont = tok_->encode(text, false);
+    seq.insert(seq.end(), cont.begin(), cont.end());
+    std::vector<float> all;
+    ASSERT_TRUE(worker::reference_forward(*model_, seq, &all).ok());
+    ASSERT_TRUE(run(cont, static_cast<int32_t>(pref_.size()), false).ok());
+    testing::Continuation c{.n = static_cast<uint32_t>(cont.size())};
+    for (int32_t l = 0; l < cfg.n_layers; ++l) {
+      const float* first = all.data() + (static_cast<size_t>(l) * seq.size() + pref_.size()) * qd;
+      c.q.insert(c.q.end(), first, first + cont.size() * qd);
+      for (size_t i = 0; i < cont.size(); ++i) {
+        const auto slot = static_cast<int32_t>(pref_.size() + i);
+        const float* k = engine_->pool().key(l, slot);
+        const float* v = engine_->pool().value(l, slot);
+        c.k.insert(c.k.end(), k, k + row);
+        c.v.insert(c.v.end(), v, v + row);
+      }
+    }
+    conts.push_back(std::move(c));
+  }
   struct Case {
     EncodeOptions opts;
     double min_ratio = 0, max_attn = 1;  // asserted for tiered only
@@ -303,7 +328,7 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
       {{.codec = Codec::kTiered, .tiered_step = 0.4f, .tiered_recent = 8}, 2.85, 0.085},
       {{.codec = Codec::kTiered, .tiered_step = 0.8f, .tiered_recent = 8}, 3.4, 0.17},
   };
-  std::printf("| codec | params | blob bytes | ratio vs f16 | attn out rel err (model q) | (random q) | logits rel err | argmax kept |\n");
+  std::printf("| codec | params | blob bytes | ratio vs f16 | attn out rel err (model q) | (random q) | (model q, full context) | logits rel err | argmax kept |\n");
   for (const Case& c : cases) {
     auto blob = encode_blob(f16, c.opts);
     ASSERT_TRUE(blob.ok()) << blob.error().to_string();
@@ -313,6 +338,7 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
     const double attn = testing::attention_output_rel_error_real(f16, *back, queries, n_queries,
                                                                  static_cast<uint32_t>(cfg.n_heads));
     const double attn_random = testing::attention_output_rel_error(f16, *back, 3);
+    const double attn_full = testing::attention_output_rel_error_full(f16, *back, conts, static_cast<uint32_t>(cfg.n_heads));
     write_kv(decode_blob(*blob, {.to_f32 = true}).value());
     const auto got = query_logits();
     write_kv(exact_);
@@ -329,8 +355,8 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
     if (c.opts.codec == Codec::kInt8 || c.opts.codec == Codec::kInt4) std::snprintf(params, sizeof params, "group %u", c.opts.group_size);
     if (c.opts.codec == Codec::kKivi) std::snprintf(params, sizeof params, "group %u step %.3g", c.opts.group_size, c.opts.kivi_step);
     if (c.opts.codec == Codec::kTiered) std::snprintf(params, sizeof params, "step %.3g recent %u", c.opts.tiered_step, c.opts.tiered_recent);
-    std::printf("| %s | %s | %zu | %.2f | %.4f | %.4f | %.4f | %d/%zu |\n", codec_name(c.opts.codec), params, blob->size(), ratio, attn,
-                attn_random, std::sqrt(err2 / ref2), same, ref.size());
+    std::printf("| %s | %s | %zu | %.2f | %.4f | %.4f | %.4f | %.4f | %d/%zu |\n", codec_name(c.opts.codec), params, blob->size(), ratio,
+                attn, attn_random, attn_full, std::sqrt(err2 / ref2), same, ref.size());
     if (c.opts.codec == Codec::kTiered) {
       EXPECT_GE(ratio, c.min_ratio) << params;
       EXPECT_LE(attn, c.max_attn) << params;
