@@ -2,7 +2,8 @@
 
 #include <string>
 
-#include "messages.h"  // kvstore/src (private to kvstore/; the fuzz build reads it on purpose)
+#include "messages.h"
+#include "tessera/kvstore/blob.h"  // kvstore/src (private to kvstore/; the fuzz build reads it on purpose)
 #include "tessera/common/protocol.h"
 
 namespace tessera::fuzz {
@@ -159,6 +160,28 @@ std::vector<std::vector<uint8_t>> frontend_seeds() {
   for (const protocol::Message& m : messages()) {
     if (std::holds_alternative<protocol::GenerateRequest>(m))
       out.push_back(with_mode(FrontendMode::kClientMsgpack, protocol::encode(m)));
+  }
+  return out;
+}
+
+std::vector<std::vector<uint8_t>> kvstore_blob_seeds() {
+  std::vector<std::vector<uint8_t>> out;
+  const kvstore::KvShape shape{.n_layers = 2, .n_tokens = 5, .n_kv_heads = 2, .head_dim = 8};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    kvstore::PackedKv kv{.fingerprint = 0xfeedULL, .dtype = dtype, .shape = shape};
+    kv.k.resize(kv.region_bytes());
+    kv.v.resize(kv.region_bytes());
+    const uint64_t n = shape.elements_per_region();
+    const size_t eb = kvstore::element_bytes(dtype);
+    for (uint64_t i = 0; i < n; ++i) {
+      kvstore::float_to_element(dtype, static_cast<float>(static_cast<int64_t>(i * 7919 % 23) - 11) * 0.25f, kv.k.data() + i * eb);
+      kvstore::float_to_element(dtype, static_cast<float>(static_cast<int64_t>(i * 104729 % 17) - 8) * 0.1f, kv.v.data() + i * eb);
+    }
+    for (kvstore::Codec c : {kvstore::Codec::kNone, kvstore::Codec::kZstd, kvstore::Codec::kInt8, kvstore::Codec::kInt4,
+                             kvstore::Codec::kKivi, kvstore::Codec::kTiered}) {
+      auto blob = kvstore::encode_blob(kv, {.codec = c, .group_size = 4, .tiered_recent = 2});
+      if (blob.ok()) out.push_back(bytes_of(*blob));
+    }
   }
   return out;
 }

@@ -2,7 +2,7 @@
 // every kvstore request and reply (kvstore_messages_fuzz), and the frontend's inputs
 // (frontend_request_fuzz: OpenAI JSON bodies, /tokenize and /detokenize bodies, and client-API
 // msgpack requests, each behind the one-byte mode prefix that target reads).
-// Written by `fuzz_write_seeds --kind protocol|kvstore|frontend --write-seeds DIR`.
+// Written by `fuzz_write_seeds --kind protocol|kvstore|frontend|kvstore_blob --write-seeds DIR`.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +24,7 @@ inline constexpr uint8_t kFrontendModes = 5;
 std::vector<std::vector<uint8_t>> protocol_seeds();
 std::vector<std::vector<uint8_t>> kvstore_seeds();
 std::vector<std::vector<uint8_t>> frontend_seeds();
+// kvstore_blob_fuzz: a small blob of every codec (f32, f16 and bf16 K/V).
+std::vector<std::vector<uint8_t>> kvstore_blob_seeds();
 
 }  // namespace tessera::fuzz

@@ -1,6 +1,6 @@
 // Writes the crafted seed corpus of one fuzz target as files (tests/run.sh's fuzz step):
 //
-//   fuzz_write_seeds --kind gguf|safetensors|protocol|kvstore|frontend --write-seeds DIR
+//   fuzz_write_seeds --kind gguf|safetensors|protocol|kvstore|frontend|kvstore_blob --write-seeds DIR
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -22,8 +22,9 @@ int main(int argc, char** argv) {
   else if (kind == "protocol") seeds = tessera::fuzz::protocol_seeds();
   else if (kind == "kvstore") seeds = tessera::fuzz::kvstore_seeds();
   else if (kind == "frontend") seeds = tessera::fuzz::frontend_seeds();
+  else if (kind == "kvstore_blob") seeds = tessera::fuzz::kvstore_blob_seeds();
   if (seeds.empty() || dir.empty()) {
-    std::fprintf(stderr, "usage: %s --kind gguf|safetensors|protocol|kvstore|frontend --write-seeds DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s --kind gguf|safetensors|protocol|kvstore|frontend|kvstore_blob --write-seeds DIR\n", argv[0]);
     return 2;
   }
   std::filesystem::create_directories(dir);

@@ -88,12 +88,12 @@ step "main build done"
 # with TESSERA_SKIP_FUZZ=1; with TEST_FILTER set it runs only when the filter mentions "fuzz".
 # Targets (docs/building.md, "Fuzzing"): gguf, safetensors (model files), protocol (protocol v1
 # msgpack), kvstore_messages (the kvstore's msgpack), frontend_request (HTTP bodies and
-# client-API msgpack -> prepared requests).
+# client-API msgpack -> prepared requests), kvstore_blob (packed K/V blobs, every codec).
 if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
    [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
   fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
   step "fuzz build ($fuzz_dir)"
-  fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request)
+  fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request kvstore_blob)
   cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DTESSERA_SHARED_DIR="$shared"
   cmake --build "$fuzz_dir" -j "$jobs" --target "${fuzz_targets[@]/%/_fuzz}" fuzz_write_seeds
