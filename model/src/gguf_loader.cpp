@@ -138,6 +138,7 @@ Status load_vocab(const Meta& m, VocabSpec& v, int32_t n_vocab_rows, const std::
   TS_ASSIGN_OR_RETURN(v.add_bos, m.boolean("tokenizer.ggml.add_bos_token", spm));
   TS_ASSIGN_OR_RETURN(v.add_space_prefix, m.boolean("tokenizer.ggml.add_space_prefix", spm));
   TS_ASSIGN_OR_RETURN(v.chat_template, m.string("tokenizer.chat_template", std::string()));
+  TS_ASSIGN_OR_RETURN(v.name, m.string("general.name", std::string()));
   return ok_status();
 }
 

@@ -16,6 +16,23 @@ struct FileCloser {
 };
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// Unicode White_Space beyond ASCII (as Rust's char::is_whitespace).
+bool is_unicode_space(uint32_t cp) {
+  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// The code point of the well-formed UTF-8 character s[i, i + len).
+uint32_t decode_utf8(std::string_view s, size_t i, size_t len) {
+  const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[i + k])); };
+  switch (len) {
+    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    case 4: return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+    default: return b(0);
+  }
+}
 bool is_word_byte(char c) {
   const auto u = static_cast<unsigned char>(c);
   return u >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
@@ -34,7 +51,7 @@ Result<std::string> read_whole_file(const std::string& path, std::string_view wh
   return data;
 }
 
-AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) {
+AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens, StripSpaces strip) : strip_(strip) {
   std::erase_if(tokens, [](const AddedToken& t) { return t.content.empty() || t.id < 0; });
   std::stable_sort(tokens.begin(), tokens.end(),
                    [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
@@ -65,17 +82,33 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
     }
     size_t run_end = i;
     if (hit->lstrip) {
-      while (run_end > run_start && is_space(text[run_end - 1])) --run_end;
+      for (size_t n; run_end > run_start && (n = space_before(text.substr(run_start), run_end - run_start)) > 0;) run_end -= n;
     }
     if (run_end > run_start) out.push_back({text.substr(run_start, run_end - run_start), -1});
     out.push_back({{}, hit->id});
     i += hit->content.size();
     if (hit->rstrip) {
-      while (i < text.size() && is_space(text[i])) ++i;
+      for (size_t n; i < text.size() && (n = space_after(text, i)) > 0;) i += n;
     }
     run_start = i;
   }
   if (run_start < text.size()) out.push_back({text.substr(run_start), -1});
+}
+
+size_t AddedTokenMatcher::space_after(std::string_view text, size_t i) const {
+  if (is_space(text[i])) return 1;
+  if (strip_ == StripSpaces::kAscii || static_cast<unsigned char>(text[i]) < 0x80) return 0;
+  const size_t len = utf8_char_len(text, i);
+  return len > 1 && is_unicode_space(decode_utf8(text, i, len)) ? len : 0;
+}
+
+size_t AddedTokenMatcher::space_before(std::string_view text, size_t i) const {
+  if (is_space(text[i - 1])) return 1;
+  if (strip_ == StripSpaces::kAscii) return 0;
+  for (size_t len = 2; len <= 3 && len <= i; ++len) {  // White_Space beyond ASCII is 2 or 3 bytes long
+    if (utf8_char_len(text, i - len) == len) return is_unicode_space(decode_utf8(text, i - len, len)) ? len : 0;
+  }
+  return 0;
 }
 
 std::string TokenizerBase::token_bytes(int32_t id) const {

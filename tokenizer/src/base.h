@@ -36,6 +36,10 @@ struct AddedToken {
   bool single_word = false;  // only match when not inside a word
 };
 
+// What lstrip/rstrip swallow: Hugging Face tokenizers strip Unicode White_Space (Rust's
+// char::is_whitespace: also U+00A0, U+3000, U+2028, ...); llama.cpp strips isspace() bytes.
+enum class StripSpaces : uint8_t { kUnicode, kAscii };
+
 // Splits text into plain-text runs and literal added-token matches, leftmost-longest.
 // Immutable after construction; thread-safe.
 class AddedTokenMatcher {
@@ -45,12 +49,16 @@ class AddedTokenMatcher {
     int32_t id = -1;        // >= 0: an added token
   };
   AddedTokenMatcher() = default;
-  explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
+  explicit AddedTokenMatcher(std::vector<AddedToken> tokens, StripSpaces strip = StripSpaces::kUnicode);
   bool empty() const { return tokens_.empty(); }
   void split(std::string_view text, std::vector<Segment>& out) const;
 
  private:
+  size_t space_after(std::string_view text, size_t i) const;  // bytes of the whitespace char at i (0: none)
+  size_t space_before(std::string_view text, size_t i) const;  // same for the char that ends at i
+
   std::vector<AddedToken> tokens_;                 // longest first
+  StripSpaces strip_ = StripSpaces::kUnicode;
   std::array<std::vector<uint32_t>, 256> by_first_;  // indices into tokens_, by first byte
 };
 

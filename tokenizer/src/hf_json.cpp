@@ -179,7 +179,7 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
     return make_error(ErrorCode::kCorruptFile, path + ": tokenizer.json model.vocab/merges missing or of the wrong type");
   }
   const std::string space = "\xE2\x96\x81";
-  bool prepend = false, replace = false, first_only = false;
+  bool prepend = false, replace = false, first_only = false, metaspace = false;
   const json norm = j.value("normalizer", json());
   const json pre = j.value("pre_tokenizer", json());
   if (!norm.is_null()) {
@@ -204,6 +204,7 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
     const std::string scheme = pre.value("prepend_scheme", pre.value("add_prefix_space", true) ? "always" : "never");
     prepend = scheme != "never";
     first_only = scheme == "first";
+    metaspace = true;
   } else if (type_of(pre) == "Split" && replace && pre.contains("pattern") && pre.at("pattern").is_object() &&
              pre.at("pattern").value("String", std::string()) == " ") {
     // Gemma 3: the normalizer already turned every ' ' into U+2581, so splitting on ' ' never
@@ -218,7 +219,7 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
   v.space = space;
   v.add_space_prefix = prepend;
   v.prefix_first_run_only = first_only;
-  v.match_special_literally = true;
+  v.prefix_unless_spaced = metaspace;
   v.merge_user_defined = true;
   std::unordered_map<std::string, int32_t> ids;
   for (const auto& [tok, id_json] : model.at("vocab").items()) {
@@ -268,6 +269,8 @@ Result<std::unique_ptr<Tokenizer>> build_sentencepiece_style(const std::string& 
       v.pieces[static_cast<size_t>(id)] = content;
       v.kinds[static_cast<size_t>(id)] = a.value("special", false) ? PieceKind::kControl : PieceKind::kUserDefined;
       ids.insert_or_assign(content, static_cast<int32_t>(id));
+      v.literal.push_back({.content = content, .id = static_cast<int32_t>(id), .lstrip = a.value("lstrip", false),
+                           .rstrip = a.value("rstrip", false), .single_word = a.value("single_word", false)});
     }
   }
   if (model.contains("unk_token") && model.at("unk_token").is_string()) {

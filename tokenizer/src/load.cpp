@@ -57,7 +57,23 @@ Result<std::unique_ptr<Tokenizer>> spm_from_vocab(const VocabSpec& v) {
   s.unk_id = v.unk_id;
   s.add_bos = v.add_bos;
   s.add_space_prefix = v.add_space_prefix;
-  s.match_special_literally = true;
+  // Control, user-defined and unknown pieces are matched literally, as llama.cpp does
+  // (parse_special); it strips isspace() bytes, and for a model whose general.name says Phi-3 it
+  // gives every such token but <unk>, <s> and <|endoftext|> rstrip (and </s> too), as Phi-3's
+  // tokenizer.json does: "<|user|>\nHi" is <|user|> ▁Hi.
+  const bool phi3 = [&] {
+    std::string name = v.name;
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+  }();
+  s.strip_spaces = tok::StripSpaces::kAscii;
+  for (size_t i = 0; i < n; ++i) {
+    const PieceKind k = s.kinds[i];
+    if (k != PieceKind::kControl && k != PieceKind::kUserDefined && k != PieceKind::kUnknown) continue;
+    const std::string& p = s.pieces[i];
+    const bool rstrip = phi3 && (p == "</s>" || (p != "<unk>" && p != "<s>" && p != "<|endoftext|>"));
+    s.literal.push_back({.content = p, .id = static_cast<int32_t>(i), .rstrip = rstrip});
+  }
   return tok::make_spm_tokenizer(std::move(s));
 }
 

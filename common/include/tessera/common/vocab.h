@@ -26,6 +26,7 @@ struct VocabSpec {
   bool add_bos = true;
   bool add_space_prefix = true;
   std::string chat_template;  // tokenizer.chat_template, if present
+  std::string name;           // general.name, if present (llama.cpp keys Phi-3's rstrip tokens on it)
 };
 
 }  // namespace tessera
