@@ -91,11 +91,15 @@ TEST_P(HfSentencePieceTest, SameIdsAsTokenizerBin) {
   EXPECT_EQ(hf->bos_id(), 1);
   EXPECT_EQ(hf->eos_id(), 2);
   EXPECT_TRUE(hf->strips_first_space());
+  // Metaspace (as Hugging Face's tokenizers and transformers.js) adds no dummy prefix to a text
+  // that already starts with a space: "  two" is "▁▁two", which tokenizer.bin gives for " two".
+  const bool metaspace = std::string(style) == "metaspace";
+  auto bin_ids = [&](const std::string& t) { return bin->encode(metaspace && t.starts_with(' ') ? t.substr(1) : t, true); };
   const std::vector<std::string> texts = {"Once upon a time", "Hello world", "  two spaces", "caf\xC3\xA9 \xE4\xB8\xAD",
                                           "emoji \xF0\x9F\x98\x80!", "new\nline", "a", ""};
   for (const std::string& t : texts) {
-    EXPECT_EQ(hf->encode(t, true), bin->encode(t, true)) << t;
-    EXPECT_EQ(hf->decode(hf->encode(t, true)), t);
+    EXPECT_EQ(hf->encode(t, true), bin_ids(t)) << t;
+    EXPECT_EQ(hf->decode(hf->encode(t, true)), metaspace && t.starts_with(' ') ? t.substr(1) : t);
   }
   const std::vector<std::string> alphabet = {"a", "e", "h", "t", "o", "n", " ", "  ", ".", "\n", "the", "ing", "T",
                                              "1", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80"};
@@ -104,7 +108,7 @@ TEST_P(HfSentencePieceTest, SameIdsAsTokenizerBin) {
     std::string t;
     const int n = static_cast<int>(rng() % 30);
     for (int i = 0; i < n; ++i) t += alphabet[rng() % alphabet.size()];
-    ASSERT_EQ(hf->encode(t, true), bin->encode(t, true)) << "'" << t << "'";
+    ASSERT_EQ(hf->encode(t, true), bin_ids(t)) << "'" << t << "'";
   }
   // Special tokens written in the text are matched (Hugging Face's default). The text after
   // them gets the dummy prefix with Prepend, but not with Metaspace prepend_scheme "first".
