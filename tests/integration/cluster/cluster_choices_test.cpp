@@ -11,23 +11,15 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/openai_client.h"
 
 namespace tessera::testing::cluster_choices_test {
 namespace {
 
 using nlohmann::json;
 
-class ClusterChoicesTest : public SharedClusterTest {
+class ClusterChoicesTest : public ApiClusterTest {
  protected:
-  json post(const std::string& path, const json& body, int want_status = 200) {
-    auto r = cluster_->post(path, body.dump());
-    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
-    if (!r.ok()) return json();
-    EXPECT_EQ(r->status, want_status) << r->body;
-    json j = json::parse(r->body, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << r->body;
-    return j;
-  }
   json completion(json body) { return post("/v1/completions", body); }
 
   struct Streamed {
@@ -41,7 +33,6 @@ class ClusterChoicesTest : public SharedClusterTest {
   };
   Streamed stream(const std::string& path, const json& body) {
     Streamed s;
-    http::SseParser sse;
     auto on_data = [&](const std::string& data) {
       if (data == "[DONE]") {
         s.done = true;
@@ -70,11 +61,7 @@ class ClusterChoicesTest : public SharedClusterTest {
         }
       }
     };
-    auto r = http::request({.port = cluster_->http_port(), .method = "POST", .path = path, .body = body.dump(), .timeout_ms = 60000,
-                            .on_body = [&](std::string_view b) {
-                              sse.feed(b, on_data);
-                              return true;
-                            }});
+    auto r = post_sse(cluster_->http_port(), path, body.dump(), on_data);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
     if (r.ok()) {
       EXPECT_EQ(r->status, 200) << r->body;

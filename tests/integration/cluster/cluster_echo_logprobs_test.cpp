@@ -12,29 +12,20 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/openai_client.h"
 
 namespace tessera::testing::cluster_echo_logprobs_test {
 namespace {
 
 using nlohmann::json;
 
-class ClusterEchoLogprobsTest : public SharedClusterTest {
+class ClusterEchoLogprobsTest : public ApiClusterTest {
  protected:
-  json post(const std::string& path, const json& body, int want_status = 200) {
-    auto r = cluster_->post(path, body.dump());
-    EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
-    if (!r.ok()) return json();
-    EXPECT_EQ(r->status, want_status) << r->body;
-    json j = json::parse(r->body, nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << r->body;
-    return j;
-  }
   std::vector<int> tokenize(const std::string& text) { return post("/tokenize", {{"prompt", text}})["tokens"].get<std::vector<int>>(); }
 
   // The streamed choices' logprobs, concatenated per choice index, and their text.
   std::map<int, json> stream_logprobs(const json& body, std::map<int, std::string>* text) {
     std::map<int, json> out;
-    http::SseParser sse;
     auto on_data = [&](const std::string& data) {
       if (data == "[DONE]") return;
       json j = json::parse(data, nullptr, false);
@@ -48,11 +39,7 @@ class ClusterEchoLogprobsTest : public SharedClusterTest {
           for (const json& v : c["logprobs"][key]) acc[key].push_back(v);
       }
     };
-    auto r = http::request({.port = cluster_->http_port(), .method = "POST", .path = "/v1/completions", .body = body.dump(),
-                            .timeout_ms = 60000, .on_body = [&](std::string_view b) {
-                              sse.feed(b, on_data);
-                              return true;
-                            }});
+    auto r = post_sse(cluster_->http_port(), "/v1/completions", body.dump(), on_data);
     EXPECT_TRUE(r.ok() && r->status == 200) << (r.ok() ? r->body : r.error().to_string());
     return out;
   }

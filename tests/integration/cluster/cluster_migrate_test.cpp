@@ -16,62 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/openai_client.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-// One SSE completion with include_usage, recorded from its own thread.
-struct MigrateStream {
-  std::string body;
-  std::string text;
-  std::atomic<int> chunks{0};  // text chunks received
-  std::string finish_reason;
-  json usage;
-  std::string error;  // the error event's JSON
-  bool done = false;  // data: [DONE]
-  std::atomic<bool> ended{false};
-  int status = 0;
-  Clock::time_point last_chunk{};
-  double max_gap_s = 0.0;  // longest pause between two text chunks
-};
-
-void run_migrate_stream(int port, MigrateStream& s) {
-  http::SseParser sse;
-  auto r = http::request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
-                          .timeout_ms = 60000, .on_body = [&](std::string_view b) {
-                            sse.feed(b, [&](const std::string& d) {
-                              if (d == "[DONE]") {
-                                s.done = true;
-                                return;
-                              }
-                              json j = json::parse(d, nullptr, false);
-                              if (j.is_discarded()) return;
-                              if (j.contains("error")) {
-                                s.error = d;
-                                return;
-                              }
-                              if (j.contains("usage") && j["usage"].is_object()) s.usage = j["usage"];
-                              if (!j.contains("choices") || j["choices"].empty()) return;
-                              const json& c = j["choices"].at(0);
-                              if (c.contains("finish_reason") && c["finish_reason"].is_string())
-                                s.finish_reason = c["finish_reason"].get<std::string>();
-                              if (c.contains("text") && !c["text"].get<std::string>().empty()) {
-                                s.text += c["text"].get<std::string>();
-                                const auto now = Clock::now();
-                                if (s.chunks.load() > 0)
-                                  s.max_gap_s = std::max(s.max_gap_s, std::chrono::duration<double>(now - s.last_chunk).count());
-                                s.last_chunk = now;
-                                ++s.chunks;
-                              }
-                            });
-                            return true;
-                          }});
-  s.status = r.ok() ? r->status : -1;
-  s.ended = true;
-}
 
 // The longest greedy case, asked for `max_tokens` tokens (EOS ignored: it ends by length).
 json migrate_request(int max_tokens) {
@@ -96,20 +46,14 @@ std::string file_text(const std::string& path) {
   return ss.str();
 }
 
-double routed_to(const Cluster& cluster, size_t worker) {
-  const double v = cluster.metric(cluster.metrics_port(), "tessera_scheduler_routed_requests_total",
-                                  "worker=\"w" + std::to_string(worker) + "\"");
-  return v == v ? v : 0.0;  // absent before the first request
-}
-
 // Starts `s` and returns the index of the worker it was routed to (-1: none within 10 s).
-int start_and_locate(Cluster& cluster, MigrateStream& s, std::thread& t) {
-  const double before[2] = {routed_to(cluster, 0), routed_to(cluster, 1)};
-  t = std::thread([&] { run_migrate_stream(cluster.http_port(), s); });
+int start_and_locate(Cluster& cluster, CompletionStream& s, std::thread& t) {
+  const double before[2] = {routed_to(cluster, "w0"), routed_to(cluster, "w1")};
+  t = std::thread([&] { run_completion_stream(cluster.http_port(), s); });
   int on = -1;
   (void)wait_until([&] {
     for (size_t w = 0; w < 2; ++w)
-      if (routed_to(cluster, w) > before[w]) on = static_cast<int>(w);
+      if (routed_to(cluster, "w" + std::to_string(w)) > before[w]) on = static_cast<int>(w);
     return on >= 0;
   }, milliseconds(10000));
   return on;
@@ -131,7 +75,7 @@ void expect_migrated_stream_matches(const json& request) {
   const std::string want_text = want["choices"][0]["text"].get<std::string>();
   ASSERT_EQ(want["usage"]["completion_tokens"].get<int>(), kMaxTokens);
 
-  MigrateStream s;
+  CompletionStream s;
   json body = request;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
@@ -180,7 +124,7 @@ TEST(ClusterMigrate, SeededSampledStreamContinuesWithTheUninterruptedText) {
 TEST(ClusterMigrate, EveryWorkerDeadEndsTheStreamWithAClearError) {
   Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
   ASSERT_TRUE(cluster.ok());
-  MigrateStream s;
+  CompletionStream s;
   json body = migrate_request(kMaxTokens);
   body["stream"] = true;
   s.body = body.dump();

@@ -17,6 +17,7 @@
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/openai_client.h"
 #include "tessera/testing/curve_keys.h"
 
 namespace tessera::testing::cluster_test {
@@ -25,57 +26,9 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// One SSE completion, recorded from its own thread.
-struct Stream {
-  std::string body;
-  std::string text;
-  std::atomic<int> chunks{0};        // text chunks received
-  int chunks_before_error = -1;      // chunks seen when the error event came
-  std::string error;                 // the error event's JSON
-  bool done = false;                 // data: [DONE]
-  std::atomic<bool> ended{false};
-  Clock::time_point end{};
-  int status = 0;
-};
-
-void run_stream(int port, Stream& s) {
-  http::SseParser sse;
-  auto r = http::request({.port = port, .method = "POST", .path = "/v1/completions", .body = s.body,
-                                .timeout_ms = 60000, .on_body = [&](std::string_view b) {
-                                  sse.feed(b, [&](const std::string& d) {
-                                    if (d == "[DONE]") {
-                                      s.done = true;
-                                      return;
-                                    }
-                                    json j = json::parse(d, nullptr, false);
-                                    if (j.is_discarded()) return;
-                                    if (j.contains("error")) {
-                                      s.error = d;
-                                      s.chunks_before_error = s.chunks.load();
-                                      return;
-                                    }
-                                    const json& c = j.at("choices").at(0);
-                                    if (c.contains("text") && !c["text"].get<std::string>().empty()) {
-                                      s.text += c["text"].get<std::string>();
-                                      ++s.chunks;
-                                    }
-                                  });
-                                  return true;
-                                }});
-  s.status = r.ok() ? r->status : -1;
-  s.end = Clock::now();
-  s.ended = true;
-}
-
 std::string greedy_body(const GreedyCase& c) {
   return json{{"prompt", c.prompt}, {"max_tokens", c.steps}, {"temperature", 0}, {"stream", true}, {"ignore_eos", true}}
       .dump();
-}
-
-double routed_to(const Cluster& cluster, const std::string& worker) {
-  const double v =
-      cluster.metric(cluster.metrics_port(), "tessera_scheduler_routed_requests_total", "worker=\"" + worker + "\"");
-  return v == v ? v : 0.0;  // absent before the first request
 }
 
 // Two workers. Phase A: long greedy streams on both. Then w1 freezes (SIGSTOP) and phase B's
@@ -90,13 +43,13 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
     if (c.steps >= 256) long_cases.push_back(c);
   ASSERT_GE(long_cases.size(), 2u);
 
-  std::vector<std::unique_ptr<Stream>> a, b;
+  std::vector<std::unique_ptr<CompletionStream>> a, b;
   std::vector<std::thread> threads;
   for (const auto& c : long_cases) {
-    a.push_back(std::make_unique<Stream>());
+    a.push_back(std::make_unique<CompletionStream>());
     a.back()->body = greedy_body(c);
   }
-  for (auto& s : a) threads.emplace_back([&, p = s.get()] { run_stream(cluster.http_port(), *p); });
+  for (auto& s : a) threads.emplace_back([&, p = s.get()] { run_completion_stream(cluster.http_port(), *p); });
   ASSERT_TRUE(wait_until([&] {
     for (auto& s : a)
       if (s->chunks.load() < 1 && !s->ended.load()) return false;
@@ -106,10 +59,10 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
   cluster.worker(1).signal(SIGSTOP);
   const double w1_before = routed_to(cluster, "w1");
   for (const auto& c : cases) {
-    b.push_back(std::make_unique<Stream>());
+    b.push_back(std::make_unique<CompletionStream>());
     b.back()->body = greedy_body(c);
   }
-  for (auto& s : b) threads.emplace_back([&, p = s.get()] { run_stream(cluster.http_port(), *p); });
+  for (auto& s : b) threads.emplace_back([&, p = s.get()] { run_completion_stream(cluster.http_port(), *p); });
   // At least one of phase B's requests must be waiting on the frozen worker.
   ASSERT_TRUE(wait_until([&] { return routed_to(cluster, "w1") > w1_before; }, milliseconds(10000)))
       << "no request was routed to w1 while it was frozen; nothing to test\n" << cluster.logs();
@@ -123,7 +76,7 @@ TEST(ClusterRequeue, DeadWorkersUnstreamedRequestsMoveToALiveWorker) {
   for (auto& t : threads) t.join();
 
   int correct_answers = 0;
-  auto check = [&](const Stream& s, const GreedyCase& c, bool may_fail) {
+  auto check = [&](const CompletionStream& s, const GreedyCase& c, bool may_fail) {
     SCOPED_TRACE(c.prompt + " / " + std::to_string(c.steps));
     EXPECT_EQ(s.status, 200);
     EXPECT_LT(std::chrono::duration<double>(s.end - killed).count(), 15.0) << "took too long to end after the kill";
