@@ -228,6 +228,50 @@ TEST(GgufLlamaVocab, SameIdsAsTokenizerBin) {
   auto no_bos = tokenizer_from_vocab(spec);
   ASSERT_TRUE(no_bos.ok());
   EXPECT_EQ((*no_bos)->encode("Once", true), (std::vector<int32_t>{403}));
+  // <unk> (type 2) written literally is matched too, as llama.cpp does.
+  EXPECT_EQ((*no_bos)->encode("<unk>Once", false), (std::vector<int32_t>{0, 403}));
+}
+
+// Phi-3 in GGUF: llama.cpp gives every control/user-defined token but <unk>, <s> and
+// <|endoftext|> rstrip when general.name says Phi-3; it swallows ASCII whitespace only.
+TEST(GgufLlamaVocab, Phi3ChatTokensSwallowTheWhitespaceAfterThem) {
+  const auto v = testutil::read_llama2c_vocab(shared_path("models/stories260K/tok512.bin"));
+  VocabSpec spec;
+  spec.model = "llama";
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    std::string p;
+    for (char c : v.pieces[i]) p += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+    spec.tokens.push_back(i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : p);
+    spec.scores.push_back(v.scores[i]);
+    spec.token_types.push_back(i == 0 ? 2 : i <= 2 ? 3 : i < 259 ? 6 : 1);
+  }
+  for (const char* t : {"<|endoftext|>", "<|user|>"}) {
+    spec.tokens.push_back(t);
+    spec.scores.push_back(-1000.0f);
+    spec.token_types.push_back(3);
+  }
+  spec.bos_id = 1;
+  spec.eos_id = 2;
+  spec.unk_id = 0;
+  const int32_t eot = 512, user = 513, once = 403;
+  spec.name = "Phi-3-mini-4k-instruct";
+  auto phi3 = tokenizer_from_vocab(spec);
+  ASSERT_TRUE(phi3.ok()) << phi3.error().to_string();
+  EXPECT_EQ((*phi3)->encode("<|user|>\n \tOnce", false), (std::vector<int32_t>{user, once}));
+  EXPECT_EQ((*phi3)->encode("</s>  Once", false), (std::vector<int32_t>{2, once}));
+  const std::vector<int32_t> kept = (*phi3)->encode("<|endoftext|>\nOnce", false);
+  ASSERT_GE(kept.size(), 3u);
+  EXPECT_EQ(kept.front(), eot);
+  EXPECT_EQ((*phi3)->decode(std::vector<int32_t>(kept.begin() + 1, kept.end())), "\nOnce");
+  const std::vector<int32_t> nbsp = (*phi3)->encode("<|user|>\xC2\xA0Once", false);  // U+00A0 is not isspace()
+  ASSERT_GE(nbsp.size(), 3u);
+  EXPECT_EQ((*phi3)->decode(std::vector<int32_t>(nbsp.begin() + 1, nbsp.end())), "\xC2\xA0Once");
+  spec.name = "Llama-2-7b";
+  auto llama = tokenizer_from_vocab(spec);
+  ASSERT_TRUE(llama.ok());
+  const std::vector<int32_t> plain = (*llama)->encode("<|user|>\nOnce", false);
+  EXPECT_EQ(plain.front(), user);
+  EXPECT_NE(plain, (std::vector<int32_t>{user, once}));
 }
 
 // The real GGUF file (llama.cpp's converter wrote its tokenizer.ggml.* vocabulary), read from
