@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "qblock_tiles.h"
 #include "tessera/common/check.h"
@@ -59,18 +60,28 @@ inline __m512i fifth_pair(const uint8_t* qh0, const uint8_t* qh1) {
   return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
 }
 
+// One block's 16 nibble bytes as 32 values 0..15 (value order: low nibbles, then high).
+inline __m256i nibbles1(const uint8_t* q) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4));
+}
+
 // Per format: block bytes, whether it has a min (m * sum(x)), and the signed weights of the
 // blocks at b0 and b1.
 struct Q4_0 {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kMin = false;
+  static constexpr bool kPacked = true;
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_sub_epi8(nibble_pair(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
   }
+  static __m256i values1(const uint8_t* b) { return _mm256_sub_epi8(nibbles1(b + 2), _mm256_set1_epi8(8)); }
 };
 struct Q4_1 {
   static constexpr int kBytes = sizeof(BlockQ4_1);
   static constexpr bool kMin = true;
+  static constexpr bool kPacked = false;
   static __m512i values(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
 };
 struct Q5_0 {
@@ -80,10 +91,16 @@ struct Q5_0 {
     const __m512i v = _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
   }
+  static constexpr bool kPacked = true;
+  static __m256i values1(const uint8_t* b) {
+    const __m256i hi = _mm256_maskz_mov_epi8(static_cast<__mmask32>(load_u32(b + 2)), _mm256_set1_epi8(0x10));
+    return _mm256_sub_epi8(_mm256_or_si256(nibbles1(b + 6), hi), _mm256_set1_epi8(16));
+  }
 };
 struct Q5_1 {
   static constexpr int kBytes = sizeof(BlockQ5_1);
   static constexpr bool kMin = true;
+  static constexpr bool kPacked = false;
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(nibble_pair(b0 + 8, b1 + 8), fifth_pair(b0 + 4, b1 + 4));
   }
@@ -94,6 +111,11 @@ struct IQ4_NL {
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
     return _mm512_shuffle_epi8(table, nibble_pair(b0 + 2, b1 + 2));
+  }
+  static constexpr bool kPacked = true;
+  static __m256i values1(const uint8_t* b) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+    return _mm256_shuffle_epi8(table, nibbles1(b + 2));
   }
 };
 
@@ -175,9 +197,112 @@ struct Table {
   }
 };
 
+// ---- Batches (prefill, multi-sequence decode): 16 weight rows interleaved -----------------
+// The weights of 16 rows are unpacked once per task into a row-interleaved layout: for block b,
+// vector k holds bytes 4k..4k+3 of the block in each row (lane l = row l). Then vpdpbusd with
+// the token's 4 activation bytes broadcast sums a whole block for 16 rows in 8 instructions,
+// and the float work (convert, scale, FMA) is per block per 16 rows, not per block pair per
+// row: ~4x fewer instructions than the 2-block tiles. The unpacking is repeated per task
+// (48 tokens), amortized over its tokens.
+struct VecI {
+  __m512i v;
+};
+struct VecF {
+  __m512 v;
+};
+struct Packed16 {
+  const VecI* w;     // [nb][8]
+  const VecI* init;  // [nb]: -128 * (the block's weight sum), per row
+  const VecF* d;     // [nb]: the rows' block scales
+};
+
+template <class F>
+void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d) {
+  alignas(64) uint8_t scratch[16 * 32] = {};
+  alignas(32) uint16_t dh[16] = {};
+  const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int l = 0; l < rows; ++l) {
+      const uint8_t* blk = g.w + (r + l) * g.w_row_bytes + b * F::kBytes;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(scratch + 32 * l), F::values1(blk));
+      dh[l] = load_u16(blk);
+    }
+    __m512i sum = zero;
+    for (int k = 0; k < 8; ++k) {
+      const __m512i v = _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(k)), scratch, 4);
+      w[b * 8 + k].v = v;
+      sum = _mm512_dpbusd_epi32(sum, c128, v);
+    }
+    init[b].v = _mm512_sub_epi32(zero, sum);
+    d[b].v = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+  }
+}
+
+// Tokens [t, t + RN) x the 16 packed rows at r (rows of them real).
+template <int RN>
+void packed_tokens(const GemmQ8Job& g, const Packed16& p, int64_t nb, int64_t r, int rows, int64_t t) {
+  __m512 acc[RN];
+  const uint8_t* xq[RN];
+  const float* xd[RN];
+  for (int j = 0; j < RN; ++j) {
+    acc[j] = _mm512_setzero_ps();
+    xq[j] = reinterpret_cast<const uint8_t*>(g.xq) + (t + j) * g.cols;
+    xd[j] = g.xd + (t + j) * nb * 8;
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i s[RN];
+    for (int j = 0; j < RN; ++j) s[j] = p.init[b].v;
+    for (int k = 0; k < 8; ++k) {
+      const __m512i wv = p.w[b * 8 + k].v;
+      for (int j = 0; j < RN; ++j) {
+        s[j] = _mm512_dpbusd_epi32(s[j], _mm512_set1_epi32(static_cast<int>(load_u32(xq[j] + b * 32 + 4 * k))), wv);
+      }
+    }
+    for (int j = 0; j < RN; ++j) {
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(p.d[b].v, _mm512_set1_ps(xd[j][b * 8])), acc[j]);
+    }
+  }
+  const __mmask16 m = rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1u);
+  for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(g.y + (t + j) * g.y_stride + r, m, acc[j]);
+}
+
+constexpr int kPackRN = 4;
+constexpr int64_t kPackMinN = 4;  // fewer tokens: the 2-block tiles (packing would not pay)
+
+template <class F>
+void gemm_packed(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = g.cols / 32;
+  thread_local std::vector<VecI> w, init;
+  thread_local std::vector<VecF> d;
+  w.resize(static_cast<size_t>(nb * 8));
+  init.resize(static_cast<size_t>(nb));
+  d.resize(static_cast<size_t>(nb));
+  const Packed16 p{w.data(), init.data(), d.data()};
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int rows = static_cast<int>(std::min<int64_t>(16, r1 - r));
+    pack16<F>(g, r, rows, nb, w.data(), init.data(), d.data());
+    int64_t t = t0;
+    for (; t + kPackRN <= t1; t += kPackRN) packed_tokens<kPackRN>(g, p, nb, r, rows, t);
+    switch (t1 - t) {
+      case 3: packed_tokens<3>(g, p, nb, r, rows, t); break;
+      case 2: packed_tokens<2>(g, p, nb, r, rows, t); break;
+      case 1: packed_tokens<1>(g, p, nb, r, rows, t); break;
+      default: break;
+    }
+  }
+}
+
 template <class F>
 void gemm(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   static constexpr Table<F> table;
+  if constexpr (F::kPacked) {
+    if (t1 - t0 >= kPackMinN) {
+      gemm_packed<F>(g, r0, r1, t0, t1);
+      return;
+    }
+  }
   if (t1 - t0 <= kSmallN) {
     for (int64_t r = r0; r < r1; ++r) table.fns[1][t1 - t0](g, r, t0);
     return;
