@@ -124,6 +124,18 @@ struct IQ4_NL {
 // with 16 blocks of look-ahead was latency-bound (Q4_0 decode 95 tok per CPU-s at 1 thread;
 // 2048 bytes: 157; 1024: 143; 3072: 150).
 constexpr int64_t kPrefetchBytes = 2048;
+// Q8_0 takes only the interleaved batch path (its 2-block tiles are avx512_kernels.cpp's).
+struct Q8_0 {
+  static constexpr int kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kMin = false;
+  static constexpr bool kPacked = true;
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+  }
+  static __m256i values1(const uint8_t* b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
+};
+
 // One tile: rows [r, r + RM) x tokens [t, t + RN).
 template <class F, int RM, int RN>
 void tile(const GemmQ8Job& g, int64_t r, int64_t t) {
@@ -322,6 +334,13 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
     case DType::kQ5_0: gemm<Q5_0>(job, r0, r1, t0, t1); return;
     case DType::kQ5_1: gemm<Q5_1>(job, r0, r1, t0, t1); return;
     case DType::kIQ4_NL: gemm<IQ4_NL>(job, r0, r1, t0, t1); return;
+    case DType::kQ8_0:
+      if (t1 - t0 >= kPackMinN) {
+        gemm_packed<Q8_0>(job, r0, r1, t0, t1);
+      } else {
+        avx512_kernels().gemm_q8_0(job, r0, r1, t0, t1);
+      }
+      return;
     default: break;
   }
   TS_CHECK(false) << "gemm_qblock_avx512: not a 32-value block format: " << dtype_name(job.w_type);
