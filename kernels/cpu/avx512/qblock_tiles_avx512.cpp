@@ -228,24 +228,54 @@ struct Packed16 {
   const VecF* d;     // [nb]: the rows' block scales
 };
 
+// out[k] lane l = dword k of row l, for rows given as r[i] = [row i | row i + 8] (8 dwords
+// each): an 8 x 8 dword transpose inside both 256-bit halves at once.
+inline void transpose16x8(const __m512i r[8], __m512i out[8]) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[0..3]: rows 0-3 (and 8-11), dwords {0,4}, {1,5}, {2,6}, {3,7} per 128-bit lane pair; u[4..7]: rows 4-7.
+  for (int h = 0; h < 2; ++h) {
+    const __m512i* a = t + 4 * h;
+    u[4 * h + 0] = _mm512_unpacklo_epi64(a[0], a[2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(a[0], a[2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(a[1], a[3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(a[1], a[3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
+    out[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
+  }
+}
+
 template <class F>
 void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d) {
-  alignas(64) uint8_t scratch[16 * 32] = {};
   alignas(32) uint16_t dh[16] = {};
-  const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
   const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
+  const uint8_t* row[16];
+  for (int l = 0; l < rows; ++l) row[l] = g.w + (r + l) * g.w_row_bytes;
   for (int64_t b = 0; b < nb; ++b) {
-    for (int l = 0; l < rows; ++l) {
-      const uint8_t* blk = g.w + (r + l) * g.w_row_bytes + b * F::kBytes;
-      _mm256_store_si256(reinterpret_cast<__m256i*>(scratch + 32 * l), F::values1(blk));
-      dh[l] = load_u16(blk);
+    __m256i v[16];
+    for (int l = 0; l < 16; ++l) {
+      if (l < rows) {
+        const uint8_t* blk = row[l] + b * F::kBytes;
+        v[l] = F::values1(blk);
+        dh[l] = load_u16(blk);
+      } else {
+        v[l] = _mm256_setzero_si256();
+      }
     }
+    __m512i pairs[8], out[8];
+    for (int i = 0; i < 8; ++i) pairs[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v[i]), v[i + 8], 1);
+    transpose16x8(pairs, out);
     __m512i sum = zero;
     for (int k = 0; k < 8; ++k) {
-      const __m512i v = _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(k)), scratch, 4);
-      w[b * 8 + k].v = v;
-      sum = _mm512_dpbusd_epi32(sum, c128, v);
+      w[b * 8 + k].v = out[k];
+      sum = _mm512_dpbusd_epi32(sum, c128, out[k]);
     }
     init[b].v = _mm512_sub_epi32(zero, sum);
     d[b].v = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
