@@ -256,24 +256,17 @@ void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* 
   alignas(32) uint16_t dh[16] = {};
   const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
-  const uint8_t* row[16];
-  for (int l = 0; l < rows; ++l) row[l] = g.w + (r + l) * g.w_row_bytes;
+  const uint8_t* row[16];  // missing rows (rows < 16) read row 0 and are masked off
+  for (int l = 0; l < 16; ++l) row[l] = g.w + (r + (l < rows ? l : 0)) * g.w_row_bytes;
+  const __mmask16 live = rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1u);
   for (int64_t b = 0; b < nb; ++b) {
-    __m256i v[16];
-    for (int l = 0; l < 16; ++l) {
-      if (l < rows) {
-        const uint8_t* blk = row[l] + b * F::kBytes;
-        v[l] = F::values1(blk);
-        dh[l] = load_u16(blk);
-      } else {
-        v[l] = _mm256_setzero_si256();
-      }
-    }
-    __m512i pairs[8], out[8];
-    for (int i = 0; i < 8; ++i) pairs[i] = _mm512_inserti64x4(_mm512_castsi256_si512(v[i]), v[i + 8], 1);
+    __m512i pairs[8], out[8];  // pairs[i] = [row i | row i + 8], unpacked together
+    for (int i = 0; i < 8; ++i) pairs[i] = F::values(row[i] + b * F::kBytes, row[i + 8] + b * F::kBytes);
+    for (int l = 0; l < rows; ++l) dh[l] = load_u16(row[l] + b * F::kBytes);
     transpose16x8(pairs, out);
     __m512i sum = zero;
     for (int k = 0; k < 8; ++k) {
+      if (rows < 16) out[k] = _mm512_maskz_mov_epi32(live, out[k]);
       w[b * 8 + k].v = out[k];
       sum = _mm512_dpbusd_epi32(sum, c128, out[k]);
     }
