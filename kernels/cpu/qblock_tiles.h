@@ -1,20 +1,22 @@
-// Private: register-tiled GEMMs for the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1 and
-// IQ4_NL (the model: the Q8_0 tiles of avx512/avx512_kernels.cpp). They take the Q8_0 path's
-// activations (IsaKernels::quantize_q8 of the same ISA: uint8 q + 128 on AVX-512, scales
-// repeated q8_scale_repeat times) and a GemmQ8Job whose w_type names the weight format.
+// Private: batched GEMMs (prefill, multi-sequence decode) for the 32-value block formats
+// Q4_0, Q5_0, IQ4_NL and for Q8_0, on AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp). They take
+// the Q8_0 path's activations (IsaKernels::quantize_q8 of the same ISA: uint8 q + 128, scales
+// repeated q8_scale_repeat times: the same integers as the scalar quantizer) and a GemmQ8Job
+// whose w_type names the weight format.
 //
-// Per tile of RM weight rows x RN tokens, each pair of weight blocks is unpacked once to 64
-// signed bytes and multiplied with every token's activations (vpdpbusd); the float scale work
-// is one convert, one multiply and one FMA per block pair per (row, token), as for Q8_0.
+// Per task (a row chunk x up to 48 tokens), every 16 weight rows are unpacked once into a
+// row-interleaved layout (lane l of a vector = row l), then each token's block dot for all 16
+// rows is 8 vpdpbusd with broadcast activation bytes, and one convert + multiply + FMA per
+// block per 16 rows: ~4x fewer instructions than one row at a time (quant_gemm.h's dots).
 //
-// Numerics: the integers per block are exact (the same as the scalar oracle's, quant_dot.cpp),
-// but the float accumulation runs in 16 lanes of 2 blocks each rather than the oracle's fixed
-// 8-lane fma order (quant_gemm.h): results agree with the scalar path to float rounding
-// (relative error ~1e-6 of the row's magnitude), not bit for bit — the price of a tile that
-// does not shuffle per-block sums into lanes (that shuffle made the bit-identical path 2-3x
-// slower than Q8_0's tiles). Greedy decoding therefore may differ between ISA paths where two
-// logits tie to ~1e-6, exactly as for Q8_0 and the float formats.
-// Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job.
+// Numerics: Q4_0, Q5_0, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
+// integers per block, and per row lane the oracle's fma order (block i into accumulator i % 8,
+// fixed final reduction; quant_gemm.h) — so greedy tokens do not depend on the ISA or on the
+// batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
+// Single tokens (decode) stay on the per-row dots: memory-bound, where unpacking 16 rows for
+// one token would not pay. Q4_1 / Q5_1 (no interleaved path yet) stay there too.
+// Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
+// thread_local.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +26,15 @@
 
 namespace tessera::kernels::cpu {
 
-// The formats these kernels take.
-inline bool qblock_tiles_support(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL;
-}
+// Batches of at least this many tokens take the interleaved path (fewer: the per-row kernels).
+inline constexpr int64_t kQBlockBatchMinN = 4;
 
-// AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp); activations of avx512_kernels().quantize_q8.
+// The 32-value formats with an interleaved path (Q8_0 is routed separately: it always has
+// Q8_0-style activations).
+inline bool qblock_tiles_support(DType t) { return t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL; }
+
+// AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
+// kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0.
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 }  // namespace tessera::kernels::cpu
