@@ -90,10 +90,9 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     p.n = a.n;
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
     const auto* w = static_cast<const uint8_t*>(a.w);
-    // Batches of Q4_0 / Q5_0 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the
-    // interleaved kernels of qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
-    const bool qblock_tiles =
-        isa == Isa::kAvx512 && (a.w_type == DType::kQ8_0 || (cpu::qblock_tiles_support(a.w_type) && a.n >= cpu::kQBlockBatchMinN));
+    // Q4_0 / Q5_0 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
+    // qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
+    const bool qblock_tiles = isa == Isa::kAvx512 && (a.w_type == DType::kQ8_0 || cpu::qblock_tiles_support(a.w_type));
     if (cpu::quant_gemm_supports(a.w_type) && !qblock_tiles) {
       p.gjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};

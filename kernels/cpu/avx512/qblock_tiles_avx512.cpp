@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qblock_tiles.h"
+#include "quant_gemm.h"
 #include "tessera/common/check.h"
 #include "tessera/common/quants.h"
 
@@ -212,13 +213,128 @@ void gemm_packed(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t
   }
 }
 
+// ---- Few tokens (decode): one weight row at a time, 16 blocks per step ---------------------
+// Two blocks per zmm (vpdpbusd, 8 partial lanes per block), 8 such vectors reduced to the 16
+// blocks' sums in one vector, lanes in kPerm16 order; the accumulators hold the oracle's 8
+// lanes permuted the same way (kPerm16's halves are both kPerm8 + const), so each lane takes
+// its blocks in the oracle's order: bit-identical, with the float work per 8 blocks.
+constexpr int kPerm16[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+// d[p]: the partial sums of blocks 2p (lanes 0-7) and 2p + 1 (lanes 8-15) -> lane k = the sum
+// of block kPerm16[k].
+inline __m512i reduce_blocks(const __m512i d[8]) {
+  __m512i e[4], f[2];
+  for (int p = 0; p < 4; ++p) {
+    e[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * p], d[2 * p + 1]), _mm512_unpackhi_epi32(d[2 * p], d[2 * p + 1]));
+  }
+  for (int q = 0; q < 2; ++q) {  // per 128-bit lane L: the L-sums of d[4q .. 4q + 3]
+    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(e[2 * q], e[2 * q + 1]),
+                                       _mm512_unpackhi_epi64(e[2 * q], e[2 * q + 1]));
+    f[q] = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+  return _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0));
+}
+
+// Rows [r0, r1) x tokens [t, t + RN); xdp[j]: token j's activation scales per 16-block group in
+// kPerm16 order (0 past the row's end).
+template <class F, int RN>
+void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const float* const* xdp) {
+  const int64_t nb = g.cols / 32;
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i idx = zero;
+  {
+    alignas(64) int32_t o[16];
+    for (int k = 0; k < 16; ++k) o[k] = kPerm16[k] * F::kBytes;
+    idx = _mm512_load_si512(o);
+  }
+  const uint8_t* xq[RN];
+  for (int j = 0; j < RN; ++j) xq[j] = reinterpret_cast<const uint8_t*>(g.xq) + (t + j) * g.cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = g.w + r * g.w_row_bytes;
+    __m256 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t base = 0; base < nb; base += 16) {
+      __m512i d[RN][8];
+      for (int p = 0; p < 8; ++p) {
+        const int64_t b = base + 2 * p;
+        if (b >= nb) {
+          for (int j = 0; j < RN; ++j) d[j][p] = zero;
+          continue;
+        }
+        const uint8_t* b0 = w + b * F::kBytes;
+        const bool both = b + 1 < nb;
+        _mm_prefetch(reinterpret_cast<const char*>(b0) + 2048, _MM_HINT_T0);
+        const __mmask64 xm = both ? ~0ull : 0xFFFFFFFFull;
+        const __m512i wv = _mm512_maskz_mov_epi8(xm, F::values(b0, both ? b0 + F::kBytes : b0));
+        const __m512i nsw = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wv));
+        for (int j = 0; j < RN; ++j) d[j][p] = _mm512_dpbusd_epi32(nsw, _mm512_maskz_loadu_epi8(xm, xq[j] + b * 32), wv);
+      }
+      const __mmask16 live = nb - base >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                             : static_cast<__mmask16>(_mm512_cmplt_epi32_mask(
+                                                   _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15),
+                                                   _mm512_set1_epi32(static_cast<int>(nb - base))));
+      const __m512i raw = _mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+      for (int j = 0; j < RN; ++j) {
+        const __m512 sf = _mm512_cvtepi32_ps(reduce_blocks(d[j]));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(xdp[j] + base));
+        acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+      }
+    }
+    for (int j = 0; j < RN; ++j) {
+      alignas(32) float a[8];
+      _mm256_store_ps(a, acc[j]);
+      float l[8];
+      for (int k = 0; k < 8; ++k) l[kPerm16[k]] = a[k];
+      g.y[(t + j) * g.y_stride + r] = reduce_lanes(l);
+    }
+  }
+}
+
+template <class F>
+void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = g.cols / 32, padded = (nb + 15) / 16 * 16;
+  const int n = static_cast<int>(t1 - t0);
+  thread_local std::vector<float> perm;
+  perm.assign(static_cast<size_t>(padded * n), 0.0f);
+  const float* xdp[kQBlockBatchMinN];
+  for (int j = 0; j < n; ++j) {
+    const float* xd = g.xd + (t0 + j) * nb * 8;
+    float* out = perm.data() + j * padded;
+    for (int64_t base = 0; base < nb; base += 16) {
+      for (int k = 0; k < 16; ++k) {
+        const int64_t b = base + kPerm16[k];
+        if (b < nb) out[base + k] = xd[b * 8];
+      }
+    }
+    xdp[j] = out;
+  }
+  switch (n) {
+    case 1: gemv_rows<F, 1>(g, r0, r1, t0, xdp); break;
+    case 2: gemv_rows<F, 2>(g, r0, r1, t0, xdp); break;
+    case 3: gemv_rows<F, 3>(g, r0, r1, t0, xdp); break;
+    default: TS_CHECK(false) << "gemv: " << n << " tokens";
+  }
+}
+
+template <class F>
+void gemm_any(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 >= kQBlockBatchMinN) {
+    gemm_packed<F>(g, r0, r1, t0, t1);
+  } else {
+    gemv<F>(g, r0, r1, t0, t1);
+  }
+}
+
 }  // namespace
 
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   switch (job.w_type) {
-    case DType::kQ4_0: gemm_packed<Q4_0>(job, r0, r1, t0, t1); return;
-    case DType::kQ5_0: gemm_packed<Q5_0>(job, r0, r1, t0, t1); return;
-    case DType::kIQ4_NL: gemm_packed<IQ4_NL>(job, r0, r1, t0, t1); return;
+    case DType::kQ4_0: gemm_any<Q4_0>(job, r0, r1, t0, t1); return;
+    case DType::kQ5_0: gemm_any<Q5_0>(job, r0, r1, t0, t1); return;
+    case DType::kIQ4_NL: gemm_any<IQ4_NL>(job, r0, r1, t0, t1); return;
     case DType::kQ8_0:
       if (t1 - t0 >= kQBlockBatchMinN) {
         gemm_packed<Q8_0>(job, r0, r1, t0, t1);
