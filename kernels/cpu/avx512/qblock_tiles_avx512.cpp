@@ -283,12 +283,11 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const floa
         acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
       }
     }
-    for (int j = 0; j < RN; ++j) {
-      alignas(32) float a[8];
-      _mm256_store_ps(a, acc[j]);
-      float l[8];
-      for (int k = 0; k < 8; ++k) l[kPerm16[k]] = a[k];
-      g.y[(t + j) * g.y_stride + r] = reduce_lanes(l);
+    for (int j = 0; j < RN; ++j) {  // back to the oracle's lanes, then reduce_lanes' order
+      const __m256 l = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), acc[j]);
+      const __m128 v = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
+      const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));                                  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+      g.y[(t + j) * g.y_stride + r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
     }
   }
 }
