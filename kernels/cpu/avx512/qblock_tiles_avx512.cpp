@@ -52,6 +52,8 @@ inline __m512i fifth_pair(const uint8_t* qh0, const uint8_t* qh1) {
 struct Q4_0 {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 8;  // values() = uvalues() - kOffset
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 2, b1 + 2); }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_sub_epi8(nibble_pair(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
   }
@@ -59,6 +61,10 @@ struct Q4_0 {
 struct Q5_0 {
   static constexpr int kBytes = sizeof(BlockQ5_0);
   static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 16;
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
+  }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     const __m512i v = _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
@@ -67,6 +73,10 @@ struct Q5_0 {
 struct IQ4_NL {
   static constexpr int kBytes = sizeof(BlockIQ4_NL);
   static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 128;
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_add_epi8(values(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
     return _mm512_shuffle_epi8(table, nibble_pair(b0 + 2, b1 + 2));
@@ -235,12 +245,20 @@ inline __m512i reduce_blocks(const __m512i d[8]) {
   return _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0));
 }
 
-// Rows [r0, r1) x tokens [t, t + RN); xdp[j]: token j's activation scales per 16-block group in
-// kPerm16 order (0 past the row's end).
+// One token's activations for the GEMV: signed bytes, and per 16-block group in kPerm16 order
+// (0 past the row's end) the block scales and kOffset * the block's sum of x. The weights
+// enter vpdpbusd as unsigned values (u = w + kOffset), so block sum = u . x - kOffset * sum(x).
+struct GemvX {
+  int64_t t;
+  const int8_t* q;
+  const float* d;
+  const int32_t* offset;
+};
+
+// Rows [r0, r1) x the RN tokens x[0 .. RN).
 template <class F, int RN>
-void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const float* const* xdp) {
+void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
   const int64_t nb = g.cols / 32;
-  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
   __m512i idx = zero;
   {
@@ -248,8 +266,6 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const floa
     for (int k = 0; k < 16; ++k) o[k] = kPerm16[k] * F::kBytes;
     idx = _mm512_load_si512(o);
   }
-  const uint8_t* xq[RN];
-  for (int j = 0; j < RN; ++j) xq[j] = reinterpret_cast<const uint8_t*>(g.xq) + (t + j) * g.cols;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* w = g.w + r * g.w_row_bytes;
     __m256 acc[RN];
@@ -266,9 +282,8 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const floa
         const bool both = b + 1 < nb;
         _mm_prefetch(reinterpret_cast<const char*>(b0) + 2048, _MM_HINT_T0);
         const __mmask64 xm = both ? ~0ull : 0xFFFFFFFFull;
-        const __m512i wv = _mm512_maskz_mov_epi8(xm, F::values(b0, both ? b0 + F::kBytes : b0));
-        const __m512i nsw = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wv));
-        for (int j = 0; j < RN; ++j) d[j][p] = _mm512_dpbusd_epi32(nsw, _mm512_maskz_loadu_epi8(xm, xq[j] + b * 32), wv);
+        const __m512i wv = _mm512_maskz_mov_epi8(xm, F::uvalues(b0, both ? b0 + F::kBytes : b0));
+        for (int j = 0; j < RN; ++j) d[j][p] = _mm512_dpbusd_epi32(zero, wv, _mm512_maskz_loadu_epi8(xm, x[j].q + b * 32));
       }
       const __mmask16 live = nb - base >= 16 ? static_cast<__mmask16>(0xFFFF)
                                              : static_cast<__mmask16>(_mm512_cmplt_epi32_mask(
@@ -277,8 +292,9 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const floa
       const __m512i raw = _mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes, 1);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
       for (int j = 0; j < RN; ++j) {
-        const __m512 sf = _mm512_cvtepi32_ps(reduce_blocks(d[j]));
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(xdp[j] + base));
+        const __m512i sums = _mm512_sub_epi32(reduce_blocks(d[j]), _mm512_loadu_si512(x[j].offset + base));
+        const __m512 sf = _mm512_cvtepi32_ps(sums);
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + base));
         acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
         acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
       }
@@ -287,7 +303,7 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t, const floa
       const __m256 l = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), acc[j]);
       const __m128 v = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
       const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));                                  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
-      g.y[(t + j) * g.y_stride + r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+      g.y[x[j].t * g.y_stride + r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
     }
   }
 }
@@ -296,24 +312,37 @@ template <class F>
 void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = g.cols / 32, padded = (nb + 15) / 16 * 16;
   const int n = static_cast<int>(t1 - t0);
-  thread_local std::vector<float> perm;
-  perm.assign(static_cast<size_t>(padded * n), 0.0f);
-  const float* xdp[kQBlockBatchMinN];
+  thread_local std::vector<float> xd_perm;
+  thread_local std::vector<int32_t> offset_perm;
+  thread_local std::vector<int8_t> xs;
+  xd_perm.assign(static_cast<size_t>(padded * n), 0.0f);
+  offset_perm.assign(static_cast<size_t>(padded * n), 0);
+  xs.resize(static_cast<size_t>(g.cols * n));
+  GemvX x[kQBlockBatchMinN];
   for (int j = 0; j < n; ++j) {
+    const auto* xq = reinterpret_cast<const uint8_t*>(g.xq) + (t0 + j) * g.cols;
     const float* xd = g.xd + (t0 + j) * nb * 8;
-    float* out = perm.data() + j * padded;
-    for (int64_t base = 0; base < nb; base += 16) {
-      for (int k = 0; k < 16; ++k) {
-        const int64_t b = base + kPerm16[k];
-        if (b < nb) out[base + k] = xd[b * 8];
+    int8_t* q = xs.data() + j * g.cols;
+    float* d = xd_perm.data() + j * padded;
+    int32_t* off = offset_perm.data() + j * padded;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        q[b * 32 + i] = static_cast<int8_t>(xq[b * 32 + i] ^ 0x80);
+        sum += q[b * 32 + i];
       }
+      const int64_t base = b / 16 * 16;
+      int k = 0;
+      while (base + kPerm16[k] != b) ++k;
+      d[base + k] = xd[b * 8];
+      off[base + k] = F::kOffset * sum;
     }
-    xdp[j] = out;
+    x[j] = {t0 + j, q, d, off};
   }
   switch (n) {
-    case 1: gemv_rows<F, 1>(g, r0, r1, t0, xdp); break;
-    case 2: gemv_rows<F, 2>(g, r0, r1, t0, xdp); break;
-    case 3: gemv_rows<F, 3>(g, r0, r1, t0, xdp); break;
+    case 1: gemv_rows<F, 1>(g, r0, r1, x); break;
+    case 2: gemv_rows<F, 2>(g, r0, r1, x); break;
+    case 3: gemv_rows<F, 3>(g, r0, r1, x); break;
     default: TS_CHECK(false) << "gemv: " << n << " tokens";
   }
 }
