@@ -1,5 +1,5 @@
-// Private: batched GEMMs (prefill, multi-sequence decode) for the 32-value block formats
-// Q4_0, Q5_0, IQ4_NL and for Q8_0, on AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp). They take
+// Private: GEMMs for the 32-value block formats Q4_0, Q5_0, IQ4_NL (decode and batches) and
+// for Q8_0 batches, on AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp). They take
 // the Q8_0 path's activations (IsaKernels::quantize_q8 of the same ISA: uint8 q + 128, scales
 // repeated q8_scale_repeat times: the same integers as the scalar quantizer) and a GemmQ8Job
 // whose w_type names the weight format.
@@ -13,8 +13,11 @@
 // integers per block, and per row lane the oracle's fma order (block i into accumulator i % 8,
 // fixed final reduction; quant_gemm.h) — so greedy tokens do not depend on the ISA or on the
 // batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
-// Single tokens (decode) stay on the per-row dots: memory-bound, where unpacking 16 rows for
-// one token would not pay. Q4_1 / Q5_1 (no interleaved path yet) stay there too.
+// Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
+// stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
+// reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
+// bit-identical too. Interleaving 16 rows for one token would not pay. Q4_1 / Q5_1 have no
+// path here yet (quant_gemm.h's per-row dots).
 // Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
 // thread_local.
 #pragma once
