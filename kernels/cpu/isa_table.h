@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tessera/common/dtype.h"
 #include "tessera/kernels/kv_format.h"
 
 namespace tessera::kernels::cpu {
@@ -24,6 +25,7 @@ struct GemmJob {
 // xq [n, cols] bytes (row t at xq + t * cols) and xd [n, cols / 32 * q8_scale_repeat] scales
 // (each block's scale repeated q8_scale_repeat times, so SIMD paths load them as vectors).
 struct GemmQ8Job {
+  DType w_type = DType::kQ8_0;  // Q8_0 (gemm_q8_0), or a format of qblock_tiles.h
   const uint8_t* w = nullptr;  // Q8_0 blocks: {fp16 d, int8 q[32]} = 34 bytes
   size_t w_row_bytes = 0;
   int64_t cols = 0;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "isa_table.h"
+#include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
 #include "tessera/kernels/thread_pool.h"
@@ -89,12 +90,15 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     p.n = a.n;
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
     const auto* w = static_cast<const uint8_t*>(a.w);
-    if (cpu::quant_gemm_supports(a.w_type)) {
+    // Q4_0 / Q5_0 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
+    // qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
+    const bool qblock_tiles = isa == Isa::kAvx512 && (a.w_type == DType::kQ8_0 || cpu::qblock_tiles_support(a.w_type));
+    if (cpu::quant_gemm_supports(a.w_type) && !qblock_tiles) {
       p.gjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};
       cpu::quant_gemm_plan(&p.gjob, isa);
       p.quant_gemm = true;
-    } else if (a.w_type != DType::kQ8_0) {
+    } else if (a.w_type != DType::kQ8_0 && !qblock_tiles) {
       p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,
                 .y_stride = a.y_stride};
       p.ffn = a.w_type == DType::kF32 ? k.gemm_f32 : a.w_type == DType::kF16 ? k.gemm_f16 : k.gemm_bf16;
@@ -110,9 +114,9 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
         q_total += static_cast<size_t>(a.n * a.cols);
         d_total += static_cast<size_t>(a.n * (a.cols / 32) * k.q8_scale_repeat);
       }
-      p.qjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = nullptr, .xd = nullptr, .y = a.y,
+      p.qjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = nullptr, .xd = nullptr, .y = a.y,
                 .y_stride = a.y_stride};
-      p.qfn = k.gemm_q8_0;
+      p.qfn = qblock_tiles ? cpu::gemm_qblock_avx512 : k.gemm_q8_0;
     }
     p.split = plan_split(a.rows, a.n, threads);
     p.first_task = tasks;

@@ -6,6 +6,8 @@
 // blocks (no f32 copy of the weights), as ggml's vec_dot_*_q8_* do. Paths: scalar (the
 // oracle), AVX2, AVX-512 VNNI (vpdpbusd on 256-bit vectors), chosen by quant_gemm_plan(); all
 // give bit-identical results (see finish_* below).
+// On AVX-512, matmul() routes Q4_0, Q5_0 and IQ4_NL to the faster kernels of qblock_tiles.h
+// instead (same integers and float order, so bit-identical to these).
 // Thread-safety: quant_gemm() is called concurrently for disjoint (rows, tokens) tiles of one
 // job; the job and the quantized activations are read-only by then.
 #pragma once

@@ -126,7 +126,7 @@ void tile_q8(const GemmQ8Job& g, int64_t r, int64_t t) {
   for (; b + 2 <= nb; b += 2) {
     for (int i = 0; i < RM; ++i) {
       const uint8_t* blk = w[i] + b * 34;
-      _mm_prefetch(reinterpret_cast<const char*>(blk + 34 * 16), _MM_HINT_T0);  // 8 pairs ahead
+      _mm_prefetch(reinterpret_cast<const char*>(blk + 2048), _MM_HINT_T0);  // a few rows ahead
       const __m512i wv = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 36)), 1);

@@ -6,7 +6,9 @@
 //   IQ4_XS with Q8_K activations):
 //   < 2e-4, the activation quantization (8 bits per value);
 // - a SIMD path vs the scalar path: bit-identical (per-block integers, then one shared float
-//   reduction order).
+//   reduction order; also the AVX-512 interleaved batch kernels of qblock_tiles.h);
+// - every path: the same results with and without a thread pool (the tiles' per-output
+//   arithmetic does not depend on how rows and tokens are split).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,7 +62,7 @@ TEST_P(QuantMatmul, EveryIsaMatchesTheDequantizedOracle) {
         oracle[static_cast<size_t>(i * s.rows + r)] = static_cast<float>(acc);
       }
     }
-    std::vector<float> scalar;
+    std::vector<float> scalar, unpooled;
     std::vector<Isa> isas = {Isa::kScalar};
     for (Isa i : testing::simd_isas()) isas.push_back(i);
     for (Isa isa : isas) {
@@ -78,6 +80,11 @@ TEST_P(QuantMatmul, EveryIsaMatchesTheDequantizedOracle) {
                                  " n=" + std::to_string(s.n) + (p ? " pool" : "");
         EXPECT_LT(nmse(got.data(), oracle.data(), got.size()), integer_path(t) ? 2e-4 : 1e-10) << what;
         if (isa == Isa::kScalar && p == nullptr) scalar = got;
+        if (p == nullptr) {
+          unpooled = got;
+        } else {
+          EXPECT_EQ(got, unpooled) << what << " vs no pool";
+        }
         if (integer_path(t)) {
           EXPECT_EQ(got, scalar) << what << " vs scalar";
         } else {

@@ -1,0 +1,378 @@
+// AVX-512 VNNI batched GEMM for Q4_0, Q5_0, IQ4_NL and Q8_0 weights (qblock_tiles.h).
+// Activations are uint8 (q + 128) with each block's scale repeated 8 times (avx512_kernels.cpp
+// quantize_q8). 16 weight rows are unpacked to signed bytes and interleaved per task (pack16),
+// so vpdpbusd(-128 * sum(w), x + 128 broadcast, w) gives a block's exact integer dot for 16
+// rows at once; the float work is per block per 16 rows.
+#include <immintrin.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "qblock_tiles.h"
+#include "quant_gemm.h"
+#include "tessera/common/check.h"
+#include "tessera/common/quants.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+inline uint16_t load_u16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The 16 nibble bytes at q0 and q1 as 64 values 0..15: [lo(q0), hi(q0), lo(q1), hi(q1)].
+inline __m512i nibble_pair(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i both = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)),
+                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
+  const __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(both));
+  return _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
+}
+
+// 0x10 in byte j where bit j of the blocks' 32-bit qh words (q0's, then q1's) is set.
+inline __m512i fifth_pair(const uint8_t* qh0, const uint8_t* qh1) {
+  const __mmask64 m = static_cast<__mmask64>(load_u32(qh0)) | (static_cast<__mmask64>(load_u32(qh1)) << 32);
+  return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
+}
+
+// Per format: block bytes, whether the float sums follow the scalar oracle's order, and the
+// signed weights of the same block index in two rows (b0 -> bytes 0..31, b1 -> 32..63).
+struct Q4_0 {
+  static constexpr int kBytes = sizeof(BlockQ4_0);
+  static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 8;  // values() = uvalues() - kOffset
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 2, b1 + 2); }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_sub_epi8(nibble_pair(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
+  }
+};
+struct Q5_0 {
+  static constexpr int kBytes = sizeof(BlockQ5_0);
+  static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 16;
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
+  }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    const __m512i v = _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
+    return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
+  }
+};
+struct IQ4_NL {
+  static constexpr int kBytes = sizeof(BlockIQ4_NL);
+  static constexpr bool kOracleOrder = true;
+  static constexpr int kOffset = 128;
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_add_epi8(values(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+    return _mm512_shuffle_epi8(table, nibble_pair(b0 + 2, b1 + 2));
+  }
+};
+// Q8_0 has no bit-identity contract across ISAs (its tiles sum 2 blocks per vector already).
+struct Q8_0 {
+  static constexpr int kBytes = sizeof(BlockQ8_0);
+  static constexpr bool kOracleOrder = false;
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
+  }
+};
+
+// ---- 16 weight rows interleaved ----------------------------------------------------------
+// The weights of 16 rows are unpacked once per task into a row-interleaved layout: for block b,
+// vector k holds bytes 4k..4k+3 of the block in each row (lane l = row l). Then vpdpbusd with
+// the token's 4 activation bytes broadcast sums a whole block for 16 rows in 8 instructions,
+// and the float work (convert, scale, FMA) is per block per 16 rows, not per block per row:
+// the per-block float order of the scalar oracle costs nothing extra here (each row is a
+// lane). The unpacking is repeated per task (up to 48 tokens), amortized over its tokens.
+struct VecI {
+  __m512i v;
+};
+struct VecF {
+  __m512 v;
+};
+struct Packed16 {
+  const VecI* w;     // [nb][8]
+  const VecI* init;  // [nb]: -128 * (the block's weight sum), per row
+  const VecF* d;     // [nb]: the rows' block scales
+};
+
+// out[k] lane l = dword k of row l, for rows given as r[i] = [row i | row i + 8] (8 dwords
+// each): an 8 x 8 dword transpose inside both 256-bit halves at once.
+inline void transpose16x8(const __m512i r[8], __m512i out[8]) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[0..3]: rows 0-3 (and 8-11), dwords {0,4}, {1,5}, {2,6}, {3,7} per 128-bit lane pair; u[4..7]: rows 4-7.
+  for (int h = 0; h < 2; ++h) {
+    const __m512i* a = t + 4 * h;
+    u[4 * h + 0] = _mm512_unpacklo_epi64(a[0], a[2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(a[0], a[2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(a[1], a[3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(a[1], a[3]);
+  }
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int k = 0; k < 4; ++k) {
+    out[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
+    out[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
+  }
+}
+
+template <class F>
+void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d) {
+  alignas(32) uint16_t dh[16] = {};
+  const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  const uint8_t* row[16];  // missing rows (rows < 16) read row 0 and are masked off
+  for (int l = 0; l < 16; ++l) row[l] = g.w + (r + (l < rows ? l : 0)) * g.w_row_bytes;
+  const __mmask16 live = rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1u);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i pairs[8], out[8];  // pairs[i] = [row i | row i + 8], unpacked together
+    for (int i = 0; i < 8; ++i) pairs[i] = F::values(row[i] + b * F::kBytes, row[i + 8] + b * F::kBytes);
+    for (int l = 0; l < rows; ++l) dh[l] = load_u16(row[l] + b * F::kBytes);
+    transpose16x8(pairs, out);
+    __m512i sum = zero;
+    for (int k = 0; k < 8; ++k) {
+      if (rows < 16) out[k] = _mm512_maskz_mov_epi32(live, out[k]);
+      w[b * 8 + k].v = out[k];
+      sum = _mm512_dpbusd_epi32(sum, c128, out[k]);
+    }
+    init[b].v = _mm512_sub_epi32(zero, sum);
+    d[b].v = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(dh)));
+  }
+}
+
+// Tokens [t, t + RN) x the 16 packed rows at r (rows of them real). kLanes: the float order of
+// the scalar oracle (quant_gemm.h): block i into accumulator i % 8 by fma(s_i, d_i * xd_i),
+// then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) — per row lane, so the results are
+// bit-identical to the scalar path's. Otherwise (Q8_0) one accumulator.
+template <int RN, bool kLanes>
+void packed_tokens(const GemmQ8Job& g, const Packed16& p, int64_t nb, int64_t r, int rows, int64_t t) {
+  constexpr int kAcc = kLanes ? 8 : 1;
+  __m512 acc[RN][kAcc];
+  const uint8_t* xq[RN];
+  const float* xd[RN];
+  for (int j = 0; j < RN; ++j) {
+    for (int a = 0; a < kAcc; ++a) acc[j][a] = _mm512_setzero_ps();
+    xq[j] = reinterpret_cast<const uint8_t*>(g.xq) + (t + j) * g.cols;
+    xd[j] = g.xd + (t + j) * nb * 8;
+  }
+  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+    for (int i = 0; i < 8; ++i) {  // unrolled: acc[j][i] stays in a register
+      const int64_t b = b0 + i;
+      if (b >= nb) break;
+      __m512i s[RN];
+      for (int j = 0; j < RN; ++j) s[j] = p.init[b].v;
+      for (int k = 0; k < 8; ++k) {
+        const __m512i wv = p.w[b * 8 + k].v;
+        for (int j = 0; j < RN; ++j) {
+          s[j] = _mm512_dpbusd_epi32(s[j], _mm512_set1_epi32(static_cast<int>(load_u32(xq[j] + b * 32 + 4 * k))), wv);
+        }
+      }
+      for (int j = 0; j < RN; ++j) {
+        __m512& l = acc[j][kLanes ? i : 0];
+        l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(p.d[b].v, _mm512_set1_ps(xd[j][b * 8])), l);
+      }
+    }
+  }
+  const __mmask16 m = rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1u);
+  for (int j = 0; j < RN; ++j) {
+    __m512 y = acc[j][0];
+    if constexpr (kLanes) {
+      const __m512* l = acc[j];
+      y = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                        _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+    }
+    _mm512_mask_storeu_ps(g.y + (t + j) * g.y_stride + r, m, y);
+  }
+}
+
+template <class F>
+void gemm_packed(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  constexpr bool kLanes = F::kOracleOrder;
+  constexpr int kRN = kLanes ? 2 : 4;  // 8 accumulators per token in the oracle's order
+  const int64_t nb = g.cols / 32;
+  thread_local std::vector<VecI> w, init;
+  thread_local std::vector<VecF> d;
+  w.resize(static_cast<size_t>(nb * 8));
+  init.resize(static_cast<size_t>(nb));
+  d.resize(static_cast<size_t>(nb));
+  const Packed16 p{w.data(), init.data(), d.data()};
+  for (int64_t r = r0; r < r1; r += 16) {
+    const int rows = static_cast<int>(std::min<int64_t>(16, r1 - r));
+    pack16<F>(g, r, rows, nb, w.data(), init.data(), d.data());
+    int64_t t = t0;
+    for (; t + kRN <= t1; t += kRN) packed_tokens<kRN, kLanes>(g, p, nb, r, rows, t);
+    for (; t < t1; ++t) packed_tokens<1, kLanes>(g, p, nb, r, rows, t);
+  }
+}
+
+// ---- Few tokens (decode): one weight row at a time, 16 blocks per step ---------------------
+// Two blocks per zmm (vpdpbusd, 8 partial lanes per block), 8 such vectors reduced to the 16
+// blocks' sums in one vector, lanes in kPerm16 order; the accumulators hold the oracle's 8
+// lanes permuted the same way (kPerm16's halves are both kPerm8 + const), so each lane takes
+// its blocks in the oracle's order: bit-identical, with the float work per 8 blocks.
+constexpr int kPerm16[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+
+// d[p]: the partial sums of blocks 2p (lanes 0-7) and 2p + 1 (lanes 8-15) -> lane k = the sum
+// of block kPerm16[k].
+inline __m512i reduce_blocks(const __m512i d[8]) {
+  __m512i e[4], f[2];
+  for (int p = 0; p < 4; ++p) {
+    e[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * p], d[2 * p + 1]), _mm512_unpackhi_epi32(d[2 * p], d[2 * p + 1]));
+  }
+  for (int q = 0; q < 2; ++q) {  // per 128-bit lane L: the L-sums of d[4q .. 4q + 3]
+    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(e[2 * q], e[2 * q + 1]),
+                                       _mm512_unpackhi_epi64(e[2 * q], e[2 * q + 1]));
+    f[q] = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
+  }
+  return _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0));
+}
+
+// One token's activations for the GEMV: signed bytes, and per 16-block group in kPerm16 order
+// (0 past the row's end) the block scales and kOffset * the block's sum of x. The weights
+// enter vpdpbusd as unsigned values (u = w + kOffset), so block sum = u . x - kOffset * sum(x).
+struct GemvX {
+  int64_t t;
+  const int8_t* q;
+  const float* d;
+  const int32_t* offset;
+};
+
+// Rows [r0, r1) x the RN tokens x[0 .. RN).
+template <class F, int RN>
+void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
+  const int64_t nb = g.cols / 32;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512i idx = zero;
+  {
+    alignas(64) int32_t o[16];
+    for (int k = 0; k < 16; ++k) o[k] = kPerm16[k] * F::kBytes;
+    idx = _mm512_load_si512(o);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = g.w + r * g.w_row_bytes;
+    __m256 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t base = 0; base < nb; base += 16) {
+      __m512i d[RN][8];
+      for (int p = 0; p < 8; ++p) {
+        const int64_t b = base + 2 * p;
+        if (b >= nb) {
+          for (int j = 0; j < RN; ++j) d[j][p] = zero;
+          continue;
+        }
+        const uint8_t* b0 = w + b * F::kBytes;
+        const bool both = b + 1 < nb;
+        _mm_prefetch(reinterpret_cast<const char*>(b0) + 2048, _MM_HINT_T0);
+        const __mmask64 xm = both ? ~0ull : 0xFFFFFFFFull;
+        const __m512i wv = _mm512_maskz_mov_epi8(xm, F::uvalues(b0, both ? b0 + F::kBytes : b0));
+        for (int j = 0; j < RN; ++j) d[j][p] = _mm512_dpbusd_epi32(zero, wv, _mm512_maskz_loadu_epi8(xm, x[j].q + b * 32));
+      }
+      const __mmask16 live = nb - base >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                             : static_cast<__mmask16>(_mm512_cmplt_epi32_mask(
+                                                   _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15),
+                                                   _mm512_set1_epi32(static_cast<int>(nb - base))));
+      const __m512i raw = _mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+      for (int j = 0; j < RN; ++j) {
+        const __m512i sums = _mm512_sub_epi32(reduce_blocks(d[j]), _mm512_loadu_si512(x[j].offset + base));
+        const __m512 sf = _mm512_cvtepi32_ps(sums);
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + base));
+        acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+      }
+    }
+    for (int j = 0; j < RN; ++j) {  // back to the oracle's lanes, then reduce_lanes' order
+      const __m256 l = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), acc[j]);
+      const __m128 v = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
+      const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));                                  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+      g.y[x[j].t * g.y_stride + r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+    }
+  }
+}
+
+template <class F>
+void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int64_t nb = g.cols / 32, padded = (nb + 15) / 16 * 16;
+  const int n = static_cast<int>(t1 - t0);
+  thread_local std::vector<float> xd_perm;
+  thread_local std::vector<int32_t> offset_perm;
+  thread_local std::vector<int8_t> xs;
+  xd_perm.assign(static_cast<size_t>(padded * n), 0.0f);
+  offset_perm.assign(static_cast<size_t>(padded * n), 0);
+  xs.resize(static_cast<size_t>(g.cols * n));
+  GemvX x[kQBlockBatchMinN];
+  for (int j = 0; j < n; ++j) {
+    const auto* xq = reinterpret_cast<const uint8_t*>(g.xq) + (t0 + j) * g.cols;
+    const float* xd = g.xd + (t0 + j) * nb * 8;
+    int8_t* q = xs.data() + j * g.cols;
+    float* d = xd_perm.data() + j * padded;
+    int32_t* off = offset_perm.data() + j * padded;
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        q[b * 32 + i] = static_cast<int8_t>(xq[b * 32 + i] ^ 0x80);
+        sum += q[b * 32 + i];
+      }
+      const int64_t base = b / 16 * 16;
+      int k = 0;
+      while (base + kPerm16[k] != b) ++k;
+      d[base + k] = xd[b * 8];
+      off[base + k] = F::kOffset * sum;
+    }
+    x[j] = {t0 + j, q, d, off};
+  }
+  switch (n) {
+    case 1: gemv_rows<F, 1>(g, r0, r1, x); break;
+    case 2: gemv_rows<F, 2>(g, r0, r1, x); break;
+    case 3: gemv_rows<F, 3>(g, r0, r1, x); break;
+    default: TS_CHECK(false) << "gemv: " << n << " tokens";
+  }
+}
+
+template <class F>
+void gemm_any(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 >= kQBlockBatchMinN) {
+    gemm_packed<F>(g, r0, r1, t0, t1);
+  } else {
+    gemv<F>(g, r0, r1, t0, t1);
+  }
+}
+
+}  // namespace
+
+void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  switch (job.w_type) {
+    case DType::kQ4_0: gemm_any<Q4_0>(job, r0, r1, t0, t1); return;
+    case DType::kQ5_0: gemm_any<Q5_0>(job, r0, r1, t0, t1); return;
+    case DType::kIQ4_NL: gemm_any<IQ4_NL>(job, r0, r1, t0, t1); return;
+    case DType::kQ8_0:
+      if (t1 - t0 >= kQBlockBatchMinN) {
+        gemm_packed<Q8_0>(job, r0, r1, t0, t1);
+      } else {
+        avx512_kernels().gemm_q8_0(job, r0, r1, t0, t1);
+      }
+      return;
+    default: break;
+  }
+  TS_CHECK(false) << "gemm_qblock_avx512: no interleaved path for " << dtype_name(job.w_type);
+}
+
+}  // namespace tessera::kernels::cpu

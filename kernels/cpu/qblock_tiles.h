@@ -1,0 +1,43 @@
+// Private: GEMMs for the 32-value block formats Q4_0, Q5_0, IQ4_NL (decode and batches) and
+// for Q8_0 batches, on AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp). They take
+// the Q8_0 path's activations (IsaKernels::quantize_q8 of the same ISA: uint8 q + 128, scales
+// repeated q8_scale_repeat times: the same integers as the scalar quantizer) and a GemmQ8Job
+// whose w_type names the weight format.
+//
+// Per task (a row chunk x up to 48 tokens), every 16 weight rows are unpacked once into a
+// row-interleaved layout (lane l of a vector = row l), then each token's block dot for all 16
+// rows is 8 vpdpbusd with broadcast activation bytes, and one convert + multiply + FMA per
+// block per 16 rows: ~4x fewer instructions than one row at a time (quant_gemm.h's dots).
+//
+// Numerics: Q4_0, Q5_0, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
+// integers per block, and per row lane the oracle's fma order (block i into accumulator i % 8,
+// fixed final reduction; quant_gemm.h) — so greedy tokens do not depend on the ISA or on the
+// batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
+// Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
+// stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
+// reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
+// bit-identical too. Interleaving 16 rows for one token would not pay. Q4_1 / Q5_1 have no
+// path here yet (quant_gemm.h's per-row dots).
+// Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
+// thread_local.
+#pragma once
+
+#include <cstdint>
+
+#include "isa_table.h"
+#include "tessera/common/dtype.h"
+
+namespace tessera::kernels::cpu {
+
+// Batches of at least this many tokens take the interleaved path (fewer: the per-row kernels).
+inline constexpr int64_t kQBlockBatchMinN = 4;
+
+// The 32-value formats with an interleaved path (Q8_0 is routed separately: it always has
+// Q8_0-style activations).
+inline bool qblock_tiles_support(DType t) { return t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL; }
+
+// AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
+// kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0.
+void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+}  // namespace tessera::kernels::cpu
