@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "messages.h"
-#include "tessera/kvstore/blob.h"  // kvstore/src (private to kvstore/; the fuzz build reads it on purpose)
+#include "messages.h"  // kvstore/src (private to kvstore/; the fuzz build reads it on purpose)
+#include "tessera/kvstore/blob.h"
 #include "tessera/common/protocol.h"
 
 namespace tessera::fuzz {

@@ -408,6 +408,13 @@ Result<BlobHeader> peek_blob_header(std::string_view blob) {
     return make_error(ErrorCode::kCorruptFile, "kv blob: " + std::to_string(blob.size() - kBlobHeaderBytes - h.payload_bytes) +
                                                    " trailing bytes after the payload");
   }
+  if (h.codec == Codec::kTiered && h.payload_bytes < tiered::min_payload_bytes(s)) {
+    return make_error(ErrorCode::kTruncatedFile, "kv blob: tiered payload of " + std::to_string(h.payload_bytes) +
+                                                     " bytes is too short for shape " + std::to_string(s.n_layers) + "x" +
+                                                     std::to_string(s.n_tokens) + "x" + std::to_string(s.n_kv_heads) + "x" +
+                                                     std::to_string(s.head_dim) + " (a valid one has at least " +
+                                                     std::to_string(tiered::min_payload_bytes(s)) + ")");
+  }
   return h;
 }
 
@@ -495,13 +502,10 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
       from_float(kv.dtype, x.data(), n, kv.v.data());
       break;
     }
-    case Codec::kTiered: {
-      std::vector<float> xk(n), xv(n);
-      TS_TRY(tiered::decode(h.shape, payload, xk.data(), xv.data()));
+    case Codec::kTiered: {  // straight into the regions: no f32 copy of the shape's size
       kv.k.resize(n * element_bytes(kv.dtype));
       kv.v.resize(kv.k.size());
-      from_float(kv.dtype, xk.data(), n, kv.k.data());
-      from_float(kv.dtype, xv.data(), n, kv.v.data());
+      TS_TRY(tiered::decode(h.shape, payload, kv.dtype, kv.k.data(), kv.v.data()));
       break;
     }
   }

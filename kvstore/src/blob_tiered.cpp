@@ -144,12 +144,18 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
   return ok_status();
 }
 
-Status decode(const KvShape& s, std::string_view payload, float* k, float* v) {
+uint64_t min_payload_bytes(const KvShape& s) {
+  return kPrefixBytes + 2 * geometry(s).params_bytes() + s.elements_per_region() / 256;
+}
+
+Status decode(const KvShape& s, std::string_view payload, DType dtype, uint8_t* k, uint8_t* v) {
   const Geometry g = geometry(s);
-  if (payload.size() < kPrefixBytes + 2 * g.params_bytes()) {
+  if (payload.size() < min_payload_bytes(s)) {
     return make_error(ErrorCode::kTruncatedFile, "kv blob: tiered payload of " + std::to_string(payload.size()) +
-                                                     " bytes is shorter than its parameters");
+                                                     " bytes is shorter than its shape allows (at least " +
+                                                     std::to_string(min_payload_bytes(s)) + ")");
   }
+  const size_t eb = element_bytes(dtype);
   uint32_t recent;
   std::memcpy(&recent, payload.data(), 4);
   const auto shift = static_cast<uint8_t>(payload[4]);
@@ -185,7 +191,7 @@ Status decode(const KvShape& s, std::string_view payload, float* k, float* v) {
   std::vector<rc::IntModel> models(2 * 2 * kCtxDims);
   const uint64_t row = g.heads * g.dim;
   for (int region = 0; region < 2; ++region) {
-    float* x = region == 0 ? k : v;
+    uint8_t* x = region == 0 ? k : v;
     const RegionParams& r = rp[region];
     for (uint64_t l = 0; l < g.layers; ++l) {
       for (uint64_t t = 0; t < g.tokens; ++t) {
@@ -201,8 +207,8 @@ Status decode(const KvShape& s, std::string_view payload, float* k, float* v) {
             if (dec.overrun()) {
               return make_error(ErrorCode::kTruncatedFile, "kv blob: tiered code stream ends early");
             }
-            x[(l * g.tokens + t) * row + h * g.dim + d] =
-                fp16_to_f32(r.mean[(l * g.heads + h) * g.dim + d]) + static_cast<float>(q) * step;
+            float_to_element(dtype, fp16_to_f32(r.mean[(l * g.heads + h) * g.dim + d]) + static_cast<float>(q) * step,
+                             x + ((l * g.tokens + t) * row + h * g.dim + d) * eb);
           }
         }
       }

@@ -40,8 +40,16 @@ struct Params {
 // refused (kInvalidArgument naming the region and element).
 Status encode(const KvShape& s, const float* k, const float* v, const Params& p, std::string& out);
 
-// Decodes a payload into k and v (elements_per_region() floats each). Corrupt or short
-// payloads give kCorruptFile / kTruncatedFile; never reads out of bounds.
-Status decode(const KvShape& s, std::string_view payload, float* k, float* v);
+// The least payload a valid encoding of shape s has: the prefix, the parameters, and the code
+// stream's entropy floor — every code costs at least one adaptive decision, and an 11-bit
+// probability saturates at 2017/2048 (>= 0.022 bit), so 2n codes take >= n/182 bytes; n/256 is
+// required. Checked against the header (peek_blob_header) before anything the size of the shape
+// is allocated, so a few hostile bytes cannot claim gigabytes of K/V.
+uint64_t min_payload_bytes(const KvShape& s);
+
+// Decodes a payload into k and v (elements_per_region() elements of `dtype` each, written as
+// decoded: no f32 staging copy). Corrupt or short payloads give kCorruptFile / kTruncatedFile;
+// never reads out of bounds.
+Status decode(const KvShape& s, std::string_view payload, DType dtype, uint8_t* k, uint8_t* v);
 
 }  // namespace tessera::kvstore::tiered

@@ -114,6 +114,15 @@ bool L1Cache::contains(const BlobKey& key) {
   return true;
 }
 
+std::optional<L1Cache::Item> L1Cache::peek(const BlobKey& key) const {
+  std::lock_guard lock(mu_);
+  auto part = parts_.find(key.user);
+  if (part == parts_.end()) return std::nullopt;
+  auto found = part->second.index.find(entry_id(key));
+  if (found == part->second.index.end() || found->second->expires_at <= Clock::now()) return std::nullopt;
+  return Item{key, found->second->blob, found->second->expires_at};
+}
+
 bool L1Cache::erase(const BlobKey& key) {
   std::lock_guard lock(mu_);
   auto part = parts_.find(key.user);

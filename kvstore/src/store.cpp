@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "messages.h"  // wire::kMaxTtlSeconds
 #include "tessera/common/log.h"
 #include "tessera/common/metrics.h"
 #include "tessera/kvstore/blob.h"
@@ -36,15 +37,28 @@ Result<std::unique_ptr<Store>> Store::create(StoreConfig config) {
 }
 
 bool Store::distrusted(const BlobKey& key) {
-  if (!any_distrusted_.load()) return false;
+  if (!any_distrusted_.load() && !any_unsynced_.load()) return false;
   const std::string name = l2_->signer().redis_key(key);
   std::lock_guard<std::mutex> lock(unsynced_mu_);
+  if (unsynced_.contains(canonical_key(key))) return true;  // ours: L1 may have lost it before the sync
   auto it = distrusted_.find(name);
   if (it == distrusted_.end()) return false;
   if (it->second > Clock::now()) return true;
   distrusted_.erase(it);
   any_distrusted_.store(!distrusted_.empty());
   return false;
+}
+
+void Store::trust(const BlobKey& key) {
+  if (!any_distrusted_.load()) return;
+  const std::string name = l2_->signer().redis_key(key);
+  std::lock_guard<std::mutex> lock(unsynced_mu_);
+  distrusted_.erase(name);
+  any_distrusted_.store(!distrusted_.empty());
+}
+
+std::mutex& Store::write_mu(const BlobKey& key) {
+  return write_mu_[std::hash<std::string>{}(canonical_key(key)) % write_mu_.size()];
 }
 
 void Store::mark_unsynced(const BlobKey& key, bool unsynced) {
@@ -54,6 +68,7 @@ void Store::mark_unsynced(const BlobKey& key, bool unsynced) {
   } else {
     unsynced_.erase(canonical_key(key));
   }
+  any_unsynced_.store(!unsynced_.empty());
 }
 
 uint64_t Store::sync_unsynced(size_t shard) {
@@ -63,24 +78,27 @@ uint64_t Store::sync_unsynced(size_t shard) {
     for (const auto& [canon, key] : unsynced_)
       if (shard == kAllShards || l2_->owner(key) == shard) keys.push_back(key);
   }
-  if (keys.empty()) return 0;
-  std::map<std::string, L1Cache::Item> in_l1;
-  for (L1Cache::Item& it : l1_.snapshot()) {
-    std::string canon = canonical_key(it.key);
-    in_l1.emplace(std::move(canon), std::move(it));
-  }
-  const auto now = Clock::now();
   uint64_t synced = 0;
   for (const BlobKey& key : keys) {
-    auto it = in_l1.find(canonical_key(key));
-    const auto left_s = it == in_l1.end() ? 0 : std::chrono::duration_cast<std::chrono::seconds>(it->second.expires_at - now).count();
-    // This node's last word on the key: its L1 entry, or none (removed, evicted or expired).
-    const bool ok = left_s >= 1 ? l2_->put(key, *it->second.blob,
-                                           static_cast<uint32_t>(std::min<int64_t>(left_s, config_.default_ttl_s)))
-                                      .ok()
-                                : l2_->remove(key).ok();
-    if (!ok) continue;  // still unsynced: the next time the shard is back
-    mark_unsynced(key, false);
+    {
+      // Under the key's stripe: a put/remove through this node either finished before (then it is
+      // no longer on the list, or L1 holds its value) or waits until this write is done.
+      std::lock_guard<std::mutex> write(write_mu(key));
+      {
+        std::lock_guard<std::mutex> lock(unsynced_mu_);
+        if (!unsynced_.contains(canonical_key(key))) continue;  // written since, or another node wrote later
+      }
+      // This node's last word on the key: its L1 entry, or none (removed, evicted or expired).
+      const std::optional<L1Cache::Item> in_l1 = l1_.peek(key);
+      const auto left_s =
+          in_l1 ? std::chrono::duration_cast<std::chrono::seconds>(in_l1->expires_at - Clock::now()).count() : 0;
+      const bool ok = left_s >= 1 ? l2_->put(key, *in_l1->blob,
+                                             static_cast<uint32_t>(std::min<int64_t>(left_s, config_.default_ttl_s)))
+                                        .ok()
+                                  : l2_->remove(key).ok();
+      if (!ok) continue;  // still unsynced: the next time the shard is back
+      mark_unsynced(key, false);
+    }
     publish(key_event(key));
     ++synced;
   }
@@ -170,9 +188,14 @@ Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_
   out.l1 = l1.ok();
   if (!l1.ok()) out.note = "L1: " + l1.error().message;
   if (l2_ != nullptr) {
-    const Status l2 = l2_->put(key, *shared, ttl);
+    Status l2 = ok_status();
+    {
+      std::lock_guard<std::mutex> write(write_mu(key));  // not interleaved with the key's sync
+      l2 = l2_->put(key, *shared, ttl);
+      mark_unsynced(key, !l2.ok());
+    }
+    if (l2.ok()) trust(key);
     out.l2 = l2.ok();
-    mark_unsynced(key, !l2.ok());
     if (!l2.ok()) out.note += (out.note.empty() ? "L2: " : "; L2: ") + l2.error().message;
     // Other nodes' L1 copies of this key are stale now; when L2 missed the put, its copy is too.
     publish(key_event(key) + (l2.ok() ? "" : std::string(kUnsyncedMark)));
@@ -205,8 +228,13 @@ Result<bool> Store::remove(const BlobKey& key) {
   TS_TRY(validate_key(key));
   bool removed = l1_.erase(key);
   if (l2_ != nullptr) {
-    auto r = l2_->remove(key);
-    mark_unsynced(key, !r.ok());
+    Result<bool> r = false;
+    {
+      std::lock_guard<std::mutex> write(write_mu(key));  // not interleaved with the key's sync
+      r = l2_->remove(key);
+      mark_unsynced(key, !r.ok());
+    }
+    if (r.ok()) trust(key);
     // Also when the key's shard is down: other nodes drop their copies (and distrust L2's).
     publish(key_event(key) + (r.ok() ? "" : std::string(kUnsyncedMark)));
     if (!r.ok()) return l2_unavailable_after_l1(removed ? 1 : 0, r.error()).take_error();
@@ -274,8 +302,8 @@ void Store::on_event(std::string_view message) {
     const std::string_view index_key = rest.substr(0, bar2), name = rest.substr(bar2 + 1);
     {
       std::lock_guard<std::mutex> lock(unsynced_mu_);
-      if (unsynced) {
-        distrusted_[std::string(name)] = Clock::now() + std::chrono::seconds(config_.default_ttl_s);
+      if (unsynced) {  // until the writer's sync; at most as long as the old value can live
+        distrusted_[std::string(name)] = Clock::now() + std::chrono::seconds(wire::kMaxTtlSeconds);
       } else {
         distrusted_.erase(std::string(name));
       }
@@ -298,6 +326,7 @@ void Store::on_event(std::string_view message) {
     {  // another node wrote the key later than this one: its word, not ours, goes to L2
       std::lock_guard<std::mutex> lock(unsynced_mu_);
       std::erase_if(unsynced_, [&](const auto& kv) { return signer.redis_key(kv.second) == name; });
+      any_unsynced_.store(!unsynced_.empty());
     }
     return;
   }

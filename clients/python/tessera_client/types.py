@@ -60,7 +60,7 @@ StreamEvent = Union[TokenEvent, Completion]
 # K/V retention policies, the request option `kv_policy` (docs/api.md, docs/kv.md). The defaults
 # are the HTTP API's (sinks 4, recent budget / 2) and always sent, so a request means the same
 # over ZeroMQ (whose wire defaults are 0) and HTTP. Ranges are checked by the frontend
-# (sinks + window and budget at most the context: BadRequest 101).
+# (sinks + window and budget at most the context: BadRequest 103 out_of_range).
 @dataclass(frozen=True)
 class StreamingPolicy:
     """StreamingLLM: keep the first `sinks` positions and the last `window`; may generate past the context."""

@@ -55,8 +55,10 @@ class KvShards : public ::testing::Test {
     for (const auto& r : redis_) out += (out.empty() ? "" : ",") + r->address();
     return out;
   }
-  std::unique_ptr<KvProcess> start_node() {
-    return KvProcess::start({"--redis", redis_list(), "--hmac-secret", kSecret});
+  std::unique_ptr<KvProcess> start_node(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--redis", redis_list(), "--hmac-secret", kSecret};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return KvProcess::start(args);
   }
   // The shard the documented rule (shard_ring.h) puts `key` on.
   size_t shard_of(const BlobKey& key) const {
@@ -264,6 +266,47 @@ TEST_F(KvShards, APutThatMissedItsShardIsNeverUndoneByTheShardsOldValue) {
   auto cc = client_for(*c);
   ASSERT_TRUE(cc->put(k, v3)->l2);
   EXPECT_TRUE(wait_until([&] { return cb->get(k)->blob == v3; }, 5s)) << "b still distrusts the key after a later put";
+}
+
+// The distrust of an unsynced key outlives the distrusting node's default TTL (the shard's old
+// value may have been put with any TTL — here none), and ends with that node's own put: b (--ttl 1,
+// one L1 entry) keeps missing the key for 2.5x its TTL after the shard returns with a's old
+// bytes and a is gone; then b puts v3 itself and, its L1 copy evicted, reads v3 back from Redis.
+// (It expired after b's --ttl and served the old bytes; and b kept missing its own write.)
+TEST_F(KvShards, DistrustOutlivesTheDefaultTtlAndEndsWithTheNodesOwnPut) {
+  start_redis(2);
+  auto a = start_node(), b = start_node({"--ttl", "1", "--l1-max-entries", "1"});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto ca = client_for(*a), cb = client_for(*b);
+  const BlobKey k{kFp, "dave", "pref"}, other{kFp, "dave", "other"};
+  const size_t own = shard_of(k);
+  const std::string v1 = blob_of(4, 31), v2 = blob_of(4, 32), v3 = blob_of(4, 33);
+  ASSERT_TRUE(ca->put(k, v1)->l2);
+  const std::string name = KeySigner(kSecret).redis_key(k);
+  const std::string sealed_v1 = redis_[own]->command({"GET", name});
+  redis_[own]->kill();
+  ASSERT_TRUE(wait_until([&] { return !ca->stats()->redis_up && !cb->stats()->redis_up; }, 10s));
+  EXPECT_FALSE(ca->put(k, v2)->l2);
+  ASSERT_TRUE(wait_until([&] { return !cb->get(k)->found; }, 5s));
+  ca.reset();
+  a.reset();
+  ASSERT_TRUE(redis_[own]->restart());
+  ASSERT_EQ(redis_[own]->command({"SET", name, sealed_v1}), "OK");  // old bytes, no expiry
+  ASSERT_TRUE(wait_until([&] { return cb->stats()->redis_up; }, 15s));
+  const auto until = std::chrono::steady_clock::now() + 2500ms;
+  while (std::chrono::steady_clock::now() < until) {  // the property is "never within 2.5 s"
+    auto got = cb->get(k);
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    ASSERT_FALSE(got->found) << "b served the value from before a's put once its --ttl had passed";
+  }
+  ASSERT_TRUE(cb->put(k, v3, 60)->l2);
+  ASSERT_TRUE(cb->put(other, v1, 60)->l2);  // evicts k from b's one-entry L1
+  auto got = cb->get(k);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_TRUE(got->found) << "b still distrusts Redis's copy of a key it wrote there itself";
+  EXPECT_EQ(got->blob, v3);
+  EXPECT_EQ(got->tier, Tier::kL2);
 }
 
 TEST(KvShardsFlags, BadShardListsAreRefusedNamingTheProblem) {

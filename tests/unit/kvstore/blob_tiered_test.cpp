@@ -221,6 +221,45 @@ TEST(TieredCodec, TruncatedOrCorruptPayloadsAreCleanErrors) {
   }
 }
 
+// The payload's floor (tiered::min_payload_bytes: n/256 code bytes) holds for the cheapest
+// valid stream — every code 0, where the adaptive probabilities saturate — with a stated margin,
+// so no valid blob is refused by it.
+TEST(TieredCodec, AllZeroCodesStayAboveThePayloadFloor) {
+  PackedKv kv = synthetic_kv(DType::kF16, {2, 8192, 2, 64}, kFp, 3);
+  for (auto* region : {&kv.k, &kv.v}) {
+    for (size_t i = 0; i < region->size(); i += 2) float_to_element(DType::kF16, -1.5f, region->data() + i);
+  }
+  const std::string blob = encode_blob(kv, {.codec = Codec::kTiered}).value();
+  const uint64_t n = kv.shape.elements_per_region();
+  const uint64_t params = 12 + 2 * (2 * 2 * 4 + 2 * 2 * 64 * 2);
+  const uint64_t code_bytes = blob.size() - kBlobHeaderBytes - params;
+  std::printf("all-zero codes: %llu code bytes for 2 x %llu codes (floor %llu)\n", static_cast<unsigned long long>(code_bytes),
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(n / 256));
+  EXPECT_GE(code_bytes, n / 256 * 13 / 10);  // >= 30 % above the floor
+  auto back = decode_blob(blob);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  EXPECT_EQ(back->k, kv.k);
+}
+
+// A few hostile bytes (re-sealed, so only the size rule can stop them) declaring a shape of
+// 2 x 64M elements: refused from the header, before anything the shape's size is allocated
+// (it was decoded into two f32 buffers of the shape first, 512 MiB here, 8 GiB within the
+// default 4 GiB limit on f16).
+TEST(TieredCodec, ATinyPayloadClaimingAHugeShapeIsRefusedFromTheHeader) {
+  std::string blob = tiered_blob();
+  const uint32_t tokens = 1u << 21;  // 2 x 9 -> 2 x 2M tokens of 2 x 16: 64M elements per region
+  std::memcpy(blob.data() + 20, &tokens, 4);
+  blob.resize(kBlobHeaderBytes + 12 + 2 * (4 * 4 + 4 * 16 * 2) + 64);
+  reseal(blob);
+  auto h = peek_blob_header(blob);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.error().code, ErrorCode::kTruncatedFile);
+  EXPECT_NE(h.error().message.find("too short for shape 2x2097152x2x16"), std::string::npos) << h.error().message;
+  auto r = decode_blob(blob);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("too short for shape"), std::string::npos) << r.error().message;
+}
+
 TEST(TieredCodec, OptionsAndNames) {
   const PackedKv kv = synthetic_kv(DType::kF32, {1, 3, 1, 8}, kFp, 2);
   EXPECT_EQ(parse_codec("tiered").value(), Codec::kTiered);

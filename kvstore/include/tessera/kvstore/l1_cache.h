@@ -24,6 +24,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,6 +76,8 @@ class L1Cache {
     Blob blob;
     Clock::time_point expires_at;
   };
+  // One live entry, without touching the LRU order; nullopt on a miss (the unsynced-key sync).
+  std::optional<Item> peek(const BlobKey& key) const;
   // Every live (unexpired) entry, without touching the LRU order (the write-back to Redis after
   // it came back, store.h). O(entries) under the lock; the blobs are shared, not copied.
   std::vector<Item> snapshot() const;

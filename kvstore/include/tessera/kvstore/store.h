@@ -28,14 +28,26 @@
 //   key event from another node for such a key first drops it from this node's list (that node
 //   wrote it later). The key event of such a put/remove says so ("...|unsynced"): every other node
 //   then answers gets of that key from L1 or as misses, never from L2, until a later key event of
-//   it (the write-back's, or another put) or the TTL — so no node reads the stale value in the
-//   window between the shard's return and this node's write-back.
+//   it (the write-back's, or another put) or a year (the longest TTL a put may give, so the old
+//   value has expired by then) — so no node reads the stale value in the window between the
+//   shard's return and this node's write-back. The writer itself never reads L2 for a key on its
+//   own list either (its L1 copy may be evicted before the sync). A put/remove of a key and its
+//   sync are serialized (a lock stripe per key), so a sync never overwrites a newer put made
+//   through this node while the shard came back.
+//   Not guaranteed (the lists live in memory and events are fire-and-forget pub/sub): a node
+//   restarted while a shard is down forgets its unsynced keys (never synced; other nodes distrust
+//   them, misses) and a restarted node forgets which keys it distrusts (it may read the old value
+//   until the writer's sync); with a single shard, or every shard down, no event gets out, so
+//   other nodes keep their L1 copies and, after the shard's return, read its old value until the
+//   writer's sync (never, if the writer is gone). Two nodes writing the same key within the
+//   sync's window: the one reaching Redis last wins (no version is stored).
 //
 // Thread-safety: all methods may be called concurrently. get_l1 never blocks on the network;
 // the other methods may wait on Redis (bounded by its timeouts), so the service calls them from
 // worker threads.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -117,7 +129,9 @@ class Store {
   // Keys whose last put/remove through this node did not reach L2 (see write-back above).
   void mark_unsynced(const BlobKey& key, bool unsynced);
   uint64_t sync_unsynced(size_t shard);  // the write-back's first pass: returns the keys written or deleted
-  bool distrusted(const BlobKey& key);    // another node's unsynced write: L2's copy may be stale
+  bool distrusted(const BlobKey& key);    // an unsynced write (ours or another node's): L2's copy may be stale
+  void trust(const BlobKey& key);         // this node wrote L2 itself: its copy is the latest
+  std::mutex& write_mu(const BlobKey& key);  // the key's lock stripe: put/remove vs. sync
   static constexpr std::string_view kUnsyncedMark = "|unsynced";
 
   const StoreConfig config_;
@@ -129,7 +143,10 @@ class Store {
   std::mutex unsynced_mu_;
   std::map<std::string, BlobKey> unsynced_;  // by canonical_key; guarded by unsynced_mu_
   std::map<std::string, Clock::time_point> distrusted_;  // redis names -> until when; guarded by unsynced_mu_
-  std::atomic<bool> any_distrusted_{false};
+  std::atomic<bool> any_distrusted_{false}, any_unsynced_{false};
+  // Held across a key's L2 write and its unsynced mark (put, remove, sync), never with unsynced_mu_
+  // held on entry; stripes by a hash of canonical_key.
+  std::array<std::mutex, 64> write_mu_;
   std::atomic<uint64_t> puts_{0}, put_bytes_{0}, get_bytes_{0}, rejected_puts_{0}, remote_invalidations_{0};
 };
 
