@@ -14,6 +14,7 @@ bool quant_gemm_supports(DType t) { return dtype_is_quantized(t) && t != DType::
 void quant_gemm_plan(QuantGemmJob* job, Isa isa) {
   job->dot_q = nullptr;
   job->dot_q4 = nullptr;
+  job->tiles = nullptr;
 #define TESSERA_QD_PICK(type, name, act_kind)                                             \
   case DType::type:                                                                       \
     job->dot_q = isa == Isa::kAvx512 ? dot_##name##_avx512                                \
@@ -39,6 +40,7 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa) {
     default: break;
   }
 #undef TESSERA_QD_PICK
+  job->tiles = isa == Isa::kAvx512 ? kquant_tiles_avx512(job->w_type) : nullptr;
   TS_CHECK(job->dot_q != nullptr) << "quant_gemm: no integer dot for " << dtype_name(job->w_type);
 }
 
@@ -117,6 +119,14 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
 }
 
 void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (job.tiles != nullptr) {
+    job.tiles(job, r0, r1, t0, t1);
+  } else {
+    quant_gemm_rowwise(job, r0, r1, t0, t1);
+  }
+}
+
+void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = job.cols / dtype_block_size(job.w_type);
   const int64_t kb = job.cols / kQK_K, qb = job.cols / 32;
   for (int64_t r = r0; r < r1; ++r) {

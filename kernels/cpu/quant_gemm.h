@@ -41,6 +41,10 @@ using QuantDotFn = float (*)(const uint8_t* w_row, const BlockQ8_K* xk, const in
 using QuantDot4Fn = void (*)(const uint8_t* w_row, const BlockQ8_K* const* xk, const int8_t* const* xq,
                              const float* const* xd, int64_t nb, float* out);
 
+struct QuantGemmJob;
+// A whole (rows, tokens) tile walk that replaces the row-at-a-time loop (or null).
+using QuantTileFn = void (*)(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
 struct QuantGemmJob {
   DType w_type = DType::kQ4_0;
   const uint8_t* w = nullptr;  // row r at w + r * w_row_bytes
@@ -57,6 +61,7 @@ struct QuantGemmJob {
   int64_t y_stride = 0;
   QuantDotFn dot_q = nullptr;                                  // integer path
   QuantDot4Fn dot_q4 = nullptr;                                // integer path, 4 rows (or null)
+  QuantTileFn tiles = nullptr;                                 // register-tiled path (or null)
 };
 
 // Fills the path fields of job (act, dot_q, dot_q4) for the ISA.
@@ -66,6 +71,15 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa);
 // xk / xq / xd. Uses the pool for many rows.
 void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* pool);
 void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+// The row-at-a-time loop (dot_q / dot_q4), also used by the tiled paths for their edges.
+void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+// Register-tiled K-quant GEMM (avx512/kquant_tiles_avx512.cpp; Q4_K, Q5_K, Q6_K, else null):
+// tiles of 16 x 1, 8 x 2 and 4 x 4 (weight rows x activation rows), each super-block unpacked
+// once per tile, sub-block scales applied in int32 by vpdpwssd, the 16 pairs' block integers
+// reduced together and their float part run as one vector in the order of finish_* below, so
+// the results stay bit-identical to the scalar oracle.
+QuantTileFn kquant_tiles_avx512(DType t);
 
 // Per-block integer sums -> the running float dot `acc`, in one fixed order, shared by every
 // path (quant_dot.cpp, compiled without FMA): so all ISA paths are bit-identical. sums[i] is

@@ -1,0 +1,242 @@
+// Register-tiled AVX-512 VNNI GEMM for the K-quant formats Q4_K, Q5_K and Q6_K (quant_gemm.h,
+// QuantGemmJob::tiles). Compiled with the AVX-512 flags of this folder; chosen only when
+// isa_supported(Isa::kAvx512).
+//
+// A tile is RM weight rows x RN activation rows with RM * RN = 16 (16 x 1 for decode, 8 x 2,
+// 4 x 4 for prefill and batched decode): each super-block of a weight row is unpacked once per
+// tile (64 values per zmm: the low and high nibbles of 32 bytes are consecutive sub-blocks) and
+// multiplied with every activation row of the tile by vpmaddubsw (u8 weight x s8 activation ->
+// int16 pairs, no saturation: 63 * 128 * 2 < 32767) and vpdpwssd against the sub-block scales
+// as int16 (-> int32, exact). At the end of a super-block the 16 (row, token) pairs' integer
+// sums (and the min / offset sums against the activations' bsums) are reduced together by one
+// 16 x 16 transpose-and-add, and the float part runs for the 16 pairs in one vector with the
+// operations, in the order, of the scalar finish_q4_k / finish_q5_k / finish_q6_k
+// (quant_dot.cpp: (d * dx) * S added, (dmin * dx) * M subtracted, no fma, explicit rounding
+// intrinsics so nothing is contracted): so the results are bit-identical to the scalar oracle
+// and to the row-at-a-time paths, which handle the rows and tokens a full tile does not cover.
+#include <immintrin.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <array>
+#include <cstring>
+
+#include "quant_gemm.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// int16 lane l of chunk c's scale vector = element f(c, l) of the block's int16 scales.
+template <int kPerScale>
+struct ScaleIdx {
+  alignas(64) std::array<std::array<int16_t, 32>, 4> idx{};
+  constexpr ScaleIdx() {
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) idx[c][l] = static_cast<int16_t>((64 * c + 2 * l) / kPerScale);
+    }
+  }
+  __m512i get(int c) const { return _mm512_load_si512(idx[c].data()); }
+};
+constexpr ScaleIdx<32> kIdx32;  // Q4_K / Q5_K: one scale per 32 values
+constexpr ScaleIdx<16> kIdx16;  // Q6_K: one scale per 16 values
+
+// Q4_K / Q5_K: the 8 scales (int16 lanes 0..7) and 8 mins (8..15) of a block, ggml's unpacking
+// of the 12 packed bytes (q4k_scale_min).
+inline __m512i q4k_scales_mins(const uint8_t* s) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t aux = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = aux;
+  u[0] &= k1;
+  return _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(u))));
+}
+
+// The mins, each twice (int16 lane g = min of sub-block g / 2), against the 16 bsums.
+inline __m256i q4k_mins_dup(__m512i sm) {
+  const __m256i idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  return _mm256_permutexvar_epi16(idx, _mm512_castsi512_si256(sm));
+}
+
+// Chunk c (values 64c .. 64c + 63) of 32 packed nibble bytes: the low nibbles then the high.
+inline __m512i nibbles64(const uint8_t* qs32) {
+  const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32)));
+  const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
+                                          0x0004000400040004LL, 0x0004000400040004LL);
+  return _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0x0F));
+}
+
+struct Q4K {
+  using Block = BlockQ4_K;
+  static constexpr bool kMin = true;
+  static __m512i scales(const Block& q) { return q4k_scales_mins(q.scales); }
+  static __m256i mterm(__m512i sm) { return q4k_mins_dup(sm); }
+  static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx32.get(c), sm); }
+  static __m512i unpack(const Block& q, int c) { return nibbles64(q.qs + 32 * c); }
+  static uint16_t dmin(const Block& q) { return q.dmin; }
+};
+
+struct Q5K : Q4K {
+  using Block = BlockQ5_K;
+  static __m512i scales(const Block& q) { return q4k_scales_mins(q.scales); }
+  // Bit 2c (first 32 values) or 2c + 1 (next 32) of every qh byte is the fifth bit.
+  static __m512i unpack(const Block& q, int c) {
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                             _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(1));
+    return _mm512_or_si512(nibbles64(q.qs + 32 * c), _mm512_slli_epi16(bit, 4));
+  }
+  static uint16_t dmin(const Block& q) { return q.dmin; }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr bool kMin = false;
+  static __m512i scales(const Block& q) {
+    return _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.scales))));
+  }
+  static __m256i mterm(__m512i sc) { return _mm512_castsi512_si256(sc); }  // offset = scales . bsums
+  static __m512i chunk_scale(__m512i sc, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sc); }
+  // Chunk c = 2h + k: ql[64h ..) low (k = 0) or high (k = 1) nibbles, two bits of qh[32h ..)
+  // at 4..5 (shifted by 4 / 2 for k = 0, 0 / -2 for k = 1: quant_dot.cpp's layout).
+  static __m512i unpack(const Block& q, int c) {
+    const int h = c >> 1;
+    const __m512i ql = _mm512_loadu_si512(q.ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh + 32 * h)));
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    if ((c & 1) == 0) {
+      const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+      return _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh), bits45));
+    }
+    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                           _mm512_and_si512(_mm512_srlv_epi16(qh, sh), bits45));
+  }
+  static uint16_t dmin(const Block&) { return 0; }
+};
+
+// v[p] = [8 int32 partials of S | 8 of M] for pair p -> s, m: lane p = the pair's total.
+inline void reduce_pairs(const __m512i v[16], __m512i* s, __m512i* m) {
+  __m512i t[8], u[4];
+  for (int i = 0; i < 8; ++i) {
+    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane L: element c = the lane-L sum of v[4i + c]
+    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]), _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+  }
+  // 128-bit lanes 0, 1 hold S partials, 2, 3 M partials.
+  const __m512i w01 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88), _mm512_shuffle_i32x4(u[0], u[1], 0xDD));
+  const __m512i w23 = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2], u[3], 0x88), _mm512_shuffle_i32x4(u[2], u[3], 0xDD));
+  *s = _mm512_shuffle_i32x4(w01, w23, 0x88);
+  *m = _mm512_shuffle_i32x4(w01, w23, 0xDD);
+}
+
+template <class F, int RM, int RN>
+void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
+  static_assert(RM * RN == 16);
+  using Block = typename F::Block;
+  const int64_t nb = g.cols / kQK_K;
+  const Block* w[RM];
+  const BlockQ8_K* x[RN];
+  for (int i = 0; i < RM; ++i) w[i] = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes);
+  for (int j = 0; j < RN; ++j) x[j] = g.xk + (t + j) * nb;
+  __m512i row_of, tok_of;  // pair p = i * RN + j
+  {
+    alignas(64) int32_t ro[16], to[16];
+    for (int p = 0; p < 16; ++p) {
+      ro[p] = p / RN;
+      to[p] = p % RN;
+    }
+    row_of = _mm512_load_si512(ro);
+    tok_of = _mm512_load_si512(to);
+  }
+  alignas(32) uint16_t d16[16] = {}, m16[16] = {};
+  alignas(64) float dxs[16] = {};
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i comb[16];
+    for (int i = 0; i < RM; ++i) {
+      const Block& q = w[i][b];
+      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]) + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]) + 128, _MM_HINT_T0);
+      std::memcpy(&d16[i], &q.d, 2);
+      if constexpr (F::kMin) m16[i] = F::dmin(q);
+      const __m512i sm = F::scales(q);
+      __m512i s[RN];
+      for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        const __m512i wv = F::unpack(q, c);
+        const __m512i sc = F::chunk_scale(sm, c);
+        for (int j = 0; j < RN; ++j) {
+          const __m512i xv = _mm512_loadu_si512(x[j][b].qs + 64 * c);
+          s[j] = _mm512_dpwssd_epi32(s[j], _mm512_maddubs_epi16(wv, xv), sc);
+        }
+      }
+      const __m256i mt = F::mterm(sm);
+      for (int j = 0; j < RN; ++j) {
+        const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(s[j]), _mm512_extracti64x4_epi64(s[j], 1));
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].bsums));
+        const __m256i m8 = _mm256_dpwssd_epi32(_mm256_setzero_si256(), mt, bs);
+        comb[i * RN + j] = _mm512_inserti64x4(_mm512_castsi256_si512(s8), m8, 1);
+      }
+    }
+    __m512i sv, mv;
+    reduce_pairs(comb, &sv, &mv);
+    for (int j = 0; j < RN; ++j) dxs[j] = x[j][b].d;
+    const __m512 dxv = _mm512_permutexvar_ps(tok_of, _mm512_load_ps(dxs));
+    const __m512 dv = _mm512_permutexvar_ps(row_of, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+    if constexpr (F::kMin) {
+      const __m512 mw = _mm512_permutexvar_ps(row_of, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16))));
+      const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(sv, kRound), kRound);
+      acc = _mm512_add_round_ps(acc, plus, kRound);
+      const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(mw, dxv, kRound), _mm512_cvt_roundepi32_ps(mv, kRound), kRound);
+      acc = _mm512_sub_round_ps(acc, minus, kRound);
+    } else {
+      const __m512i total = _mm512_sub_epi32(sv, _mm512_slli_epi32(mv, 5));  // the -32 of every 6-bit value
+      const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(total, kRound), kRound);
+      acc = _mm512_add_round_ps(acc, plus, kRound);
+    }
+  }
+  alignas(64) float out[16];
+  _mm512_store_ps(out, acc);
+  for (int i = 0; i < RM; ++i) {
+    for (int j = 0; j < RN; ++j) g.y[(t + j) * g.y_stride + r + i] = out[i * RN + j];
+  }
+}
+
+// Tokens in steps of 4 (4 x 4 tiles), then 2 (8 x 2), then 1 (16 x 1); in each step the rows
+// a full tile does not cover go row by row (quant_gemm_rowwise: the same results).
+template <class F>
+void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  int64_t t = t0;
+  auto step = [&]<int RM, int RN>() {
+    int64_t r = r0;
+    for (; r + RM <= r1; r += RM) tile<F, RM, RN>(g, r, t);
+    if (r < r1) quant_gemm_rowwise(g, r, r1, t, t + RN);
+    t += RN;
+  };
+  while (t1 - t >= 4) step.template operator()<4, 4>();
+  if (t1 - t >= 2) step.template operator()<8, 2>();
+  if (t1 - t >= 1) step.template operator()<16, 1>();
+}
+
+}  // namespace
+
+QuantTileFn kquant_tiles_avx512(DType t) {
+  switch (t) {
+    case DType::kQ4_K: return gemm_tiles<Q4K>;
+    case DType::kQ5_K: return gemm_tiles<Q5K>;
+    case DType::kQ6_K: return gemm_tiles<Q6K>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace tessera::kernels::cpu
