@@ -164,9 +164,10 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
     __m512i comb[16];
     for (int i = 0; i < RM; ++i) {
       const Block& q = w[i][b];
-      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]) + 64, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(&w[i][b + 2]) + 128, _MM_HINT_T0);
+      // The same block of the next tile's row (RM rows on): the tiles of a row chunk stream
+      // RM rows at once, which the hardware prefetcher alone follows poorly.
+      const char* ahead = reinterpret_cast<const char*>(&q) + RM * g.w_row_bytes;
+      for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
       std::memcpy(&d16[i], &q.d, 2);
       if constexpr (F::kMin) m16[i] = F::dmin(q);
       const __m512i sm = F::scales(q);
