@@ -79,7 +79,7 @@ struct Q4K {
   static __m256i mterm(__m512i sm) { return q4k_mins_dup(sm); }
   static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx32.get(c), sm); }
   static __m512i unpack(const Block& q, int c) { return nibbles64(q.qs + 32 * c); }
-  static uint16_t dmin(const Block& q) { return q.dmin; }
+  static constexpr int kScaleOffset = 0;  // dword at this block offset: d | dmin << 16
 };
 
 struct Q5K : Q4K {
@@ -93,7 +93,6 @@ struct Q5K : Q4K {
     const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(1));
     return _mm512_or_si512(nibbles64(q.qs + 32 * c), _mm512_slli_epi16(bit, 4));
   }
-  static uint16_t dmin(const Block& q) { return q.dmin; }
 };
 
 struct Q6K {
@@ -119,7 +118,7 @@ struct Q6K {
     return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
                            _mm512_and_si512(_mm512_srlv_epi16(qh, sh), bits45));
   }
-  static uint16_t dmin(const Block&) { return 0; }
+  static constexpr int kScaleOffset = 206;  // dword at this block offset: d << 16
 };
 
 // v[p] = [8 int32 partials of S | 8 of M] for pair p -> s, m: lane p = the pair's total.
@@ -157,8 +156,10 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
     row_of = _mm512_load_si512(ro);
     tok_of = _mm512_load_si512(to);
   }
-  alignas(32) uint16_t d16[16] = {}, m16[16] = {};
-  alignas(64) float dxs[16] = {};
+  // Lane p's block scales are gathered from its row (no scalar stores: they would stall the
+  // vector loads on store forwarding).
+  const __m512i row_off = _mm512_mullo_epi32(row_of, _mm512_set1_epi32(static_cast<int32_t>(g.w_row_bytes)));
+  const auto* w0 = reinterpret_cast<const uint8_t*>(w[0]);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i comb[16];
@@ -168,8 +169,6 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
       // RM rows at once, which the hardware prefetcher alone follows poorly.
       const char* ahead = reinterpret_cast<const char*>(&q) + RM * g.w_row_bytes;
       for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      std::memcpy(&d16[i], &q.d, 2);
-      if constexpr (F::kMin) m16[i] = F::dmin(q);
       const __m512i sm = F::scales(q);
       __m512i s[RN];
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
@@ -191,11 +190,18 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
     }
     __m512i sv, mv;
     reduce_pairs(comb, &sv, &mv);
-    for (int j = 0; j < RN; ++j) dxs[j] = x[j][b].d;
-    const __m512 dxv = _mm512_permutexvar_ps(tok_of, _mm512_load_ps(dxs));
-    const __m512 dv = _mm512_permutexvar_ps(row_of, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d16))));
+    __m512 dxv;
+    if constexpr (RN == 1) {
+      dxv = _mm512_set1_ps(x[0][b].d);
+    } else {
+      const __m128 d4 = _mm_setr_ps(x[0][b].d, x[RN > 1 ? 1 : 0][b].d, x[RN > 2 ? 2 : 0][b].d, x[RN > 3 ? 3 : 0][b].d);
+      dxv = _mm512_permutexvar_ps(tok_of, _mm512_castps128_ps512(d4));
+    }
+    const __m512i dd = _mm512_i32gather_epi32(
+        _mm512_add_epi32(row_off, _mm512_set1_epi32(static_cast<int32_t>(b * sizeof(Block) + F::kScaleOffset))), w0, 1);
+    const __m512 dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(F::kMin ? dd : _mm512_srli_epi32(dd, 16)));
     if constexpr (F::kMin) {
-      const __m512 mw = _mm512_permutexvar_ps(row_of, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(m16))));
+      const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
       const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(sv, kRound), kRound);
       acc = _mm512_add_round_ps(acc, plus, kRound);
       const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(mw, dxv, kRound), _mm512_cvt_roundepi32_ps(mv, kRound), kRound);
@@ -215,15 +221,27 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
 
 // Tokens in steps of 4 (4 x 4 tiles), then 2 (8 x 2), then 1 (16 x 1); in each step the rows
 // a full tile does not cover go row by row (quant_gemm_rowwise: the same results).
+// With AMX, 16 tokens at a time go to kquant_amx_gemm for every 16 rows first.
 template <class F>
 void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   int64_t t = t0;
+  auto rows = [&]<int RM, int RN>(int64_t r, int64_t tt) {
+    for (; r + RM <= r1; r += RM) tile<F, RM, RN>(g, r, tt);
+    if (r < r1) quant_gemm_rowwise(g, r, r1, tt, tt + RN);
+  };
   auto step = [&]<int RM, int RN>() {
-    int64_t r = r0;
-    for (; r + RM <= r1; r += RM) tile<F, RM, RN>(g, r, t);
-    if (r < r1) quant_gemm_rowwise(g, r, r1, t, t + RN);
+    rows.template operator()<RM, RN>(r0, t);
     t += RN;
   };
+  if (t1 - t >= 16 && kquant_amx_available()) {
+    const int64_t n16 = (r1 - r0) / 16;
+    for (; t1 - t >= 16; t += 16) {
+      if (n16 > 0) kquant_amx_gemm(g, r0, n16, t);
+      if (r0 + 16 * n16 < r1) {
+        for (int64_t tt = t; tt < t + 16; tt += 4) rows.template operator()<4, 4>(r0 + 16 * n16, tt);
+      }
+    }
+  }
   while (t1 - t >= 4) step.template operator()<4, 4>();
   if (t1 - t >= 2) step.template operator()<8, 2>();
   if (t1 - t >= 1) step.template operator()<16, 1>();

@@ -1,0 +1,265 @@
+// AMX-INT8 tiles for the K-quant GEMM (Q4_K, Q5_K, Q6_K; quant_gemm.h kquant_amx_gemm): 16
+// weight rows x 16 activation rows per step. Used by the AVX-512 tiled path
+// (kquant_tiles_avx512.cpp) for every full 16 x 16 piece when the CPU has AMX-TILE and
+// AMX-INT8 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+//
+// Per super-block: the 16 rows' values are unpacked to bytes (u8, 256 per row), and for each
+// scale group (32 values, Q6_K 16) one TDPBUSD gives the 16 x 16 exact int32 group dots
+// (u8 weights x s8 activations; the activations are laid out once per call in AMX's B format:
+// row d of the block = dword d of each of the 16 tokens). AVX-512 then applies the group
+// scales in int32 (vpmulld), the mins / offsets through the activations' bsums (vpdpwssd), and
+// the float part per weight row with the 16 tokens in one vector, in the order of the scalar
+// finish_* (quant_dot.cpp), so the results stay bit-identical to the scalar oracle.
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "quant_gemm.h"
+
+#pragma GCC target("amx-tile,amx-int8")
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+bool amx_granted() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+  if ((d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;  // AMX-TILE, AMX-INT8
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// ldtilecfg's 64-byte operand: tmm0..3 C (16 x 64 bytes), tmm4, 5 A (16 rows x G bytes),
+// tmm6, 7 B (G / 4 rows x 64 bytes), G = the group size.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+TileConfig config_for(int group) {
+  TileConfig c;
+  for (int t = 0; t < 4; ++t) c.colsb[t] = 64, c.rows[t] = 16;
+  for (int t = 4; t < 6; ++t) c.colsb[t] = static_cast<uint16_t>(group), c.rows[t] = 16;
+  for (int t = 6; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = static_cast<uint8_t>(group / 4);
+  return c;
+}
+
+inline __m512i nibbles64(const uint8_t* qs32) {
+  const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs32)));
+  const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
+                                          0x0004000400040004LL, 0x0004000400040004LL);
+  return _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0x0F));
+}
+
+// The 8 scales (bytes 0..7) and mins (8..15) of a Q4_K / Q5_K block (q4k_scale_min).
+inline void q4k_scales_mins(const uint8_t* s, uint8_t out[16]) {
+  uint32_t u[4];
+  std::memcpy(u, s, 12);
+  constexpr uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+  const uint32_t aux = u[1] & k1;
+  u[1] = (u[2] & k2) | (((u[0] >> 6) & k3) << 4);
+  u[2] = aux;
+  u[0] &= k1;
+  std::memcpy(out, u, 16);
+}
+
+struct Q4K {
+  using Block = BlockQ4_K;
+  static constexpr int kGroup = 32;
+  static constexpr bool kMin = true;
+  static void unpack(const Block& q, uint8_t* out) {
+    for (int c = 0; c < 4; ++c) _mm512_storeu_si512(out + 64 * c, nibbles64(q.qs + 32 * c));
+  }
+  static uint16_t dmin(const Block& q) { return q.dmin; }
+};
+
+struct Q5K : Q4K {
+  using Block = BlockQ5_K;
+  static void unpack(const Block& q, uint8_t* out) {
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh)));
+    for (int c = 0; c < 4; ++c) {
+      const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                               _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(1));
+      _mm512_storeu_si512(out + 64 * c, _mm512_or_si512(nibbles64(q.qs + 32 * c), _mm512_slli_epi16(bit, 4)));
+    }
+  }
+  static uint16_t dmin(const Block& q) { return q.dmin; }
+};
+
+struct Q6K {
+  using Block = BlockQ6_K;
+  static constexpr int kGroup = 16;
+  static constexpr bool kMin = false;
+  static void unpack(const Block& q, uint8_t* out) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i sh0 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i sh1 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(q.ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh + 32 * h)));
+      _mm512_storeu_si512(out + 128 * h, _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh0), bits45)));
+      _mm512_storeu_si512(out + 128 * h + 64, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                                              _mm512_and_si512(_mm512_srlv_epi16(qh, sh1), bits45)));
+    }
+  }
+  static uint16_t dmin(const Block&) { return 0; }
+};
+
+// The 16 tokens' activations of every super-block in AMX's B layout, with their scales and
+// bsums per token lane: built once per call, read by every 16-row step.
+struct ActTile {
+  std::vector<int32_t> xb;   // [nb][64 dwords][16 tokens]
+  std::vector<float> dx;     // [nb][16]
+  std::vector<int32_t> bw;   // [nb][8][16]: bsums dword g (bs[2g] | bs[2g + 1] << 16), token lane
+};
+
+void build_act(const BlockQ8_K* x0, int64_t nb, ActTile* a) {
+  a->xb.resize(static_cast<size_t>(nb) * 64 * 16);
+  a->dx.resize(static_cast<size_t>(nb) * 16);
+  a->bw.resize(static_cast<size_t>(nb) * 8 * 16);
+  const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int32_t>(nb * sizeof(BlockQ8_K))));
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* base = reinterpret_cast<const uint8_t*>(x0 + b);
+    for (int d = 0; d < 64; ++d) {
+      _mm512_storeu_si512(&a->xb[(b * 64 + d) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, qs) + 4 * d, 1));
+    }
+    _mm512_storeu_ps(&a->dx[b * 16], _mm512_i32gather_ps(tok, base + offsetof(BlockQ8_K, d), 1));
+    for (int g = 0; g < 8; ++g) {
+      _mm512_storeu_si512(&a->bw[(b * 8 + g) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, bsums) + 4 * g, 1));
+    }
+  }
+}
+
+// Q4_K / Q5_K mins: bsums dwords 2w and 2w + 1 -> per token the int16 pair (sum of sub-block
+// 2w's 32 values, sum of sub-block 2w + 1's), against the row's mins (m_{2w}, m_{2w+1}).
+inline __m512i pair_sums(__m512i bw0, __m512i bw1) {
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i lo = _mm512_madd_epi16(bw0, ones), hi = _mm512_madd_epi16(bw1, ones);  // int32, |v| <= 4096
+  return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
+}
+
+#define TS_AMX_GROUP(k, cr, ar, br)                                                      \
+  _tile_zero(cr);                                                                        \
+  _tile_loadd(ar, unp + F::kGroup * (k), 256);                                           \
+  _tile_loadd(br, xb + (k) * (F::kGroup / 4) * 16, 64);                                  \
+  _tile_dpbusd(cr, ar, br);
+
+template <class F>
+void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0) {
+  using Block = typename F::Block;
+  constexpr int kGroups = kQK_K / F::kGroup;  // 8 or 16
+  const int64_t nb = g.cols / kQK_K;
+  thread_local ActTile act;
+  build_act(g.xk + t0 * nb, nb, &act);
+  static const TileConfig cfg = config_for(F::kGroup);
+  _tile_loadconfig(&cfg);
+  alignas(64) uint8_t unp[16 * 256];
+  alignas(64) int32_t cbuf[kGroups][16][16];
+  alignas(64) float acc[16][16];
+  for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
+    const int64_t r = r0 + 16 * rt;
+    for (auto& row : acc) _mm512_store_ps(row, _mm512_setzero_ps());
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int i = 0; i < 16; ++i) {
+        const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
+        F::unpack(q, unp + 256 * i);
+      }
+      const int32_t* xb = &act.xb[b * 64 * 16];
+      for (int k = 0; k < kGroups; k += 4) {
+        TS_AMX_GROUP(k, 0, 4, 6)
+        TS_AMX_GROUP(k + 1, 1, 5, 7)
+        TS_AMX_GROUP(k + 2, 2, 4, 6)
+        TS_AMX_GROUP(k + 3, 3, 5, 7)
+        _tile_stored(0, cbuf[k], 64);
+        _tile_stored(1, cbuf[k + 1], 64);
+        _tile_stored(2, cbuf[k + 2], 64);
+        _tile_stored(3, cbuf[k + 3], 64);
+      }
+      const __m512 dxv = _mm512_loadu_ps(&act.dx[b * 16]);
+      const int32_t* bw = &act.bw[b * 8 * 16];
+      for (int i = 0; i < 16; ++i) {
+        const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
+        __m512i s = _mm512_setzero_si512(), m = _mm512_setzero_si512();
+        if constexpr (F::kMin) {
+          uint8_t sm[16];
+          q4k_scales_mins(q.scales, sm);
+          for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(sm[k])));
+          for (int w2 = 0; w2 < 4; ++w2) {
+            const __m512i bp = pair_sums(_mm512_loadu_si512(bw + (2 * w2) * 16), _mm512_loadu_si512(bw + (2 * w2 + 1) * 16));
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp);
+          }
+        } else {
+          for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(q.scales[k])));
+          for (int w2 = 0; w2 < 8; ++w2) {
+            const int32_t pair = static_cast<uint16_t>(static_cast<int16_t>(q.scales[2 * w2])) |
+                                 (static_cast<int32_t>(q.scales[2 * w2 + 1]) << 16);
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(pair), _mm512_loadu_si512(bw + w2 * 16));
+          }
+          s = _mm512_sub_epi32(s, _mm512_slli_epi32(m, 5));  // the -32 of every 6-bit value
+        }
+        uint16_t dh;
+        std::memcpy(&dh, &q.d, 2);
+        const __m512 dv = _mm512_set1_ps(_cvtsh_ss(dh));
+        __m512 a = _mm512_load_ps(acc[i]);
+        a = _mm512_add_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound), kRound);
+        if constexpr (F::kMin) {
+          const __m512 mv = _mm512_set1_ps(_cvtsh_ss(F::dmin(q)));
+          a = _mm512_sub_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(mv, dxv, kRound), _mm512_cvt_roundepi32_ps(m, kRound), kRound), kRound);
+        }
+        _mm512_store_ps(acc[i], a);
+      }
+    }
+    for (int i = 0; i < 16; ++i) {
+      for (int j = 0; j < 16; ++j) g.y[(t0 + j) * g.y_stride + r + i] = acc[i][j];
+    }
+  }
+  _tile_release();
+}
+#undef TS_AMX_GROUP
+
+std::atomic<bool>& amx_switch() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("TESSERA_KQUANT_AMX");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }()};
+  return on;
+}
+
+}  // namespace
+
+bool kquant_amx_available() {
+  static const bool granted = amx_granted();
+  return granted && amx_switch().load(std::memory_order_relaxed);
+}
+
+bool kquant_amx_set_enabled(bool on) { return amx_switch().exchange(on); }
+
+
+void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0) {
+  switch (job.w_type) {
+    case DType::kQ4_K: amx_gemm<Q4K>(job, r0, n_row_tiles, t0); return;
+    case DType::kQ5_K: amx_gemm<Q5K>(job, r0, n_row_tiles, t0); return;
+    case DType::kQ6_K: amx_gemm<Q6K>(job, r0, n_row_tiles, t0); return;
+    default: return;
+  }
+}
+
+}  // namespace tessera::kernels::cpu
