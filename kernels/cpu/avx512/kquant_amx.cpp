@@ -195,6 +195,10 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
       }
       const __m512 dxv = _mm512_loadu_ps(&act.dx[b * 16]);
       const int32_t* bw = &act.bw[b * 8 * 16];
+      __m512i bp[4];  // Q4_K / Q5_K: the tokens' sub-block sums, as int16 pairs
+      if constexpr (F::kMin) {
+        for (int w2 = 0; w2 < 4; ++w2) bp[w2] = pair_sums(_mm512_loadu_si512(bw + (2 * w2) * 16), _mm512_loadu_si512(bw + (2 * w2 + 1) * 16));
+      }
       for (int i = 0; i < 16; ++i) {
         const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
         __m512i s = _mm512_setzero_si512(), m = _mm512_setzero_si512();
@@ -203,8 +207,7 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
           q4k_scales_mins(q.scales, sm);
           for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(sm[k])));
           for (int w2 = 0; w2 < 4; ++w2) {
-            const __m512i bp = pair_sums(_mm512_loadu_si512(bw + (2 * w2) * 16), _mm512_loadu_si512(bw + (2 * w2 + 1) * 16));
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp);
+            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[w2]);
           }
         } else {
           for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(q.scales[k])));
