@@ -171,13 +171,16 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
   build_act(g.xk + t0 * nb, nb, &act);
   static const TileConfig cfg = config_for(F::kGroup);
   _tile_loadconfig(&cfg);
-  alignas(64) uint8_t unp[16 * 256];
-  alignas(64) int32_t cbuf[kGroups][16][16];
+  // Double-buffered: the tile unit computes block b + 1 while the vector code finishes block b.
+  alignas(64) uint8_t unp_buf[2][16 * 256];
+  alignas(64) int32_t cbuf_buf[2][kGroups][16][16];
   alignas(64) float acc[16][16];
   for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
     const int64_t r = r0 + 16 * rt;
     for (auto& row : acc) _mm512_store_ps(row, _mm512_setzero_ps());
-    for (int64_t b = 0; b < nb; ++b) {
+    auto tiles = [&](int64_t b) {
+      uint8_t* unp = unp_buf[b & 1];
+      auto& cbuf = cbuf_buf[b & 1];
       for (int i = 0; i < 16; ++i) {
         const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
         F::unpack(q, unp + 256 * i);
@@ -193,6 +196,11 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         _tile_stored(2, cbuf[k + 2], 64);
         _tile_stored(3, cbuf[k + 3], 64);
       }
+    };
+    tiles(0);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b + 1 < nb) tiles(b + 1);
+      auto& cbuf = cbuf_buf[b & 1];
       const __m512 dxv = _mm512_loadu_ps(&act.dx[b * 16]);
       const int32_t* bw = &act.bw[b * 8 * 16];
       __m512i bp[4];  // Q4_K / Q5_K: the tokens' sub-block sums, as int16 pairs
