@@ -41,6 +41,7 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa) {
   }
 #undef TESSERA_QD_PICK
   job->tiles = isa == Isa::kAvx512 ? kquant_tiles_avx512(job->w_type) : nullptr;
+  job->quantize_k = isa == Isa::kAvx512 ? quantize_row_q8_K_avx512 : nullptr;
   TS_CHECK(job->dot_q != nullptr) << "quant_gemm: no integer dot for " << dtype_name(job->w_type);
 }
 
@@ -49,6 +50,7 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
     const float* x;
     int64_t x_stride, cols, n;
     ActKind act;
+    void (*quantize_k)(const float*, BlockQ8_K*, int64_t);
     size_t off;  // in blocks (Q8_K) or bytes (Q8_0 values; scales at off / 32)
   };
   thread_local std::vector<Input> inputs;
@@ -70,10 +72,10 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
     if (input_of[j] >= 0) continue;
     input_of[j] = static_cast<int>(inputs.size());
     if (job.act == ActKind::kQ8_K) {
-      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, k_total});
+      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, job.quantize_k, k_total});
       k_total += static_cast<size_t>(job.n * (job.cols / kQK_K));
     } else {
-      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, q_total});
+      inputs.push_back({job.x, job.x_stride, job.cols, job.n, job.act, nullptr, q_total});
       q_total += static_cast<size_t>(job.n * job.cols);
     }
   }
@@ -95,7 +97,12 @@ void quant_gemm_prepare(QuantGemmJob* const* jobs, size_t n_jobs, ThreadPool* po
     const int64_t t = rows[static_cast<size_t>(r)].second;
     const float* x = in.x + t * in.x_stride;
     if (in.act == ActKind::kQ8_K) {
-      quantize_row_q8_K(x, k_base + in.off + static_cast<size_t>(t * (in.cols / kQK_K)), in.cols);
+      BlockQ8_K* out = k_base + in.off + static_cast<size_t>(t * (in.cols / kQK_K));
+      if (in.quantize_k != nullptr) {
+        in.quantize_k(x, out, in.cols);
+      } else {
+        quantize_row_q8_K(x, out, in.cols);
+      }
     } else {
       const size_t q = in.off + static_cast<size_t>(t * in.cols);
       quantize_activations_q8(x, in.cols, q_base + q, d_base + q / 32);

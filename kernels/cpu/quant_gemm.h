@@ -62,6 +62,7 @@ struct QuantGemmJob {
   QuantDotFn dot_q = nullptr;                                  // integer path
   QuantDot4Fn dot_q4 = nullptr;                                // integer path, 4 rows (or null)
   QuantTileFn tiles = nullptr;                                 // register-tiled path (or null)
+  void (*quantize_k)(const float*, BlockQ8_K*, int64_t) = nullptr;  // Q8_K quantizer (null: scalar)
 };
 
 // Fills the path fields of job (act, dot_q, dot_q4) for the ISA.
@@ -84,6 +85,8 @@ QuantTileFn kquant_tiles_avx512(DType t);
 // [t0, t0 + 16) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
 // AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 or switched off by
 // kquant_amx_set_enabled(false) (tests: to cover the AVX-512 tiles; returns the old value).
+// quantize_row_q8_K with AVX-512, bit-identical.
+void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols);
 bool kquant_amx_available();
 bool kquant_amx_set_enabled(bool on);
 void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0);

@@ -249,6 +249,43 @@ void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64
 
 }  // namespace
 
+// quantize_row_q8_K (common/src/quants_kquant.cpp) in vectors, with its exact arithmetic: the
+// first value of largest magnitude sets iscale = -127 / max, q = min(127, round-half-even
+// (iscale * x)) (ggml's nearest_int rounds so for |v| < 2^22), bsums of every 16, d = 1 / iscale.
+void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t i = 0; i < cols / kQK_K; ++i, x += kQK_K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int v = 0; v < 16; ++v) m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * v)));
+    const float amax = _mm512_reduce_max_ps(m);
+    BlockQ8_K& out = y[i];
+    if (amax == 0.f) {
+      out.d = 0;
+      std::memset(out.qs, 0, kQK_K);
+      std::memset(out.bsums, 0, sizeof(out.bsums));
+      continue;
+    }
+    float max = 0;
+    const __m512 am = _mm512_set1_ps(amax);
+    for (int v = 0; v < 16; ++v) {
+      const __mmask16 k = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(x + 16 * v)), am, _CMP_EQ_OQ);
+      if (k != 0) {
+        max = x[16 * v + __builtin_ctz(k)];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m512 is = _mm512_set1_ps(iscale);
+    const __m512i top = _mm512_set1_epi32(127);
+    for (int v = 0; v < 16; ++v) {
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_round_ps(is, _mm512_loadu_ps(x + 16 * v), kRound)), top);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out.qs + 16 * v), _mm512_cvtepi32_epi8(q));
+      out.bsums[v] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    out.d = 1 / iscale;
+  }
+}
+
 QuantTileFn kquant_tiles_avx512(DType t) {
   switch (t) {
     case DType::kQ4_K: return gemm_tiles<Q4K>;
