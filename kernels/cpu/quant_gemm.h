@@ -83,12 +83,10 @@ void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t
 QuantTileFn kquant_tiles_avx512(DType t);
 // Its AMX-INT8 part (avx512/kquant_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
 // [t0, t0 + 16) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
-// AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 or switched off by
-// kquant_amx_set_enabled(false) (tests: to cover the AVX-512 tiles; returns the old value).
-// quantize_row_q8_K with AVX-512, bit-identical.
-void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols);
+// AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once).
 bool kquant_amx_available();
-bool kquant_amx_set_enabled(bool on);
+// quantize_row_q8_K with AVX-512 (kquant_tiles_avx512.cpp), bit-identical.
+void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols);
 void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0);
 
 // Per-block integer sums -> the running float dot `acc`, in one fixed order, shared by every

@@ -19,7 +19,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#include <atomic>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
@@ -246,23 +245,15 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
 }
 #undef TS_AMX_GROUP
 
-std::atomic<bool>& amx_switch() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("TESSERA_KQUANT_AMX");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }()};
-  return on;
-}
-
 }  // namespace
 
 bool kquant_amx_available() {
-  static const bool granted = amx_granted();
-  return granted && amx_switch().load(std::memory_order_relaxed);
+  static const bool on = [] {
+    const char* e = std::getenv("TESSERA_KQUANT_AMX");
+    return (e == nullptr || std::strcmp(e, "0") != 0) && amx_granted();
+  }();
+  return on;
 }
-
-bool kquant_amx_set_enabled(bool on) { return amx_switch().exchange(on); }
-
 
 void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0) {
   switch (job.w_type) {
