@@ -82,12 +82,12 @@ void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t
 // the results stay bit-identical to the scalar oracle.
 QuantTileFn kquant_tiles_avx512(DType t);
 // Its AMX-INT8 part (avx512/kquant_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
-// [t0, t0 + 16) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
+// [t0, t0 + n_tokens) (16 or 32) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
 // AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once).
 bool kquant_amx_available();
 // quantize_row_q8_K with AVX-512 (kquant_tiles_avx512.cpp), bit-identical.
 void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols);
-void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0);
+void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0, int n_tokens);
 
 // Per-block integer sums -> the running float dot `acc`, in one fixed order, shared by every
 // path (quant_dot.cpp, compiled without FMA): so all ISA paths are bit-identical. sums[i] is

@@ -122,27 +122,31 @@ struct Q6K {
 };
 
 // The 16 tokens' activations of every super-block in AMX's B layout, with their scales and
-// bsums per token lane: built once per call, read by every 16-row step.
+// bsums per token lane: built once per call, read by every 16-row step. Tokens in halves of
+// 16 (h): one B tile per half and scale group.
 struct ActTile {
-  std::vector<int32_t> xb;   // [nb][64 dwords][16 tokens]
-  std::vector<float> dx;     // [nb][16]
-  std::vector<int32_t> bw;   // [nb][8][16]: bsums dword g (bs[2g] | bs[2g + 1] << 16), token lane
+  std::vector<int32_t> xb;   // [nb][h][64 dwords][16 tokens]
+  std::vector<float> dx;     // [nb][h][16]
+  std::vector<int32_t> bw;   // [nb][h][8][16]: bsums dword g (bs[2g] | bs[2g + 1] << 16)
 };
 
-void build_act(const BlockQ8_K* x0, int64_t nb, ActTile* a) {
-  a->xb.resize(static_cast<size_t>(nb) * 64 * 16);
-  a->dx.resize(static_cast<size_t>(nb) * 16);
-  a->bw.resize(static_cast<size_t>(nb) * 8 * 16);
+void build_act(const BlockQ8_K* x0, int64_t nb, int nh, ActTile* a) {
+  a->xb.resize(static_cast<size_t>(nb * nh) * 64 * 16);
+  a->dx.resize(static_cast<size_t>(nb * nh) * 16);
+  a->bw.resize(static_cast<size_t>(nb * nh) * 8 * 16);
   const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int32_t>(nb * sizeof(BlockQ8_K))));
   for (int64_t b = 0; b < nb; ++b) {
-    const auto* base = reinterpret_cast<const uint8_t*>(x0 + b);
-    for (int d = 0; d < 64; ++d) {
-      _mm512_storeu_si512(&a->xb[(b * 64 + d) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, qs) + 4 * d, 1));
-    }
-    _mm512_storeu_ps(&a->dx[b * 16], _mm512_i32gather_ps(tok, base + offsetof(BlockQ8_K, d), 1));
-    for (int g = 0; g < 8; ++g) {
-      _mm512_storeu_si512(&a->bw[(b * 8 + g) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, bsums) + 4 * g, 1));
+    for (int h = 0; h < nh; ++h) {
+      const auto* base = reinterpret_cast<const uint8_t*>(x0 + 16 * h * nb + b);
+      const int64_t bh = b * nh + h;
+      for (int d = 0; d < 64; ++d) {
+        _mm512_storeu_si512(&a->xb[(bh * 64 + d) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, qs) + 4 * d, 1));
+      }
+      _mm512_storeu_ps(&a->dx[bh * 16], _mm512_i32gather_ps(tok, base + offsetof(BlockQ8_K, d), 1));
+      for (int g = 0; g < 8; ++g) {
+        _mm512_storeu_si512(&a->bw[(bh * 8 + g) * 16], _mm512_i32gather_epi32(tok, base + offsetof(BlockQ8_K, bsums) + 4 * g, 1));
+      }
     }
   }
 }
@@ -155,28 +159,31 @@ inline __m512i pair_sums(__m512i bw0, __m512i bw1) {
   return _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16));
 }
 
-#define TS_AMX_GROUP(k, cr, ar, br)                                                      \
+// One token half: C tile cr = A tile ar (group k's weights) x B tile br (group k, half h).
+#define TS_AMX_GROUP(k, h, cr, ar, br)                                                   \
   _tile_zero(cr);                                                                        \
-  _tile_loadd(ar, unp + F::kGroup * (k), 256);                                           \
-  _tile_loadd(br, xb + (k) * (F::kGroup / 4) * 16, 64);                                  \
+  _tile_loadd(br, xb + ((h) * 64 + (k) * (F::kGroup / 4)) * 16, 64);                     \
   _tile_dpbusd(cr, ar, br);
 
-template <class F>
+// NH token halves (16 or 32 tokens) x 16-row steps.
+template <class F, int NH>
 void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0) {
   using Block = typename F::Block;
   constexpr int kGroups = kQK_K / F::kGroup;  // 8 or 16
   const int64_t nb = g.cols / kQK_K;
   thread_local ActTile act;
-  build_act(g.xk + t0 * nb, nb, &act);
+  build_act(g.xk + t0 * nb, nb, NH, &act);
   static const TileConfig cfg = config_for(F::kGroup);
   _tile_loadconfig(&cfg);
   // Double-buffered: the tile unit computes block b + 1 while the vector code finishes block b.
   alignas(64) uint8_t unp_buf[2][16 * 256];
-  alignas(64) int32_t cbuf_buf[2][kGroups][16][16];
-  alignas(64) float acc[16][16];
+  alignas(64) int32_t cbuf_buf[2][kGroups][NH][16][16];
+  alignas(64) float acc[NH][16][16];
   for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
     const int64_t r = r0 + 16 * rt;
-    for (auto& row : acc) _mm512_store_ps(row, _mm512_setzero_ps());
+    for (auto& half : acc) {
+      for (auto& row : half) _mm512_store_ps(row, _mm512_setzero_ps());
+    }
     auto tiles = [&](int64_t b) {
       uint8_t* unp = unp_buf[b & 1];
       auto& cbuf = cbuf_buf[b & 1];
@@ -184,66 +191,102 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
         F::unpack(q, unp + 256 * i);
       }
-      const int32_t* xb = &act.xb[b * 64 * 16];
-      for (int k = 0; k < kGroups; k += 4) {
-        TS_AMX_GROUP(k, 0, 4, 6)
-        TS_AMX_GROUP(k + 1, 1, 5, 7)
-        TS_AMX_GROUP(k + 2, 2, 4, 6)
-        TS_AMX_GROUP(k + 3, 3, 5, 7)
-        _tile_stored(0, cbuf[k], 64);
-        _tile_stored(1, cbuf[k + 1], 64);
-        _tile_stored(2, cbuf[k + 2], 64);
-        _tile_stored(3, cbuf[k + 3], 64);
+      const int32_t* xb = &act.xb[b * NH * 64 * 16];
+      if constexpr (NH == 1) {
+        for (int k = 0; k < kGroups; k += 4) {
+          _tile_loadd(4, unp + F::kGroup * k, 256);
+          TS_AMX_GROUP(k, 0, 0, 4, 6)
+          _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
+          TS_AMX_GROUP(k + 1, 0, 1, 5, 7)
+          _tile_loadd(4, unp + F::kGroup * (k + 2), 256);
+          TS_AMX_GROUP(k + 2, 0, 2, 4, 6)
+          _tile_loadd(5, unp + F::kGroup * (k + 3), 256);
+          TS_AMX_GROUP(k + 3, 0, 3, 5, 7)
+          _tile_stored(0, cbuf[k][0], 64);
+          _tile_stored(1, cbuf[k + 1][0], 64);
+          _tile_stored(2, cbuf[k + 2][0], 64);
+          _tile_stored(3, cbuf[k + 3][0], 64);
+        }
+      } else {
+        for (int k = 0; k < kGroups; k += 2) {
+          _tile_loadd(4, unp + F::kGroup * k, 256);
+          _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
+          TS_AMX_GROUP(k, 0, 0, 4, 6)
+          TS_AMX_GROUP(k, 1, 1, 4, 7)
+          TS_AMX_GROUP(k + 1, 0, 2, 5, 6)
+          TS_AMX_GROUP(k + 1, 1, 3, 5, 7)
+          _tile_stored(0, cbuf[k][0], 64);
+          _tile_stored(1, cbuf[k][1], 64);
+          _tile_stored(2, cbuf[k + 1][0], 64);
+          _tile_stored(3, cbuf[k + 1][1], 64);
+        }
       }
     };
     tiles(0);
     for (int64_t b = 0; b < nb; ++b) {
       if (b + 1 < nb) tiles(b + 1);
       auto& cbuf = cbuf_buf[b & 1];
-      const __m512 dxv = _mm512_loadu_ps(&act.dx[b * 16]);
-      const int32_t* bw = &act.bw[b * 8 * 16];
-      __m512i bp[4];  // Q4_K / Q5_K: the tokens' sub-block sums, as int16 pairs
-      if constexpr (F::kMin) {
-        for (int w2 = 0; w2 < 4; ++w2) bp[w2] = pair_sums(_mm512_loadu_si512(bw + (2 * w2) * 16), _mm512_loadu_si512(bw + (2 * w2 + 1) * 16));
+      __m512 dxv[NH];
+      __m512i bp[NH][4];  // Q4_K / Q5_K: the tokens' sub-block sums, as int16 pairs
+      const int32_t* bw[NH];
+      for (int h = 0; h < NH; ++h) {
+        dxv[h] = _mm512_loadu_ps(&act.dx[(b * NH + h) * 16]);
+        bw[h] = &act.bw[(b * NH + h) * 8 * 16];
+        if constexpr (F::kMin) {
+          for (int w2 = 0; w2 < 4; ++w2) bp[h][w2] = pair_sums(_mm512_loadu_si512(bw[h] + (2 * w2) * 16), _mm512_loadu_si512(bw[h] + (2 * w2 + 1) * 16));
+        }
       }
       for (int i = 0; i < 16; ++i) {
         const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
-        __m512i s = _mm512_setzero_si512(), m = _mm512_setzero_si512();
-        if constexpr (F::kMin) {
-          uint8_t sm[16];
-          q4k_scales_mins(q.scales, sm);
-          for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(sm[k])));
-          for (int w2 = 0; w2 < 4; ++w2) {
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[w2]);
-          }
-        } else {
-          for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][i]), _mm512_set1_epi32(q.scales[k])));
-          for (int w2 = 0; w2 < 8; ++w2) {
-            const int32_t pair = static_cast<uint16_t>(static_cast<int16_t>(q.scales[2 * w2])) |
-                                 (static_cast<int32_t>(q.scales[2 * w2 + 1]) << 16);
-            m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(pair), _mm512_loadu_si512(bw + w2 * 16));
-          }
-          s = _mm512_sub_epi32(s, _mm512_slli_epi32(m, 5));  // the -32 of every 6-bit value
-        }
         uint16_t dh;
         std::memcpy(&dh, &q.d, 2);
         const __m512 dv = _mm512_set1_ps(_cvtsh_ss(dh));
-        __m512 a = _mm512_load_ps(acc[i]);
-        a = _mm512_add_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound), kRound);
-        if constexpr (F::kMin) {
-          const __m512 mv = _mm512_set1_ps(_cvtsh_ss(F::dmin(q)));
-          a = _mm512_sub_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(mv, dxv, kRound), _mm512_cvt_roundepi32_ps(m, kRound), kRound), kRound);
+        uint8_t sm[16];
+        if constexpr (F::kMin) q4k_scales_mins(q.scales, sm);
+        for (int h = 0; h < NH; ++h) {
+          __m512i s = _mm512_setzero_si512(), m = _mm512_setzero_si512();
+          if constexpr (F::kMin) {
+            for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(sm[k])));
+            for (int w2 = 0; w2 < 4; ++w2) {
+              m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[h][w2]);
+            }
+          } else {
+            for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(q.scales[k])));
+            for (int w2 = 0; w2 < 8; ++w2) {
+              const int32_t pair = static_cast<uint16_t>(static_cast<int16_t>(q.scales[2 * w2])) |
+                                   (static_cast<int32_t>(q.scales[2 * w2 + 1]) << 16);
+              m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(pair), _mm512_loadu_si512(bw[h] + w2 * 16));
+            }
+            s = _mm512_sub_epi32(s, _mm512_slli_epi32(m, 5));  // the -32 of every 6-bit value
+          }
+          __m512 a = _mm512_load_ps(acc[h][i]);
+          a = _mm512_add_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv[h], kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound), kRound);
+          if constexpr (F::kMin) {
+            const __m512 mv = _mm512_set1_ps(_cvtsh_ss(F::dmin(q)));
+            a = _mm512_sub_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(mv, dxv[h], kRound), _mm512_cvt_roundepi32_ps(m, kRound), kRound), kRound);
+          }
+          _mm512_store_ps(acc[h][i], a);
         }
-        _mm512_store_ps(acc[i], a);
       }
     }
-    for (int i = 0; i < 16; ++i) {
-      for (int j = 0; j < 16; ++j) g.y[(t0 + j) * g.y_stride + r + i] = acc[i][j];
+    for (int h = 0; h < NH; ++h) {
+      for (int i = 0; i < 16; ++i) {
+        for (int j = 0; j < 16; ++j) g.y[(t0 + 16 * h + j) * g.y_stride + r + i] = acc[h][i][j];
+      }
     }
   }
   _tile_release();
 }
 #undef TS_AMX_GROUP
+
+template <class F>
+void amx_gemm_n(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0, int n_tokens) {
+  if (n_tokens == 32) {
+    amx_gemm<F, 2>(g, r0, n_row_tiles, t0);
+  } else {
+    amx_gemm<F, 1>(g, r0, n_row_tiles, t0);
+  }
+}
 
 }  // namespace
 
@@ -255,11 +298,11 @@ bool kquant_amx_available() {
   return on;
 }
 
-void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0) {
+void kquant_amx_gemm(const QuantGemmJob& job, int64_t r0, int64_t n_row_tiles, int64_t t0, int n_tokens) {
   switch (job.w_type) {
-    case DType::kQ4_K: amx_gemm<Q4K>(job, r0, n_row_tiles, t0); return;
-    case DType::kQ5_K: amx_gemm<Q5K>(job, r0, n_row_tiles, t0); return;
-    case DType::kQ6_K: amx_gemm<Q6K>(job, r0, n_row_tiles, t0); return;
+    case DType::kQ4_K: amx_gemm_n<Q4K>(job, r0, n_row_tiles, t0, n_tokens); return;
+    case DType::kQ5_K: amx_gemm_n<Q5K>(job, r0, n_row_tiles, t0, n_tokens); return;
+    case DType::kQ6_K: amx_gemm_n<Q6K>(job, r0, n_row_tiles, t0, n_tokens); return;
     default: return;
   }
 }

@@ -221,7 +221,7 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
 
 // Tokens in steps of 4 (4 x 4 tiles), then 2 (8 x 2), then 1 (16 x 1); in each step the rows
 // a full tile does not cover go row by row (quant_gemm_rowwise: the same results).
-// With AMX, 16 tokens at a time go to kquant_amx_gemm for every 16 rows first.
+// With AMX, 32 or 16 tokens at a time go to kquant_amx_gemm for every 16 rows first.
 template <class F>
 void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   int64_t t = t0;
@@ -235,11 +235,13 @@ void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64
   };
   if (t1 - t >= 16 && kquant_amx_available()) {
     const int64_t n16 = (r1 - r0) / 16;
-    for (; t1 - t >= 16; t += 16) {
-      if (n16 > 0) kquant_amx_gemm(g, r0, n16, t);
+    while (t1 - t >= 16) {
+      const int nt = t1 - t >= 32 ? 32 : 16;
+      if (n16 > 0) kquant_amx_gemm(g, r0, n16, t, nt);
       if (r0 + 16 * n16 < r1) {
-        for (int64_t tt = t; tt < t + 16; tt += 4) rows.template operator()<4, 4>(r0 + 16 * n16, tt);
+        for (int64_t tt = t; tt < t + nt; tt += 4) rows.template operator()<4, 4>(r0 + 16 * n16, tt);
       }
+      t += nt;
     }
   }
   while (t1 - t >= 4) step.template operator()<4, 4>();

@@ -1,8 +1,8 @@
 // matmul with every ggml block format: each ISA path vs the oracle (the weights dequantized with
 // the bit-exact dequantize(), then a double-precision dot). Awkward shapes: rows 1, 7, 33, 257;
-// batches 1, 3, 17 (decode GEMV and batched GEMM, token-block tails); 52 x 20 (the K-quants'
-// AMX 16 x 16 tiles with AVX-512 4 x 4 tiles beside them; the same test runs again with
-// TESSERA_KQUANT_AMX=0 as kernels_quant_no_amx_test); strided x and y.
+// batches 1, 3, 17 (decode GEMV and batched GEMM, token-block tails); 52 x 20 and 48 x 37
+// (the K-quants' AMX 16- and 32-token tiles with AVX-512 4 x 4 tiles beside them; the same
+// test runs again with TESSERA_KQUANT_AMX=0 as kernels_quant_no_amx_test); strided x and y.
 // Tolerances (normalized mean squared error vs the oracle):
 // - integer paths (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL with Q8_0-style activations; Q2_K .. Q6_K,
 //   IQ4_XS with Q8_K activations):
@@ -45,7 +45,7 @@ TEST_P(QuantMatmul, EveryIsaMatchesTheDequantizedOracle) {
   ASSERT_TRUE(matmul_supports(t));
   const int64_t cols = dtype_block_size(t) == 256 ? 512 : 96;
   ThreadPool pool(3);
-  for (const Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{33, 17}, Shape{257, 1}, Shape{257, 17}, Shape{33, 3}, Shape{52, 20}}) {
+  for (const Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{33, 17}, Shape{257, 1}, Shape{257, 17}, Shape{33, 3}, Shape{52, 20}, Shape{48, 37}}) {
     const size_t rb = dtype_row_bytes(t, cols);
     const auto wf = random_floats(static_cast<size_t>(s.rows * cols), 11 + static_cast<uint64_t>(s.rows));
     std::vector<uint8_t> w(rb * static_cast<size_t>(s.rows));
