@@ -8,6 +8,13 @@
 // give bit-identical results (see finish_* below).
 // On AVX-512, matmul() routes Q4_0, Q5_0 and IQ4_NL to the faster kernels of qblock_tiles.h
 // instead (same integers and float order, so bit-identical to these).
+// Q4_K, Q5_K and Q6_K on AVX-512 are register tiled instead (QuantGemmJob::tiles: several
+// weight rows x several activation rows per inner loop, AMX-INT8 for 16 x 16/32 where
+// present): their block integers are exact as well and
+// their float part runs the finish_* operations in the same order, vectorized across the
+// tile's (row, token) pairs, so the bit-identity (and greedy decoding independent of the ISA)
+// is kept rather than traded for a tolerance; it costs nothing measurable, since the integer
+// work, not the float part, bounds these kernels.
 // Thread-safety: quant_gemm() is called concurrently for disjoint (rows, tokens) tiles of one
 // job; the job and the quantized activations are read-only by then.
 #pragma once
