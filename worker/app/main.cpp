@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
     }
     worker::OffloadOptions oo;
     oo.codec.codec = *codec;
+    oo.blob_dtype = config.kv_offload_dtype == "f32" ? DType::kF32 : DType::kF16;
     oo.pool_dtype = (*backend)->kv_dtype().empty() ? "f32" : (*backend)->kv_dtype();
     oo.max_pending_bytes = static_cast<size_t>(config.kv_offload_max_pending_mb) << 20;
     offloader = std::make_unique<worker::KvOffloader>(pref_store.get(), oo);

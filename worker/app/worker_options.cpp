@@ -136,6 +136,11 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                              .help = "codec of spilled pages, stored from f16: none, zstd (exact), int8 (groups of 64 "
                                      "values), int4, kivi, or any other kvstore codec (docs/kv.md)",
                              .env = "TESSERA_WORKER_KV_OFFLOAD_CODEC"});
+  o.add({.name = "kv-offload-dtype",
+         .help = "element type spilled pages are stored from before the codec: f16 (half the bytes) or f32 (with "
+                 "--kv-offload-codec none/zstd: bit-exact reloads into an f32 pool)",
+         .env = "TESSERA_WORKER_KV_OFFLOAD_DTYPE", .choices = {"f16", "f32"}},
+        c.kv_offload_dtype, [&c](const std::string& v) { c.kv_offload_dtype = v; });
   o.add(c.kv_offload_max_pending_mb, {.name = "kv-offload-max-pending-mb",
                                       .help = "K/V read for spills and not yet put to the kvstore, in MiB; spills beyond "
                                               "it are dropped (counted)",

@@ -34,6 +34,7 @@ struct WorkerOptions {
   // K/V offload to the kvstore (docs/kv.md "K/V offload to the kvstore"); needs --kvstore.
   bool kv_offload = false;
   std::string kv_offload_codec = "int8";  // any kvstore codec name (kvstore::parse_codec)
+  std::string kv_offload_dtype = "f16";  // element type spilled pages are stored from: f16 or f32
   int64_t kv_offload_max_pending_mb = 64;
   std::string metrics_host = "127.0.0.1";  // GET /metrics, /health, /ready (worker_metrics.h)
   int metrics_port = 0;                    // 0 = any free port (in the READY line), -1 = off
