@@ -108,7 +108,10 @@ TEST_F(KvOffloadCluster, PrefixEvictedOnOneWorkerIsReloadedByTheOther) {
   EXPECT_EQ(warm["choices"][0]["text"], cold["choices"][0]["text"]) << "reloaded K/V must give the cold run's greedy text";
   const int cached = warm["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
   EXPECT_GE(cached, 16 * (full_pages - 1)) << "the prefix came from the kvstore";
-  EXPECT_GE(sched("tessera_scheduler_kv_offload_reloaded_pages_total"), full_pages - 1);
+  // The scheduler publishes its counters on its next tick.
+  EXPECT_TRUE(wait_until([&] { return sched("tessera_scheduler_kv_offload_reloaded_pages_total") >= full_pages - 1; },
+                         milliseconds(5000)))
+      << sched("tessera_scheduler_kv_offload_reloaded_pages_total") << " pages reloaded";
   EXPECT_GE(sched("tessera_scheduler_kv_offload_reloads_total"), 1.0);
   EXPECT_GT(sched("tessera_scheduler_kv_offload_reload_bytes_total"), 0.0);
 }
