@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     worker::OffloadOptions oo;
+    oo.codec = config.injector.codec;  // group size, kivi/tiered steps: the --kv-codec-* settings
     oo.codec.codec = *codec;
     oo.blob_dtype = config.kv_offload_dtype == "f32" ? DType::kF32 : DType::kF16;
     oo.pool_dtype = (*backend)->kv_dtype().empty() ? "f32" : (*backend)->kv_dtype();

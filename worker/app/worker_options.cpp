@@ -134,7 +134,8 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                        .env = "TESSERA_WORKER_KV_OFFLOAD"});
   o.add(c.kv_offload_codec, {.name = "kv-offload-codec",
                              .help = "codec of spilled pages, stored from f16: none, zstd (exact), int8 (groups of 64 "
-                                     "values), int4, kivi, or any other kvstore codec (docs/kv.md)",
+                                     "values), int4, kivi, tiered (their parameters: the --kv-codec-* options), or any other "
+                                     "kvstore codec (docs/kv.md)",
                              .env = "TESSERA_WORKER_KV_OFFLOAD_CODEC"});
   o.add({.name = "kv-offload-dtype",
          .help = "element type spilled pages are stored from before the codec: f16 (half the bytes) or f32 (with "
