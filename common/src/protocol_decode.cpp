@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "msgpack_io.h"
+#include "protocol_offload.h"
 #include "tessera/common/protocol.h"
 
 namespace tessera::protocol {
@@ -250,6 +251,7 @@ Status decode_plan(const MapView& m, StepPlan* p) {
   };
   TS_TRY(opt_array(m, "seqs", read_seqs));
   TS_TRY(opt(m, "released", &p->released));
+  TS_TRY(detail::read_plan_offload(m, p));
   return validate(*p);
 }
 
@@ -302,7 +304,7 @@ Status decode_result(const MapView& m, StepResult* r) {
     return ok_status();
   };
   TS_TRY(opt_array(m, "prompt_logprobs", read_prompt));
-  return ok_status();
+  return detail::read_result_offload(m, r);
 }
 
 Status decode_heartbeat(const MapView& m, Heartbeat* h) {

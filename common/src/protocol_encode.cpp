@@ -1,5 +1,6 @@
 // Protocol v1 encoder: every message becomes one msgpack map with `v`, `type`, `id` first.
 #include "msgpack_io.h"
+#include "protocol_offload.h"
 #include "tessera/common/protocol.h"
 
 namespace tessera::protocol {
@@ -302,6 +303,7 @@ struct Encoder {
     }
     w.key("released");
     w.u64s(p.released);
+    detail::write_plan_offload(w, p);
   }
 
   void operator()(const StepResultMsg& m) {
@@ -366,6 +368,7 @@ struct Encoder {
         w.end_map();
       }
     }
+    detail::write_result_offload(w, r);
   }
 
   void operator()(const Heartbeat& h) {

@@ -42,6 +42,15 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
                                      .help = "K/V pages per worker that pinned prefixes may hold (0 = half the worker's pool); "
                                              "docs/api.md \"Pinned prefixes\"",
                                      .env = "TESSERA_MAX_PINNED_PAGES", .min = 0, .max = 1 << 30});
+  o.add(c.service.kv_offload.min_reload_pages,
+        {.name = "kv-offload-min-pages",
+         .help = "K/V offload (workers with --kv-offload): reload a prefix continuation from the kvstore only when "
+                 "at least this many pages of it are there (docs/kv.md)",
+         .env = "TESSERA_KV_OFFLOAD_MIN_PAGES", .min = 1, .max = 1 << 20});
+  o.add(c.service.kv_offload.max_entries,
+        {.name = "kv-offload-max-entries",
+         .help = "K/V offload: block hashes the scheduler remembers as held by the kvstore (least recently used out)",
+         .env = "TESSERA_KV_OFFLOAD_MAX_ENTRIES", .min = 1, .max = int64_t{1} << 32});
   o.add(c.service.max_step_tokens, {.name = "max-step-tokens",
                                     .help = "token budget per step (0 = the worker's max-batch-tokens)",
                                     .env = "TESSERA_MAX_STEP_TOKENS", .min = 0, .max = 1 << 20});

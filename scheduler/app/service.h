@@ -68,6 +68,7 @@ struct ServiceConfig {
   int32_t max_context = 0;         // 0 = the worker's max_seq_len
   int32_t max_pinned_pages = 0;    // per worker; pages pinned prefixes may lock (0 = half the pool)
   bool prefix_cache = true;        // false: every request gets its own K/V namespace (no reuse)
+  scheduler::OffloadConfig kv_offload{};  // K/V offload directory (workers started with --kv-offload)
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
   int stats_interval_s = 10;       // a stats log line this often; 0 = none
   scheduler::RouterConfig router;

@@ -7,7 +7,7 @@
 namespace tessera::scheduler_app {
 
 WorkerRegistry::WorkerRegistry(WorkerLimits limits, LivenessConfig liveness, scheduler::Router router, SchedulerMetrics& m)
-    : limits_(limits), liveness_(liveness), router_(std::move(router)), m_(m) {}
+    : limits_(limits), liveness_(liveness), router_(std::move(router)), m_(m), offload_(limits.offload) {}
 
 Status WorkerRegistry::admissible(const std::string& name, const protocol::RegisterWorker& reg) const {
   const std::string fp = dki::hex16(reg.model_fingerprint);
@@ -33,6 +33,9 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
   if (!batcher.ok()) return batcher.take_error();
   TS_TRY(router_.add_worker(name));
   if (kv_events_ != nullptr) (*batcher)->set_index_observer(kv_events_->observer_for(name));
+  if (std::find(reg.capabilities.begin(), reg.capabilities.end(), "kv_offload") != reg.capabilities.end()) {
+    (*batcher)->enable_offload(&offload_);
+  }
   fingerprint_ = dki::hex16(reg.model_fingerprint);
   fingerprint64_ = reg.model_fingerprint;
   const std::string help = "K/V pages by state (free + held + cached = total)";
@@ -183,6 +186,34 @@ void WorkerRegistry::publish() {
   kv_evicted_seen_ = evicted;
   if (compactions > kv_compactions_seen_) m_.kv_compactions->inc(static_cast<double>(compactions - kv_compactions_seen_));
   kv_compactions_seen_ = compactions;
+  publish_offload();
+}
+
+void WorkerRegistry::publish_offload() {
+  metrics::Registry& r = *m_.registry;
+  const scheduler::OffloadStats& st = offload_.stats();
+  auto bump = [&](const char* name, const char* help, int64_t now, int64_t& seen) {
+    metrics::Counter& c = r.counter(name, help);
+    if (now > seen) c.inc(static_cast<double>(now - seen));
+    seen = now;
+  };
+  scheduler::OffloadStats& s = offload_seen_;
+  bump("tessera_scheduler_kv_offload_spilled_pages_total", "evicted radix pages planned as spills to the kvstore (K/V offload)",
+       st.spilled_pages, s.spilled_pages);
+  bump("tessera_scheduler_kv_offload_offloaded_pages_total", "spilled pages the workers confirmed stored in the kvstore",
+       st.offloaded_pages, s.offloaded_pages);
+  bump("tessera_scheduler_kv_offload_reloads_total", "admissions that reloaded a prefix continuation from the kvstore",
+       st.reloads, s.reloads);
+  bump("tessera_scheduler_kv_offload_reloaded_pages_total", "pages reloaded from the kvstore instead of recomputed",
+       st.reloaded_pages, s.reloaded_pages);
+  bump("tessera_scheduler_kv_offload_reload_missed_pages_total",
+       "pages a reload asked for but the worker could not load (recomputed)", st.reload_missed_pages, s.reload_missed_pages);
+  bump("tessera_scheduler_kv_offload_reloaded_tokens_total", "prompt tokens whose K/V was reloaded from the kvstore",
+       st.reloaded_tokens, s.reloaded_tokens);
+  bump("tessera_scheduler_kv_offload_reload_bytes_total", "encoded K/V bytes the workers fetched for reloads",
+       st.reload_bytes, s.reload_bytes);
+  r.gauge("tessera_scheduler_kv_offload_directory_entries", "block hashes the scheduler knows the kvstore holds (bounded)")
+      .set(static_cast<double>(offload_.size()));
 }
 
 void WorkerRegistry::fill_heartbeat(protocol::Heartbeat& hb) const {

@@ -60,6 +60,7 @@ struct WorkerLimits {
   int32_t max_step_tokens = 0; // 0 = the worker's max_batch_tokens
   int32_t max_context = 0;     // 0 = the worker's max_seq_len
   int32_t max_pinned_pages = 0;  // 0 = half the worker's pool
+  scheduler::OffloadConfig offload{};  // K/V offload directory (workers that advertise kv_offload)
 };
 
 class WorkerRegistry {
@@ -99,6 +100,11 @@ class WorkerRegistry {
   // reports its radix index changes to it, and a removed worker's index is reported cleared.
   void set_kv_events(KvEvents* events) { kv_events_ = events; }
 
+  // K/V offload (tessera/scheduler/kv_offload.h): one directory for all workers, so a worker can
+  // reload what another spilled; it outlives every worker's Batcher (a removed worker's spills
+  // stay reloadable). Batchers of workers that advertise "kv_offload" use it.
+  scheduler::OffloadDirectory& offload() { return offload_; }
+
   // Refreshes the gauges (pages per worker, live workers, running, waiting, preemptions).
   void publish();
   // Adds the cluster figures (live workers, running, waiting, pages per worker) to `hb`.
@@ -115,6 +121,9 @@ class WorkerRegistry {
   int64_t preemptions_seen_ = 0;
   int64_t kv_evicted_seen_ = 0, kv_compactions_seen_ = 0;
   KvEvents* kv_events_ = nullptr;
+  scheduler::OffloadDirectory offload_;
+  scheduler::OffloadStats offload_seen_;  // published so far (counters take the differences)
+  void publish_offload();
 };
 
 }  // namespace tessera::scheduler_app

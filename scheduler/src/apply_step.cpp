@@ -16,6 +16,7 @@ Result<StepOutcome> Batcher::apply(const StepResult& result) {
   }
   outstanding_ = false;
   StepOutcome out;
+  apply_reloads(result, static_cast<ErrorCode>(result.error_code) == ErrorCode::kOk);
   // Check: a failed step or a result that does not answer the plan fails the plan's sequences.
   // error_code is an ErrorCode value (an int32 on the wire); the cast reads either form.
   if (const auto code = static_cast<ErrorCode>(result.error_code); code != ErrorCode::kOk) {

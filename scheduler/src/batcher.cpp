@@ -27,7 +27,8 @@ std::string_view finish_reason_name(FinishReason r) {
 }
 
 bool needs_worker(const StepPlan& plan) {
-  return !plan.seqs.empty() || !plan.copies.empty() || !plan.fills.empty() || !plan.released.empty();
+  return !plan.seqs.empty() || !plan.copies.empty() || !plan.fills.empty() || !plan.released.empty() ||
+         !plan.spills.empty() || !plan.reloads.empty();
 }
 
 Result<std::unique_ptr<Batcher>> Batcher::create(BatcherConfig c) {
@@ -158,8 +159,10 @@ std::vector<FinishEvent> Batcher::fail_all(const std::string& message) {
   out.reserve(ids.size());
   for (uint64_t id : ids) out.push_back(finish(*q_->live.at(id), FinishReason::kError, -1, message));
   q_->inflight.clear();
+  q_->inflight_reloads.clear();
   outstanding_ = false;
   pending_released_.clear();  // nobody to tell
+  pending_spills_.clear();
   return out;
 }
 

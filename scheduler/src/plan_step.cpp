@@ -139,6 +139,8 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   }
   s.indexed_pages = u.keep;
   s.num_computed = u.use;  // 0 with a fill: the fill computes [0, P) in this step
+  // K/V offload: reload the continuation of the match from the kvstore instead of prefilling it.
+  if (offload_ != nullptr && !u.cow && !u.fill && admit_reload(p, s, u.use)) return true;
   const int32_t start = u.start;
   // Allocate pages for the first chunk (evicting or preempting strictly worse sequences), keeping
   // the admission headroom.
@@ -249,6 +251,11 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
   plan.step_id = p.step_id;
   plan.copies = std::move(p.copies);
   plan.fills = std::move(p.fills);
+  plan.reloads = std::move(p.reloads);
+  plan.spills = std::move(pending_spills_);
+  pending_spills_.clear();
+  q_->inflight_reloads.clear();
+  for (const KvReload& r : plan.reloads) q_->inflight_reloads.push_back(r.request_id);
   plan.released = std::move(pending_released_);
   pending_released_.clear();
   plan.released.insert(plan.released.end(), p.released.begin(), p.released.end());

@@ -407,6 +407,11 @@ int32_t RadixIndex::evict(int32_t num_pages) {
       n.hashes.pop_back();
     }
     if (observer_ != nullptr) observer_->on_removed(removed);
+    if (evict_hook_) {
+      uint32_t root = id;
+      while (nodes_[root].ns_key.empty()) root = nodes_[root].parent;
+      evict_hook_(namespace_hash(nodes_[root].ns_key), removed);
+    }
     n.tokens.resize(n.pages.size() * static_cast<size_t>(page_size_));
     n.end -= take * page_size_;
     ++n.generation;  // trimmed: handles to it no longer describe it

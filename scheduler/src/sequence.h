@@ -42,6 +42,13 @@ struct Sequence {
   std::vector<KvMove> moves;          // planned for this step (SeqPlan::moves)
   std::vector<int32_t> retiring;      // pages past the policy's cap: held until the step is applied
 
+  // K/V offload (kv_offload.cpp): a KvReload of pages [reload_first, reload_first + hashes) is in
+  // the outstanding plan; num_computed advances over what the worker loaded when it is applied.
+  bool reload_pending = false;
+  bool reload_counted = false;  // this reload set cached_prompt_tokens (first admission)
+  int32_t reload_first = 0;
+  std::vector<uint64_t> reload_hashes;
+
   int32_t cache_len() const { return num_computed - evicted; }
 
   // Prompt log-probabilities (req.sampling.prompt_logprobs >= 0): the next prompt position whose
@@ -79,6 +86,7 @@ struct Batcher::Queues {
   };
   uint64_t inflight_step = 0;
   std::vector<InFlight> inflight;
+  std::vector<uint64_t> inflight_reloads;  // request ids of the outstanding plan's KvReloads, in order
 };
 
 // Per-step working state of Batcher::step() (plan_step.cpp, kv_compaction.cpp).
@@ -88,6 +96,7 @@ struct Batcher::Planner {
   std::vector<Sequence*> scheduled;  // plan order
   std::vector<PageCopy> copies;
   std::vector<KvFill> fills;
+  std::vector<KvReload> reloads;
   std::vector<uint64_t> released;    // preempted in this step
 };
 

@@ -24,6 +24,7 @@
 #include "tessera/worker/preference.h"
 #include "tessera/worker/sim_backend.h"
 #include "worker_options.h"
+#include "offload_metrics.h"
 #include "worker_metrics.h"
 #include "worker_service.h"
 
@@ -154,6 +155,29 @@ int main(int argc, char** argv) {
   worker::PreferenceInjector injector(pref_store.get(), config.injector);
   if (executor.backend().capabilities().kv_fill) injector.attach(executor);
 
+  // K/V offload (docs/kv.md): spills and reloads of radix pages through the same kvstore.
+  std::unique_ptr<worker::KvOffloader> offloader;
+  if (config.kv_offload) {
+    auto codec = kvstore::parse_codec(config.kv_offload_codec);
+    if (!codec.ok()) {
+      std::fprintf(stderr, "tessera-worker: --kv-offload-codec: %s\n", codec.error().to_string().c_str());
+      return 1;
+    }
+    if (pref_store == nullptr || !executor.backend().capabilities().kv_fill) {
+      std::fprintf(stderr, "tessera-worker: --kv-offload needs --kvstore and a backend with kv_fill (cpu); the %s backend%s\n",
+                   std::string(executor.backend().name()).c_str(), pref_store == nullptr ? " has no --kvstore" : " lacks kv_fill");
+      return 1;
+    }
+    worker::OffloadOptions oo;
+    oo.codec = config.injector.codec;  // group size, kivi/tiered steps: the --kv-codec-* settings
+    oo.codec.codec = *codec;
+    oo.blob_dtype = config.kv_offload_dtype == "f32" ? DType::kF32 : DType::kF16;
+    oo.pool_dtype = (*backend)->kv_dtype().empty() ? "f32" : (*backend)->kv_dtype();
+    oo.max_pending_bytes = static_cast<size_t>(config.kv_offload_max_pending_mb) << 20;
+    offloader = std::make_unique<worker::KvOffloader>(pref_store.get(), oo);
+    executor.set_offload_handler(offloader.get());
+  }
+
   worker_app::ServiceConfig& sc = config.service;
   if (sc.name.empty()) {
     char host[256] = {};
@@ -172,12 +196,17 @@ int main(int argc, char** argv) {
                                           .num_pages = pool.num_pages,
                                           .kv_dtype = (*backend)->kv_dtype(),
                                           .kv_pool_bytes = (*backend)->kv_pool_bytes()});
+  std::unique_ptr<worker_app::OffloadMetrics> offload_metrics;
+  if (offloader) offload_metrics = std::make_unique<worker_app::OffloadMetrics>(registry, sc.name);
   std::unique_ptr<metrics_http::MetricsServer> metrics_server;
   if (config.metrics_port >= 0) {
     const std::string health = "{\"status\":\"ok\",\"worker\":\"" + sc.name + "\"}";
     auto ms = metrics_http::MetricsServer::start(
         config.metrics_host, config.metrics_port,
-        {.metrics = [&wm] { return wm.render(); },
+        {.metrics = [&wm, &offloader, &offload_metrics] {
+           if (offloader) offload_metrics->publish(offloader->stats());
+           return wm.render();
+         },
          .health = [health] { return metrics_http::Answer{.status = 200, .body = health}; },
          .ready = [&wm] {
            const bool ready = wm.registered() && !wm.draining();

@@ -128,6 +128,24 @@ void declare_options(config::Options& o, WorkerOptions& c) {
          .help = "tiered codec: the last this many tokens of a blob are coded with 16x finer steps (they get most of "
                  "the attention of what follows)",
          .env = "TESSERA_WORKER_KV_CODEC_RECENT", .min = 0, .max = 65536});
+  o.add(c.kv_offload, {.name = "kv-offload",
+                       .help = "spill radix pages the scheduler evicts to the kvstore (compressed) and reload prefix "
+                               "continuations from it instead of recomputing them; needs --kvstore (docs/kv.md)",
+                       .env = "TESSERA_WORKER_KV_OFFLOAD"});
+  o.add(c.kv_offload_codec, {.name = "kv-offload-codec",
+                             .help = "codec of spilled pages, stored from f16: none, zstd (exact), int8 (groups of 64 "
+                                     "values), int4, kivi, tiered (their parameters: the --kv-codec-* options), or any other "
+                                     "kvstore codec (docs/kv.md)",
+                             .env = "TESSERA_WORKER_KV_OFFLOAD_CODEC"});
+  o.add({.name = "kv-offload-dtype",
+         .help = "element type spilled pages are stored from before the codec: f16 (half the bytes) or f32 (with "
+                 "--kv-offload-codec none/zstd: bit-exact reloads into an f32 pool)",
+         .env = "TESSERA_WORKER_KV_OFFLOAD_DTYPE", .choices = {"f16", "f32"}},
+        c.kv_offload_dtype, [&c](const std::string& v) { c.kv_offload_dtype = v; });
+  o.add(c.kv_offload_max_pending_mb, {.name = "kv-offload-max-pending-mb",
+                                      .help = "K/V read for spills and not yet put to the kvstore, in MiB; spills beyond "
+                                              "it are dropped (counted)",
+                                      .env = "TESSERA_WORKER_KV_OFFLOAD_MAX_PENDING_MB", .min = 1, .max = 1 << 20});
   curve::declare_options(o, c.curve, curve::Role::kWorker);
 }
 

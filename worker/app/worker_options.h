@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/worker/kv_offload.h"
+
 #include "tessera/common/config.h"
 #include "tessera/kvstore/client.h"
 #include "tessera/worker/preference.h"
@@ -29,6 +31,11 @@ struct WorkerOptions {
   int32_t eos_id = -2;  // -2 = the model file's (else 2 for llama2.c), -1 = none
   kvstore::ClientConfig kvstore{.endpoint = "", .timeout_ms = 2000};  // "" = no kvstore
   worker::InjectorConfig injector;
+  // K/V offload to the kvstore (docs/kv.md "K/V offload to the kvstore"); needs --kvstore.
+  bool kv_offload = false;
+  std::string kv_offload_codec = "int8";  // any kvstore codec name (kvstore::parse_codec)
+  std::string kv_offload_dtype = "f16";  // element type spilled pages are stored from: f16 or f32
+  int64_t kv_offload_max_pending_mb = 64;
   std::string metrics_host = "127.0.0.1";  // GET /metrics, /health, /ready (worker_metrics.h)
   int metrics_port = 0;                    // 0 = any free port (in the READY line), -1 = off
   curve::Settings curve;  // --curve-dir / --insecure (docs/security.md)

@@ -105,6 +105,22 @@ class FakeWorker {
     return r;
   }
 
+  // K/V offload tests: a page's simulated K/V as (token, position) per slot, and writing such a
+  // copy back into a page (a reload from the kvstore).
+  std::vector<std::pair<int32_t, int32_t>> read_page(int32_t page) const {
+    std::vector<std::pair<int32_t, int32_t>> out;
+    for (int32_t i = 0; i < page_size_; ++i) {
+      const Slot& s = slots_[static_cast<size_t>(page) * static_cast<size_t>(page_size_) + static_cast<size_t>(i)];
+      out.emplace_back(s.token, s.pos);
+    }
+    return out;
+  }
+  void write_page(int32_t page, const std::vector<std::pair<int32_t, int32_t>>& data) {
+    for (int32_t i = 0; i < page_size_ && i < static_cast<int32_t>(data.size()); ++i) {
+      slot(page, i) = Slot{data[static_cast<size_t>(i)].first, data[static_cast<size_t>(i)].second};
+    }
+  }
+
   const std::vector<std::string>& errors() const { return errors_; }
   int64_t steps() const { return steps_; }
 

@@ -20,6 +20,29 @@
 namespace tessera::worker {
 namespace {
 
+// Page ids of the plan's K/V offload directives (spills, reloads) against the pool.
+Status validate_offload(const StepPlan& plan, int32_t num_pages) {
+  auto bad = [&](const std::string& where, int32_t page) {
+    return make_error(ErrorCode::kOutOfRange, where + ": page " + std::to_string(page) + " outside the pool [0, " +
+                                                  std::to_string(num_pages) + ")");
+  };
+  for (size_t i = 0; i < plan.spills.size(); ++i) {
+    if (plan.spills[i].page < 0 || plan.spills[i].page >= num_pages) return bad("spills[" + std::to_string(i) + "]", plan.spills[i].page);
+  }
+  for (size_t i = 0; i < plan.reloads.size(); ++i) {
+    const KvReload& r = plan.reloads[i];
+    if (r.pages.size() != r.hashes.size()) {
+      return make_error(ErrorCode::kInvalidArgument, "reloads[" + std::to_string(i) + "]: " + std::to_string(r.pages.size()) +
+                                                         " pages for " + std::to_string(r.hashes.size()) + " hashes");
+    }
+    for (int32_t page : r.pages) {
+      if (page < 0 || page >= num_pages) return bad("reloads[" + std::to_string(i) + "]", page);
+    }
+  }
+  return ok_status();
+}
+
+
 bool plain_greedy(const SamplingParams& p) {
   return (p.temperature == 0.0f || p.top_k == 1) && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
          p.frequency_penalty == 0.0f && !p.logprobs && p.top_logprobs == 0 && p.logit_bias.empty() && p.grammar.empty();
@@ -73,6 +96,7 @@ struct StepExecutor::State {
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
   std::unordered_map<uint64_t, H2oState> h2o;                       // H2O statistic per request (kv_directives.h)
   FillHandler fill_handler;                                         // may be empty
+  OffloadHandler* offload = nullptr;                                // not owned; may be null
   std::vector<SeqInput> batch;                                      // reused
   std::shared_ptr<const grammar::TokenVocabulary> grammar_vocab;    // null: no structured output
   // Compiled schemas by text, most recently used last (at most kSchemaCache).
@@ -103,6 +127,7 @@ StepExecutor::~StepExecutor() = default;
 
 void StepExecutor::set_fill_handler(FillHandler handler) { state_->fill_handler = std::move(handler); }
 bool StepExecutor::has_fill_handler() const { return static_cast<bool>(state_->fill_handler); }
+void StepExecutor::set_offload_handler(OffloadHandler* handler) { state_->offload = handler; }
 size_t StepExecutor::num_request_states() const { return state_->samplers.size(); }
 void StepExecutor::reset_requests() {
   state_->samplers.clear();
@@ -111,6 +136,7 @@ void StepExecutor::reset_requests() {
 std::vector<std::string> StepExecutor::capabilities() const {
   std::vector<std::string> out = capability_names(backend_.name(), backend_.capabilities());
   if (state_->grammar_vocab) out.emplace_back("grammar");
+  if (state_->offload != nullptr) out.emplace_back("kv_offload");
   return out;
 }
 
@@ -173,6 +199,12 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
       }
     }
   }
+  if ((!plan.spills.empty() || !plan.reloads.empty()) && st.offload == nullptr) {
+    return make_error(ErrorCode::kUnsupported, "step " + std::to_string(plan.step_id) +
+                                                   ": K/V spills or reloads need capability kv_offload (tessera-worker "
+                                                   "--kv-offload with --kvstore), which this worker lacks");
+  }
+  TS_TRY(validate_offload(plan, pool.num_pages));
   for (size_t i = 0; i < plan.copies.size(); ++i) {
     const PageCopy& c = plan.copies[i];
     if (c.src < 0 || c.src >= pool.num_pages || c.dst < 0 || c.dst >= pool.num_pages) {
@@ -235,7 +267,9 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     return make_error(vb.error().code, "step " + std::to_string(plan.step_id) + ": " + vb.error().message);
   }
 
-  // 2-4. Apply: releases, page copies, fills.
+  // 1b. K/V offload spills: read the evicted pages before anything below writes.
+  if (!plan.spills.empty()) st.offload->spill(backend_, plan.spills);
+  // 2-4. Apply: releases, page copies, reloads, fills.
   for (uint64_t id : plan.released) {
     st.samplers.erase(id);
     st.h2o.erase(id);
@@ -243,6 +277,14 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
   for (const PageCopy& c : plan.copies) TS_TRY(backend_.copy_page(c.src, c.dst));
   StepResult result;
   result.step_id = plan.step_id;
+  for (const KvReload& r : plan.reloads) {
+    auto rr = st.offload->reload(backend_, r);
+    if (!rr.ok()) {
+      return make_error(rr.error().code, "step " + std::to_string(plan.step_id) + ": reload for request " +
+                                             std::to_string(r.request_id) + ": " + rr.error().message);
+    }
+    result.reloads.push_back(*rr);
+  }
   for (size_t i = 0; i < plan.fills.size(); ++i) {
     auto fr = st.fill_handler(plan.fills[i]);
     if (!fr.ok()) {
@@ -350,6 +392,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     result.results.push_back({.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob,
                               .top = std::move(p.out.top), .victims = std::move(victims)});
   }
+  if (st.offload != nullptr) result.offloaded = st.offload->take_offloaded();
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

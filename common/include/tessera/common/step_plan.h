@@ -143,12 +143,46 @@ struct KvFill {
   std::vector<int32_t> tokens{};
 };
 
+// K/V offload (docs/kv.md "K/V offload to the kvstore"). A page the scheduler has just evicted
+// from its radix index, to be read by the worker before anything of the plan writes a page and
+// put (encoded) to the kvstore under its block hash (RadixIndex: the hash names the model,
+// namespace and every token of the prefix up to and including this page). ns_hash is the
+// namespace's hash, the kvstore partition the blob goes to.
+struct KvSpill {
+  int32_t page = 0;
+  uint64_t hash = 0;
+  uint64_t ns_hash = 0;
+};
+
+// Reload consecutive pages of one request's prefix from the kvstore: pages[i] gets the blob of
+// block hash hashes[i]. The worker loads the leading pages it finds and stops at the first it
+// cannot use (miss, other model/dtype/codec, kvstore down): ReloadResult::pages says how many.
+struct KvReload {
+  uint64_t request_id = 0;
+  uint64_t ns_hash = 0;
+  std::vector<int32_t> pages;
+  std::vector<uint64_t> hashes;  // same length as pages
+};
+
 struct StepPlan {
   uint64_t step_id = 0;
-  std::vector<PageCopy> copies;   // applied first
-  std::vector<KvFill> fills;      // applied second
+  std::vector<PageCopy> copies;   // applied first (after spills)
+  std::vector<KvFill> fills;      // applied second (after reloads)
   std::vector<SeqPlan> seqs;      // computed third, as one ragged batch
   std::vector<uint64_t> released; // requests finished or cancelled: the worker drops their state
+  // K/V offload: spills are read before anything else of the plan (copies, reloads, fills and the
+  // forward may write into the evicted pages); reloads are applied after the copies. Both are
+  // omitted from the wire when empty and need the worker capability "kv_offload".
+  std::vector<KvSpill> spills{};
+  std::vector<KvReload> reloads{};
+};
+
+// What one KvReload loaded: its first `pages` pages (0 = nothing; the scheduler recomputes the rest).
+struct ReloadResult {
+  uint64_t request_id = 0;
+  int32_t pages = 0;
+  int64_t kv_bytes = 0;      // encoded blob bytes fetched for those pages
+  double transfer_ms = 0.0;  // kvstore gets + decode + writes into the pool
 };
 
 struct TokenLogprob {
@@ -192,6 +226,10 @@ struct StepResult {
   double compute_ms = 0.0;
   std::vector<FillResult> fills;   // one per KvFill of the plan, in plan order
   std::vector<PromptLogprobs> prompt_logprobs;  // one per SeqPlan with prompt_logprobs, in plan order
+  // K/V offload: one per KvReload of the plan, in plan order; and the block hashes whose spill
+  // (of this or an earlier plan) reached the kvstore since the previous result.
+  std::vector<ReloadResult> reloads{};
+  std::vector<uint64_t> offloaded{};
 };
 
 }  // namespace tessera

@@ -54,6 +54,7 @@
 
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
+#include "tessera/scheduler/kv_offload.h"
 #include "tessera/scheduler/page_allocator.h"
 #include "tessera/scheduler/radix_index.h"
 #include "tessera/scheduler/request.h"
@@ -173,6 +174,12 @@ class Batcher {
   // Forwards to RadixIndex::set_observer (K/V events); `observer` must outlive this Batcher or be
   // replaced first.
   void set_index_observer(RadixObserver* observer) { index_->set_observer(observer); }
+  // K/V offload (kv_offload.h): from now on evicted radix pages are spilled through the plans
+  // (StepPlan::spills) and admissions reload prefix continuations held in `directory`
+  // (StepPlan::reloads). Only for a worker that advertises "kv_offload". `directory` is not owned
+  // and must outlive this Batcher; nullptr turns offload off again.
+  void enable_offload(OffloadDirectory* directory);
+  bool offload_enabled() const { return offload_ != nullptr; }
   const BatcherStats& stats() const { return stats_; }
   // Full audit (O(pages + nodes + sequences)); the error names the first broken invariant.
   Status check() const;
@@ -194,6 +201,10 @@ class Batcher {
   bool compact(Planner& p, Sequence& s);      // before a decode: drop positions per the policy
   Sequence* preemption_victim() const;        // the worst running sequence that may be preempted
 
+  // ---- K/V offload (src/kv_offload.cpp) ----
+  bool admit_reload(Planner& p, Sequence& s, int32_t use);  // true: admitted with a KvReload
+  void apply_reloads(const StepResult& result, bool step_ok);
+
   // ---- apply stages (src/apply_step.cpp) ----
   void fail_plan(const std::string& message, StepOutcome& out);
   void advance(Sequence& s, StepOutcome& out, const SeqResult* sampled);
@@ -212,6 +223,8 @@ class Batcher {
   struct Queues;
   std::unique_ptr<Queues> q_;  // sequences, waiting and running queues (src/sequence.h)
   std::vector<uint64_t> pending_released_;
+  OffloadDirectory* offload_ = nullptr;  // not owned; null = offload off
+  std::vector<KvSpill> pending_spills_;  // evicted pages for the next plan (read before it writes)
   struct Pin {
     PinnedPrefix info;
     RadixHandle handle;  // locked while pinned

@@ -174,6 +174,11 @@ class RadixIndex {
   // `observer` (may be null; not owned, must outlive the index or be replaced) hears every
   // later change.
   void set_observer(RadixObserver* observer) { observer_ = observer; }
+  // K/V offload hook (docs/kv.md "K/V offload"): called inside evict(), after the observer, with
+  // the evicted pages' namespace hash and blocks (as on_removed), before anyone can reuse them.
+  // Must not call back into the index. An empty function = none.
+  using EvictHook = std::function<void(uint64_t ns_hash, std::span<const RadixBlock> blocks)>;
+  void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
   // Every indexed block, parents before children; `tokens` are the block's page of tokens.
   void for_each_block(const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const;
 
@@ -237,6 +242,7 @@ class RadixIndex {
   int32_t indexed_pages_ = 0;
   RadixStats stats_;
   RadixObserver* observer_ = nullptr;
+  EvictHook evict_hook_;
 };
 
 }  // namespace tessera::scheduler

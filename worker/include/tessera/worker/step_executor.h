@@ -11,6 +11,8 @@
 //      the field) and nothing is applied;
 //   2. releases: per-request state of plan.released is dropped;
 //   3. page copies (copy-on-write), in plan order;
+//   1b. K/V offload spills (set_offload_handler): the evicted pages are read before anything
+//      below writes; 3b. reloads after the copies;
 //   4. fills, in plan order, through the fill handler (preference K/V injection:
 //      worker/preference.h installs one through Engine::set_fill_handler); a handler error fails
 //      the step after the copies (the fill's pages are then undefined; the scheduler fails the
@@ -68,6 +70,22 @@ class StepExecutor {
   using FillHandler = std::function<Result<FillResult>(const KvFill&)>;
   void set_fill_handler(FillHandler handler);
   bool has_fill_handler() const;
+
+  // K/V offload (docs/kv.md "K/V offload to the kvstore"; worker/kv_offload.h implements it).
+  // A plan's spills go to spill() before anything of the plan is applied (the pages are read
+  // before copies, reloads, fills or the forward can overwrite them), its reloads to reload()
+  // after the page copies; take_offloaded() fills StepResult::offloaded at the end of each step.
+  // Spilling is best effort (failures are the handler's to count); a reload loads what it can.
+  class OffloadHandler {
+   public:
+    virtual ~OffloadHandler() = default;
+    virtual void spill(Backend& backend, std::span<const KvSpill> spills) = 0;
+    virtual Result<ReloadResult> reload(Backend& backend, const KvReload& reload) = 0;
+    virtual std::vector<uint64_t> take_offloaded() = 0;
+  };
+  // Not owned (must outlive its use); nullptr = none. With a handler the executor advertises
+  // "kv_offload"; without one a plan with spills or reloads is refused (kUnsupported).
+  void set_offload_handler(OffloadHandler* handler);
 
   // Refuses (kUnsupported, naming the capability) a plan that needs something the backend
   // lacks; execute() calls it first. Exposed for tests and for a caller that wants to check
