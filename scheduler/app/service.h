@@ -70,6 +70,7 @@ struct ServiceConfig {
   bool prefix_cache = true;        // false: every request gets its own K/V namespace (no reuse)
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
   int stats_interval_s = 10;       // a stats log line this often; 0 = none
+  int drain_timeout_s = 30;        // on stop: longest drain before exiting with requests still live
   scheduler::RouterConfig router;
   std::string kv_events_endpoint;           // PUB bind for K/V events ("" = off; docs/protocol.md "K/V events")
   std::string kv_events_snapshot_endpoint;  // ROUTER bind answering kv_snapshot (required with the above)
@@ -89,8 +90,10 @@ class Service {
   std::string kv_events_endpoint() const;           // as bound; "" when off
   std::string kv_events_snapshot_endpoint() const;  // as bound; "" when off
 
-  // Serves until `stop` becomes true (checked at least every 50 ms), then tells every worker
-  // nothing more and fails in-flight requests with kUnavailable.
+  // Serves until `stop` becomes true (checked at least every 50 ms), then drains (docs/operations.md
+  // "Stopping a scheduler"): heartbeats `draining` to every frontend, hands its queued requests
+  // back (peer_dead), lets the running ones finish up to drain_timeout_s, fails what is left with
+  // kPeerDead and returns.
   void run(const std::atomic<bool>& stop);
   // Steady-clock milliseconds (since its epoch) at the end of the event loop's latest iteration;
   // the loop's construction before run(). Written by the loop thread, read by any (the /health server).
