@@ -256,6 +256,7 @@ protocol::Heartbeat EventLoop::heartbeat(uint64_t id) const {
 void EventLoop::on_generate(const std::string& frontend, protocol::GenerateRequest r) {
   const uint64_t client_id = r.id;
   if (draining_) {  // sent before the frontend read our `draining` heartbeat: it submits it elsewhere
+    ++drain_.refused;
     sockets_->fail_client(frontend, client_id, ErrorCode::kPeerDead,
                           "scheduler '" + config_.name + "' is draining (shutting down): submit the request to another scheduler");
     return;
@@ -378,6 +379,7 @@ void EventLoop::log_stats(Clock::time_point now) {
 
 void EventLoop::begin_drain() {
   draining_ = true;
+  drain_.drained = true;
   drain_deadline_ = Clock::now() + std::chrono::seconds(config_.drain_timeout_s);
   // Sent before any refusal on the same socket, so each frontend has taken us out of its ring
   // when it reads the first one (docs/protocol.md "Heartbeats and failure").
@@ -391,6 +393,8 @@ void EventLoop::begin_drain() {
                    "scheduler '" + config_.name + "' is draining (shutting down); the request had not started");
     ++handed_back;
   }
+  drain_.handed_back = handed_back;
+  drain_.running = static_cast<int>(requests_.ids().size());
   workers_.publish();
   TS_LOG(kInfo) << "stop: draining; " << handed_back << " queued requests handed back to their frontends, "
                 << requests_.ids().size() << " running finish here (up to --drain-timeout-s " << config_.drain_timeout_s
@@ -398,6 +402,7 @@ void EventLoop::begin_drain() {
 }
 
 void EventLoop::shutdown_all() {
+  drain_.left = static_cast<int>(requests_.ids().size());
   if (!requests_.empty())
     TS_LOG(kWarn) << "drain timeout: " << requests_.ids().size() << " requests still live end with peer_dead";
   for (uint64_t id : requests_.ids())

@@ -47,6 +47,7 @@ class EventLoop {
   void run(const std::atomic<bool>& stop);
   // See Service::loop_heartbeat (the only member read by another thread).
   const std::atomic<int64_t>& heartbeat() const { return heartbeat_; }
+  DrainSummary drain_summary() const { return drain_; }  // after run() returned
 
  private:
   // ---- workers ----
@@ -87,6 +88,7 @@ class EventLoop {
   double last_stats_tokens_ = 0;                     // generated_tokens then
   bool draining_ = false;           // stop seen: no new request; ends once requests_ is empty
   Clock::time_point drain_deadline_{};
+  DrainSummary drain_;
   std::atomic<int64_t> heartbeat_;  // see heartbeat(); set at construction, then every iteration
 };
 

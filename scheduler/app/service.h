@@ -77,6 +77,15 @@ struct ServiceConfig {
   curve::Settings curve;           // --curve-dir / --insecure (docs/security.md)
 };
 
+// What a drain did (run() returned): for the DRAINED line of main.cpp and the tests.
+struct DrainSummary {
+  bool drained = false;  // run() saw the stop flag (always, once it returned)
+  int handed_back = 0;   // queued requests ended with peer_dead when the drain began
+  int refused = 0;       // new requests refused with peer_dead during the drain
+  int running = 0;       // requests running when it began (they finish, or are left)
+  int left = 0;          // requests still live at the drain timeout (ended with peer_dead)
+};
+
 class Service {
  public:
   // Binds both sockets. Errors: kInvalidArgument (bad endpoint or config), kUnavailable (bind).
@@ -98,6 +107,7 @@ class Service {
   // Steady-clock milliseconds (since its epoch) at the end of the event loop's latest iteration;
   // the loop's construction before run(). Written by the loop thread, read by any (the /health server).
   const std::atomic<int64_t>& loop_heartbeat() const;
+  DrainSummary drain_summary() const;  // after run() returned
 
  private:
   explicit Service(std::unique_ptr<EventLoop> loop);
