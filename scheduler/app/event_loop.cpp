@@ -403,8 +403,9 @@ void EventLoop::begin_drain() {
 
 void EventLoop::shutdown_all() {
   drain_.left = static_cast<int>(requests_.ids().size());
-  if (!requests_.empty())
+  if (!requests_.empty()) {
     TS_LOG(kWarn) << "drain timeout: " << requests_.ids().size() << " requests still live end with peer_dead";
+  }
   for (uint64_t id : requests_.ids())
     requests_.fail(id, ErrorCode::kPeerDead, "scheduler '" + config_.name + "' is shutting down");
 }
