@@ -87,6 +87,9 @@ void EventLoop::run(const std::atomic<bool>& stop) {
                      std::memory_order_relaxed);
   }
   shutdown_all();
+  // The last finals and errors are still queued in the socket: give them time to leave (the
+  // sockets linger 0 otherwise, and a frontend would then fail those requests as lost).
+  sockets_->frontends().set(zmq::sockopt::linger, 2000);
 }
 
 // ---- workers ----
