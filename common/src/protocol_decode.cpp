@@ -316,6 +316,7 @@ Status decode_heartbeat(const MapView& m, Heartbeat* h) {
   TS_TRY(opt(m, "free_pages", &h->free_pages));
   TS_TRY(opt(m, "unix_ms", &h->unix_ms));
   TS_TRY(opt(m, "instance", &h->instance));
+  TS_TRY(opt(m, "draining", &h->draining));
   TS_TRY(opt(m, "model", &h->model));
   TS_TRY(opt(m, "protocol_version", &h->protocol_version));
   TS_TRY(opt(m, "context_length", &h->context_length));

@@ -391,6 +391,10 @@ struct Encoder {
       w.key("instance");
       w.u64(h.instance);
     }
+    if (h.draining) {
+      w.key("draining");
+      w.boolean(true);
+    }
     if (!h.model.empty()) {
       w.key("model");
       w.str(h.model);

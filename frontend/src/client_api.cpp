@@ -58,7 +58,7 @@ class ClientApi::Sink : public RequestSink {
   Sink(ClientApi* api, zmqu::Envelope to, uint64_t client_id, const protocol::GenerateRequest& r, std::unique_ptr<Admission::Slot> slot)
       : api_(api), to_(std::move(to)), client_id_(client_id), id_(r.id), stream_(r.stream), logprobs_(r.sampling.logprobs),
         top_logprobs_(r.sampling.top_logprobs > 0), gen_(api->d_.preparer.tokenizer(), r.stop, false), slot_(std::move(slot)),
-        prompt_tokens_(static_cast<int32_t>(r.prompt_tokens.size())) {
+        prompt_tokens_(static_cast<int32_t>(r.prompt_tokens.size())), original_(r) {
     access_.request_id = std::to_string(client_id);
     access_.client = "zmq";
     access_.method = "zmq";
@@ -137,15 +137,46 @@ class ClientApi::Sink : public RequestSink {
       return;
     }
     if (auto* err = std::get_if<protocol::ErrorEvent>(&m)) {
+      if (err->code == ErrorCode::kPeerDead && resubmit()) return;
       end("error", prompt_tokens_, 0, gen_.completion_tokens());
       send(protocol::encode_error(client_id_, err->code, with_client_id(err->message, id_, client_id_)));
       done();
     }
   }
 
+  // The request again, from the start, under a new internal id (client_api.h "Resubmission");
+  // true when it was, and this sink is then done without a word to the client.
+  bool resubmit() {
+    Hub& hub = api_->d_.hub;
+    const auto deadline = clock_.arrival() + std::chrono::milliseconds(api_->d_.request_timeout_ms);
+    if (sent_ || resubmits_ >= kMaxResubmits || !hub.ready() || std::chrono::steady_clock::now() >= deadline) return false;
+    protocol::GenerateRequest again = original_;
+    again.id = hub.next_id();
+    gone_ = true;  // this sink takes nothing more
+    if (!api_->rebind(key_of(to_.identity, client_id_), again.id)) {
+      end("cancelled", prompt_tokens_, 0, 0);
+      protocol::FinalEvent f{.id = client_id_, .finish_reason = "cancelled"};
+      f.usage.prompt_tokens = prompt_tokens_;
+      (void)hub.send_to_client(to_, protocol::encode(f));
+      done();
+      return true;
+    }
+    api_->d_.metrics.requeued.inc();
+    TS_LOG(kInfo) << "client=" << client_id_ << " req=" << id_ << " | its scheduler or worker is gone (or draining) and "
+                  << "the client saw nothing: submitted again as req=" << again.id << " (" << resubmits_ + 1 << " of "
+                  << kMaxResubmits << ")";
+    auto next = std::make_shared<Sink>(api_, to_, client_id_, again, std::move(slot_));
+    next->resubmits_ = resubmits_ + 1;
+    next->clock_ = clock_;
+    done_ = true;  // the entry and the slot now belong to `next`
+    hub.submit(std::move(again), std::move(next));
+    return true;
+  }
+
  private:
   // A client that can no longer be reached has its request cancelled at the scheduler.
   void send(std::string body) {
+    sent_ = true;
     if (!api_->d_.hub.send_to_client(to_, std::move(body)) && !gone_) {
       gone_ = true;
       api_->d_.metrics.disconnects.inc();
@@ -185,6 +216,9 @@ class ClientApi::Sink : public RequestSink {
   Generation gen_;
   std::unique_ptr<Admission::Slot> slot_;
   int32_t prompt_tokens_;
+  protocol::GenerateRequest original_;  // as submitted, for resubmit()
+  int resubmits_ = 0;                   // times this request was submitted again before this sink
+  bool sent_ = false;                   // something of it reached (was sent to) the client
   RequestClock clock_;
   AccessRecord access_;
   std::vector<float> all_logprobs_;                           // stream == false
@@ -259,7 +293,7 @@ void ClientApi::on_cancel(const zmqu::Envelope& env, uint64_t client_id) {
   auto it = pending_.find(key_of(env.identity, client_id));
   if (it == pending_.end()) return;  // unknown or finished: ignored (docs/protocol.md)
   if (it->second.id != 0) d_.hub.cancel(it->second.id);  // posted after its submit, under mu_
-  else it->second.cancelled = true;                      // release answers it without a scheduler
+  it->second.cancelled = true;  // release answers it without a scheduler; a resubmission does not happen
 }
 
 void ClientApi::on_heartbeat(const zmqu::Envelope& env, uint64_t id) {
@@ -363,6 +397,14 @@ void ClientApi::submit_locked(const std::shared_ptr<Job>& job) {
   it->second.id = r.id;
   auto sink = std::make_shared<Sink>(this, job->env, job->client_id, r, std::move(job->slot));
   d_.hub.submit(std::move(r), std::move(sink));
+}
+
+bool ClientApi::rebind(const std::string& key, uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(key);
+  if (it == pending_.end() || it->second.cancelled) return false;
+  it->second.id = id;
+  return true;
 }
 
 void ClientApi::forget(const std::string& key) {

@@ -11,6 +11,14 @@
 // outcome never overtakes that of an earlier request of the same connection. A request
 // cancelled before its release is answered `final` "cancelled" without reaching a scheduler.
 //
+// Resubmission (docs/api.md "Failures"): a request that ends with `error` peer_dead — its
+// scheduler died, restarted, or is draining and handed it back or refused it — before anything
+// of it reached the client is submitted again, as the HTTP API does: under a new internal id
+// (the (identity, client id) entry follows it, so a cancel still finds it), at most
+// kMaxResubmits times, while some scheduler is usable and within request_timeout_ms of its
+// arrival; each counts in tessera_frontend_requeued_requests_total. A request that has streamed
+// keeps its error (or is migrated by its scheduler, when only its worker died).
+//
 // Ownership: references to components that outlive it (Frontend owns them all, and stops the
 // I/O threads and the hub before destroying any). Threading: on_message() runs on the hub
 // thread; the rest on the I/O pool and the kvstore executor. Both tables are guarded by mu_;
@@ -47,7 +55,9 @@ class ClientApi {
     StoredPreferences& preferences;
     FrontendMetrics& metrics;
     const ApiKeys& api_keys;
+    int64_t request_timeout_ms = 300000;  // bounds resubmission (from the request's arrival)
   };
+  static constexpr int kMaxResubmits = 2;  // as the HTTP API
   explicit ClientApi(Deps deps) : d_(deps) {}
 
   // Hub thread: one message from a client.
@@ -57,7 +67,7 @@ class ClientApi {
   class Sink;
   struct Pending {
     uint64_t id = 0;          // internal request id, once released to the hub (0 before)
-    bool cancelled = false;   // the client cancelled it before its release
+    bool cancelled = false;   // the client cancelled it (before its release, or while it was resubmitted)
   };
   // One client connection's release sequence: outcomes leave in arrival order.
   struct Connection {
@@ -79,6 +89,9 @@ class ClientApi {
   void release_in_order(const std::string& identity, uint64_t seq, std::function<void()> outcome);
   void submit_locked(const std::shared_ptr<Job>& job);  // under mu_
   void forget(const std::string& key);
+  // The request's entry now names internal id `id` (a resubmission); false when the client
+  // cancelled it meanwhile (or it is gone): then it is not submitted again.
+  bool rebind(const std::string& key, uint64_t id);
   static std::string key_of(const std::string& identity, uint64_t client_id);
 
   Deps d_;

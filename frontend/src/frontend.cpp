@@ -98,7 +98,8 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
   f.admin = std::make_unique<AdminApi>(config.admin_token, f.preferences->enabled(), *f.hub, f.registry);
   f.client_api = std::make_unique<ClientApi>(ClientApi::Deps{.ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,
                                                              .admission = *f.admission, .preferences = *f.preferences,
-                                                             .metrics = *f.metrics, .api_keys = f.api_keys});
+                                                             .metrics = *f.metrics, .api_keys = f.api_keys,
+                                                             .request_timeout_ms = config.request_timeout_ms});
   const int64_t created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   TS_ASSIGN_OR_RETURN(f.http, HttpServer::create({.config = f.config, .ioc = f.ioc, .hub = *f.hub, .preparer = *f.preparer,

@@ -150,7 +150,11 @@ struct Hub::Impl {
   void dispatch(size_t i, Message msg) {
     if (auto* hb = std::get_if<protocol::Heartbeat>(&msg)) {
       SchedulerLink& link = (*links)[i];
+      const bool was_draining = link.draining();
       if (link.on_heartbeat(*hb)) fail_scheduler(i, "scheduler " + link.endpoint() + " restarted; the request was lost");
+      // Out of the ring at once, before the next message of this scheduler is read: the
+      // refusals and hand-backs that follow its `draining` heartbeat are submitted elsewhere.
+      if (link.draining() != was_draining) publish();
       return;
     }
     const bool event = std::holds_alternative<protocol::TokenEvent>(msg) || std::holds_alternative<protocol::FinalEvent>(msg) ||

@@ -90,6 +90,9 @@ bool SchedulerLink::on_heartbeat(const protocol::Heartbeat& hb) {
                   << "): failing its in-flight requests";
   }
   if (hb.instance != 0) instance_ = hb.instance;
+  if (hb.draining && !last_.draining) {
+    TS_LOG(kInfo) << "scheduler=" << endpoint_ << " | draining (shutting down): no new request goes to it";
+  }
   last_ = hb;
   publish_worker_gauges();
   return restarted;

@@ -57,7 +57,9 @@ EventLoop::EventLoop(const ServiceConfig& config, std::unique_ptr<Sockets> socke
 
 void EventLoop::run(const std::atomic<bool>& stop) {
   auto next_tick = Clock::now();
-  while (!stop.load()) {
+  for (;;) {
+    if (stop.load() && !draining_) begin_drain();
+    if (draining_ && (requests_.empty() || Clock::now() >= drain_deadline_)) break;
     zmq::pollitem_t items[] = {{sockets_->frontends().handle(), 0, ZMQ_POLLIN, 0},
                                {sockets_->workers().handle(), 0, ZMQ_POLLIN, 0},
                                {kv_events_ ? kv_events_->snapshot_socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
@@ -86,6 +88,9 @@ void EventLoop::run(const std::atomic<bool>& stop) {
                      std::memory_order_relaxed);
   }
   shutdown_all();
+  // The last finals and errors are still queued in the socket: give them time to leave (the
+  // sockets linger 0 otherwise, and a frontend would then fail those requests as lost).
+  sockets_->frontends().set(zmq::sockopt::linger, 2000);
 }
 
 // ---- workers ----
@@ -239,7 +244,8 @@ void EventLoop::on_frontend(const zmqu::Envelope& env, protocol::Message msg) {
 }
 
 protocol::Heartbeat EventLoop::heartbeat(uint64_t id) const {
-  protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config_.name, .unix_ms = unix_ms(), .instance = instance_};
+  protocol::Heartbeat hb{.id = id, .role = "scheduler", .name = config_.name, .unix_ms = unix_ms(), .instance = instance_,
+                         .draining = draining_};
   workers_.fill_heartbeat(hb);
   hb.totals = protocol::SchedulerTotals{.finished_requests = m_.finished_requests,
                                         .prompt_tokens = static_cast<int64_t>(m_.prompt_tokens->value()),
@@ -253,6 +259,12 @@ protocol::Heartbeat EventLoop::heartbeat(uint64_t id) const {
 
 void EventLoop::on_generate(const std::string& frontend, protocol::GenerateRequest r) {
   const uint64_t client_id = r.id;
+  if (draining_) {  // sent before the frontend read our `draining` heartbeat: it submits it elsewhere
+    ++drain_.refused;
+    sockets_->fail_client(frontend, client_id, ErrorCode::kPeerDead,
+                          "scheduler '" + config_.name + "' is draining (shutting down): submit the request to another scheduler");
+    return;
+  }
   if (requests_.by_client(frontend, client_id)) {
     sockets_->fail_client(frontend, client_id, ErrorCode::kInvalidArgument,
                           "request id " + std::to_string(client_id) + " is already running");
@@ -369,7 +381,35 @@ void EventLoop::log_stats(Clock::time_point now) {
               {"gen_tokens_per_s", tps, true}});
 }
 
+void EventLoop::begin_drain() {
+  draining_ = true;
+  drain_.drained = true;
+  drain_deadline_ = Clock::now() + std::chrono::seconds(config_.drain_timeout_s);
+  // Sent before any refusal on the same socket, so each frontend has taken us out of its ring
+  // when it reads the first one (docs/protocol.md "Heartbeats and failure").
+  for (const auto& [frontend, liveness] : frontends_) sockets_->to_frontend(frontend, heartbeat(0));
+  int handed_back = 0;
+  for (uint64_t id : requests_.ids()) {
+    TrackedRequest* r = requests_.find(id);
+    if (r == nullptr || r->was_scheduled) continue;  // running: it finishes here
+    if (WorkerEntry* w = workers_.find(r->worker)) (void)w->batcher->cancel(id);
+    requests_.fail(id, ErrorCode::kPeerDead,
+                   "scheduler '" + config_.name + "' is draining (shutting down); the request had not started");
+    ++handed_back;
+  }
+  drain_.handed_back = handed_back;
+  drain_.running = static_cast<int>(requests_.ids().size());
+  workers_.publish();
+  TS_LOG(kInfo) << "stop: draining; " << handed_back << " queued requests handed back to their frontends, "
+                << requests_.ids().size() << " running finish here (up to --drain-timeout-s " << config_.drain_timeout_s
+                << " s)";
+}
+
 void EventLoop::shutdown_all() {
+  drain_.left = static_cast<int>(requests_.ids().size());
+  if (!requests_.empty()) {
+    TS_LOG(kWarn) << "drain timeout: " << requests_.ids().size() << " requests still live end with peer_dead";
+  }
   for (uint64_t id : requests_.ids())
     requests_.fail(id, ErrorCode::kPeerDead, "scheduler '" + config_.name + "' is shutting down");
 }

@@ -43,10 +43,11 @@ class EventLoop {
 
   Sockets& sockets() { return *sockets_; }
   const KvEvents* kv_events() const { return kv_events_.get(); }
-  // Serves until `stop` is true, then fails the requests still live with kUnavailable.
+  // Serves until `stop` is true, then drains (service.h run()) and fails what is left with kPeerDead.
   void run(const std::atomic<bool>& stop);
   // See Service::loop_heartbeat (the only member read by another thread).
   const std::atomic<int64_t>& heartbeat() const { return heartbeat_; }
+  DrainSummary drain_summary() const { return drain_; }  // after run() returned
 
  private:
   // ---- workers ----
@@ -65,6 +66,9 @@ class EventLoop {
   void tick();
   // The stats line, every config_.stats_interval_s (docs/operations.md "Stats lines").
   void log_stats(Clock::time_point now);
+  // Stop seen: tells every frontend heard from (a heartbeat with `draining`) and hands back the
+  // requests not yet scheduled (peer_dead: the frontends submit them again elsewhere).
+  void begin_drain();
   void shutdown_all();
 
   const ServiceConfig config_;
@@ -82,6 +86,9 @@ class EventLoop {
   std::map<std::string, PeerLiveness> frontends_;  // by routing id: every frontend heard from
   Clock::time_point last_stats_{};                  // of the last stats line (or start-up)
   double last_stats_tokens_ = 0;                     // generated_tokens then
+  bool draining_ = false;           // stop seen: no new request; ends once requests_ is empty
+  Clock::time_point drain_deadline_{};
+  DrainSummary drain_;
   std::atomic<int64_t> heartbeat_;  // see heartbeat(); set at construction, then every iteration
 };
 

@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   TS_LOG(kInfo) << "frontends on " << (*service)->frontend_endpoint() << ", workers on " << (*service)->worker_endpoint()
                 << ", prefix cache " << (c.prefix_cache ? "on" : "off");
   (*service)->run(signals::stop_flag());
+  // The drain's outcome, machine-readable (docs/operations.md "Stopping a scheduler").
+  const scheduler_app::DrainSummary d = (*service)->drain_summary();
+  std::printf("DRAINED handed_back=%d refused=%d running=%d left=%d\n", d.handed_back, d.refused, d.running, d.left);
+  std::fflush(stdout);
   TS_LOG(kInfo) << "exiting";
   return 0;
 }

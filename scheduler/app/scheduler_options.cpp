@@ -61,6 +61,12 @@ void declare_options(config::Options& o, SchedulerOptions& c) {
                                  .help = "reuse K/V of shared prompt prefixes (false: every request computes its "
                                          "whole prompt)",
                                  .env = "TESSERA_PREFIX_CACHE"});
+  o.add(c.service.drain_timeout_s, {.name = "drain-timeout-s",
+                                    .help = "on SIGTERM the scheduler drains: the frontends are told at once and route new "
+                                            "requests elsewhere, its queued requests go back to them (peer_dead, submitted "
+                                            "again), the running ones finish; after this long it exits anyway (what is left "
+                                            "ends with peer_dead; 0 = at once)",
+                                    .env = "TESSERA_SCHEDULER_DRAIN_TIMEOUT_S", .min = 0, .max = 86400});
   o.add(c.service.stats_interval_s, {.name = "stats-interval-s",
                                      .help = "seconds between two stats log lines (running, waiting, pages, hit rate, "
                                              "tokens/s; 0 = none)",

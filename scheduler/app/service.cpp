@@ -35,5 +35,6 @@ std::string Service::kv_events_snapshot_endpoint() const {
 
 void Service::run(const std::atomic<bool>& stop) { loop_->run(stop); }
 const std::atomic<int64_t>& Service::loop_heartbeat() const { return loop_->heartbeat(); }
+DrainSummary Service::drain_summary() const { return loop_->drain_summary(); }
 
 }  // namespace tessera::scheduler_app

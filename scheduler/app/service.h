@@ -71,10 +71,20 @@ struct ServiceConfig {
   scheduler::OffloadConfig kv_offload{};  // K/V offload directory (workers started with --kv-offload)
   bool audit = false;              // Batcher::check() after every step (slow; for tests)
   int stats_interval_s = 10;       // a stats log line this often; 0 = none
+  int drain_timeout_s = 30;        // on stop: longest drain before exiting with requests still live
   scheduler::RouterConfig router;
   std::string kv_events_endpoint;           // PUB bind for K/V events ("" = off; docs/protocol.md "K/V events")
   std::string kv_events_snapshot_endpoint;  // ROUTER bind answering kv_snapshot (required with the above)
   curve::Settings curve;           // --curve-dir / --insecure (docs/security.md)
+};
+
+// What a drain did (run() returned): for the DRAINED line of main.cpp and the tests.
+struct DrainSummary {
+  bool drained = false;  // run() saw the stop flag (always, once it returned)
+  int handed_back = 0;   // queued requests ended with peer_dead when the drain began
+  int refused = 0;       // new requests refused with peer_dead during the drain
+  int running = 0;       // requests running when it began (they finish, or are left)
+  int left = 0;          // requests still live at the drain timeout (ended with peer_dead)
 };
 
 class Service {
@@ -90,12 +100,15 @@ class Service {
   std::string kv_events_endpoint() const;           // as bound; "" when off
   std::string kv_events_snapshot_endpoint() const;  // as bound; "" when off
 
-  // Serves until `stop` becomes true (checked at least every 50 ms), then tells every worker
-  // nothing more and fails in-flight requests with kUnavailable.
+  // Serves until `stop` becomes true (checked at least every 50 ms), then drains (docs/operations.md
+  // "Stopping a scheduler"): heartbeats `draining` to every frontend, hands its queued requests
+  // back (peer_dead), lets the running ones finish up to drain_timeout_s, fails what is left with
+  // kPeerDead and returns.
   void run(const std::atomic<bool>& stop);
   // Steady-clock milliseconds (since its epoch) at the end of the event loop's latest iteration;
   // the loop's construction before run(). Written by the loop thread, read by any (the /health server).
   const std::atomic<int64_t>& loop_heartbeat() const;
+  DrainSummary drain_summary() const;  // after run() returned
 
  private:
   explicit Service(std::unique_ptr<EventLoop> loop);

@@ -13,7 +13,10 @@
 //    the documented bound, every request that had not streamed is answered in full (the frontend
 //    resubmits it), and the metrics count exactly the requests that were on it;
 // 4. (second test) a frozen scheduler: the same, found by silence;
-// 5. (third test) a scheduler taken out of the list finishes its requests.
+// 5. (third test) a scheduler taken out of the list finishes its requests;
+// 6. (fourth test) a scheduler stopped with SIGTERM under load from both client APIs (HTTP and
+//    the ZeroMQ client API, streamed and not) drains: every request it had not started is
+//    answered in full elsewhere, the running ones (streamed included) finish on it, none fails.
 #include <signal.h>
 
 #include <algorithm>
@@ -27,10 +30,13 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
 #include "tessera/common/discovery.h"
 #include "tessera/common/hash_ring.h"
 #include "tessera/common/metrics.h"
+#include "tessera/common/protocol.h"
+#include "tessera/common/zmq_util.h"
 #include "tessera/http/client.h"
 #include "tessera/testing/curve_keys.h"
 #include "tessera/testing/paths.h"
@@ -101,8 +107,13 @@ class MultiScheduler : public ::testing::Test {
       Sched x;
       x.proc = std::make_unique<Process>(
           bin_path("tessera-scheduler"),
-          with_keys({"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint", "tcp://127.0.0.1:*", "--metrics-port", "0",
-                     "--heartbeat-ms", "100", "--worker-dead-ms", "1000", "--name", "s" + std::to_string(s)}),
+          with_keys([&] {
+            std::vector<std::string> args = {"--frontend-endpoint", "tcp://127.0.0.1:*", "--worker-endpoint", "tcp://127.0.0.1:*",
+                                             "--metrics-port", "0", "--heartbeat-ms", "100", "--worker-dead-ms", "1000", "--name",
+                                             "s" + std::to_string(s)};
+            args.insert(args.end(), sched_extra_.begin(), sched_extra_.end());
+            return args;
+          }()),
           dir_ + "/s" + std::to_string(s) + ".log");
       const std::string line = x.proc->wait_line("LISTENING", milliseconds(10000));
       ASSERT_FALSE(line.empty()) << "scheduler " << s << " did not start\n" << logs();
@@ -157,13 +168,14 @@ class MultiScheduler : public ::testing::Test {
     for (int f = 0; f < 2; ++f) {
       frontends_.push_back(std::make_unique<Process>(
           bin_path("tessera-frontend"),
-          with_keys({"--http-port", "0", "--zmq-endpoint", "", "--schedulers", "file:" + list_path_,
+          with_keys({"--http-port", "0", "--zmq-endpoint", zmq_ ? "tcp://127.0.0.1:*" : "", "--schedulers", "file:" + list_path_,
                      "--scheduler-refresh-ms", "200", "--model", model_, "--tokenizer", tok_, "--heartbeat-ms", "100",
                      "--scheduler-dead-ms", "1000"}),
           dir_ + "/f" + std::to_string(f) + ".log"));
       const std::string line = frontends_.back()->wait_line("LISTENING", milliseconds(15000));
       ASSERT_FALSE(line.empty()) << "frontend " << f << " did not start\n" << logs();
       http_.push_back(std::atoi(line_field(line, "http").c_str()));
+      zmq_endpoints_.push_back(line_field(line, "zmq"));
     }
   }
 
@@ -185,10 +197,11 @@ class MultiScheduler : public ::testing::Test {
 
   // `n` concurrent non-streamed completions sharing one system prompt (so one routing key:
   // its first 64 tokens), each 120 tokens long; returns the HTTP answers.
+  static constexpr const char* kSystem =
+      "You are a storyteller. Once upon a time there was a little girl named Lily who lived in a small house near the "
+      "big forest with her mother, her father and a fluffy dog called Max. Every day they walked to the river. ";
   std::vector<Result<http::Response>> batch(int f, int n, std::atomic<int>* started = nullptr) {
-    const std::string system =
-        "You are a storyteller. Once upon a time there was a little girl named Lily who lived in a small house near the "
-        "big forest with her mother, her father and a fluffy dog called Max. Every day they walked to the river. ";
+    const std::string system = kSystem;
     std::vector<Result<http::Response>> out(n, make_error(ErrorCode::kInternal, "not run"));
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i) {
@@ -204,6 +217,9 @@ class MultiScheduler : public ::testing::Test {
     return out;
   }
 
+  std::vector<std::string> sched_extra_;  // more scheduler options (set before SetUp)
+  bool zmq_ = false;                      // frontends serve the ZeroMQ client API too
+  std::vector<std::string> zmq_endpoints_;
   std::string dir_, model_, tok_, list_path_;
   std::vector<Sched> scheds_;
   std::vector<std::string> worker_names_;
@@ -399,6 +415,148 @@ TEST_F(MultiScheduler, AnUnlistedSchedulerFinishesItsRequests) {
   for (const auto& r : more) EXPECT_EQ(completion_tokens(r), 120);
   EXPECT_EQ(routed(0, leaving), before) << "no new request for an unlisted scheduler";
   EXPECT_EQ(metric(scheds_[leaving].metrics, "tessera_scheduler_requests_total"), on_it) << "it ended what it had";
+}
+
+// Drain (docs/operations.md "Stopping a scheduler"): at most 4 running per worker, so a loaded
+// scheduler has queued requests to hand back when it gets SIGTERM.
+class MultiSchedulerDrain : public MultiScheduler {
+ protected:
+  void SetUp() override {
+    sched_extra_ = {"--max-running", "4", "--drain-timeout-s", "60"};
+    zmq_ = true;
+    MultiScheduler::SetUp();
+  }
+};
+
+struct ZmqAnswer {
+  bool stream = false;
+  int streamed_tokens = 0;  // tokens of its token events
+  int final_tokens = -1;    // usage.completion_tokens of its final
+  std::string finish;       // finish_reason, or "error: ..."
+};
+
+// `n` completions (ids 1..n, the odd ones streamed) on one DEALER connection to a frontend's
+// client API, all in flight at once, sharing the system prompt of batch(); each ends with its
+// final or error event.
+std::vector<ZmqAnswer> zmq_batch(const std::string& endpoint, int n, const std::string& system) {
+  std::vector<ZmqAnswer> out(static_cast<size_t>(n));
+  zmq::context_t ctx;
+  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  sock.set(zmq::sockopt::rcvtimeo, 60000);
+  sock.connect(endpoint);
+  for (int i = 1; i <= n; ++i) {
+    protocol::GenerateRequest r;
+    r.id = static_cast<uint64_t>(i);
+    r.prompt = system + "Story z" + std::to_string(i) + ":";
+    r.max_tokens = 120;
+    r.ignore_eos = true;
+    r.stream = i % 2 == 1;
+    r.sampling.temperature = 0;
+    out[static_cast<size_t>(i - 1)].stream = r.stream;
+    EXPECT_TRUE(zmqu::send(sock, {protocol::encode(r)}).ok());
+  }
+  for (int open = n; open > 0;) {
+    auto frames = zmqu::recv(sock);
+    if (!frames.ok() || frames->empty()) break;  // the answers missing stay finish ""
+    auto msg = protocol::decode(frames->back());
+    if (!msg.ok()) continue;
+    const uint64_t id = protocol::message_id(*msg);
+    if (id < 1 || id > static_cast<uint64_t>(n)) continue;
+    ZmqAnswer& a = out[id - 1];
+    if (auto* tok = std::get_if<protocol::TokenEvent>(&*msg)) a.streamed_tokens += static_cast<int>(tok->tokens.size());
+    if (auto* fin = std::get_if<protocol::FinalEvent>(&*msg)) {
+      a.final_tokens = fin->usage.completion_tokens;
+      a.finish = fin->finish_reason;
+      --open;
+    }
+    if (auto* err = std::get_if<protocol::ErrorEvent>(&*msg)) {
+      a.finish = "error: " + err->message;
+      --open;
+    }
+  }
+  return out;
+}
+
+int drained_field(const std::string& line, const std::string& key) {
+  const std::string v = line_field(line, key);
+  return v.empty() ? -1 : std::atoi(v.c_str());
+}
+
+// SIGTERM to the busiest of three schedulers while 24 HTTP requests (one frontend) and 24
+// ZeroMQ client-API requests (the other; half streamed) run: it tells the frontends at once
+// (draining heartbeat), hands its queued requests back, finishes its running ones and exits;
+// every request ends with its full answer; the frontends submitted again exactly the requests
+// it handed back or refused, and nothing failed for a lost connection.
+TEST_F(MultiSchedulerDrain, ASchedulerStoppedWithSigtermDrainsAndLosesNothing) {
+  write_list(list_path_, {scheds_[0].fe, scheds_[1].fe, scheds_[2].fe});
+  for (int f = 0; f < 2; ++f) ASSERT_TRUE(wait_until([&] { return usable(f) == 3.0; }, milliseconds(10000))) << logs();
+  ASSERT_FALSE(zmq_endpoints_[1].empty());
+  double requeued_before = 0, dead_before = 0;
+  for (int f = 0; f < 2; ++f) {
+    requeued_before += metric(http_[f], "tessera_frontend_requeued_requests_total");
+    dead_before += metric(http_[f], "tessera_frontend_peer_dead_requests_total");
+  }
+  constexpr int kEach = 24;
+  std::vector<Result<http::Response>> over_http;
+  std::vector<ZmqAnswer> over_zmq;
+  std::thread http_client([&] { over_http = batch(0, kEach); });
+  std::thread zmq_client([&] { over_zmq = zmq_batch(zmq_endpoints_[1], kEach, kSystem); });
+  std::vector<double> on(3, 0.0);
+  const bool loaded = wait_until(
+      [&] {
+        const auto a = scrape(http_[0]), b = scrape(http_[1]);
+        for (size_t s = 0; s < 3; ++s) {
+          const std::string label = "scheduler=\"" + scheds_[s].fe + "\"";
+          on[s] = sum(a, "tessera_frontend_scheduler_inflight", label) + sum(b, "tessera_frontend_scheduler_inflight", label);
+        }
+        return sum(a, "tessera_frontend_scheduler_inflight") == kEach && sum(b, "tessera_frontend_scheduler_inflight") == kEach;
+      },
+      milliseconds(20000), milliseconds(2));
+  const size_t victim = static_cast<size_t>(std::max_element(on.begin(), on.end()) - on.begin());
+  scheds_[victim].proc->signal(SIGTERM);
+  EXPECT_TRUE(loaded) << "the " << 2 * kEach << " requests were not all in flight";
+  const std::string line = scheds_[victim].proc->wait_line("DRAINED", milliseconds(60000));
+  EXPECT_FALSE(line.empty()) << "the scheduler did not drain\n" << logs();
+  EXPECT_EQ(scheds_[victim].proc->wait_exit(milliseconds(10000)), 0);
+  http_client.join();
+  zmq_client.join();
+  const int handed_back = drained_field(line, "handed_back"), refused = drained_field(line, "refused"),
+            running = drained_field(line, "running"), left = drained_field(line, "left");
+  std::printf("SIGTERM to a scheduler with %g requests: %d handed back, %d refused, %d running finished there, %d left\n",
+              on[victim], handed_back, refused, running, left);
+  EXPECT_EQ(left, 0) << "the running requests finished within the drain timeout";
+  EXPECT_GE(handed_back + refused, 1) << "4 running at most: the others were queued";
+  EXPECT_LE(handed_back + refused + running, on[victim]);
+  for (const auto& r : over_http) EXPECT_EQ(completion_tokens(r), 120) << (r.ok() ? r->body : r.error().to_string());
+  int streamed = 0;
+  for (const auto& a : over_zmq) {
+    EXPECT_EQ(a.finish, "length");
+    EXPECT_EQ(a.final_tokens, 120);
+    if (a.stream) {
+      ++streamed;
+      EXPECT_EQ(a.streamed_tokens, 120) << "a stream carries every token once";
+    }
+  }
+  EXPECT_EQ(streamed, kEach / 2);
+  double requeued = 0, dead = 0;
+  for (int f = 0; f < 2; ++f) {
+    requeued += metric(http_[f], "tessera_frontend_requeued_requests_total");
+    dead += metric(http_[f], "tessera_frontend_peer_dead_requests_total");
+  }
+  EXPECT_EQ(requeued - requeued_before, handed_back + refused) << "each request handed back or refused was submitted again once";
+  EXPECT_EQ(dead - dead_before, 0.0) << "nothing was left on the scheduler when its connection closed";
+  // Its worker serves on: it registers with another scheduler of its list.
+  EXPECT_TRUE(wait_until(
+      [&] {
+        double live = 0;
+        for (size_t s = 0; s < 3; ++s)
+          if (s != victim) live += metric(scheds_[s].metrics, "tessera_scheduler_live_workers");
+        return live == 3.0;
+      },
+      milliseconds(kWorkerDeadMs + 1000), milliseconds(5)))
+      << logs();
+  for (int f = 0; f < 2; ++f) EXPECT_TRUE(wait_until([&] { return usable(f) == 2.0; }, milliseconds(3000)));
 }
 
 }  // namespace

@@ -259,6 +259,21 @@ TEST(ProtocolCodec, SchedulerInstanceRoundTripAndAbsent) {
   EXPECT_NE(bad.error().message.find("instance"), std::string::npos) << bad.error().message;
 }
 
+// `draining` (a scheduler that got SIGTERM, docs/protocol.md "Scheduler drain") round-trips;
+// false is sent as absent, so an older peer's heartbeat decodes as not draining.
+TEST(ProtocolCodec, SchedulerDrainingRoundTripAndAbsent) {
+  EXPECT_TRUE(round_trip(Heartbeat{.id = 0, .role = "scheduler", .instance = 5, .draining = true}).draining);
+  EXPECT_FALSE(round_trip(Heartbeat{.id = 1, .role = "scheduler", .instance = 5}).draining);
+  EXPECT_EQ(encode(Heartbeat{.id = 1}).find("draining"), std::string::npos) << "false is sent as absent";
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(4);
+  pk.pack("v").pack(1).pack("type").pack("heartbeat").pack("id").pack(9).pack("draining").pack(3);
+  auto bad = decode(std::string(buf.data(), buf.size()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("draining"), std::string::npos) << bad.error().message;
+}
+
 TEST(ProtocolCodec, HeartbeatPerWorkerPages) {
   Heartbeat out = round_trip(Heartbeat{.id = 2, .role = "scheduler", .live_workers = 2,
                                        .workers = {{.name = "w0", .free_pages = 10, .held_pages = 3, .cached_pages = 5,

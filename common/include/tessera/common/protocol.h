@@ -228,6 +228,10 @@ struct Heartbeat {
   // A receiver that saw another non-zero instance from the same peer knows the peer restarted
   // and fails what it had in flight there (docs/protocol.md, "Heartbeats and failure").
   uint64_t instance = 0;
+  // Scheduler -> frontend: true once the scheduler is draining (it got SIGTERM): it takes no new
+  // request (a new one is refused with peer_dead, which the frontends submit elsewhere) and ends
+  // its running ones before it exits. Optional: false = absent from the wire (older peers).
+  bool draining = false;
   // Limits (optional; 0 / "" = absent, omitted from the wire). Scheduler -> frontend:
   // context_length and page_size of its workers. Frontend -> client (the answer to a client's
   // heartbeat, docs/protocol.md "Limits"): all of them; `name` is the served model.

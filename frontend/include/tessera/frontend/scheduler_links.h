@@ -13,7 +13,9 @@
 //   to catch a frozen or cut-off scheduler, so it can be generous (--scheduler-dead-ms);
 // - a heartbeat whose `instance` differs from the one it sent before means it restarted (an
 //   absent instance, i.e. an old scheduler, is ignored);
-// - usable() = alive and reporting live_workers >= 1;
+// - usable() = alive, reporting live_workers >= 1 and not `draining` (a scheduler that got
+//   SIGTERM says so in a heartbeat it sends at once: it takes no new request, and its running
+//   ones still end here);
 // - gauges: tessera_frontend_scheduler_up{endpoint} and, per worker of its heartbeats,
 //   tessera_frontend_scheduler_pages{scheduler,worker,state=free|held|cached} and
 //   tessera_frontend_scheduler_requests{scheduler,worker,state=running|waiting} (0 for a worker
@@ -95,7 +97,8 @@ class SchedulerLink {
   std::chrono::milliseconds until_beat(Clock::time_point now) const { return liveness_.until_beat(now); }
 
   bool alive() const { return heard_ && liveness_.alive(); }
-  bool usable() const { return listed_ && alive() && last_.live_workers >= 1; }
+  bool usable() const { return listed_ && alive() && last_.live_workers >= 1 && !last_.draining; }
+  bool draining() const { return last_.draining; }
   bool listed() const { return listed_; }
   void set_listed(bool listed) { listed_ = listed; }
   // The ring choice made for a request: counted in
