@@ -156,9 +156,10 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 
 bool architecture_supported(const std::string& a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen2moe" || a == "gemma2" || a == "phi3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen2moe" || a == "qwen3" || a == "qwen3moe" ||
+         a == "gemma2" || a == "phi3";
 }
-std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, gemma2, phi3"; }
+std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, phi3"; }
 
 Status validate_config(const ModelConfig& c, const std::string& file) {
   TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));
@@ -251,6 +252,10 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
       TS_ASSIGN_OR_RETURN(w.bq, a.vector_f32(p + "attn_q.bias", q_dim));
       TS_ASSIGN_OR_RETURN(w.bk, a.vector_f32(p + "attn_k.bias", kv_dim));
       TS_ASSIGN_OR_RETURN(w.bv, a.vector_f32(p + "attn_v.bias", kv_dim));
+    }
+    if (c.qk_norm) {
+      TS_ASSIGN_OR_RETURN(w.attn_q_norm, a.vector_f32(p + "attn_q_norm.weight", c.head_dim));
+      TS_ASSIGN_OR_RETURN(w.attn_k_norm, a.vector_f32(p + "attn_k_norm.weight", c.head_dim));
     }
     TS_ASSIGN_OR_RETURN(w.ffn_norm, a.vector_f32(p + "ffn_norm.weight", c.dim));
     if (c.is_moe()) {

@@ -1,4 +1,4 @@
-// GGUF -> Model: architecture metadata (llama, mistral, qwen2, qwen2moe, gemma2, phi3) with each family's
+// GGUF -> Model: architecture metadata (llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, gemma2, phi3) with each family's
 // features (docs/models.md, "Model families"), tensors by their GGUF names,
 // and the embedded tokenizer.ggml.* vocabulary.
 #include <algorithm>
@@ -204,14 +204,15 @@ Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& pa
 }
 
 // Mixture-of-experts keys (llama.cpp's load_hparams): <arch>.expert_count and expert_used_count
-// for a `llama` (Mixtral) or `qwen2moe` file; Qwen2-MoE's expert sizes default as llama.cpp's do
-// (n_ff / n_expert_used routed, n_ff shared). Mixtral renormalizes the chosen experts' weights.
+// for a `llama` (Mixtral), `qwen2moe` or `qwen3moe` file; the Qwen MoE expert sizes default as
+// llama.cpp's do (n_ff / n_expert_used routed, n_ff shared). Mixtral and Qwen3-MoE (llama.cpp's
+// build_qwen3moe passes norm_w = true: norm_topk_prob) renormalize the chosen experts' weights.
 Status read_experts(const Meta& m, ModelConfig& c, const std::string& a) {
-  const bool qwen2moe = c.architecture == "qwen2moe";
-  if (!qwen2moe && c.architecture != "llama" && c.architecture != "mistral") return ok_status();
+  const bool qwen2moe = c.architecture == "qwen2moe", qwen3moe = c.architecture == "qwen3moe";
+  if (!qwen2moe && !qwen3moe && c.architecture != "llama" && c.architecture != "mistral") return ok_status();
   TS_ASSIGN_OR_RETURN(c.n_experts, m.int32(a + "expert_count", 0));
   TS_ASSIGN_OR_RETURN(c.n_experts_used, m.int32(a + "expert_used_count", 0));
-  if (c.n_experts == 0 && !qwen2moe) return ok_status();
+  if (c.n_experts == 0 && !qwen2moe && !qwen3moe) return ok_status();
   if (c.n_experts <= 0 || c.n_experts > 4096) return m.wrong(a + "expert_count", "= " + std::to_string(c.n_experts) + " is out of range [1, 4096]");
   if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts) {
     return m.wrong(a + "expert_used_count", "= " + std::to_string(c.n_experts_used) + " is out of range [1, expert_count = " +
@@ -223,6 +224,10 @@ Status read_experts(const Meta& m, ModelConfig& c, const std::string& a) {
     TS_ASSIGN_OR_RETURN(c.shared_expert_hidden_dim, m.int32(a + "expert_shared_feed_forward_length", 0));
     if (c.shared_expert_hidden_dim == 0) c.shared_expert_hidden_dim = c.hidden_dim;
     c.expert_weights_norm = false;
+  } else if (qwen3moe) {
+    TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, m.int32(a + "expert_feed_forward_length", 0));
+    if (c.expert_hidden_dim == 0) c.expert_hidden_dim = c.hidden_dim / c.n_experts_used;
+    c.expert_weights_norm = true;
   } else {
     c.expert_hidden_dim = c.hidden_dim;  // llama.cpp's llama graph: each expert has feed_forward_length
     c.expert_weights_norm = true;
@@ -274,7 +279,8 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
                                                    "' is not supported (" + supported_architectures() + ")");
   }
   const std::string a = c.architecture + ".";
-  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen2moe", gemma2 = c.architecture == "gemma2";
+  const bool qwen3 = c.architecture == "qwen3" || c.architecture == "qwen3moe";
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen2moe" || qwen3, gemma2 = c.architecture == "gemma2";
   TS_ASSIGN_OR_RETURN(c.dim, m.int32(a + "embedding_length"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, m.int32(a + "feed_forward_length"));
   TS_ASSIGN_OR_RETURN(c.n_layers, m.int32(a + "block_count"));
@@ -303,6 +309,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
   }
   // llama.cpp's rope type per architecture: NORM (adjacent pairs) for llama, NEOX (halves) for the others.
   c.rope_layout = c.architecture == "llama" || c.architecture == "mistral" ? RopeLayout::kInterleaved : RopeLayout::kHalves;
+  c.qk_norm = qwen3;  // llama.cpp's build_qwen3 / build_qwen3moe: attn_q_norm, attn_k_norm
   TS_TRY(read_family_features(m, c, a));
   TS_TRY(read_experts(m, c, a));
 

@@ -346,7 +346,8 @@ Status synth_model(const SynthOptions& o) {
     }
   } else {
     const std::string pre = s.family == "smollm2" ? "smollm" : s.family == "llama3" ? "llama-bpe"
-                            : s.family == "qwen2" || s.family == "qwen2.5" || s.family == "qwen2moe" ? "qwen2"
+                            : s.family == "qwen2" || s.family == "qwen2.5" || s.family == "qwen2moe" || s.family == "qwen3" ||
+                                      s.family == "qwen3moe" ? "qwen2"
                                                                                      : "default";
     TS_ASSIGN_OR_RETURN(vocab, hf_vocab(o.vocab_from, s.vocab_size, pre));
   }
@@ -356,6 +357,7 @@ Status synth_model(const SynthOptions& o) {
   const uint64_t q_dim = static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(head_dim);
   const uint64_t kv_dim = static_cast<uint64_t>(s.n_kv_heads) * static_cast<uint64_t>(head_dim);
   const bool phi3 = s.architecture == "phi3", gemma2 = s.architecture == "gemma2";
+  const bool qwen3 = s.architecture == "qwen3" || s.architecture == "qwen3moe";
   std::vector<PlannedTensor> plan;
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
     plan.push_back({name, {cols, rows}, 0, synth_tensor_type(o, s, name, cols)});
@@ -380,6 +382,10 @@ Status synth_model(const SynthOptions& o) {
       vec(p + "attn_q.bias", q_dim, 2);
       vec(p + "attn_k.bias", kv_dim, 2);
       vec(p + "attn_v.bias", kv_dim, 2);
+    }
+    if (qwen3) {
+      vec(p + "attn_q_norm.weight", static_cast<uint64_t>(head_dim), 1);
+      vec(p + "attn_k_norm.weight", static_cast<uint64_t>(head_dim), 1);
     }
     matrix(p + "attn_output.weight", q_dim, dim);
     if (gemma2) vec(p + "post_attention_norm.weight", dim, 1);

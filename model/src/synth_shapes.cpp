@@ -81,6 +81,28 @@ const std::vector<SynthShape>& synth_shapes() {
          .n_heads = 4, .n_kv_heads = 4, .vocab_size = 1024, .context_length = 8192, .rope_theta = 1000000.0f,
          .rms_eps = 1e-6f, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2moe", .n_experts = 16,
          .n_experts_used = 4, .expert_hidden_dim = 256, .shared_expert_hidden_dim = 512});
+    // Qwen3 (`qwen3`, dense) and Qwen3-MoE (`qwen3moe`): per-head Q/K RMSNorm, no biases,
+    // head_dim 128 from key_length (not dim / heads); Qwen3-30B-A3B routes 128 experts of 768, top 8,
+    // renormalized, no shared expert.
+    add({.like = "qwen3-0.6b", .architecture = "qwen3", .dim = 1024, .hidden_dim = 3072, .n_layers = 28, .n_heads = 16,
+         .n_kv_heads = 8, .vocab_size = 151936, .context_length = 40960, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+         .tied = true, .head_dim = 128, .family = "qwen3"});
+    add({.like = "qwen3-30b-a3b", .architecture = "qwen3moe", .dim = 2048, .hidden_dim = 6144, .n_layers = 48,
+         .n_heads = 32, .n_kv_heads = 4, .vocab_size = 151936, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .family = "qwen3moe", .n_experts = 128, .n_experts_used = 8,
+         .expert_hidden_dim = 768});
+    // Benchmark size: 8 layers of dim 1024, 128 experts of 256, top 8 (~0.9 B parameters).
+    add({.like = "qwen3-30b-a3b-mini", .architecture = "qwen3moe", .dim = 1024, .hidden_dim = 3072, .n_layers = 8,
+         .n_heads = 16, .n_kv_heads = 2, .vocab_size = 32000, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .family = "qwen3moe", .n_experts = 128, .n_experts_used = 8,
+         .expert_hidden_dim = 256});
+    add({.like = "qwen3-0.6b-reduced", .architecture = "qwen3", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .tied = true, .head_dim = 128, .weight_std = 0.08f, .family = "qwen3"});
+    add({.like = "qwen3-30b-a3b-reduced", .architecture = "qwen3moe", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .weight_std = 0.08f, .family = "qwen3moe", .n_experts = 32,
+         .n_experts_used = 8, .expert_hidden_dim = 256});
     return v;
   }();
   return kShapes;

@@ -101,6 +101,7 @@ std::vector<std::string> features(const Model& m) {
                   (c.swa_every == 1 ? " (every layer)" : " (every " + std::to_string(c.swa_every) + "nd layer from 0)"));
   }
   if (c.post_norms) out.emplace_back("post-attention and post-MLP norms");
+  if (c.qk_norm) out.emplace_back("per-head Q/K RMSNorm (attn_q_norm, attn_k_norm)");
   if (c.is_moe()) {
     std::snprintf(buf, sizeof buf, "mixture of experts: %d experts of %d, top %d (%s)", c.n_experts, c.expert_hidden_dim,
                   c.n_experts_used, c.expert_weights_norm ? "softmax over the chosen" : "softmax over all");

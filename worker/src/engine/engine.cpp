@@ -94,6 +94,10 @@ Status check_model(const Model& model) {
       TS_TRY(check_tensor(w.attn_post_norm, p + "post_attention_norm", 1, c.dim, true));
       TS_TRY(check_tensor(w.ffn_post_norm, p + "post_ffw_norm", 1, c.dim, true));
     }
+    if (c.qk_norm) {
+      TS_TRY(check_tensor(w.attn_q_norm, p + "attn_q_norm", 1, c.head_dim, true));
+      TS_TRY(check_tensor(w.attn_k_norm, p + "attn_k_norm", 1, c.head_dim, true));
+    }
     if (c.attn_bias) {
       TS_TRY(check_tensor(w.bq, p + "attn_q.bias", 1, q_dim, true));
       TS_TRY(check_tensor(w.bk, p + "attn_k.bias", 1, kv_dim, true));
@@ -112,6 +116,7 @@ Status check_plain_llama(const ModelConfig& c, const std::string& backend) {
   else if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f) missing = "logit soft-capping";
   else if (c.sliding_window > 0) missing = "sliding-window attention (" + std::to_string(c.sliding_window) + ")";
   else if (c.post_norms) missing = "post-attention/post-MLP norms";
+  else if (c.qk_norm) missing = "per-head Q/K RMSNorm";
   else if (c.ffn_act != FfnActivation::kSilu) missing = "the GeGLU MLP";
   else if (c.is_moe()) missing = "a mixture-of-experts MLP (" + std::to_string(c.n_experts) + " experts)";
   if (missing.empty()) return ok_status();

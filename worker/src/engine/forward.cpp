@@ -148,6 +148,10 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
       add_bias(w.bk, k, kv_dim);
       add_bias(w.bv, v, kv_dim);
     }
+    if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
+      kernels::rmsnorm(q, hd, w.attn_q_norm.f32(), q, hd, T * c.n_heads, hd, c.rms_eps);
+      kernels::rmsnorm(k, hd, w.attn_k_norm.f32(), k, hd, T * c.n_kv_heads, hd, c.rms_eps);
+    }
     kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
     kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
     for (int64_t t = 0; t < T; ++t) {

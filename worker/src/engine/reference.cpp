@@ -161,6 +161,13 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
           vc[static_cast<size_t>(t * kv_dim + i)] += w.bv.f32()[i];
         }
       }
+      if (c.qk_norm) {
+        for (int32_t h = 0; h < c.n_heads; ++h) rmsnorm(q.data() + h * hd, w.attn_q_norm.f32(), q.data() + h * hd, hd, c.rms_eps);
+        for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+          float* kh = kc.data() + t * kv_dim + h * hd;
+          rmsnorm(kh, w.attn_k_norm.f32(), kh, hd, c.rms_eps);
+        }
+      }
       for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c, interleaved);
       if (queries != nullptr) {
         queries->resize(static_cast<size_t>(c.n_layers * n * q_dim));

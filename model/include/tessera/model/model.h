@@ -70,7 +70,7 @@ enum class FfnActivation : uint8_t {
 };
 
 struct ModelConfig {
-  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen2moe | gemma2 | phi3
+  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma2 | phi3
   // The model family as far as the file tells (for display): gemma2, phi3, qwen2, llama3 (a
   // llama with rope_freqs), or from general.name (smollm2, mistral, qwen2.5, llama3...), else
   // the architecture.
@@ -87,6 +87,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   bool attn_bias = false;       // Q/K/V carry biases (qwen2)
+  // Per-head RMSNorm of Q and K after their projections, before RoPE (Qwen3: attn_q_norm /
+  // attn_k_norm, [head_dim] weights shared by the heads; eps rms_eps).
+  bool qk_norm = false;
   bool tied_embeddings = false;  // output head == token embedding
 
   // Family features. The defaults are a plain Llama; docs/models.md lists which family sets what.
@@ -105,7 +108,8 @@ struct ModelConfig {
   bool post_norms = false;       // RMSNorm after attention and after the MLP, before each residual add (Gemma 2)
   FfnActivation ffn_act = FfnActivation::kSilu;
 
-  // Mixture of experts (Mixtral: `llama` with <arch>.expert_count; Qwen2-MoE: `qwen2moe`). With
+  // Mixture of experts (Mixtral: `llama` with <arch>.expert_count; Qwen2-MoE: `qwen2moe`;
+  // Qwen3-MoE: `qwen3moe`, renormalized like Mixtral, no shared expert). With
   // n_experts > 0 every layer's MLP is routed: per token, the router's logits over the experts
   // go through a softmax over all experts, the n_experts_used most probable are chosen, and
   // their outputs are summed weighted by their probabilities (renormalized over the chosen when
@@ -127,6 +131,7 @@ struct LayerWeights {
   Tensor attn_norm;           // [1, dim] F32
   Tensor wq, wk, wv, wo;      // [n_heads*head_dim, dim], [n_kv*hd, dim], [n_kv*hd, dim], [dim, n_heads*hd]
   Tensor bq, bk, bv;          // [1, out] F32, empty unless config.attn_bias
+  Tensor attn_q_norm, attn_k_norm;  // [1, head_dim] F32, only when config.qk_norm (Qwen3)
   Tensor ffn_norm;            // [1, dim] F32
   Tensor w_gate, w_up;        // [hidden_dim, dim]  (HF gate_proj/up_proj, llama2.c w1/w3)
   Tensor w_down;              // [dim, hidden_dim]  (HF down_proj, llama2.c w2)

@@ -38,7 +38,7 @@ namespace tessera {
 
 struct SynthShape {
   std::string like;          // "smollm2-135m"
-  std::string architecture;  // GGUF general.architecture: llama | qwen2 | gemma2 | phi3
+  std::string architecture;  // GGUF general.architecture: llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma2 | phi3
   int32_t dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, context_length = 0;
   float rope_theta = 10000.0f, rms_eps = 1e-5f;
   bool tied = false;
@@ -63,7 +63,8 @@ struct SynthShape {
 // small enough to act within 64 positions): smollm2-135m, llama3.2-1b, qwen2.5-0.5b, gemma2-2b,
 // phi3-mini, mistral-7b, mixtral-8x7b, qwen2-moe-a2.7b (+ -reduced: Mixtral 8 experts top 2,
 // Qwen2-MoE 16 experts of 256 top 4 + a shared expert of 512; qwen2-moe-a2.7b-mini and
-// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), and the older llama-1b,
+// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), qwen3-0.6b and qwen3-30b-a3b
+// (+ -reduced: head_dim 128, Qwen3-MoE 32 experts of 256 top 8; qwen3-30b-a3b-mini), and the older llama-1b,
 // stories260k, qwen2-0.5b. Lookup by name
 // (kInvalidArgument listing the known names).
 const std::vector<SynthShape>& synth_shapes();
