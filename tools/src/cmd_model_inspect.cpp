@@ -32,7 +32,8 @@ std::vector<NamedTensor> representative_tensors(const Model& m) {
     const LayerWeights& w = m.layers[0];
     const std::pair<const char*, const Tensor*> layer[] = {
         {"attn_norm", &w.attn_norm}, {"attn_q", &w.wq}, {"attn_k", &w.wk}, {"attn_v", &w.wv},
-        {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_output", &w.wo},
+        {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_q_norm", &w.attn_q_norm},
+        {"attn_k_norm", &w.attn_k_norm}, {"attn_output", &w.wo},
         {"ffn_norm", &w.ffn_norm}, {"ffn_gate", &w.w_gate}, {"ffn_up", &w.w_up}, {"ffn_down", &w.w_down},
         {"ffn_gate_inp", &w.ffn_gate_inp}, {"ffn_gate_exps", &w.ffn_gate_exps}, {"ffn_up_exps", &w.ffn_up_exps},
         {"ffn_down_exps", &w.ffn_down_exps}, {"ffn_gate_inp_shexp", &w.ffn_gate_inp_shexp},
@@ -56,7 +57,8 @@ std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
   for (const auto& w : m.layers) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
                             &w.w_up, &w.w_down, &w.ffn_gate_inp, &w.ffn_gate_exps, &w.ffn_up_exps, &w.ffn_down_exps,
-                            &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp}) {
+                            &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp,
+                            &w.attn_q_norm, &w.attn_k_norm}) {
       add(*t);
     }
   }
