@@ -240,7 +240,8 @@ TEST(LlamaCppAgreement, MoeBatchedDecodeEqualsSingleSequences) {
   const std::string dir = testing::make_temp_dir("moe-batch");
   constexpr int32_t kSeqs = 16, kSteps = 6, kPage = 8;
   for (const auto& [shape, dtype] : {std::pair{"qwen2-moe-a2.7b-reduced", "q4_k_m"}, std::pair{"mixtral-8x7b-reduced", "q4_0"},
-                                     std::pair{"mixtral-8x7b-reduced", "f32"}, std::pair{"qwen3-30b-a3b-reduced", "q4_k_m"}}) {
+                                     std::pair{"mixtral-8x7b-reduced", "f32"}, std::pair{"qwen3-30b-a3b-reduced", "q4_k_m"},
+                                     std::pair{"deepseek-v2-reduced", "q4_k_m"}}) {
     const auto model = synth_and_load(shape, dtype, dir);
     ASSERT_TRUE(model != nullptr) << shape;
     const auto vocab = static_cast<size_t>(model->config().vocab_size);
