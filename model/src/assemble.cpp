@@ -156,9 +156,10 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul
 bool add_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }
 
 bool architecture_supported(const std::string& a) {
-  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen2moe" || a == "gemma2" || a == "phi3";
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen2moe" || a == "qwen3" || a == "qwen3moe" ||
+         a == "deepseek2" || a == "gemma2" || a == "phi3";
 }
-std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, gemma2, phi3"; }
+std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2, gemma2, phi3"; }
 
 Status validate_config(const ModelConfig& c, const std::string& file) {
   TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));
@@ -236,7 +237,19 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& w = model.layers[static_cast<size_t>(l)];
     TS_ASSIGN_OR_RETURN(w.attn_norm, a.vector_f32(p + "attn_norm.weight", c.dim));
-    if (a.has(p + "attn_qkv.weight") && !a.has(p + "attn_q.weight")) {  // Phi-3: Q, K, V rows in one tensor
+    if (c.is_mla()) {
+      const int64_t nope = c.head_dim - c.rope_dim;
+      if (c.q_lora_rank > 0) {
+        TS_ASSIGN_OR_RETURN(w.attn_q_a, a.matrix(p + "attn_q_a.weight", c.q_lora_rank, c.dim));
+        TS_ASSIGN_OR_RETURN(w.attn_q_a_norm, a.vector_f32(p + "attn_q_a_norm.weight", c.q_lora_rank));
+        TS_ASSIGN_OR_RETURN(w.attn_q_b, a.matrix(p + "attn_q_b.weight", q_dim, c.q_lora_rank));
+      } else {
+        TS_ASSIGN_OR_RETURN(w.wq, a.matrix(p + "attn_q.weight", q_dim, c.dim));
+      }
+      TS_ASSIGN_OR_RETURN(w.attn_kv_a_mqa, a.matrix(p + "attn_kv_a_mqa.weight", c.kv_lora_rank + c.rope_dim, c.dim));
+      TS_ASSIGN_OR_RETURN(w.attn_kv_a_norm, a.vector_f32(p + "attn_kv_a_norm.weight", c.kv_lora_rank));
+      TS_ASSIGN_OR_RETURN(w.attn_kv_b, a.matrix(p + "attn_kv_b.weight", int64_t{c.n_heads} * (nope + c.v_head_dim), c.kv_lora_rank));
+    } else if (a.has(p + "attn_qkv.weight") && !a.has(p + "attn_q.weight")) {  // Phi-3: Q, K, V rows in one tensor
       TS_ASSIGN_OR_RETURN(Tensor qkv, a.matrix(p + "attn_qkv.weight", q_dim + 2 * kv_dim, c.dim));
       w.wq = Assembler::rows_of(qkv, 0, q_dim);
       w.wk = Assembler::rows_of(qkv, q_dim, kv_dim);
@@ -246,21 +259,27 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
       TS_ASSIGN_OR_RETURN(w.wk, a.matrix(p + "attn_k.weight", kv_dim, c.dim));
       TS_ASSIGN_OR_RETURN(w.wv, a.matrix(p + "attn_v.weight", kv_dim, c.dim));
     }
-    TS_ASSIGN_OR_RETURN(w.wo, a.matrix(p + "attn_output.weight", c.dim, q_dim));
+    TS_ASSIGN_OR_RETURN(w.wo, a.matrix(p + "attn_output.weight", c.dim, c.is_mla() ? int64_t{c.n_heads} * c.v_head_dim : q_dim));
     if (c.attn_bias) {
       TS_ASSIGN_OR_RETURN(w.bq, a.vector_f32(p + "attn_q.bias", q_dim));
       TS_ASSIGN_OR_RETURN(w.bk, a.vector_f32(p + "attn_k.bias", kv_dim));
       TS_ASSIGN_OR_RETURN(w.bv, a.vector_f32(p + "attn_v.bias", kv_dim));
     }
+    if (c.qk_norm) {
+      TS_ASSIGN_OR_RETURN(w.attn_q_norm, a.vector_f32(p + "attn_q_norm.weight", c.head_dim));
+      TS_ASSIGN_OR_RETURN(w.attn_k_norm, a.vector_f32(p + "attn_k_norm.weight", c.head_dim));
+    }
     TS_ASSIGN_OR_RETURN(w.ffn_norm, a.vector_f32(p + "ffn_norm.weight", c.dim));
-    if (c.is_moe()) {
+    if (c.layer_is_moe(l)) {
       const int64_t ne = c.n_experts, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
       TS_ASSIGN_OR_RETURN(w.ffn_gate_inp, a.matrix(p + "ffn_gate_inp.weight", ne, c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_gate_exps, a.experts(p + "ffn_gate_exps.weight", ne, ff, c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_up_exps, a.experts(p + "ffn_up_exps.weight", ne, ff, c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_down_exps, a.experts(p + "ffn_down_exps.weight", ne, c.dim, ff));
       if (sh > 0) {
-        TS_ASSIGN_OR_RETURN(w.ffn_gate_inp_shexp, a.vector_f32(p + "ffn_gate_inp_shexp.weight", c.dim));
+        if (c.architecture != "deepseek2") {  // DeepSeek-V2's shared experts are not gated
+          TS_ASSIGN_OR_RETURN(w.ffn_gate_inp_shexp, a.vector_f32(p + "ffn_gate_inp_shexp.weight", c.dim));
+        }
         TS_ASSIGN_OR_RETURN(w.ffn_gate_shexp, a.matrix(p + "ffn_gate_shexp.weight", sh, c.dim));
         TS_ASSIGN_OR_RETURN(w.ffn_up_shexp, a.matrix(p + "ffn_up_shexp.weight", sh, c.dim));
         TS_ASSIGN_OR_RETURN(w.ffn_down_shexp, a.matrix(p + "ffn_down_shexp.weight", c.dim, sh));
@@ -273,7 +292,7 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
       TS_ASSIGN_OR_RETURN(w.w_gate, a.matrix(p + "ffn_gate.weight", c.hidden_dim, c.dim));
       TS_ASSIGN_OR_RETURN(w.w_up, a.matrix(p + "ffn_up.weight", c.hidden_dim, c.dim));
     }
-    if (!c.is_moe()) {
+    if (!c.layer_is_moe(l)) {
       TS_ASSIGN_OR_RETURN(w.w_down, a.matrix(p + "ffn_down.weight", c.dim, c.hidden_dim));
     }
     if (c.post_norms) {

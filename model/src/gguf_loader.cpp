@@ -1,4 +1,4 @@
-// GGUF -> Model: architecture metadata (llama, mistral, qwen2, qwen2moe, gemma2, phi3) with each family's
+// GGUF -> Model: architecture metadata (llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2, gemma2, phi3) with each family's
 // features (docs/models.md, "Model families"), tensors by their GGUF names,
 // and the embedded tokenizer.ggml.* vocabulary.
 #include <algorithm>
@@ -147,7 +147,12 @@ Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a)
   // Linear RoPE scaling (positions * 1 / factor); YaRN and LongRoPE change the rotation in ways
   // not implemented here: refuse rather than compute something else.
   TS_ASSIGN_OR_RETURN(std::string scaling, m.string(a + "rope.scaling.type", std::string("none")));
-  if (scaling != "none" && scaling != "linear") {
+  if (scaling == "yarn" && c.architecture == "deepseek2") {
+    c.rope_yarn = true;  // llama.cpp's YaRN (ggml rope_yarn); implemented for the MLA attention only
+    TS_ASSIGN_OR_RETURN(c.yarn_orig_ctx, m.int32(a + "rope.scaling.original_context_length", c.max_seq_len));
+    TS_ASSIGN_OR_RETURN(c.yarn_log_mul, m.real(a + "rope.scaling.yarn_log_multiplier", 0.0f));
+    if (c.yarn_orig_ctx <= 0) return m.wrong(a + "rope.scaling.original_context_length", "must be positive");
+  } else if (scaling != "none" && scaling != "linear") {
     return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "rope.scaling.type = '" + scaling +
                                                    "' is not supported (none, linear; Llama 3 scaling comes as rope_freqs.weight)");
   }
@@ -203,15 +208,74 @@ Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& pa
   return ok_status();
 }
 
+// DeepSeek-V2's MoE keys (llama.cpp's load_hparams for LLM_ARCH_DEEPSEEK2): the first
+// leading_dense_block_count layers are dense; the routed experts have expert_feed_forward_length,
+// expert_shared_count shared experts form one ungated MLP of that many times the expert size;
+// softmax gating (sigmoid gating and group-limited routing, DeepSeek-V3, are refused).
+Status read_deepseek2_experts(const Meta& m, ModelConfig& c, const std::string& a) {
+  TS_ASSIGN_OR_RETURN(c.n_experts, m.int32(a + "expert_count"));
+  TS_ASSIGN_OR_RETURN(c.n_experts_used, m.int32(a + "expert_used_count"));
+  if (c.n_experts <= 0 || c.n_experts > 4096) return m.wrong(a + "expert_count", "= " + std::to_string(c.n_experts) + " is out of range [1, 4096]");
+  if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts) {
+    return m.wrong(a + "expert_used_count", "= " + std::to_string(c.n_experts_used) + " is out of range [1, expert_count]");
+  }
+  TS_ASSIGN_OR_RETURN(c.n_dense_lead, m.int32(a + "leading_dense_block_count"));
+  if (c.n_dense_lead < 0 || c.n_dense_lead > c.n_layers) return m.wrong(a + "leading_dense_block_count", "is out of range [0, block_count]");
+  TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, m.int32(a + "expert_feed_forward_length"));
+  TS_ASSIGN_OR_RETURN(int32_t shared, m.int32(a + "expert_shared_count"));
+  if (shared < 0 || shared > 64) return m.wrong(a + "expert_shared_count", "is out of range [0, 64]");
+  c.shared_expert_hidden_dim = shared * c.expert_hidden_dim;
+  TS_ASSIGN_OR_RETURN(c.expert_weights_scale, m.real(a + "expert_weights_scale", 0.0f));
+  if (m.file().find(a + "expert_weights_scale") == nullptr) return m.missing(a + "expert_weights_scale");
+  if (!(std::isfinite(c.expert_weights_scale) && c.expert_weights_scale > 0.0f)) return m.wrong(a + "expert_weights_scale", "must be positive");
+  TS_ASSIGN_OR_RETURN(c.expert_weights_norm, m.boolean(a + "expert_weights_norm", false));
+  TS_ASSIGN_OR_RETURN(int32_t gating, m.int32(a + "expert_gating_func", 1));
+  if (gating != 0 && gating != 1) {
+    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "expert_gating_func = " + std::to_string(gating) +
+                                                   " (sigmoid, DeepSeek-V3) is not supported; softmax (1) is");
+  }
+  TS_ASSIGN_OR_RETURN(int32_t groups, m.int32(a + "expert_group_count", 1));
+  if (groups > 1) {
+    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "expert_group_count = " + std::to_string(groups) +
+                                                   " (group-limited routing) is not supported");
+  }
+  if (c.expert_hidden_dim <= 0) return m.wrong(a + "expert_feed_forward_length", "must be positive");
+  return ok_status();
+}
+
+// Multi-head latent attention keys (deepseek2): kv_lora_rank, q_lora_rank (0 or absent: a plain
+// attn_q, DeepSeek-V2-Lite), the rope part rope.dimension_count of key_length, value_length.
+Status read_mla(const Meta& m, ModelConfig& c, const std::string& a, int32_t rope_dims, int32_t value_length) {
+  TS_ASSIGN_OR_RETURN(c.kv_lora_rank, m.int32(a + "attention.kv_lora_rank"));
+  TS_ASSIGN_OR_RETURN(c.q_lora_rank, m.int32(a + "attention.q_lora_rank", 0));
+  if (c.kv_lora_rank <= 0 || c.kv_lora_rank > 65536) return m.wrong(a + "attention.kv_lora_rank", "is out of range [1, 65536]");
+  if (c.q_lora_rank < 0 || c.q_lora_rank > 65536) return m.wrong(a + "attention.q_lora_rank", "is out of range [0, 65536]");
+  if (rope_dims <= 0 || rope_dims >= c.head_dim || rope_dims % 2 != 0) {
+    return m.wrong(a + "rope.dimension_count", "= " + std::to_string(rope_dims) + " must be even and below key_length " +
+                                                 std::to_string(c.head_dim));
+  }
+  if (value_length <= 0 || value_length > c.head_dim) {
+    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "attention.value_length = " +
+                                                   std::to_string(value_length) + " above key_length " + std::to_string(c.head_dim) +
+                                                   " is not supported (the K/V cache pads V to the key length)");
+  }
+  c.rope_dim = rope_dims;
+  c.v_head_dim = value_length;
+  c.n_kv_heads = c.n_heads;  // the decompressed K/V: one per head
+  return ok_status();
+}
+
 // Mixture-of-experts keys (llama.cpp's load_hparams): <arch>.expert_count and expert_used_count
-// for a `llama` (Mixtral) or `qwen2moe` file; Qwen2-MoE's expert sizes default as llama.cpp's do
-// (n_ff / n_expert_used routed, n_ff shared). Mixtral renormalizes the chosen experts' weights.
+// for a `llama` (Mixtral), `qwen2moe` or `qwen3moe` file; the Qwen MoE expert sizes default as
+// llama.cpp's do (n_ff / n_expert_used routed, n_ff shared). Mixtral and Qwen3-MoE (llama.cpp's
+// build_qwen3moe passes norm_w = true: norm_topk_prob) renormalize the chosen experts' weights.
 Status read_experts(const Meta& m, ModelConfig& c, const std::string& a) {
-  const bool qwen2moe = c.architecture == "qwen2moe";
-  if (!qwen2moe && c.architecture != "llama" && c.architecture != "mistral") return ok_status();
+  const bool qwen2moe = c.architecture == "qwen2moe", qwen3moe = c.architecture == "qwen3moe";
+  if (c.architecture == "deepseek2") return read_deepseek2_experts(m, c, a);
+  if (!qwen2moe && !qwen3moe && c.architecture != "llama" && c.architecture != "mistral") return ok_status();
   TS_ASSIGN_OR_RETURN(c.n_experts, m.int32(a + "expert_count", 0));
   TS_ASSIGN_OR_RETURN(c.n_experts_used, m.int32(a + "expert_used_count", 0));
-  if (c.n_experts == 0 && !qwen2moe) return ok_status();
+  if (c.n_experts == 0 && !qwen2moe && !qwen3moe) return ok_status();
   if (c.n_experts <= 0 || c.n_experts > 4096) return m.wrong(a + "expert_count", "= " + std::to_string(c.n_experts) + " is out of range [1, 4096]");
   if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts) {
     return m.wrong(a + "expert_used_count", "= " + std::to_string(c.n_experts_used) + " is out of range [1, expert_count = " +
@@ -223,6 +287,10 @@ Status read_experts(const Meta& m, ModelConfig& c, const std::string& a) {
     TS_ASSIGN_OR_RETURN(c.shared_expert_hidden_dim, m.int32(a + "expert_shared_feed_forward_length", 0));
     if (c.shared_expert_hidden_dim == 0) c.shared_expert_hidden_dim = c.hidden_dim;
     c.expert_weights_norm = false;
+  } else if (qwen3moe) {
+    TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, m.int32(a + "expert_feed_forward_length", 0));
+    if (c.expert_hidden_dim == 0) c.expert_hidden_dim = c.hidden_dim / c.n_experts_used;
+    c.expert_weights_norm = true;
   } else {
     c.expert_hidden_dim = c.hidden_dim;  // llama.cpp's llama graph: each expert has feed_forward_length
     c.expert_weights_norm = true;
@@ -274,7 +342,8 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
                                                    "' is not supported (" + supported_architectures() + ")");
   }
   const std::string a = c.architecture + ".";
-  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen2moe", gemma2 = c.architecture == "gemma2";
+  const bool qwen3 = c.architecture == "qwen3" || c.architecture == "qwen3moe";
+  const bool qwen = c.architecture == "qwen2" || c.architecture == "qwen2moe" || qwen3, gemma2 = c.architecture == "gemma2";
   TS_ASSIGN_OR_RETURN(c.dim, m.int32(a + "embedding_length"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, m.int32(a + "feed_forward_length"));
   TS_ASSIGN_OR_RETURN(c.n_layers, m.int32(a + "block_count"));
@@ -290,21 +359,29 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
   }
   TS_ASSIGN_OR_RETURN(c.head_dim, m.int32(a + "attention.key_length", c.dim / c.n_heads));
   TS_ASSIGN_OR_RETURN(int32_t value_length, m.int32(a + "attention.value_length", c.head_dim));
-  if (value_length != c.head_dim) {
+  TS_ASSIGN_OR_RETURN(int32_t rope_dims, m.int32(a + "rope.dimension_count", c.head_dim));
+  const bool mla = c.architecture == "deepseek2";
+  if (mla) {
+    TS_TRY(read_mla(m, c, a, rope_dims, value_length));
+  } else if (value_length != c.head_dim) {
     return make_error(ErrorCode::kUnsupported, path + ": GGUF " + a + "attention.value_length = " +
                                                    std::to_string(value_length) + " differs from key_length " +
                                                    std::to_string(c.head_dim));
   }
-  TS_ASSIGN_OR_RETURN(int32_t rope_dims, m.int32(a + "rope.dimension_count", c.head_dim));
-  if (rope_dims != c.head_dim) {
+  if (!mla && rope_dims != c.head_dim) {
     return make_error(ErrorCode::kUnsupported, path + ": GGUF " + a + "rope.dimension_count = " +
                                                    std::to_string(rope_dims) + " (partial rotary) is not supported; head_dim is " +
                                                    std::to_string(c.head_dim));
   }
   // llama.cpp's rope type per architecture: NORM (adjacent pairs) for llama, NEOX (halves) for the others.
-  c.rope_layout = c.architecture == "llama" || c.architecture == "mistral" ? RopeLayout::kInterleaved : RopeLayout::kHalves;
+  c.rope_layout = c.architecture == "llama" || c.architecture == "mistral" || mla ? RopeLayout::kInterleaved : RopeLayout::kHalves;
+  c.qk_norm = qwen3;  // llama.cpp's build_qwen3 / build_qwen3moe: attn_q_norm, attn_k_norm
   TS_TRY(read_family_features(m, c, a));
   TS_TRY(read_experts(m, c, a));
+  if (mla) {  // llama.cpp's build_deepseek2: kq_scale = mscale^2 / sqrt(key_length), YaRN's attention factor
+    const float mscale = 1.0f + c.yarn_log_mul * std::log(1.0f / c.rope_freq_scale);
+    c.attn_scale = mscale * mscale / std::sqrt(static_cast<float>(c.head_dim));
+  }
 
   TensorMap tensors;
   for (const GgufTensorInfo& t : g.tensors) {

@@ -1,6 +1,7 @@
 // Hugging Face model directories: config.json + model.safetensors, or shards listed in
 // model.safetensors.index.json ("weight_map": {tensor: file}). HF stores Q/K for RoPE by
 // halves (rotate_half), so rope_layout = kHalves.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -67,6 +68,10 @@ class Config {
     }
     return it->get<std::string>();
   }
+  bool empty_array(const char* key) const {
+    auto it = j_.find(key);
+    return it != j_.end() && it->is_array() && it->empty();
+  }
   bool has(const char* key) const {
     auto it = j_.find(key);
     return it != j_.end() && !it->is_null();
@@ -77,7 +82,27 @@ class Config {
   std::string path_;
 };
 
-// HF parameter name -> canonical (GGUF) name, or "" for tensors the model does not use.
+// A mixture-of-experts parameter: "mlp.experts.E.gate_proj.weight" (Qwen2-MoE, Qwen3-MoE) or
+// "block_sparse_moe.experts.E.w1.weight" (Mixtral) -> "ffn_gate_exps.E" (E = the expert), else "".
+std::string expert_name(const std::string& rest) {
+  for (const char* prefix : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    const std::string p(prefix);
+    if (rest.rfind(p, 0) != 0) continue;
+    const size_t dot = rest.find('.', p.size());
+    if (dot == std::string::npos || dot == p.size() || dot - p.size() > 5) return "";
+    const std::string e = rest.substr(p.size(), dot - p.size());
+    if (e.find_first_not_of("0123456789") != std::string::npos) return "";
+    static const std::map<std::string, std::string> kProj = {
+        {"gate_proj.weight", "ffn_gate_exps"}, {"up_proj.weight", "ffn_up_exps"}, {"down_proj.weight", "ffn_down_exps"},
+        {"w1.weight", "ffn_gate_exps"},        {"w3.weight", "ffn_up_exps"},      {"w2.weight", "ffn_down_exps"}};
+    auto it = kProj.find(rest.substr(dot + 1));
+    return it == kProj.end() ? "" : it->second + "." + std::to_string(std::stoi(e));
+  }
+  return "";
+}
+
+// HF parameter name -> canonical (GGUF) name, or "" for tensors the model does not use. Expert
+// matrices get "blk.N.ffn_gate_exps.E" names, stacked by stack_experts().
 std::string canonical_name(const std::string& hf) {
   static const std::map<std::string, std::string> kTop = {{"model.embed_tokens.weight", "token_embd.weight"},
                                                           {"model.norm.weight", "output_norm.weight"},
@@ -95,9 +120,18 @@ std::string canonical_name(const std::string& hf) {
       {"self_attn.v_proj.weight", "attn_v.weight"},     {"self_attn.o_proj.weight", "attn_output.weight"},
       {"self_attn.q_proj.bias", "attn_q.bias"},         {"self_attn.k_proj.bias", "attn_k.bias"},
       {"self_attn.v_proj.bias", "attn_v.bias"},         {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"}};
+      {"mlp.up_proj.weight", "ffn_up.weight"},          {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"}, {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},       {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"}};
   auto it = kLayer.find(hf.substr(dot + 1));
-  if (it == kLayer.end()) return "";
+  if (it == kLayer.end()) {
+    const std::string e = expert_name(hf.substr(dot + 1));
+    return e.empty() ? "" : "blk." + std::to_string(std::stoi(layer)) + "." + e;
+  }
   return "blk." + std::to_string(std::stoi(layer)) + "." + it->second;
 }
 
@@ -140,6 +174,73 @@ Result<std::vector<std::string>> shard_files(const std::string& dir) {
   return make_error(ErrorCode::kIoError, dir + ": neither model.safetensors nor model.safetensors.index.json exists");
 }
 
+// Hugging Face stores each expert as its own matrix; the model wants one stacked tensor per
+// layer and projection (GGUF's ffn_*_exps, [n_experts, rows, cols]). Copies the experts'
+// bytes, in expert order, into a buffer owned by `model`; every expert must be present with
+// the same shape and dtype.
+Status stack_experts(LoadedModel& model, TensorMap& tensors, const ModelConfig& c, const std::string& dir) {
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    for (const char* proj : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+      const std::string base = "blk." + std::to_string(l) + "." + proj;
+      std::vector<const RawTensor*> parts;
+      for (int32_t e = 0; e < c.n_experts; ++e) {
+        auto it = tensors.find(base + "." + std::to_string(e));
+        if (it == tensors.end()) {
+          return make_error(ErrorCode::kCorruptFile, dir + ": expert " + std::to_string(e) + " of layer " + std::to_string(l) +
+                                                         " (" + proj + ") is missing");
+        }
+        const RawTensor& t = it->second;
+        if (!parts.empty() && (t.dtype != parts[0]->dtype || t.shape != parts[0]->shape || t.nbytes != parts[0]->nbytes)) {
+          return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " differs in shape or dtype from expert 0's");
+        }
+        if (t.shape.size() != 2) return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not a matrix");
+        parts.push_back(&t);
+      }
+      uint8_t* buf = model.allocate(parts[0]->nbytes * parts.size());
+      for (size_t e = 0; e < parts.size(); ++e) std::memcpy(buf + e * parts[0]->nbytes, parts[e]->data, parts[0]->nbytes);
+      RawTensor stacked{.name = base + " (stacked from " + std::to_string(parts.size()) + " experts)", .dtype = parts[0]->dtype,
+                        .shape = {c.n_experts, parts[0]->shape[0], parts[0]->shape[1]}, .data = buf,
+                        .nbytes = parts[0]->nbytes * parts.size()};
+      for (int32_t e = 0; e < c.n_experts; ++e) tensors.erase(base + "." + std::to_string(e));
+      tensors.emplace(base + ".weight", std::move(stacked));
+    }
+  }
+  return ok_status();
+}
+
+// Mixture-of-experts and Qwen3 settings of config.json, as the GGUF converter maps them:
+// mixtral (num_local_experts, renormalized top-k, experts of intermediate_size), qwen2_moe
+// (num_experts, moe_intermediate_size, a gated shared expert of shared_expert_intermediate_size),
+// qwen3_moe (num_experts, moe_intermediate_size, norm_topk_prob), qwen3 (Q/K norms).
+Status read_hf_moe(const Config& cfg, ModelConfig& c, const std::string& model_type, const std::string& config_path) {
+  if (model_type == "qwen3" || model_type == "qwen3_moe") c.qk_norm = true;
+  if (model_type == "mixtral") {
+    c.architecture = "llama";
+    c.family = "mixtral";
+    TS_ASSIGN_OR_RETURN(c.n_experts, cfg.int32("num_local_experts"));
+    c.expert_hidden_dim = c.hidden_dim;
+    c.expert_weights_norm = true;
+  } else if (model_type == "qwen2_moe" || model_type == "qwen3_moe") {
+    c.architecture = model_type == "qwen2_moe" ? "qwen2moe" : "qwen3moe";
+    TS_ASSIGN_OR_RETURN(c.n_experts, cfg.int32("num_experts"));
+    TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, cfg.int32("moe_intermediate_size"));
+    TS_ASSIGN_OR_RETURN(c.expert_weights_norm, cfg.boolean("norm_topk_prob", model_type == "qwen3_moe"));
+    if (model_type == "qwen2_moe") {
+      TS_ASSIGN_OR_RETURN(c.shared_expert_hidden_dim, cfg.int32("shared_expert_intermediate_size"));
+    }
+    TS_ASSIGN_OR_RETURN(int32_t step, cfg.int32("decoder_sparse_step", 1));
+    if (step != 1 || (cfg.has("mlp_only_layers") && !cfg.empty_array("mlp_only_layers"))) {
+      return make_error(ErrorCode::kUnsupported, config_path + ": dense layers between the MoE layers (decoder_sparse_step, "
+                                                               "mlp_only_layers) are not supported");
+    }
+  } else {
+    c.architecture = model_type == "qwen3" ? "qwen3" : model_type;
+    return ok_status();
+  }
+  TS_ASSIGN_OR_RETURN(c.n_experts_used, cfg.int32("num_experts_per_tok"));
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
@@ -152,10 +253,11 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   Config cfg(cj, config_path);
   auto model = std::make_unique<LoadedModel>(ModelFormat::kSafetensors, dir);
   ModelConfig& c = model->mutable_config();
-  TS_ASSIGN_OR_RETURN(c.architecture, cfg.string("model_type"));
-  if (c.architecture != "llama" && c.architecture != "mistral" && c.architecture != "qwen2") {
-    return make_error(ErrorCode::kUnsupported, config_path + ": model_type '" + c.architecture +
-                                                   "' is not supported (llama, mistral, qwen2)");
+  TS_ASSIGN_OR_RETURN(const std::string model_type, cfg.string("model_type"));
+  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
+  if (kTypes.count(model_type) == 0) {
+    return make_error(ErrorCode::kUnsupported, config_path + ": model_type '" + model_type +
+                                                   "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
   }
   TS_ASSIGN_OR_RETURN(c.dim, cfg.int32("hidden_size"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, cfg.int32("intermediate_size"));
@@ -170,6 +272,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   if (c.n_heads == 0) return make_error(ErrorCode::kCorruptFile, config_path + ": num_attention_heads is 0");
   TS_ASSIGN_OR_RETURN(c.head_dim, cfg.int32("head_dim", c.dim / c.n_heads));
   c.rope_layout = RopeLayout::kHalves;
+  TS_TRY(read_hf_moe(cfg, c, model_type, config_path));
   if (cfg.has("rope_scaling")) {
     TS_LOG(kWarn) << config_path << ": rope_scaling is not implemented yet and is ignored";
   }
@@ -192,6 +295,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   }
   c.attn_bias = tensors.count("blk.0.attn_q.bias") != 0;
   c.tied_embeddings = tie || tensors.count("output.weight") == 0;
+  if (c.is_moe()) TS_TRY(stack_experts(*model, tensors, c, dir));
   TS_TRY(assemble_model(*model, tensors, dir, options));
   return std::unique_ptr<Model>(std::move(model));
 }

@@ -60,9 +60,9 @@ class LoadedModel final : public Model {
   std::vector<std::unique_ptr<uint8_t, AlignedDelete>> buffers_;
 };
 
-// The architectures the loaders accept: llama, mistral, qwen2, gemma2, phi3.
+// The architectures the loaders accept: llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2, gemma2, phi3.
 bool architecture_supported(const std::string& architecture);
-std::string supported_architectures();  // "llama, mistral, qwen2, gemma2, phi3"
+std::string supported_architectures();
 
 // Checks config values are positive, consistent (heads divide, head_dim even) and below
 // sane caps so that later size arithmetic cannot overflow. kCorruptFile naming the field.

@@ -81,7 +81,8 @@ int64_t Model::parameter_count() const {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
                             &w.w_up, &w.w_down, &w.attn_post_norm, &w.ffn_post_norm, &w.ffn_gate_inp, &w.ffn_gate_exps,
                             &w.ffn_up_exps, &w.ffn_down_exps, &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp,
-                            &w.ffn_down_shexp}) {
+                            &w.ffn_down_shexp, &w.attn_q_norm, &w.attn_k_norm, &w.attn_q_a, &w.attn_q_a_norm,
+                            &w.attn_q_b, &w.attn_kv_a_mqa, &w.attn_kv_a_norm, &w.attn_kv_b}) {
       total += n(*t);
     }
   }
@@ -110,6 +111,11 @@ uint64_t compute_fingerprint(const Model& model) {
   }
   if (c.sliding_window != plain.sliding_window) h.value(c.sliding_window * 16 + c.swa_every);
   if (c.post_norms) h.value<uint8_t>(1);
+  if (c.qk_norm) h.value<uint8_t>(2);
+  if (c.is_mla()) {
+    for (int32_t v : {c.kv_lora_rank, c.q_lora_rank, c.rope_dim, c.v_head_dim, c.n_dense_lead, c.yarn_orig_ctx}) h.value(v);
+    for (float v : {c.expert_weights_scale, c.yarn_log_mul}) h.value(std::bit_cast<uint32_t>(v));
+  }
   if (c.ffn_act != plain.ffn_act) h.value<uint8_t>(static_cast<uint8_t>(c.ffn_act));
   if (c.is_moe()) {
     for (int32_t v : {c.n_experts, c.n_experts_used, c.expert_hidden_dim, c.shared_expert_hidden_dim}) h.value(v);
@@ -132,6 +138,15 @@ uint64_t compute_fingerprint(const Model& model) {
     if (c.post_norms) {
       hash_tensor(h, w.attn_post_norm);
       hash_tensor(h, w.ffn_post_norm);
+    }
+    if (c.qk_norm) {
+      hash_tensor(h, w.attn_q_norm);
+      hash_tensor(h, w.attn_k_norm);
+    }
+    if (c.is_mla()) {
+      for (const Tensor* t : {&w.attn_q_a, &w.attn_q_a_norm, &w.attn_q_b, &w.attn_kv_a_mqa, &w.attn_kv_a_norm, &w.attn_kv_b}) {
+        hash_tensor(h, *t);
+      }
     }
   }
   return h.finish();

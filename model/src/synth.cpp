@@ -346,7 +346,8 @@ Status synth_model(const SynthOptions& o) {
     }
   } else {
     const std::string pre = s.family == "smollm2" ? "smollm" : s.family == "llama3" ? "llama-bpe"
-                            : s.family == "qwen2" || s.family == "qwen2.5" || s.family == "qwen2moe" ? "qwen2"
+                            : s.family == "qwen2" || s.family == "qwen2.5" || s.family == "qwen2moe" || s.family == "qwen3" ||
+                                      s.family == "qwen3moe" ? "qwen2"
                                                                                      : "default";
     TS_ASSIGN_OR_RETURN(vocab, hf_vocab(o.vocab_from, s.vocab_size, pre));
   }
@@ -356,6 +357,9 @@ Status synth_model(const SynthOptions& o) {
   const uint64_t q_dim = static_cast<uint64_t>(s.n_heads) * static_cast<uint64_t>(head_dim);
   const uint64_t kv_dim = static_cast<uint64_t>(s.n_kv_heads) * static_cast<uint64_t>(head_dim);
   const bool phi3 = s.architecture == "phi3", gemma2 = s.architecture == "gemma2";
+  const bool qwen3 = s.architecture == "qwen3" || s.architecture == "qwen3moe";
+  const bool mla = s.kv_lora_rank > 0;  // deepseek2
+  const uint64_t nope = static_cast<uint64_t>(head_dim - s.rope_dim), vd = static_cast<uint64_t>(s.v_head_dim);
   std::vector<PlannedTensor> plan;
   auto matrix = [&](const std::string& name, uint64_t cols, uint64_t rows) {
     plan.push_back({name, {cols, rows}, 0, synth_tensor_type(o, s, name, cols)});
@@ -369,7 +373,19 @@ Status synth_model(const SynthOptions& o) {
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", dim, 1);
-    if (phi3) {
+    if (mla) {
+      const auto lora = static_cast<uint64_t>(s.kv_lora_rank), ql = static_cast<uint64_t>(s.q_lora_rank);
+      if (ql > 0) {
+        matrix(p + "attn_q_a.weight", dim, ql);
+        vec(p + "attn_q_a_norm.weight", ql, 1);
+        matrix(p + "attn_q_b.weight", ql, q_dim);
+      } else {
+        matrix(p + "attn_q.weight", dim, q_dim);
+      }
+      matrix(p + "attn_kv_a_mqa.weight", dim, lora + static_cast<uint64_t>(s.rope_dim));
+      vec(p + "attn_kv_a_norm.weight", lora, 1);
+      matrix(p + "attn_kv_b.weight", lora, static_cast<uint64_t>(s.n_heads) * (nope + vd));
+    } else if (phi3) {
       matrix(p + "attn_qkv.weight", dim, q_dim + 2 * kv_dim);
     } else {
       matrix(p + "attn_q.weight", dim, q_dim);
@@ -381,16 +397,27 @@ Status synth_model(const SynthOptions& o) {
       vec(p + "attn_k.bias", kv_dim, 2);
       vec(p + "attn_v.bias", kv_dim, 2);
     }
-    matrix(p + "attn_output.weight", q_dim, dim);
+    if (qwen3) {
+      vec(p + "attn_q_norm.weight", static_cast<uint64_t>(head_dim), 1);
+      vec(p + "attn_k_norm.weight", static_cast<uint64_t>(head_dim), 1);
+    }
+    matrix(p + "attn_output.weight", mla ? static_cast<uint64_t>(s.n_heads) * vd : q_dim, dim);
     if (gemma2) vec(p + "post_attention_norm.weight", dim, 1);
     vec(p + "ffn_norm.weight", dim, 1);
-    if (s.n_experts > 0) {
+    const bool moe_layer = s.n_experts > 0 && l >= s.n_dense_lead;
+    if (moe_layer) {
       const auto ne = static_cast<uint64_t>(s.n_experts);
       const uint64_t ff = s.expert_hidden_dim > 0 ? static_cast<uint64_t>(s.expert_hidden_dim) : hidden;
       plan.push_back({p + "ffn_gate_inp.weight", {dim, ne}, 0, DType::kF32});
       experts(p + "ffn_gate_exps.weight", dim, ff, ne);
       experts(p + "ffn_up_exps.weight", dim, ff, ne);
       experts(p + "ffn_down_exps.weight", ff, dim, ne);
+      if (s.n_shared_experts > 0) {  // DeepSeek-V2: ungated shared experts, one MLP of their sum
+        const uint64_t sh = static_cast<uint64_t>(s.n_shared_experts) * ff;
+        matrix(p + "ffn_gate_shexp.weight", dim, sh);
+        matrix(p + "ffn_up_shexp.weight", dim, sh);
+        matrix(p + "ffn_down_shexp.weight", sh, dim);
+      }
       if (s.shared_expert_hidden_dim > 0) {
         const auto sh = static_cast<uint64_t>(s.shared_expert_hidden_dim);
         plan.push_back({p + "ffn_gate_inp_shexp.weight", {dim}, 0, DType::kF32});
@@ -404,7 +431,7 @@ Status synth_model(const SynthOptions& o) {
       matrix(p + "ffn_gate.weight", dim, hidden);
       matrix(p + "ffn_up.weight", dim, hidden);
     }
-    if (s.n_experts == 0) matrix(p + "ffn_down.weight", hidden, dim);
+    if (!moe_layer) matrix(p + "ffn_down.weight", hidden, dim);
     if (gemma2) vec(p + "post_ffw_norm.weight", dim, 1);
   }
   vec("output_norm.weight", dim, 1);
@@ -422,7 +449,7 @@ Status synth_model(const SynthOptions& o) {
   w.set_u32(a + "embedding_length", static_cast<uint32_t>(s.dim));
   w.set_u32(a + "block_count", static_cast<uint32_t>(s.n_layers));
   w.set_u32(a + "feed_forward_length", static_cast<uint32_t>(s.hidden_dim));
-  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.set_u32(a + "rope.dimension_count", static_cast<uint32_t>(mla ? s.rope_dim : head_dim));
   w.set_u32(a + "attention.head_count", static_cast<uint32_t>(s.n_heads));
   w.set_u32(a + "attention.head_count_kv", static_cast<uint32_t>(s.n_kv_heads));
   w.set_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps);
@@ -430,7 +457,21 @@ Status synth_model(const SynthOptions& o) {
   w.set_u32(a + "vocab_size", static_cast<uint32_t>(s.vocab_size));
   if (s.head_dim > 0) {
     w.set_u32(a + "attention.key_length", static_cast<uint32_t>(head_dim));
-    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(head_dim));
+    w.set_u32(a + "attention.value_length", static_cast<uint32_t>(mla ? s.v_head_dim : head_dim));
+  }
+  if (mla) {
+    if (s.q_lora_rank > 0) w.set_u32(a + "attention.q_lora_rank", static_cast<uint32_t>(s.q_lora_rank));
+    w.set_u32(a + "attention.kv_lora_rank", static_cast<uint32_t>(s.kv_lora_rank));
+    w.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(s.n_dense_lead));
+    w.set_u32(a + "expert_shared_count", static_cast<uint32_t>(s.n_shared_experts));
+    w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
+    w.set_u32(a + "expert_gating_func", 1);  // softmax, as convert_hf_to_gguf.py writes for DeepSeek-V2
+  }
+  if (s.yarn_factor > 0.0f) {
+    w.set_string(a + "rope.scaling.type", "yarn");
+    w.set_f32(a + "rope.scaling.factor", s.yarn_factor);
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.yarn_orig_ctx));
+    w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
   }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
   if (s.n_experts > 0) {

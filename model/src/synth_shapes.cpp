@@ -81,6 +81,50 @@ const std::vector<SynthShape>& synth_shapes() {
          .n_heads = 4, .n_kv_heads = 4, .vocab_size = 1024, .context_length = 8192, .rope_theta = 1000000.0f,
          .rms_eps = 1e-6f, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2moe", .n_experts = 16,
          .n_experts_used = 4, .expert_hidden_dim = 256, .shared_expert_hidden_dim = 512});
+    // Qwen3 (`qwen3`, dense) and Qwen3-MoE (`qwen3moe`): per-head Q/K RMSNorm, no biases,
+    // head_dim 128 from key_length (not dim / heads); Qwen3-30B-A3B routes 128 experts of 768, top 8,
+    // renormalized, no shared expert.
+    add({.like = "qwen3-0.6b", .architecture = "qwen3", .dim = 1024, .hidden_dim = 3072, .n_layers = 28, .n_heads = 16,
+         .n_kv_heads = 8, .vocab_size = 151936, .context_length = 40960, .rope_theta = 1000000.0f, .rms_eps = 1e-6f,
+         .tied = true, .head_dim = 128, .family = "qwen3"});
+    add({.like = "qwen3-30b-a3b", .architecture = "qwen3moe", .dim = 2048, .hidden_dim = 6144, .n_layers = 48,
+         .n_heads = 32, .n_kv_heads = 4, .vocab_size = 151936, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .family = "qwen3moe", .n_experts = 128, .n_experts_used = 8,
+         .expert_hidden_dim = 768});
+    // Benchmark size: 8 layers of dim 1024, 128 experts of 256, top 8 (~0.9 B parameters).
+    add({.like = "qwen3-30b-a3b-mini", .architecture = "qwen3moe", .dim = 1024, .hidden_dim = 3072, .n_layers = 8,
+         .n_heads = 16, .n_kv_heads = 2, .vocab_size = 32000, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .family = "qwen3moe", .n_experts = 128, .n_experts_used = 8,
+         .expert_hidden_dim = 256});
+    add({.like = "qwen3-0.6b-reduced", .architecture = "qwen3", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .tied = true, .head_dim = 128, .weight_std = 0.08f, .family = "qwen3"});
+    add({.like = "qwen3-30b-a3b-reduced", .architecture = "qwen3moe", .dim = 256, .hidden_dim = 768, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 40960, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .head_dim = 128, .weight_std = 0.08f, .family = "qwen3moe", .n_experts = 16,
+         .n_experts_used = 8, .expert_hidden_dim = 256});
+    // DeepSeek-V2-Lite (`deepseek2`): multi-head latent attention (kv_lora_rank 512, no q LoRA,
+    // heads of 128 + 64 rope dims, V of 128), YaRN (factor 40 over 4096), one dense layer, then
+    // 64 experts of 1408, top 6, 2 shared; llama.cpp takes the Lite path for 27 layers only.
+    add({.like = "deepseek-v2-lite", .architecture = "deepseek2", .dim = 2048, .hidden_dim = 10944, .n_layers = 27,
+         .n_heads = 16, .n_kv_heads = 16, .vocab_size = 102400, .context_length = 163840, .rms_eps = 1e-6f,
+         .head_dim = 192, .family = "deepseek2", .n_experts = 64, .n_experts_used = 6, .expert_hidden_dim = 1408,
+         .kv_lora_rank = 512, .rope_dim = 64, .v_head_dim = 128, .n_dense_lead = 1, .n_shared_experts = 2,
+         .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096});
+    // Test sizes: 27 layers of dim 256 (the Lite path), 8 heads of 48 + 16 rope dims, V of 32
+    // (padded in the cache), latent 256, 4 experts of 256 top 2 + 1 shared; and the full-V2 path
+    // (a q LoRA of 256) in 2 layers.
+    add({.like = "deepseek-v2-lite-reduced", .architecture = "deepseek2", .dim = 256, .hidden_dim = 512, .n_layers = 27,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 1024, .context_length = 163840, .rms_eps = 1e-6f, .head_dim = 64,
+         .weight_std = 0.08f, .family = "deepseek2", .n_experts = 4, .n_experts_used = 2, .expert_hidden_dim = 256,
+         .kv_lora_rank = 256, .rope_dim = 16, .v_head_dim = 32, .n_dense_lead = 1, .n_shared_experts = 1,
+         .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096});
+    add({.like = "deepseek-v2-reduced", .architecture = "deepseek2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 1024, .context_length = 163840, .rms_eps = 1e-6f, .head_dim = 64,
+         .weight_std = 0.08f, .family = "deepseek2", .n_experts = 8, .n_experts_used = 2, .expert_hidden_dim = 256,
+         .kv_lora_rank = 256, .q_lora_rank = 256, .rope_dim = 16, .v_head_dim = 32, .n_dense_lead = 1,
+         .n_shared_experts = 2, .expert_weights_scale = 1.5f, .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f,
+         .yarn_orig_ctx = 4096});
     return v;
   }();
   return kShapes;

@@ -24,21 +24,32 @@ struct NamedTensor {
   const Tensor* t;
 };
 
-// Top-level tensors and layer 0's (the other layers have the same shapes and dtypes).
+// Top-level tensors and layer 0's (the other layers have the same shapes and dtypes), plus the
+// first routed layer's after DeepSeek-V2's leading dense layers.
 std::vector<NamedTensor> representative_tensors(const Model& m) {
   std::vector<NamedTensor> out = {{"token_embd", &m.tok_embeddings}, {"output_norm", &m.final_norm}};
   if (!m.config().tied_embeddings) out.push_back({"output", &m.output});
-  if (!m.layers.empty()) {
-    const LayerWeights& w = m.layers[0];
+  std::vector<size_t> shown = {0};
+  if (m.config().n_dense_lead > 0 && m.config().n_dense_lead < static_cast<int32_t>(m.layers.size())) {
+    shown.push_back(static_cast<size_t>(m.config().n_dense_lead));
+  }
+  for (size_t li : shown) {
+    if (li >= m.layers.size()) break;
+    const LayerWeights& w = m.layers[li];
     const std::pair<const char*, const Tensor*> layer[] = {
         {"attn_norm", &w.attn_norm}, {"attn_q", &w.wq}, {"attn_k", &w.wk}, {"attn_v", &w.wv},
-        {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_output", &w.wo},
+        {"attn_q.bias", &w.bq}, {"attn_k.bias", &w.bk}, {"attn_v.bias", &w.bv}, {"attn_q_norm", &w.attn_q_norm},
+        {"attn_k_norm", &w.attn_k_norm}, {"attn_q_a", &w.attn_q_a}, {"attn_q_a_norm", &w.attn_q_a_norm},
+        {"attn_q_b", &w.attn_q_b}, {"attn_kv_a_mqa", &w.attn_kv_a_mqa}, {"attn_kv_a_norm", &w.attn_kv_a_norm},
+        {"attn_kv_b", &w.attn_kv_b}, {"attn_output", &w.wo},
         {"ffn_norm", &w.ffn_norm}, {"ffn_gate", &w.w_gate}, {"ffn_up", &w.w_up}, {"ffn_down", &w.w_down},
         {"ffn_gate_inp", &w.ffn_gate_inp}, {"ffn_gate_exps", &w.ffn_gate_exps}, {"ffn_up_exps", &w.ffn_up_exps},
         {"ffn_down_exps", &w.ffn_down_exps}, {"ffn_gate_inp_shexp", &w.ffn_gate_inp_shexp},
         {"ffn_gate_shexp", &w.ffn_gate_shexp}, {"ffn_up_shexp", &w.ffn_up_shexp}, {"ffn_down_shexp", &w.ffn_down_shexp}};
     for (const auto& [name, t] : layer) {
-      if (!t->empty()) out.push_back({std::string("blk.*.") + name, t});
+      const std::string label = std::string("blk.*.") + name;
+      const bool listed = std::any_of(out.begin(), out.end(), [&](const NamedTensor& n) { return n.name == label; });
+      if (!t->empty() && !listed) out.push_back({label, t});
     }
   }
   return out;
@@ -56,7 +67,9 @@ std::map<std::string, int64_t> bytes_by_dtype(const Model& m) {
   for (const auto& w : m.layers) {
     for (const Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo, &w.bq, &w.bk, &w.bv, &w.ffn_norm, &w.w_gate,
                             &w.w_up, &w.w_down, &w.ffn_gate_inp, &w.ffn_gate_exps, &w.ffn_up_exps, &w.ffn_down_exps,
-                            &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp}) {
+                            &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp,
+                            &w.attn_q_norm, &w.attn_k_norm, &w.attn_q_a, &w.attn_q_a_norm, &w.attn_q_b,
+                            &w.attn_kv_a_mqa, &w.attn_kv_a_norm, &w.attn_kv_b}) {
       add(*t);
     }
   }
@@ -74,7 +87,7 @@ std::vector<std::string> features(const Model& m) {
                   *std::max_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()));
     out.emplace_back(buf);
   }
-  if (c.rope_freq_scale != 1.0f) out.push_back("linear RoPE scaling x" + std::to_string(c.rope_freq_scale));
+  if (c.rope_freq_scale != 1.0f && !c.rope_yarn) out.push_back("linear RoPE scaling x" + std::to_string(c.rope_freq_scale));
   if (c.attn_bias) out.emplace_back("Q/K/V biases");
   // Phi-3's fused tensors are loaded as adjacent row views of one tensor.
   auto adjacent = [](const Tensor& a, const Tensor& b) {
@@ -101,13 +114,31 @@ std::vector<std::string> features(const Model& m) {
                   (c.swa_every == 1 ? " (every layer)" : " (every " + std::to_string(c.swa_every) + "nd layer from 0)"));
   }
   if (c.post_norms) out.emplace_back("post-attention and post-MLP norms");
+  if (c.qk_norm) out.emplace_back("per-head Q/K RMSNorm (attn_q_norm, attn_k_norm)");
+  if (c.is_mla()) {
+    std::snprintf(buf, sizeof buf, "multi-head latent attention: latent %d, %s, heads of %d + %d rope, V %d (cache: decompressed)",
+                  c.kv_lora_rank, c.q_lora_rank > 0 ? ("q LoRA " + std::to_string(c.q_lora_rank)).c_str() : "plain attn_q",
+                  c.head_dim - c.rope_dim, c.rope_dim, c.v_head_dim);
+    out.emplace_back(buf);
+  }
+  if (c.rope_yarn) {
+    std::snprintf(buf, sizeof buf, "YaRN RoPE (factor %g over %d, log multiplier %g)", 1.0f / c.rope_freq_scale, c.yarn_orig_ctx,
+                  c.yarn_log_mul);
+    out.emplace_back(buf);
+  }
   if (c.is_moe()) {
     std::snprintf(buf, sizeof buf, "mixture of experts: %d experts of %d, top %d (%s)", c.n_experts, c.expert_hidden_dim,
                   c.n_experts_used, c.expert_weights_norm ? "softmax over the chosen" : "softmax over all");
     out.emplace_back(buf);
     if (c.shared_expert_hidden_dim > 0) {
-      out.push_back("shared expert of " + std::to_string(c.shared_expert_hidden_dim) + " with a sigmoid gate");
+      const bool gated = c.architecture != "deepseek2";
+      out.push_back("shared expert of " + std::to_string(c.shared_expert_hidden_dim) + (gated ? " with a sigmoid gate" : " (ungated)"));
     }
+    if (c.expert_weights_scale != 1.0f) {
+      std::snprintf(buf, sizeof buf, "expert weights x %g", c.expert_weights_scale);
+      out.emplace_back(buf);
+    }
+    if (c.n_dense_lead > 0) out.push_back("first " + std::to_string(c.n_dense_lead) + " layer(s) dense (" + std::to_string(c.hidden_dim) + ")");
   }
   out.emplace_back(c.ffn_act == FfnActivation::kGeluTanh ? "GeGLU (gelu-tanh)" : "SwiGLU");
   return out;

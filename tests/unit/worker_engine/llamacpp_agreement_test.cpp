@@ -209,7 +209,8 @@ TEST(LlamaCppAgreement, FamilyFeaturesOnEveryKernelPathMatchTheReference) {
   std::vector<int32_t> tokens = {1};
   for (int32_t i = 1; i < 40; ++i) tokens.push_back((i * 397 + 11) % 1000 + 3);
   for (const char* shape : {"gemma2-2b-reduced", "phi3-mini-reduced", "llama3.2-1b-reduced", "qwen2.5-0.5b-reduced",
-                            "mixtral-8x7b-reduced", "qwen2-moe-a2.7b-reduced"}) {
+                            "mixtral-8x7b-reduced", "qwen2-moe-a2.7b-reduced", "qwen3-0.6b-reduced",
+                            "qwen3-30b-a3b-reduced"}) {
     const auto model = synth_and_load(shape, "f32", dir);
     ASSERT_TRUE(model != nullptr) << shape;
     const auto ref = reference_forward(*model, tokens);
@@ -239,7 +240,8 @@ TEST(LlamaCppAgreement, MoeBatchedDecodeEqualsSingleSequences) {
   const std::string dir = testing::make_temp_dir("moe-batch");
   constexpr int32_t kSeqs = 16, kSteps = 6, kPage = 8;
   for (const auto& [shape, dtype] : {std::pair{"qwen2-moe-a2.7b-reduced", "q4_k_m"}, std::pair{"mixtral-8x7b-reduced", "q4_0"},
-                                     std::pair{"mixtral-8x7b-reduced", "f32"}}) {
+                                     std::pair{"mixtral-8x7b-reduced", "f32"}, std::pair{"qwen3-30b-a3b-reduced", "q4_k_m"},
+                                     std::pair{"deepseek-v2-reduced", "q4_k_m"}}) {
     const auto model = synth_and_load(shape, dtype, dir);
     ASSERT_TRUE(model != nullptr) << shape;
     const auto vocab = static_cast<size_t>(model->config().vocab_size);
@@ -339,7 +341,9 @@ TEST(LlamaCppAgreement, RecordFromLlamaCppDumps) {
                 m.sum_kl / static_cast<double>(f.top.size()));
     if (record != nullptr) {
       std::ofstream out(std::string(record) + "/" + item + ".txt");
-      out << "# llama.cpp c392e5094 (llama_decode one token at a time, f32 K/V cache, 2 threads) on\n"
+      const char* oracle = std::getenv("TESSERA_LLAMACPP_ORACLE");  // e.g. the backport noted in docs/models.md
+      out << "# " << (oracle != nullptr ? oracle : "llama.cpp c392e5094")
+          << " (llama_decode one token at a time, f32 K/V cache, 2 threads) on\n"
           << "# tessera model synth --like " << shape << " --dtype " << dtype << " (seed 0).\n"
           << "# Tessera's agreement when recorded: greedy " << m.greedy_equal << "/" << m.positions << ", top-5 max |dlogp| "
           << m.max_delta << ", KL max " << m.max_kl << "\n";

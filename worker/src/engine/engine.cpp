@@ -45,11 +45,31 @@ Status check_moe(const ModelConfig& c, const LayerWeights& w, const std::string&
   TS_TRY(check_linear(w.ffn_up_exps, p + "ffn_up_exps", ne * ff, c.dim));
   TS_TRY(check_linear(w.ffn_down_exps, p + "ffn_down_exps", ne * c.dim, ff));
   if (sh > 0) {
-    TS_TRY(check_tensor(w.ffn_gate_inp_shexp, p + "ffn_gate_inp_shexp", 1, c.dim, true));
+    if (!w.ffn_gate_inp_shexp.empty()) TS_TRY(check_tensor(w.ffn_gate_inp_shexp, p + "ffn_gate_inp_shexp", 1, c.dim, true));
     TS_TRY(check_linear(w.ffn_gate_shexp, p + "ffn_gate_shexp", sh, c.dim));
     TS_TRY(check_linear(w.ffn_up_shexp, p + "ffn_up_shexp", sh, c.dim));
     TS_TRY(check_linear(w.ffn_down_shexp, p + "ffn_down_shexp", c.dim, sh));
   }
+  return ok_status();
+}
+
+Status check_mla(const ModelConfig& c, const LayerWeights& w, const std::string& p) {
+  if (c.rope_dim <= 0 || c.rope_dim >= c.head_dim || c.rope_dim % 2 != 0 || c.v_head_dim <= 0 || c.v_head_dim > c.head_dim ||
+      c.n_kv_heads != c.n_heads) {
+    return make_error(ErrorCode::kInvalidArgument, "model: inconsistent latent-attention dimensions");
+  }
+  const int64_t q_dim = static_cast<int64_t>(c.n_heads) * c.head_dim, nope = c.head_dim - c.rope_dim;
+  if (c.q_lora_rank > 0) {
+    TS_TRY(check_linear(w.attn_q_a, p + "attn_q_a", c.q_lora_rank, c.dim));
+    TS_TRY(check_tensor(w.attn_q_a_norm, p + "attn_q_a_norm", 1, c.q_lora_rank, true));
+    TS_TRY(check_linear(w.attn_q_b, p + "attn_q_b", q_dim, c.q_lora_rank));
+  } else {
+    TS_TRY(check_linear(w.wq, p + "attn_q", q_dim, c.dim));
+  }
+  TS_TRY(check_linear(w.attn_kv_a_mqa, p + "attn_kv_a_mqa", c.kv_lora_rank + c.rope_dim, c.dim));
+  TS_TRY(check_tensor(w.attn_kv_a_norm, p + "attn_kv_a_norm", 1, c.kv_lora_rank, true));
+  TS_TRY(check_linear(w.attn_kv_b, p + "attn_kv_b", c.n_heads * (nope + c.v_head_dim), c.kv_lora_rank));
+  TS_TRY(check_linear(w.wo, p + "attn_output", c.dim, static_cast<int64_t>(c.n_heads) * c.v_head_dim));
   return ok_status();
 }
 
@@ -79,11 +99,15 @@ Status check_model(const Model& model) {
     const std::string p = "blk." + std::to_string(l) + ".";
     TS_TRY(check_tensor(w.attn_norm, p + "attn_norm", 1, c.dim, true));
     TS_TRY(check_tensor(w.ffn_norm, p + "ffn_norm", 1, c.dim, true));
-    TS_TRY(check_linear(w.wq, p + "attn_q", q_dim, c.dim));
-    TS_TRY(check_linear(w.wk, p + "attn_k", kv_dim, c.dim));
-    TS_TRY(check_linear(w.wv, p + "attn_v", kv_dim, c.dim));
-    TS_TRY(check_linear(w.wo, p + "attn_output", c.dim, q_dim));
-    if (c.is_moe()) {
+    if (c.is_mla()) {
+      TS_TRY(check_mla(c, w, p));
+    } else {
+      TS_TRY(check_linear(w.wq, p + "attn_q", q_dim, c.dim));
+      TS_TRY(check_linear(w.wk, p + "attn_k", kv_dim, c.dim));
+      TS_TRY(check_linear(w.wv, p + "attn_v", kv_dim, c.dim));
+      TS_TRY(check_linear(w.wo, p + "attn_output", c.dim, q_dim));
+    }
+    if (c.layer_is_moe(l)) {
       TS_TRY(check_moe(c, w, p));
     } else {
       TS_TRY(check_linear(w.w_gate, p + "ffn_gate", c.hidden_dim, c.dim));
@@ -93,6 +117,10 @@ Status check_model(const Model& model) {
     if (c.post_norms) {
       TS_TRY(check_tensor(w.attn_post_norm, p + "post_attention_norm", 1, c.dim, true));
       TS_TRY(check_tensor(w.ffn_post_norm, p + "post_ffw_norm", 1, c.dim, true));
+    }
+    if (c.qk_norm) {
+      TS_TRY(check_tensor(w.attn_q_norm, p + "attn_q_norm", 1, c.head_dim, true));
+      TS_TRY(check_tensor(w.attn_k_norm, p + "attn_k_norm", 1, c.head_dim, true));
     }
     if (c.attn_bias) {
       TS_TRY(check_tensor(w.bq, p + "attn_q.bias", 1, q_dim, true));
@@ -112,6 +140,9 @@ Status check_plain_llama(const ModelConfig& c, const std::string& backend) {
   else if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f) missing = "logit soft-capping";
   else if (c.sliding_window > 0) missing = "sliding-window attention (" + std::to_string(c.sliding_window) + ")";
   else if (c.post_norms) missing = "post-attention/post-MLP norms";
+  else if (c.qk_norm) missing = "per-head Q/K RMSNorm";
+  else if (c.is_mla()) missing = "multi-head latent attention";
+  else if (c.rope_yarn) missing = "YaRN RoPE scaling";
   else if (c.ffn_act != FfnActivation::kSilu) missing = "the GeGLU MLP";
   else if (c.is_moe()) missing = "a mixture-of-experts MLP (" + std::to_string(c.n_experts) + " experts)";
   if (missing.empty()) return ok_status();

@@ -20,9 +20,15 @@ struct MoeScratch {
   std::vector<kernels::MatmulArgs> list;
 };
 
+// Scratch of the multi-head latent attention (mla.cpp).
+struct MlaScratch {
+  std::vector<float> qa, kva, kvb, att_v, cos_sin;
+};
+
 // Scratch activations of one step, grown on demand and reused (never shrunk).
 struct Scratch {
   MoeScratch moe;
+  MlaScratch mla;
   std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_rows, logits;
   std::vector<int32_t> tokens, positions, token_indptr, start_pos, page_indptr, page_ids, out_row_index;
   std::vector<int64_t> slots;
@@ -57,6 +63,10 @@ class CpuBackend final : public Backend {
   // thread_share of the threads (created on first use) and its kernel path.
   kernels::ThreadPool* pool_for(const Tensor& w);
   kernels::Isa isa_for(const Tensor& w) const;
+  // Multi-head latent attention (mla.cpp): from T normalized rows xn, q [T, n_heads * head_dim]
+  // with RoPE'd rope parts, and the decompressed per-head k and v ([T, n_heads * head_dim], V
+  // zero-padded to head_dim). cs: mla_rope_table's rows for the T positions.
+  void mla_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v);
 
   const Model& model_;
   ModelConfig cfg_;
@@ -100,6 +110,11 @@ void accumulate_key_mass(const KeyMassArgs& args);
 // row chunks). The sum over a token's choices runs in choice order (llama.cpp's order).
 void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64_t T, float* out, MoeScratch& s,
              kernels::ThreadPool* tp, kernels::Isa isa);
+
+// The RoPE table of the latent attention's rope part ([n, rope_dim]: cos, sin per adjacent
+// pair), with llama.cpp's YaRN when config.rope_yarn (ggml's rope_yarn: ramp between the
+// corrected dimensions for beta_fast 32 / beta_slow 1, its magnitude scale).
+void mla_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, float* cos_sin);
 
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.
 Status check_model(const Model& model);

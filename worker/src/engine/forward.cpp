@@ -99,8 +99,12 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
                             x + t * dim, dim);
   }
   if (c.embedding_scale != 1.0f) kernels::scale_inplace(x, T * dim, c.embedding_scale);
-  kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs,
-                      c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(), c.rope_freq_scale);
+  if (c.is_mla()) {
+    mla_rope_table(c, s.positions.data(), T, cs);  // rope_dim < head_dim values per row
+  } else {
+    kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs,
+                        c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(), c.rope_freq_scale);
+  }
   const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
 
   auto args = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
@@ -137,7 +141,9 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     const LayerWeights& w = model.layers[static_cast<size_t>(l)];
     // Attention block.
     kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    {
+    if (c.is_mla()) {
+      mla_qkv(w, xn, T, cs, q, k, v);
+    } else {
       const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
                                           args(w.wv, xn, dim, v, kv_dim)};
       const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
@@ -148,8 +154,14 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
       add_bias(w.bk, k, kv_dim);
       add_bias(w.bv, v, kv_dim);
     }
-    kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
-    kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
+    if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
+      kernels::rmsnorm(q, hd, w.attn_q_norm.f32(), q, hd, T * c.n_heads, hd, c.rms_eps);
+      kernels::rmsnorm(k, hd, w.attn_k_norm.f32(), k, hd, T * c.n_kv_heads, hd, c.rms_eps);
+    }
+    if (!c.is_mla()) {
+      kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
+      kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
+    }
     for (int64_t t = 0; t < T; ++t) {
       const int64_t slot = s.slots[static_cast<size_t>(t)];
       pool.store(l, slot, 0, k + t * kv_dim);
@@ -169,12 +181,21 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
                            .head_dim = c.head_dim, .scale = a.scale, .softcap = a.softcap, .window = a.window,
                            .mass = batch[b].key_mass});
     }
-    linear(w.wo, att, q_dim, o, dim);
+    if (c.is_mla()) {  // each head's first v_head_dim outputs (the rest is the zero padding of V)
+      const int64_t vd = c.v_head_dim, vw = static_cast<int64_t>(c.n_heads) * vd;
+      float* att_v = grow(s.mla.att_v, static_cast<size_t>(T * vw));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int32_t h = 0; h < c.n_heads; ++h) std::memcpy(att_v + t * vw + h * vd, att + t * q_dim + h * hd, static_cast<size_t>(vd) * sizeof(float));
+      }
+      linear(w.wo, att_v, vw, o, dim);
+    } else {
+      linear(w.wo, att, q_dim, o, dim);
+    }
     if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);
     // MLP block.
     kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    if (c.is_moe()) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
+    if (c.layer_is_moe(l)) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
       moe_ffn(c, w, xn, T, o, s.moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
     } else {
       {

@@ -62,7 +62,8 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   float* sh_gate = sh > 0 ? grow(s.sh_gate, static_cast<size_t>(T * sh)) : nullptr;
   float* sh_up = sh > 0 ? grow(s.sh_up, static_cast<size_t>(T * sh)) : nullptr;
   float* sh_down = sh > 0 ? grow(s.sh_down, static_cast<size_t>(T * dim)) : nullptr;
-  float* sh_logit = sh > 0 ? grow(s.sh_logit, static_cast<size_t>(T)) : nullptr;
+  const bool sh_gated = sh > 0 && !w.ffn_gate_inp_shexp.empty();  // DeepSeek-V2's shared experts have no gate
+  float* sh_logit = sh_gated ? grow(s.sh_logit, static_cast<size_t>(T)) : nullptr;
 
   // 1. Router logits, and the shared expert's gate/up and gate logit (same input, one region).
   std::vector<kernels::MatmulArgs>& list = s.list;
@@ -71,12 +72,15 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   if (sh > 0) {
     list.push_back(mm(w.ffn_gate_shexp, xn, dim, T, sh_gate, sh));
     list.push_back(mm(w.ffn_up_shexp, xn, dim, T, sh_up, sh));
-    list.push_back(mm(w.ffn_gate_inp_shexp, xn, dim, T, sh_logit, 1));
+    if (sh_gated) list.push_back(mm(w.ffn_gate_inp_shexp, xn, dim, T, sh_logit, 1));
   }
   kernels::matmul_batch(list, tp, isa);
 
   // 2. Routing, grouping, and the gathered input rows (expert by expert).
   kernels::moe_route(logits, E, T, static_cast<int32_t>(E), static_cast<int32_t>(K), c.expert_weights_norm, ids, weights);
+  if (c.expert_weights_scale != 1.0f) {  // after the renormalization, as llama.cpp's ggml_scale
+    for (int64_t i = 0; i < pairs; ++i) weights[i] *= c.expert_weights_scale;
+  }
   kernels::moe_group(ids, T, static_cast<int32_t>(K), static_cast<int32_t>(E), offsets, order);
   for (int64_t r = 0; r < pairs; ++r) {
     const int32_t p = order[r];
@@ -122,9 +126,13 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
       }
     }
     if (sh > 0) {
-      const float g = kernels::moe_shared_gate(sh_logit[t]);
       const float* d = sh_down + t * dim;
-      for (int64_t i = 0; i < dim; ++i) o[i] += d[i] * g;
+      if (sh_gated) {
+        const float g = kernels::moe_shared_gate(sh_logit[t]);
+        for (int64_t i = 0; i < dim; ++i) o[i] += d[i] * g;
+      } else {
+        for (int64_t i = 0; i < dim; ++i) o[i] += d[i];
+      }
     }
   }
 }

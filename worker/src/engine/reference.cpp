@@ -124,6 +124,9 @@ void moe_mlp(const ModelConfig& c, const MoeWeights& m, const float* xn, float* 
 Result<std::vector<float>> reference_forward(const Model& model, std::span<const int32_t> tokens, std::vector<float>* queries) {
   TS_TRY(check_model(model));
   const ModelConfig& c = model.config();
+  if (c.is_mla() || c.n_dense_lead > 0 || c.expert_weights_scale != 1.0f) {  // checked against llama.cpp only
+    return make_error(ErrorCode::kUnsupported, "reference_forward: DeepSeek-V2 (latent attention) is not implemented");
+  }
   for (int32_t t : tokens) {
     if (t < 0 || t >= c.vocab_size) return make_error(ErrorCode::kOutOfRange, "reference_forward: token " + std::to_string(t));
   }
@@ -159,6 +162,13 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
         for (int64_t i = 0; i < kv_dim; ++i) {
           kc[static_cast<size_t>(t * kv_dim + i)] += w.bk.f32()[i];
           vc[static_cast<size_t>(t * kv_dim + i)] += w.bv.f32()[i];
+        }
+      }
+      if (c.qk_norm) {
+        for (int32_t h = 0; h < c.n_heads; ++h) rmsnorm(q.data() + h * hd, w.attn_q_norm.f32(), q.data() + h * hd, hd, c.rms_eps);
+        for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+          float* kh = kc.data() + t * kv_dim + h * hd;
+          rmsnorm(kh, w.attn_k_norm.f32(), kh, hd, c.rms_eps);
         }
       }
       for (int32_t h = 0; h < c.n_heads; ++h) rotate(q.data() + h * hd, hd, static_cast<int32_t>(t), c, interleaved);

@@ -70,7 +70,7 @@ enum class FfnActivation : uint8_t {
 };
 
 struct ModelConfig {
-  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen2moe | gemma2 | phi3
+  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma2 | phi3
   // The model family as far as the file tells (for display): gemma2, phi3, qwen2, llama3 (a
   // llama with rope_freqs), or from general.name (smollm2, mistral, qwen2.5, llama3...), else
   // the architecture.
@@ -87,6 +87,9 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   RopeLayout rope_layout = RopeLayout::kInterleaved;
   bool attn_bias = false;       // Q/K/V carry biases (qwen2)
+  // Per-head RMSNorm of Q and K after their projections, before RoPE (Qwen3: attn_q_norm /
+  // attn_k_norm, [head_dim] weights shared by the heads; eps rms_eps).
+  bool qk_norm = false;
   bool tied_embeddings = false;  // output head == token embedding
 
   // Family features. The defaults are a plain Llama; docs/models.md lists which family sets what.
@@ -105,7 +108,8 @@ struct ModelConfig {
   bool post_norms = false;       // RMSNorm after attention and after the MLP, before each residual add (Gemma 2)
   FfnActivation ffn_act = FfnActivation::kSilu;
 
-  // Mixture of experts (Mixtral: `llama` with <arch>.expert_count; Qwen2-MoE: `qwen2moe`). With
+  // Mixture of experts (Mixtral: `llama` with <arch>.expert_count; Qwen2-MoE: `qwen2moe`;
+  // Qwen3-MoE: `qwen3moe`, renormalized like Mixtral, no shared expert). With
   // n_experts > 0 every layer's MLP is routed: per token, the router's logits over the experts
   // go through a softmax over all experts, the n_experts_used most probable are chosen, and
   // their outputs are summed weighted by their probabilities (renormalized over the chosen when
@@ -117,8 +121,35 @@ struct ModelConfig {
   int32_t expert_hidden_dim = 0;         // each routed expert's intermediate size
   int32_t shared_expert_hidden_dim = 0;  // 0 = no shared expert
   bool expert_weights_norm = false;
+  // DeepSeek-V2 (`deepseek2`): the chosen weights are multiplied by this after the optional
+  // renormalization (expert_weights_scale); the first n_dense_lead layers have a dense MLP of
+  // hidden_dim (leading_dense_block_count); the shared expert has no gate when its gate tensor
+  // is absent (LayerWeights::ffn_gate_inp_shexp empty).
+  float expert_weights_scale = 1.0f;
+  int32_t n_dense_lead = 0;
+
+  // Multi-head latent attention (DeepSeek-V2, kv_lora_rank > 0): K and V come from a compressed
+  // latent c = RMSNorm(attn_kv_a_mqa . x)[:kv_lora_rank] (attn_kv_a_norm) through attn_kv_b;
+  // each head's K is [k_nope (head_dim - rope_dim), k_pe (rope_dim)] where k_pe is one RoPE'd
+  // vector shared by the heads (the last rope_dim rows of attn_kv_a_mqa), Q is [q_nope, q_pe]
+  // (attn_q, or attn_q_a -> attn_q_a_norm -> attn_q_b when q_lora_rank > 0), and V has
+  // v_head_dim values. RoPE (adjacent pairs) applies to the rope_dim part only. The K/V cache
+  // holds the decompressed per-head K and V (V zero-padded to head_dim), n_kv_heads == n_heads.
+  int32_t kv_lora_rank = 0;
+  int32_t q_lora_rank = 0;
+  int32_t rope_dim = 0;     // qk_rope_head_dim (rope.dimension_count)
+  int32_t v_head_dim = 0;   // attention.value_length
+  // YaRN RoPE scaling as llama.cpp applies it (rope.scaling.type yarn; ggml's rope_yarn): with
+  // rope_freq_scale = 1 / factor, ext_factor 1, beta_fast 32, beta_slow 1, the original context
+  // yarn_orig_ctx; DeepSeek-V2 also scales attention by mscale^2 (rope.scaling.yarn_log_multiplier).
+  bool rope_yarn = false;
+  int32_t yarn_orig_ctx = 0;
+  float yarn_log_mul = 0.0f;
 
   bool is_moe() const { return n_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // Whether layer `l` has the routed MLP (DeepSeek-V2's first n_dense_lead layers are dense).
+  bool layer_is_moe(int32_t l) const { return is_moe() && l >= n_dense_lead; }
   // Whether layer `l` uses the sliding window.
   bool layer_uses_swa(int32_t l) const { return sliding_window > 0 && l % swa_every == 0; }
 };
@@ -127,6 +158,13 @@ struct LayerWeights {
   Tensor attn_norm;           // [1, dim] F32
   Tensor wq, wk, wv, wo;      // [n_heads*head_dim, dim], [n_kv*hd, dim], [n_kv*hd, dim], [dim, n_heads*hd]
   Tensor bq, bk, bv;          // [1, out] F32, empty unless config.attn_bias
+  Tensor attn_q_norm, attn_k_norm;  // [1, head_dim] F32, only when config.qk_norm (Qwen3)
+  // Multi-head latent attention (config.is_mla(); wk/wv empty, wq empty with a q LoRA; wo is
+  // [dim, n_heads * v_head_dim]).
+  Tensor attn_q_a, attn_q_a_norm, attn_q_b;  // [q_lora, dim], [1, q_lora] F32, [n_heads*head_dim, q_lora]
+  Tensor attn_kv_a_mqa;                      // [kv_lora_rank + rope_dim, dim]
+  Tensor attn_kv_a_norm;                     // [1, kv_lora_rank] F32
+  Tensor attn_kv_b;                          // [n_heads * (head_dim - rope_dim + v_head_dim), kv_lora_rank]
   Tensor ffn_norm;            // [1, dim] F32
   Tensor w_gate, w_up;        // [hidden_dim, dim]  (HF gate_proj/up_proj, llama2.c w1/w3)
   Tensor w_down;              // [dim, hidden_dim]  (HF down_proj, llama2.c w2)

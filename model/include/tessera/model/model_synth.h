@@ -38,7 +38,7 @@ namespace tessera {
 
 struct SynthShape {
   std::string like;          // "smollm2-135m"
-  std::string architecture;  // GGUF general.architecture: llama | qwen2 | gemma2 | phi3
+  std::string architecture;  // GGUF general.architecture: llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma2 | phi3
   int32_t dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, context_length = 0;
   float rope_theta = 10000.0f, rms_eps = 1e-5f;
   bool tied = false;
@@ -54,6 +54,13 @@ struct SynthShape {
   // ffn_{gate,up,down}_exps; expert_hidden_dim 0 = hidden_dim (Mixtral); a shared expert
   // (ffn_*_shexp + ffn_gate_inp_shexp, F32) when shared_expert_hidden_dim > 0 (Qwen2-MoE).
   int32_t n_experts = 0, n_experts_used = 0, expert_hidden_dim = 0, shared_expert_hidden_dim = 0;
+  // DeepSeek-V2 (`deepseek2`): multi-head latent attention (kv_lora_rank > 0; q_lora_rank 0 = a
+  // plain attn_q as in V2-Lite), head_dim = nope + rope_dim, v_head_dim; n_dense_lead dense
+  // layers; n_shared_experts ungated shared experts of expert_hidden_dim (one MLP of their sum);
+  // expert_weights_scale; YaRN (yarn_factor > 0: factor, original context, log multiplier).
+  int32_t kv_lora_rank = 0, q_lora_rank = 0, rope_dim = 0, v_head_dim = 0, n_dense_lead = 0, n_shared_experts = 0;
+  float expert_weights_scale = 1.0f, yarn_factor = 0.0f, yarn_log_mul = 0.0f;
+  int32_t yarn_orig_ctx = 0;
 
   int32_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
 };
@@ -63,7 +70,8 @@ struct SynthShape {
 // small enough to act within 64 positions): smollm2-135m, llama3.2-1b, qwen2.5-0.5b, gemma2-2b,
 // phi3-mini, mistral-7b, mixtral-8x7b, qwen2-moe-a2.7b (+ -reduced: Mixtral 8 experts top 2,
 // Qwen2-MoE 16 experts of 256 top 4 + a shared expert of 512; qwen2-moe-a2.7b-mini and
-// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), and the older llama-1b,
+// mixtral-8x7b-mini: benchmark sizes, 8 layers of dim 1024), qwen3-0.6b and qwen3-30b-a3b
+// (+ -reduced: head_dim 128, Qwen3-MoE 16 experts of 256 top 8; qwen3-30b-a3b-mini), and the older llama-1b,
 // stories260k, qwen2-0.5b. Lookup by name
 // (kInvalidArgument listing the known names).
 const std::vector<SynthShape>& synth_shapes();
