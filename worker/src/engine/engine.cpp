@@ -166,7 +166,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   }
   if (threads == 0) threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   TS_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(model.config(), options.pool));
+  if (options.blend.check_layer < 0 || !(options.blend.recompute_ratio >= 0.0f && options.blend.recompute_ratio <= 1.0f) ||
+      options.blend.cache_bytes < 0) {
+    return make_error(ErrorCode::kInvalidArgument, "engine: blend needs check_layer >= 0, recompute_ratio in [0, 1], cache_bytes >= 0");
+  }
   auto impl = std::make_unique<Impl>(model, std::move(pool), isa, threads);
+  impl->backend.set_blend_config(options.blend);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -203,6 +208,7 @@ BackendCaps CpuBackend::capabilities() const {
   c.kv_fill = true;
   c.kv_scores = true;
   c.prompt_logprobs = true;
+  c.chunk_blend = true;
   return c;
 }
 

@@ -4,10 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/thread_pool.h"
+#include "tessera/worker/blend.h"
 #include "tessera/worker/engine.h"
 #include "tessera/worker/step_executor.h"
 
@@ -34,6 +37,19 @@ struct Scratch {
   std::vector<int64_t> slots;
 };
 
+// Scratch of CacheBlend's layer loop (blend_forward.cpp): the active rows' activations.
+struct BlendScratch {
+  std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_row, logits, old_kv;
+  std::vector<int32_t> active, positions, token_indptr, start_pos, page_indptr, page_ids;
+  std::vector<int64_t> slots;
+  std::vector<std::pair<double, int32_t>> deviation;  // (|dK|^2 + |dV|^2, active row)
+  std::vector<uint8_t> keep;
+};
+
+// What a row of a blended prefill is (blend.h): computed in every layer, exact reused K/V (never
+// computed), or reused K/V that the check layer may select for recompute.
+enum class BlendRole : uint8_t { kNew, kExact, kReused };
+
 // The "cpu" backend: f32 K/V pool in host memory, CPU kernels on its own thread pool (lent to
 // the executor for sampling). Every capability, every sampling option on the host.
 class CpuBackend final : public Backend {
@@ -51,6 +67,11 @@ class CpuBackend final : public Backend {
   Status read_kv(int32_t layer, std::span<const int64_t> slots, std::span<float> k, std::span<float> v) override;
   Status write_kv(int32_t layer, std::span<const int64_t> slots, std::span<const float> k, std::span<const float> v) override;
   kernels::ThreadPool* host_threads() override { return threads_.get(); }
+  Result<BlendOutcome> blend_prefill(const BlendInput& in) override;
+  BlendStats blend_stats() const override;
+
+  // CacheBlend's parameters and chunk cache budget (clears the chunk cache).
+  void set_blend_config(const BlendConfig& config);
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }
@@ -68,6 +89,23 @@ class CpuBackend final : public Backend {
   // zero-padded to head_dim). cs: mla_rope_table's rows for the T positions.
   void mla_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v);
 
+  // CacheBlend (blend.cpp, blend_forward.cpp). Rows [0, tokens.size()) of one sequence at cache
+  // indices first + i, pages block_table; their roles decide which are computed per layer.
+  struct BlendRows {
+    std::span<const int32_t> tokens;
+    int32_t first = 0;
+    std::span<const int32_t> block_table;
+    std::span<const BlendRole> role;
+    float ratio = 1.0f;
+    int32_t check_layer = 1;
+    bool want_logits = false;
+  };
+  // Returns the last row's logits (want_logits) in bs_; *recomputed = reused rows computed past the check layer.
+  std::span<float> blend_layers(KvPool& pool, const BlendRows& rows, int32_t* recomputed);
+  // A chunk's K/V computed standalone after `anchor` in the scratch pool.
+  Result<std::shared_ptr<const ChunkKv>> compute_chunk(std::span<const int32_t> anchor, uint64_t anchor_hash,
+                                                       std::span<const int32_t> chunk);
+
   const Model& model_;
   ModelConfig cfg_;
   KvPool pool_;
@@ -75,6 +113,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<kernels::ThreadPool> threads_;
   std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
+  BlendConfig blend_cfg_;
+  ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
+  BlendStats blend_stats_;
+  BlendScratch bs_;
+  std::optional<KvPool> blend_pool_;  // f32 scratch pages for standalone chunks
+  std::optional<std::pair<uint64_t, int32_t>> blend_pool_anchor_;  // (hash, length) of the anchor in blend_pool_
 };
 
 struct Engine::Impl {

@@ -36,11 +36,16 @@ std::vector<std::string> capability_names(std::string_view backend_name, const B
     if (where != Where::kNone) out.emplace_back(name);
   }
   if (caps.prompt_logprobs) out.emplace_back("prompt_logprobs");
+  if (caps.chunk_blend) out.emplace_back("chunk_blend");
   return out;
 }
 
 Result<std::vector<int32_t>> Backend::forward_argmax(std::span<const SeqInput>) {
   return make_error(ErrorCode::kUnsupported, std::string(name()) + " backend: no device argmax");
+}
+
+Result<BlendOutcome> Backend::blend_prefill(const BlendInput&) {
+  return make_error(ErrorCode::kUnsupported, std::string(name()) + " backend: no CacheBlend (capability chunk_blend)");
 }
 
 Status Backend::read_kv(int32_t, std::span<const int64_t>, std::span<float>, std::span<float>) {

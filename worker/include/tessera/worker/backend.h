@@ -26,6 +26,7 @@
 
 #include "tessera/common/result.h"
 #include "tessera/common/step_plan.h"
+#include "tessera/worker/blend.h"
 
 namespace tessera {
 class Model;  // tessera/model/model.h
@@ -93,6 +94,8 @@ struct BackendCaps {
   // "prompt_logprobs": forward() honours SeqInput::all_logits (the log-probabilities of prompt
   // tokens, OpenAI echo + logprobs).
   bool prompt_logprobs = false;
+  // "chunk_blend": blend_prefill works (CacheBlend, blend.h).
+  bool chunk_blend = false;
   // Limits of one forward (0 = none beyond the executor's own): sequences, tokens, positions
   // per sequence; max_head_dim is informational (the backend refused larger models at creation).
   int32_t max_seqs = 0;
@@ -131,6 +134,11 @@ class Backend {
   virtual Status read_kv(int32_t layer, std::span<const int64_t> slots, std::span<float> k, std::span<float> v);
   virtual Status write_kv(int32_t layer, std::span<const int64_t> slots, std::span<const float> k,
                           std::span<const float> v);
+
+  // CacheBlend: one sequence's prompt prefill reusing cached chunk K/V (blend.h). Only with
+  // capabilities().chunk_blend; kUnsupported otherwise. Errors name the field (kInvalidArgument).
+  virtual Result<BlendOutcome> blend_prefill(const BlendInput& in);
+  virtual BlendStats blend_stats() const { return {}; }
 
   // Host threads the executor may borrow for per-row sampling (nullptr: sample serially).
   virtual kernels::ThreadPool* host_threads() { return nullptr; }

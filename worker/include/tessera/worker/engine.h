@@ -40,6 +40,7 @@ struct EngineOptions {
   PoolConfig pool;
   int32_t threads = 0;               // 0 = std::thread::hardware_concurrency()
   std::optional<kernels::Isa> isa;   // kernel path; default kernels::detect_isa()
+  BlendConfig blend;                 // CacheBlend (blend.h): Backend::blend_prefill
 };
 
 class StepExecutor;
