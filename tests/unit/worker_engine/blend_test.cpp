@@ -236,10 +236,13 @@ TEST_F(Stories, QualityVsRecomputeRatio) {
     print_row("stories260K", r, qs.back());
   }
   // Stated bounds (measured values in docs/BENCHMARKS.md "CacheBlend quality").
-  EXPECT_GT(qs[0].nmse(), 2.0 * qs[2].nmse()) << "the default 15 % must be measurably better than full reuse";
-  EXPECT_LT(qs[2].nmse(), 0.05);
+  EXPECT_GT(qs[0].nmse(), 1.5 * qs[2].nmse()) << "the default 15 % must be measurably better than full reuse";
+  EXPECT_LT(qs[3].nmse(), qs[0].nmse() / 4.0);
+  EXPECT_GT(qs[2].cont_agree, qs[0].cont_agree);
+  EXPECT_LT(qs[2].nmse(), 1e-3);
+  EXPECT_GE(qs[2].cont_agree, 54) << "of 64 continuation tokens";
+  EXPECT_EQ(qs[2].argmax_agree, 4);
   EXPECT_LT(qs[4].nmse(), 1e-10);
-  EXPECT_GE(qs[2].argmax_agree, 3);
 }
 
 TEST_F(Stories, ChunksHitTheCacheInAnyOrderAndTheAnswerIsCacheIndependent) {
@@ -330,7 +333,11 @@ TEST_F(Smol, QualityVsRecomputeRatio) {
     qs.push_back(measure(*e, prompts_, r, 8));
     print_row("SmolLM2-135M synth q8_0", r, qs.back());
   }
-  EXPECT_GT(qs[0].nmse(), 2.0 * qs[2].nmse());
+  // Random weights: attention is nearly uniform, so no few tokens carry the deviation and the
+  // gain is roughly proportional to the ratio; logits are nearly flat, so argmax is noise.
+  EXPECT_GT(qs[0].nmse(), 1.3 * qs[2].nmse());
+  EXPECT_LT(qs[3].nmse(), qs[0].nmse() / 1.5);
+  EXPECT_LT(qs[2].nmse(), 0.3);
   EXPECT_LT(qs[4].nmse(), 1e-10);
   EXPECT_EQ(qs[4].cont_agree, qs[4].cont_total);
 }

@@ -136,20 +136,18 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
     kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
 
     const bool selecting = check && l == r.check_layer;
-    if (selecting) {  // HKVD: deviation of the fresh K/V from the reused K/V in the slots
+    if (selecting) {  // HKVD: deviation |V - V'|^2 of the fresh V from the reused V in the slots
       std::vector<float>& old = s.old_kv;
       old.resize(static_cast<size_t>(kv_dim));
       s.deviation.clear();
       for (int64_t j = 0; j < T; ++j) {
         if (r.role[static_cast<size_t>(act[static_cast<size_t>(j)])] != BlendRole::kReused) continue;
         double d = 0.0;
-        for (int kv = 0; kv < 2; ++kv) {
-          pool.load(l, s.slots[static_cast<size_t>(j)], kv, old.data());
-          const float* fresh = (kv == 0 ? k : v) + j * kv_dim;
-          for (int64_t e = 0; e < kv_dim; ++e) {
-            const double diff = static_cast<double>(fresh[e]) - old[static_cast<size_t>(e)];
-            d += diff * diff;
-          }
+        pool.load(l, s.slots[static_cast<size_t>(j)], 1, old.data());
+        const float* fresh = v + j * kv_dim;
+        for (int64_t e = 0; e < kv_dim; ++e) {
+          const double diff = static_cast<double>(fresh[e]) - old[static_cast<size_t>(e)];
+          d += diff * diff;
         }
         s.deviation.emplace_back(d, static_cast<int32_t>(j));
       }

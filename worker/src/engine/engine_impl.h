@@ -42,7 +42,7 @@ struct BlendScratch {
   std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_row, logits, old_kv;
   std::vector<int32_t> active, positions, token_indptr, start_pos, page_indptr, page_ids;
   std::vector<int64_t> slots;
-  std::vector<std::pair<double, int32_t>> deviation;  // (|dK|^2 + |dV|^2, active row)
+  std::vector<std::pair<double, int32_t>> deviation;  // (|V - V'|^2, active row) on the check layer
   std::vector<uint8_t> keep;
 };
 

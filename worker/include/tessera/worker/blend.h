@@ -14,8 +14,9 @@
 //   layout, frequency factors and linear scaling the kernels support) and V is copied.
 // - The first chunk, computed after the very anchor it follows, is exact: no recompute.
 // - Selective recompute (HKVD). Layers [0, check_layer] are computed for every token past the
-//   first chunk (reused ones included). On the check layer the deviation |K - K'|^2 + |V - V'|^2
-//   between the freshly computed and the reused (rotated) K/V picks the recompute_ratio share of
+//   first chunk (reused ones included). On the check layer the deviation |V - V'|^2 between
+//   the freshly computed and the reused V (vllm_blend's measure; K and V together select
+//   slightly worse on stories260K) picks the recompute_ratio share of
 //   the reused tokens with the highest deviation; from the next layer on only those and the
 //   non-reused tokens (the question, text between documents, the last token) are computed, their
 //   K/V overwriting the reused ones in the sequence's pages ("fusion"), every other reused token
