@@ -80,6 +80,15 @@ Status decode_request(const MapView& m, RequestKind kind, GenerateRequest* r) {
   TS_TRY(opt(m, "api_key", &r->api_key));
   TS_TRY(opt(m, "tenant", &r->tenant));
   TS_TRY(opt(m, "cache_salt", &r->cache_salt));
+  TS_TRY(opt(m, "documents", &r->documents));
+  std::vector<int32_t> blend;
+  TS_TRY(opt(m, "blend_chunks", &blend));
+  if (blend.size() % 2 != 0 || blend.size() / 2 > kMaxBlendChunks || r->documents.size() > kMaxBlendChunks) {
+    return make_error(ErrorCode::kInvalidArgument, "documents / blend_chunks: at most " + std::to_string(kMaxBlendChunks) +
+                                                       " documents ([begin, length] pairs)");
+  }
+  for (size_t i = 0; i < blend.size(); i += 2) r->blend_chunks.push_back(BlendChunk{blend[i], blend[i + 1]});
+  TS_TRY(opt(m, "recompute_ratio", &r->recompute_ratio));
   if (const msgpack::object* ko = m.find("kv_policy")) {
     TS_ASSIGN_OR_RETURN(MapView km, detail::as_map(*ko, m.field("kv_policy")));
     std::string type;
@@ -147,6 +156,7 @@ Status decode_final(const MapView& m, FinalEvent* e) {
     TS_TRY(opt(um, "prompt_tokens", &e->usage.prompt_tokens));
     TS_TRY(opt(um, "completion_tokens", &e->usage.completion_tokens));
     TS_TRY(opt(um, "cached_tokens", &e->usage.cached_tokens));
+    TS_TRY(opt(um, "reused_tokens", &e->usage.reused_tokens));
     TS_TRY(opt(um, "preference_source", &e->usage.preference_source));
     TS_TRY(opt(um, "preference_kv_bytes", &e->usage.preference_kv_bytes));
     TS_TRY(opt(um, "preference_transfer_ms", &e->usage.preference_transfer_ms));
@@ -246,6 +256,16 @@ Status decode_plan(const MapView& m, StepPlan* p) {
     TS_TRY(opt(s, "h2o_victims", &sp.h2o_victims));
     TS_TRY(opt(s, "prompt_logprobs", &sp.prompt_logprobs));
     TS_TRY(opt(s, "next_token", &sp.next_token));
+    std::vector<int32_t> blend;
+    TS_TRY(opt(s, "blend_chunks", &blend));
+    if (blend.size() % 2 != 0 || blend.size() / 2 > kMaxBlendChunks) {
+      return make_error(ErrorCode::kInvalidArgument, s.field("blend_chunks") + " must hold at most " +
+                                                         std::to_string(kMaxBlendChunks) + " [begin, length] pairs");
+    }
+    for (size_t i = 0; i < blend.size(); i += 2) sp.blend_chunks.push_back(BlendChunk{blend[i], blend[i + 1]});
+    TS_TRY(opt(s, "blend_head", &sp.blend_head));
+    TS_TRY(opt(s, "blend_ratio", &sp.blend_ratio));
+    TS_TRY(opt(s, "blend_salt", &sp.blend_salt));
     p->seqs.push_back(std::move(sp));
     return ok_status();
   };
@@ -265,6 +285,7 @@ Status decode_result(const MapView& m, StepResult* r) {
     TS_TRY(opt(s, "logprob", &sr.logprob));
     if (const msgpack::object* t = s.find("top")) TS_TRY(top_list(*t, s.field("top"), &sr.top));
     TS_TRY(opt(s, "victims", &sr.victims));
+    TS_TRY(opt(s, "reused_tokens", &sr.reused_tokens));
     r->results.push_back(std::move(sr));
     return ok_status();
   };

@@ -108,6 +108,20 @@ struct Encoder {
         w.key(key);
         w.str(*value);
       }
+    if (!r.documents.empty()) {
+      w.key("documents");
+      w.strs(r.documents);
+    }
+    if (!r.blend_chunks.empty()) {
+      w.key("blend_chunks");  // flat [begin, length, ...]
+      std::vector<int32_t> flat;
+      for (const BlendChunk& c : r.blend_chunks) flat.insert(flat.end(), {c.begin, c.length});
+      w.i32s(flat);
+    }
+    if (r.recompute_ratio >= 0.0f) {
+      w.key("recompute_ratio");
+      w.f32(r.recompute_ratio);
+    }
     if (r.kv_policy.type != KvPolicyType::kNone) {
       const KvPolicy& k = r.kv_policy;
       w.key("kv_policy");
@@ -153,6 +167,10 @@ struct Encoder {
     w.i64(e.usage.completion_tokens);
     w.key("cached_tokens");
     w.i64(e.usage.cached_tokens);
+    if (e.usage.reused_tokens != 0) {
+      w.key("reused_tokens");
+      w.i64(e.usage.reused_tokens);
+    }
     if (!e.usage.preference_source.empty()) {  // only when a preference was injected
       w.key("preference_source");
       w.str(e.usage.preference_source);
@@ -299,6 +317,18 @@ struct Encoder {
         w.key("next_token");
         w.i64(s.next_token);
       }
+      if (!s.blend_chunks.empty()) {
+        w.key("blend_chunks");  // flat [begin, length, ...]
+        std::vector<int32_t> flat;
+        for (const BlendChunk& c : s.blend_chunks) flat.insert(flat.end(), {c.begin, c.length});
+        w.i32s(flat);
+        w.key("blend_head");
+        w.i32s(s.blend_head);
+        w.key("blend_ratio");
+        w.f32(s.blend_ratio);
+        w.key("blend_salt");
+        w.u64(s.blend_salt);
+      }
       w.end_map();
     }
     w.key("released");
@@ -326,6 +356,10 @@ struct Encoder {
       if (!s.victims.empty()) {
         w.key("victims");
         w.i32s(s.victims);
+      }
+      if (s.reused_tokens != 0) {
+        w.key("reused_tokens");
+        w.i64(s.reused_tokens);
       }
       w.end_map();
     }

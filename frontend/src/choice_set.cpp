@@ -268,6 +268,7 @@ protocol::FinalEvent ChoiceSet::total() const {
     if (s.candidate == 0) {
       t.usage.prompt_tokens += f.usage.prompt_tokens;
       t.usage.cached_tokens += f.usage.cached_tokens;
+      t.usage.reused_tokens += f.usage.reused_tokens;
       if (t.usage.preference_source.empty()) {
         t.usage.preference_source = f.usage.preference_source;
         t.usage.preference_kv_bytes = f.usage.preference_kv_bytes;

@@ -243,6 +243,7 @@ Status check_fields(const json& body, RequestKind kind, std::string* bad_param) 
       "frequency_penalty", "repetition_penalty", "seed", "stop", "user", "n", "logprobs", "logit_bias",
       // Tessera (docs/api.md)
       "preference", "preference_alpha", "priority", "routing_key", "ignore_eos", "stop_token_ids", "kv_policy",
+      "documents", "recompute_ratio",
       // vLLM's
       "cache_salt", "response_format"};
   static const std::set<std::string, std::less<>> completion_only = {"prompt", "best_of", "echo", "suffix"};
@@ -384,6 +385,28 @@ Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind
   if (const json* kp = rd.find("kv_policy"); kp != nullptr) {
     if (Status st = parse_kv_policy(*kp, &r.kv_policy); !st.ok()) return rd.fail("kv_policy", st.error().code, st.error().message);
   }
+  // CacheBlend (docs/api.md "Reusable documents").
+  if (const json* docs = rd.find("documents")) {
+    if (!docs->is_array()) return rd.type_error("documents", "an array of strings", *docs);
+    if (docs->size() > kMaxBlendChunks)
+      return rd.fail("documents", ErrorCode::kInvalidArgument, "documents holds " + std::to_string(docs->size()) +
+                                                                 " documents; at most " + std::to_string(kMaxBlendChunks));
+    for (const auto& d : *docs) {
+      if (!d.is_string()) return rd.type_error("documents", "an array of strings", d);
+      const auto& text = d.get_ref<const std::string&>();
+      if (text.empty()) return rd.fail("documents", ErrorCode::kInvalidArgument, "documents holds an empty string");
+      if (text.size() > kMaxDocumentBytes)
+        return rd.fail("documents", ErrorCode::kInvalidArgument, "a document has " + std::to_string(text.size()) + " bytes; at most " +
+                                                            std::to_string(kMaxDocumentBytes));
+      r.documents.push_back(text);
+    }
+  }
+  TS_TRY(rd.number("recompute_ratio", &r.recompute_ratio));
+  if (rd.find("recompute_ratio") != nullptr) {
+    if (!(r.recompute_ratio >= 0.0f && r.recompute_ratio <= 1.0f))
+      return rd.fail("recompute_ratio", ErrorCode::kInvalidArgument, "recompute_ratio must be in [0, 1]");
+    if (r.documents.empty()) return rd.fail("recompute_ratio", ErrorCode::kInvalidArgument, "recompute_ratio needs documents");
+  }
   if (const json* ids = rd.find("stop_token_ids")) {
     if (!ids->is_array()) return rd.type_error("stop_token_ids", "an array of integers", *ids);
     for (const auto& x : *ids) {
@@ -491,6 +514,8 @@ json usage_json(const protocol::FinalEvent& f) {
             {"completion_tokens", f.usage.completion_tokens},
             {"total_tokens", f.usage.prompt_tokens + f.usage.completion_tokens},
             {"prompt_tokens_details", {{"cached_tokens", f.usage.cached_tokens}}}};
+  // CacheBlend: prompt tokens whose K/V came from cached document K/V (docs/api.md "Reusable documents").
+  if (f.usage.reused_tokens > 0) u["prompt_tokens_details"]["reused_tokens"] = f.usage.reused_tokens;
   // DKI: only when a preference was injected (docs/api.md "Preference injection").
   if (!f.usage.preference_source.empty())
     u["preference"] = {{"source", f.usage.preference_source},

@@ -165,7 +165,9 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
   if (!r.model.empty() && r.model != model_name_)
     return make_error(ErrorCode::kNotFound, "model '" + r.model + "' does not exist (this server serves '" + model_name_ + "')");
   const int32_t vocab = tokenizer_->vocab_size();
-  if (r.kind == protocol::RequestKind::kChat) {
+  if (!r.documents.empty()) {
+    TS_TRY(place_documents(r, o));
+  } else if (r.kind == protocol::RequestKind::kChat) {
     TS_ASSIGN_OR_RETURN(RenderedChat chat, render_chat(chat_template_, r.messages, o.tools));
     r.prompt_tokens = tokenize_chat(chat);
     for (const auto& piece : chat.stop_pieces) {
@@ -200,7 +202,9 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
                                                 " tokens; the prompt alone is " + std::to_string(prompt) + " tokens");
   // K/V policy (docs/kv.md): the per-model default unless the request gave one; its sizes
   // against the context; StreamingLLM may generate past it.
-  if (!o.kv_policy_given) r.kv_policy = default_kv_policy_;
+  if (!o.kv_policy_given && r.blend_chunks.empty()) r.kv_policy = default_kv_policy_;
+  if (!r.blend_chunks.empty() && (r.kv_policy.type != KvPolicyType::kNone || !r.preference.empty() || r.sampling.prompt_logprobs >= 0))
+    return make_error(ErrorCode::kInvalidArgument, "documents cannot be combined with kv_policy, preference or prompt log-probabilities (echo)");
   if (std::string e = kv_policy_error(r.kv_policy, o.context_length > 0 ? static_cast<int32_t>(o.context_length) : 0); !e.empty())
     return make_error(ErrorCode::kOutOfRange, e);
   const bool past_context = r.kv_policy.type == KvPolicyType::kStreaming;

@@ -155,7 +155,8 @@ void RequestTable::finish(const scheduler::FinishEvent& f) {
   }
   ev.usage = {.prompt_tokens = f.usage.prompt_tokens,
               .completion_tokens = f.usage.completion_tokens,
-              .cached_tokens = f.usage.cached_prompt_tokens};
+              .cached_tokens = f.usage.cached_prompt_tokens,
+              .reused_tokens = f.usage.reused_prompt_tokens};
   if (r.fill) {
     ev.usage.preference_source = r.fill->source;
     ev.usage.preference_kv_bytes = r.fill->kv_bytes;

@@ -100,6 +100,7 @@ Result<scheduler::RouteDecision> WorkerRegistry::place(scheduler::Request req) {
   std::vector<std::string_view> needs = required_sampling_capabilities(req.sampling);
   if (req.preference) needs.emplace_back("kv_fill");
   if (req.kv_policy.type != KvPolicyType::kNone) needs.emplace_back("kv_policy");  // docs/kv.md
+  if (!req.blend_chunks.empty()) needs.emplace_back("chunk_blend");                 // docs/kv.md "CacheBlend"
   std::string lacking;  // "worker (backend) lacks cap" for the error message
   std::vector<scheduler::WorkerSnapshot> snaps;
   snaps.reserve(workers_.size());

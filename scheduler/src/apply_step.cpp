@@ -91,6 +91,7 @@ void Batcher::advance(Sequence& s, StepOutcome& out, const SeqResult* sampled) {
   // same prefix share them as early as possible. Decode pages are indexed on finish/preemption.
   if (s.num_computed <= s.prompt_end) cache_prefix(s);
   if (sampled == nullptr) return;
+  s.reused_prompt_tokens += sampled->reused_tokens;
   if (s.req.kv_policy.type == KvPolicyType::kH2O) s.victims = sampled->victims;
   if (sampled->token < 0) {
     out.finished.push_back(finish(s, FinishReason::kError, -1, "worker sampled no token"));

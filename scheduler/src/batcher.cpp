@@ -171,7 +171,7 @@ std::vector<FinishEvent> Batcher::fail_all(const std::string& message) {
 void Batcher::cache_prefix(Sequence& s) {
   if (s.compacted) return;  // its pages no longer hold the K/V of a token prefix: never indexed
   const int32_t ps = config_.page_size;
-  const int32_t full = s.num_computed / ps;
+  const int32_t full = std::min(s.num_computed, s.index_limit) / ps;
   if (full <= s.indexed_pages) return;
   TS_CHECK_GE(static_cast<int32_t>(s.block_table.size()), full);
   auto r = index_->insert(s.req.ns, std::span(s.tokens).first(static_cast<size_t>(full) * static_cast<size_t>(ps)),
@@ -218,6 +218,7 @@ FinishEvent Batcher::finish(Sequence& s, FinishReason reason, int32_t stop_token
   ev.usage.completion_tokens = s.generated();
   ev.usage.cached_prompt_tokens = s.cached_prompt_tokens;
   ev.usage.preemptions = s.preemptions;
+  ev.usage.reused_prompt_tokens = s.reused_prompt_tokens;
   if (s.running) {
     // A normal finish indexes what it computed, for the next turn of the conversation.
     if (reason != FinishReason::kCancelled && reason != FinishReason::kError) cache_prefix(s);

@@ -38,6 +38,23 @@ Status Intake::validate(const protocol::GenerateRequest& r, const WorkerFacts& f
   if (r.user.size() > dki::kMaxUserBytes)
     return make_error(ErrorCode::kInvalidArgument, "user has " + std::to_string(r.user.size()) + " bytes, at most " +
                                                        std::to_string(dki::kMaxUserBytes));
+  if (!r.blend_chunks.empty()) {  // CacheBlend (docs/kv.md)
+    if (r.blend_chunks.size() > kMaxBlendChunks)
+      return make_error(ErrorCode::kInvalidArgument, "blend_chunks has " + std::to_string(r.blend_chunks.size()) +
+                                                         " documents, at most " + std::to_string(kMaxBlendChunks));
+    int64_t end = 0;
+    for (size_t i = 0; i < r.blend_chunks.size(); ++i) {
+      const BlendChunk& c = r.blend_chunks[i];
+      if (c.length < 1 || c.begin < end || static_cast<int64_t>(c.begin) + c.length > static_cast<int64_t>(r.prompt_tokens.size()))
+        return make_error(ErrorCode::kInvalidArgument, "blend_chunks[" + std::to_string(i) +
+                                                           "] must be non-empty, after the previous one and inside the prompt");
+      end = static_cast<int64_t>(c.begin) + c.length;
+    }
+    if (!r.preference.empty() || r.kv_policy.type != KvPolicyType::kNone)
+      return make_error(ErrorCode::kInvalidArgument, "documents (blend_chunks) cannot be combined with a preference or a kv_policy");
+    if (r.recompute_ratio > 1.0f)
+      return make_error(ErrorCode::kInvalidArgument, "recompute_ratio must be in [0, 1]");
+  }
   return check_tokens("prompt_tokens", r.prompt_tokens, facts.vocab_size);
 }
 
@@ -72,6 +89,8 @@ Result<Admission> Intake::admit(protocol::GenerateRequest r, uint64_t id, const 
   req.priority = r.priority;
   req.routing_key = std::move(r.routing_key);
   req.kv_policy = r.kv_policy;
+  req.blend_chunks = std::move(r.blend_chunks);
+  req.recompute_ratio = r.recompute_ratio;
   return a;
 }
 

@@ -5,6 +5,7 @@
 
 #include "sequence.h"
 #include "tessera/common/check.h"
+#include "tessera/common/hash.h"
 #include "tessera/common/log.h"
 
 namespace tessera::scheduler {
@@ -157,6 +158,13 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
     q_->waiting.insert(&s);
     return false;
   }
+  // CacheBlend: blend when the whole rest of the prompt is this chunk and a document lies in it;
+  // from then on only pages up to the end of the first document (exact K/V) are indexed.
+  if (!s.req.blend_chunks.empty() && s.prefix_len == 0 && start + n == s.len() &&
+      s.req.blend_chunks.back().begin + s.req.blend_chunks.back().length > start) {
+    s.blend_now = true;
+    s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
+  }
   // Copy-on-write and preference fill directives.
   if (u.cow) {
     p.copies.push_back(PageCopy{m.pages[static_cast<size_t>(u.keep)], s.block_table[static_cast<size_t>(u.keep)]});
@@ -288,6 +296,13 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
     if (s.lp_next < s.prompt_end && start < s.prompt_end - 1 && end >= s.lp_next) {
       out.prompt_logprobs = true;
       out.next_token = end < s.prompt_end ? s.tokens[static_cast<size_t>(end)] : -1;
+    }
+    if (s.blend_now) {
+      s.blend_now = false;
+      out.blend_chunks = s.req.blend_chunks;
+      out.blend_head.assign(s.tokens.begin(), s.tokens.begin() + start);
+      out.blend_ratio = s.req.recompute_ratio;
+      out.blend_salt = fnv1a64(s.req.ns.tenant_salt);
     }
     if (!s.worker_has_state) {
       out.generated.assign(s.tokens.begin() + s.prompt_end, s.tokens.end());

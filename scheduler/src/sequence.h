@@ -1,6 +1,7 @@
 // Private: one request's life inside a Batcher, and the batcher's queues.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -50,6 +51,12 @@ struct Sequence {
   std::vector<uint64_t> reload_hashes;
 
   int32_t cache_len() const { return num_computed - evicted; }
+
+  // CacheBlend (docs/kv.md): the admission chunk is blended (the whole rest of the prompt in one
+  // step); pages past index_limit hold fused (approximate) K/V and are never indexed.
+  bool blend_now = false;
+  int32_t index_limit = INT32_MAX;
+  int32_t reused_prompt_tokens = 0;
 
   // Prompt log-probabilities (req.sampling.prompt_logprobs >= 0): the next prompt position whose
   // log-probability is missing (prompt_end: all there, or none asked), and those gathered so far

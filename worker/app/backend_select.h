@@ -37,6 +37,8 @@ struct BackendOptions {
   std::string sim_cost;                        // sim: "STEP,PREFILL,DECODE,KV" us, overrides the profile
   double sim_time_scale = 1.0;                 // sim: simulated seconds per real second
   int32_t eos = -1;                            // sim: the token never generated (main sets it)
+  worker::BlendConfig blend;                   // cpu: CacheBlend (docs/kv.md); cache_bytes from blend_cache_mb
+  int64_t blend_cache_mb = 64;
 };
 
 class ServingBackend {

@@ -59,6 +59,33 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r, const WorkerMetricsInfo& info
                          "times the worker moved to another scheduler of its --scheduler list (its own died, or did not "
                          "answer register)",
                          base);
+  // CacheBlend (docs/kv.md "CacheBlend"): the backend's cumulative counts, brought up to date
+  // after each step (the compute thread owns the counts).
+  blend_prefills_ = &r.counter("tessera_worker_blend_prefills_total", "CacheBlend prefills run", base);
+  const char* chunk_help = "CacheBlend document K/V lookups: hit = reused from the chunk cache, miss = computed standalone";
+  blend_hits_ = &r.counter("tessera_worker_blend_chunks_total", chunk_help, with({{"result", "hit"}}));
+  blend_misses_ = &r.counter("tessera_worker_blend_chunks_total", chunk_help, with({{"result", "miss"}}));
+  blend_evictions_ = &r.counter("tessera_worker_blend_chunk_evictions_total", "documents evicted from the chunk cache", base);
+  blend_reused_ = &r.counter("tessera_worker_blend_reused_tokens_total",
+                             "prompt tokens whose K/V came from cached document K/V (chunk cache hits; usage reused_tokens)", base);
+  blend_recomputed_ = &r.counter("tessera_worker_blend_recomputed_tokens_total",
+                                 "reused tokens selected for recompute past the check layer", base);
+  blend_chunks_ = &r.gauge("tessera_worker_blend_cache_entries", "documents in the chunk cache now", base);
+  blend_bytes_ = &r.gauge("tessera_worker_blend_cache_bytes", "bytes of the chunk cache now (f32 K/V; --blend-cache-mb bounds it)", base);
+}
+
+void WorkerMetrics::on_blend(const worker::BlendStats& s) {
+  auto to = [](metrics::Counter* c, int64_t v) {
+    if (const double d = static_cast<double>(v) - c->value(); d > 0) c->inc(d);
+  };
+  to(blend_prefills_, s.prefills);
+  to(blend_hits_, s.chunk_hits);
+  to(blend_misses_, s.chunk_misses);
+  to(blend_evictions_, s.evictions);
+  to(blend_reused_, s.hit_tokens);
+  to(blend_recomputed_, s.recomputed_tokens);
+  blend_chunks_->set(static_cast<double>(s.cached_chunks));
+  blend_bytes_->set(static_cast<double>(s.cached_bytes));
 }
 
 void WorkerMetrics::on_step(const StepPlan& plan, double seconds, bool ok) {

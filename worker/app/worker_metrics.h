@@ -27,6 +27,7 @@
 
 #include "tessera/common/metrics.h"
 #include "tessera/common/step_plan.h"
+#include "tessera/worker/blend.h"
 
 namespace tessera::worker_app {
 
@@ -48,6 +49,8 @@ class WorkerMetrics {
   void on_step(const StepPlan& plan, double seconds, bool ok);
   // The executor dropped every request's state (registered again): so do the block tables.
   void reset_requests();
+  // CacheBlend counters after a step (the backend's cumulative BlendStats; docs/kv.md).
+  void on_blend(const worker::BlendStats& s);
   void set_registered(bool registered) { registered_->set(registered ? 1 : 0); }
   void set_draining(bool draining) { draining_->set(draining ? 1 : 0); }
   void scheduler_switched() { switches_->inc(); }
@@ -69,6 +72,14 @@ class WorkerMetrics {
   metrics::Gauge* registered_;
   metrics::Gauge* draining_;
   metrics::Counter* switches_;
+  metrics::Counter* blend_prefills_;
+  metrics::Counter* blend_hits_;
+  metrics::Counter* blend_misses_;
+  metrics::Counter* blend_evictions_;
+  metrics::Counter* blend_reused_;
+  metrics::Counter* blend_recomputed_;
+  metrics::Gauge* blend_chunks_;
+  metrics::Gauge* blend_bytes_;
   const int32_t num_pages_;
   std::unordered_map<uint64_t, std::vector<int32_t>> tables_;  // compute thread: request -> block table
   std::vector<uint8_t> marks_;                                  // compute thread: scratch, one per page

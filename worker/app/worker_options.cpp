@@ -80,6 +80,20 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                                      .env = "TESSERA_MAX_BATCH_TOKENS", .min = 1, .max = 1 << 20});
   o.add(c.backend_options.threads, {.name = "threads", .help = "compute threads (0 = all cores)",
                            .env = "TESSERA_WORKER_THREADS", .min = 0, .max = 1024});
+  o.add(c.backend_options.blend.recompute_ratio,
+        {.name = "blend-recompute-ratio",
+         .help = "CacheBlend: share of the reused document tokens recomputed past the check layer (0 = full K/V reuse, "
+                 "1 = a full prefill); a request's recompute_ratio overrides it (docs/kv.md)",
+         .env = "TESSERA_WORKER_BLEND_RECOMPUTE_RATIO", .min = 0, .max = 1});
+  o.add(c.backend_options.blend.check_layer,
+        {.name = "blend-check-layer",
+         .help = "CacheBlend: the layer whose V deviation selects the tokens to recompute (layers up to it are computed "
+                 "for every token)",
+         .env = "TESSERA_WORKER_BLEND_CHECK_LAYER", .min = 0, .max = 1024});
+  o.add(c.backend_options.blend_cache_mb,
+        {.name = "blend-cache-mb",
+         .help = "CacheBlend: MiB of host memory for cached document K/V (f32, least recently used evicted; 0 = keep none)",
+         .env = "TESSERA_WORKER_BLEND_CACHE_MB", .min = 0, .max = 1 << 20});
   o.add(c.eos_id, {.name = "eos-id",
                    .help = "end-of-sequence token (-2 = the model file's, else 2 as in llama2.c; -1 = none)",
                    .env = "TESSERA_EOS_ID", .min = -2, .max = 1 << 30});

@@ -98,7 +98,10 @@ class Compute {
         TS_LOG(kWarn) << "step=" << plan.step_id << " | plan rejected: " << r.error().to_string();
       }
       result.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (metrics_ != nullptr) metrics_->on_step(plan, result.compute_ms / 1000.0, r.ok());
+      if (metrics_ != nullptr) {
+        metrics_->on_step(plan, result.compute_ms / 1000.0, r.ok());
+        metrics_->on_blend(executor_.blend_stats());
+      }
       std::string body = protocol::encode(protocol::StepResultMsg{.id = plan.step_id, .result = std::move(result)});
       (void)zmqu::send(out_, {std::move(body)});
     }

@@ -162,6 +162,7 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
   blend_stats_.chunk_hits += out.chunk_hits;
   blend_stats_.chunk_misses += out.chunk_misses;
   blend_stats_.reused_tokens += out.reused_tokens;
+  blend_stats_.hit_tokens += out.hit_tokens;
   blend_stats_.recomputed_tokens += out.recomputed_tokens;
   return out;
 }

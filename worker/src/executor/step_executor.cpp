@@ -2,6 +2,7 @@
 // (step_executor.h has the contract).
 #include "tessera/worker/step_executor.h"
 
+#include "blend_step.h"
 #include "kv_directives.h"
 
 #include <algorithm>
@@ -162,6 +163,11 @@ Status StepExecutor::check_capabilities(const StepPlan& plan) const {
                                                      " needs capability kv_policy (StreamingLLM / H2O K/V), which the " +
                                                      std::string(backend_.name()) + " backend lacks");
     }
+    if (!s.blend_chunks.empty() && !caps.chunk_blend) {
+      return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
+                                                     " needs capability chunk_blend (CacheBlend), which the " +
+                                                     std::string(backend_.name()) + " backend lacks");
+    }
     if (s.prompt_logprobs && !caps.prompt_logprobs) {
       return make_error(ErrorCode::kUnsupported, step + ": request " + std::to_string(s.request_id) +
                                                      " needs capability prompt_logprobs (prompt log-probabilities), which the " +
@@ -259,6 +265,11 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
       }
       all_greedy = false;  // the scored rows are copied back: no device argmax in this step
     }
+    if (!s.blend_chunks.empty()) {
+      if (Status vb = validate_blend(s); !vb.ok()) {
+        return make_error(vb.error().code, "step " + std::to_string(plan.step_id) + ": " + vb.error().message);
+      }
+    }
     batch.push_back({.tokens = s.tokens, .start_pos = s.start_pos, .block_table = s.block_table,
                      .slot_mapping = s.slot_mapping, .want_logits = s.sample, .rope_offset = s.rope_offset,
                      .all_logits = s.prompt_logprobs});
@@ -308,8 +319,13 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     }
   }
 
+  // 4c. CacheBlend prefills (blend_step.cpp), each on its own; their logits rows come after the
+  // forward's. They leave the ragged batch.
+  BlendRows blended;
+  TS_TRY(run_blends(backend_, plan, batch, &blended));
+
   // 5. The forward: device argmax when every sampled row is plain greedy and the backend can.
-  const bool device_greedy = n_sampled > 0 && all_greedy && backend_.capabilities().greedy == Where::kDevice;
+  const bool device_greedy = n_sampled > 0 && all_greedy && blended.ids.empty() && backend_.capabilities().greedy == Where::kDevice;
   std::span<float> logits;
   std::vector<int32_t> greedy_tokens;
   if (device_greedy) {
@@ -317,14 +333,18 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
   } else if (!batch.empty() || !plan.copies.empty()) {
     TS_ASSIGN_OR_RETURN(logits, backend_.forward(batch));  // an empty batch waits for the copies
   }
+  if (!blended.ids.empty()) logits = blended.append_to(logits);
 
   // Rows of the returned logits: a sequence with all_logits has one per token (the last is the
   // one sampled), any other sequence with want_logits one.
   std::vector<size_t> sample_rows;  // per sampled sequence, its row
   if (!device_greedy) {
     size_t row = 0;
+    size_t blend_row = logits.size() / static_cast<size_t>(vocab) - blended.ids.size();
     for (const SeqPlan& s : plan.seqs) {
-      if (s.prompt_logprobs) {
+      if (!s.blend_chunks.empty()) {
+        sample_rows.push_back(blend_row++);
+      } else if (s.prompt_logprobs) {
         TS_CHECK_LE((row + s.tokens.size()) * static_cast<size_t>(vocab), logits.size());
         result.prompt_logprobs.push_back(score_prompt(s, logits.subspan(row * static_cast<size_t>(vocab)), vocab));
         row += s.tokens.size();
@@ -390,7 +410,8 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     std::vector<int32_t> victims;
     if (s.h2o_recent >= 0) victims = st.h2o[s.request_id].victims(s);
     result.results.push_back({.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob,
-                              .top = std::move(p.out.top), .victims = std::move(victims)});
+                              .top = std::move(p.out.top), .victims = std::move(victims),
+                              .reused_tokens = blended.reused_of(s.request_id)});
   }
   if (st.offload != nullptr) result.offloaded = st.offload->take_offloaded();
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

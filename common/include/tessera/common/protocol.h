@@ -77,6 +77,13 @@ struct GenerateRequest {
   std::string cache_salt;                  // prefix-cache isolation inside a tenant (vLLM's field)
   // K/V retention (docs/kv.md); on the wire as a map only when type != none.
   KvPolicy kv_policy;
+  // CacheBlend (docs/api.md "Reusable documents"), each on the wire only when non-empty/set:
+  // client -> frontend: the documents that precede the prompt / the last user message, each
+  // tokenized on its own; frontend -> scheduler: where they are in prompt_tokens (in order,
+  // disjoint) and the recompute ratio in [0, 1] (< 0: the worker's default).
+  std::vector<std::string> documents{};
+  std::vector<BlendChunk> blend_chunks{};
+  float recompute_ratio = -1.0f;
 };
 
 // type "cancel": stop request `id`, free its pages. Answered by a "final" with
@@ -107,6 +114,7 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  int32_t reused_tokens = 0;  // CacheBlend: prompt tokens whose K/V came from cached document K/V
   // Preference K/V injection (DKI; docs/preference.md): where the preference K/V came from —
   // "" (no preference), "memory" (pages cached under the user's namespace), "kvstore" (kvstore
   // L1), "redis" (kvstore L2), "compute" (prefilled) — with the K/V bytes moved or computed and

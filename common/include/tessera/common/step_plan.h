@@ -89,6 +89,16 @@ struct KvMove {
   int32_t rope_delta = 0;
 };
 
+// CacheBlend (docs/kv.md "CacheBlend"): a reusable document inside a prompt, tokens
+// [begin, begin + length) of the sequence (positions). Chunks of one request are in order and
+// disjoint. At most kMaxBlendChunks per request.
+struct BlendChunk {
+  int32_t begin = 0;
+  int32_t length = 0;
+  bool operator==(const BlendChunk&) const = default;
+};
+inline constexpr size_t kMaxBlendChunks = 64;
+
 // One sequence's share of a step.
 struct SeqPlan {
   uint64_t request_id = 0;
@@ -121,6 +131,15 @@ struct SeqPlan {
   // last one), the log-probability of that next token from p's logits (StepResult::prompt_logprobs).
   bool prompt_logprobs = false;
   int32_t next_token = -1;  // the prompt token after this chunk (-1: none, e.g. the last chunk)
+  // CacheBlend: non-empty = this chunk is the rest of the prompt [start_pos, end), prefilled by
+  // reusing the chunks' cached K/V with selective recompute (worker capability "chunk_blend").
+  // blend_head holds the sequence's tokens [0, start_pos) (already in the pages); blend_chunks
+  // are positions in the whole sequence; blend_ratio < 0 = the worker's default recompute ratio.
+  // All omitted from the wire when empty.
+  std::vector<BlendChunk> blend_chunks{};
+  std::vector<int32_t> blend_head{};
+  float blend_ratio = -1.0f;
+  uint64_t blend_salt = 0;  // the request's K/V namespace (tenant, cache_salt): chunk K/V are shared only within it
 };
 
 // Copy page src to page dst in every layer (copy-on-write of a shared partial page).
@@ -196,6 +215,7 @@ struct SeqResult {
   float logprob = 0.0f;               // of `token`, when requested
   std::vector<TokenLogprob> top;      // top alternatives, most likely first, when requested
   std::vector<int32_t> victims;       // H2O: cache indices to evict next, least mass first (SeqPlan::h2o_victims)
+  int32_t reused_tokens = 0;          // CacheBlend: prompt tokens of this step whose K/V came from cached chunk K/V (hits)
 };
 
 // Provenance of one applied KvFill (DKI): where the preference K/V came from and what it cost;

@@ -26,6 +26,7 @@ struct ParseOptions {
 inline constexpr int32_t kMaxChoices = 16;     // n and best_of: each in [1, 16]
 inline constexpr int32_t kMaxPrompts = 64;     // entries of a list `prompt`
 inline constexpr int32_t kMaxSequences = 64;   // prompts x best_of
+inline constexpr size_t kMaxDocumentBytes = 256 * 1024;  // one entry of `documents` (CacheBlend)
 
 // One prompt of a completions request: text, or token ids (non-empty) when given as ids.
 struct PromptInput {

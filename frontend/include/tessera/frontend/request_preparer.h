@@ -70,6 +70,10 @@ class RequestPreparer {
  private:
   RequestPreparer() = default;
   std::vector<int32_t> tokenize_chat(const RenderedChat& chat) const;
+  // CacheBlend (documents.cpp): r.documents tokenized one by one into r.prompt_tokens, before the
+  // prompt (completions) or the last user message's content (chat), with r.blend_chunks saying
+  // where; r.documents is cleared (it does not travel further). Errors name `documents`.
+  Status place_documents(protocol::GenerateRequest& r, const PrepareOptions& o) const;
 
   std::string model_name_;
   std::unique_ptr<Tokenizer> tokenizer_;

@@ -44,6 +44,11 @@ struct Request {
   std::vector<int32_t> generated{};
   // K/V retention (docs/kv.md "StreamingLLM", "H2O"); kNone = full attention.
   KvPolicy kv_policy{};
+  // CacheBlend (docs/kv.md "CacheBlend"): reusable documents, positions in `prompt` (in order,
+  // disjoint, non-empty); recompute_ratio < 0 = the worker's default. Needs worker capability
+  // "chunk_blend"; not with a preference or a K/V policy (Intake refuses them).
+  std::vector<BlendChunk> blend_chunks{};
+  float recompute_ratio = -1.0f;
 };
 
 enum class FinishReason : uint8_t {
@@ -60,6 +65,7 @@ struct Usage {
   int32_t completion_tokens = 0;     // sampled tokens, a stop token included
   int32_t cached_prompt_tokens = 0;  // prompt tokens whose K/V came from the radix index at first admission
   int32_t preemptions = 0;           // times the request was preempted (recomputed later)
+  int32_t reused_prompt_tokens = 0;  // CacheBlend: prompt tokens whose K/V came from cached document K/V
 };
 
 // One sampled token that is part of the output. A stop token (EOS or a stop id) is not

@@ -76,7 +76,7 @@ struct BlendOutcome {
 struct BlendStats {
   int64_t prefills = 0;
   int64_t chunk_hits = 0, chunk_misses = 0, evictions = 0;
-  int64_t reused_tokens = 0, recomputed_tokens = 0;
+  int64_t reused_tokens = 0, hit_tokens = 0, recomputed_tokens = 0;
   int64_t cached_chunks = 0, cached_bytes = 0;  // now
 };
 

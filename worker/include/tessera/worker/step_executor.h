@@ -97,6 +97,8 @@ class StepExecutor {
   // What the worker advertises at registration: capability_names(backend name, caps), plus
   // "grammar" once a grammar vocabulary is set.
   std::vector<std::string> capabilities() const;
+  // CacheBlend's cumulative counters and chunk cache size (the backend's; blend.h).
+  BlendStats blend_stats() const { return backend_.blend_stats(); }
 
   // Enables structured output (SamplingParams::grammar): `vocab` holds every token's bytes
   // (tessera/grammar/grammar.h). Without it a plan whose sampling has a grammar is refused

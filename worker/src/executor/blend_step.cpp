@@ -1,0 +1,72 @@
+// The CacheBlend prefills of a step plan (blend_step.h).
+#include "blend_step.h"
+
+#include <algorithm>
+#include <string>
+
+#include "kv_directives.h"
+#include "tessera/model/model.h"
+
+namespace tessera::worker {
+
+std::span<float> BlendRows::append_to(std::span<const float> forward) {
+  merged.assign(forward.begin(), forward.end());
+  merged.insert(merged.end(), rows.begin(), rows.end());
+  return merged;
+}
+
+int32_t BlendRows::reused_of(uint64_t request_id) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] == request_id) return reused[i];
+  }
+  return 0;
+}
+
+Status validate_blend(const SeqPlan& s) {
+  const std::string who = "request " + std::to_string(s.request_id) + ": ";
+  if (!s.sample) return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks needs the prompt's last chunk (sample)");
+  if (uses_kv_policy(s) || s.prompt_logprobs) {
+    return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks cannot be combined with K/V policy directives or prompt_logprobs");
+  }
+  if (static_cast<int64_t>(s.blend_head.size()) != s.start_pos) {
+    return make_error(ErrorCode::kInvalidArgument, who + "blend_head has " + std::to_string(s.blend_head.size()) +
+                                                       " tokens, start_pos is " + std::to_string(s.start_pos));
+  }
+  if (s.blend_chunks.size() > kMaxBlendChunks) {
+    return make_error(ErrorCode::kTooLarge, who + "blend_chunks holds more than " + std::to_string(kMaxBlendChunks) + " chunks");
+  }
+  return ok_status();
+}
+
+Status run_blends(Backend& backend, const StepPlan& plan, std::vector<SeqInput>& batch, BlendRows* out) {
+  bool any = false;
+  for (const SeqPlan& s : plan.seqs) any = any || !s.blend_chunks.empty();
+  if (!any) return ok_status();
+  std::vector<SeqInput> rest;
+  std::vector<int32_t> tokens;
+  std::vector<ChunkSpan> chunks;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SeqPlan& s = plan.seqs[i];
+    if (s.blend_chunks.empty()) {
+      rest.push_back(batch[i]);
+      continue;
+    }
+    tokens.assign(s.blend_head.begin(), s.blend_head.end());
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    chunks.clear();
+    for (const BlendChunk& c : s.blend_chunks) chunks.push_back({.begin = c.begin, .length = c.length});
+    auto r = backend.blend_prefill({.tokens = tokens, .cached = s.start_pos, .chunks = chunks, .block_table = s.block_table,
+                                    .salt = s.blend_salt, .recompute_ratio = s.blend_ratio, .want_logits = true});
+    if (!r.ok()) {
+      return make_error(r.error().code, "step " + std::to_string(plan.step_id) + ": request " + std::to_string(s.request_id) +
+                                            ": " + r.error().message);
+    }
+    out->ids.push_back(s.request_id);
+    out->reused.push_back(r->hit_tokens);
+    out->rows.insert(out->rows.end(), r->logits.begin(), r->logits.end());
+  }
+  batch = std::move(rest);
+  return ok_status();
+}
+
+}  // namespace tessera::worker
