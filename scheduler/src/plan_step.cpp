@@ -146,7 +146,10 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   // Allocate pages for the first chunk (evicting or preempting strictly worse sequences), keeping
   // the admission headroom.
   q_->waiting.erase(&s);
-  const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
+  // A request with documents (CacheBlend) may take the step's whole budget: it blends only when
+  // the rest of its prompt is one chunk.
+  const bool blendable = !s.req.blend_chunks.empty() && s.prefix_len == 0;
+  const int32_t want = std::min({s.len() - start, p.budget, blendable ? p.budget : config_.max_prefill_chunk});
   const bool outranks = !q_->running.empty() && s.priority() > q_->running.back()->priority();
   const int32_t headroom = outranks ? 0 : config_.admission_headroom * static_cast<int32_t>(q_->running.size());
   const int32_t need = pages_for(start + std::max(want, 0), ps) - static_cast<int32_t>(s.block_table.size());
@@ -160,7 +163,7 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   }
   // CacheBlend: blend when the whole rest of the prompt is this chunk and a document lies in it;
   // from then on only pages up to the end of the first document (exact K/V) are indexed.
-  if (!s.req.blend_chunks.empty() && s.prefix_len == 0 && start + n == s.len() &&
+  if (blendable && start + n == s.len() &&
       s.req.blend_chunks.back().begin + s.req.blend_chunks.back().length > start) {
     s.blend_now = true;
     s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
