@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "tessera/frontend/openai.h"
 #include "tessera/frontend/request_preparer.h"
 
 namespace tessera::frontend {
@@ -22,6 +23,9 @@ Status RequestPreparer::place_documents(protocol::GenerateRequest& r, const Prep
   std::vector<std::vector<int32_t>> docs;
   for (size_t i = 0; i < r.documents.size(); ++i) {
     if (r.documents[i].empty()) return make_error(ErrorCode::kInvalidArgument, "documents[" + std::to_string(i) + "] is empty");
+    if (r.documents[i].size() > kMaxDocumentBytes)
+      return make_error(ErrorCode::kInvalidArgument, "documents[" + std::to_string(i) + "] has " + std::to_string(r.documents[i].size()) +
+                                                         " bytes; at most " + std::to_string(kMaxDocumentBytes));
     docs.push_back(tokenizer_->encode(r.documents[i], /*add_special=*/false));
     if (docs.back().empty())
       return make_error(ErrorCode::kInvalidArgument, "documents[" + std::to_string(i) + "] is empty after tokenization");
