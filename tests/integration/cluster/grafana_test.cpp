@@ -35,6 +35,13 @@ const std::set<std::string> kOtherEndpoints = {
     "tessera_kvstore_refused_peers_total", "tessera_kvstore_l2_write_backs_total",
     "tessera_kvstore_redis_shard_up", "tessera_kvstore_redis_shard_errors_total",
     "tessera_kvstore_redis_shard_reconnects_total",
+    // Worker K/V offload (--kv-offload) and CacheBlend series (worker /metrics).
+    "tessera_worker_kv_offload_pages_total", "tessera_worker_kv_offload_bytes_total",
+    "tessera_worker_kv_offload_raw_bytes_total", "tessera_worker_kv_offload_reloads_total",
+    "tessera_worker_kv_offload_reload_seconds_total", "tessera_worker_blend_prefills_total",
+    "tessera_worker_blend_chunks_total", "tessera_worker_blend_chunk_evictions_total",
+    "tessera_worker_blend_reused_tokens_total", "tessera_worker_blend_recomputed_tokens_total",
+    "tessera_worker_blend_cache_entries", "tessera_worker_blend_cache_bytes",
     // Exported by the frontend only with --zmq-curve (its client API behind CURVE).
     "tessera_frontend_refused_peers_total"};
 
