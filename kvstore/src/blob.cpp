@@ -263,6 +263,23 @@ void float_to_element(DType dtype, float x, uint8_t* p) {
   std::memcpy(p, &h, 2);
 }
 
+PackedKv with_dtype(PackedKv kv, DType to) {
+  if (kv.dtype == to) return kv;
+  PackedKv out;
+  out.fingerprint = kv.fingerprint;
+  out.dtype = to;
+  out.shape = kv.shape;
+  const uint64_t n = kv.shape.elements_per_region();
+  const size_t ei = element_bytes(kv.dtype), eo = element_bytes(to);
+  out.k.resize(n * eo);
+  out.v.resize(n * eo);
+  for (uint64_t i = 0; i < n; ++i) {
+    float_to_element(to, element_to_float(kv.dtype, kv.k.data() + i * ei), out.k.data() + i * eo);
+    float_to_element(to, element_to_float(kv.dtype, kv.v.data() + i * ei), out.v.data() + i * eo);
+  }
+  return out;
+}
+
 size_t PackedKv::region_bytes() const { return shape.elements_per_region() * element_bytes(dtype); }
 
 size_t PackedKv::row_offset(uint32_t layer, uint32_t token) const {

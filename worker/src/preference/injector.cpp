@@ -16,23 +16,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// The same K/V in another element type (f16/bf16 rounded to nearest even).
-kvstore::PackedKv convert(const kvstore::PackedKv& in, DType to) {
-  kvstore::PackedKv out;
-  out.fingerprint = in.fingerprint;
-  out.dtype = to;
-  out.shape = in.shape;
-  const uint64_t n = in.shape.elements_per_region();
-  const size_t ei = kvstore::element_bytes(in.dtype), eo = kvstore::element_bytes(to);
-  out.k.resize(n * eo);
-  out.v.resize(n * eo);
-  for (uint64_t i = 0; i < n; ++i) {
-    kvstore::float_to_element(to, kvstore::element_to_float(in.dtype, in.k.data() + i * ei), out.k.data() + i * eo);
-    kvstore::float_to_element(to, kvstore::element_to_float(in.dtype, in.v.data() + i * ei), out.v.data() + i * eo);
-  }
-  return out;
-}
-
 struct PendingPut {
   kvstore::BlobKey key;
   kvstore::PackedKv kv;
@@ -90,7 +73,7 @@ struct PreferenceInjector::Impl {
       lock.unlock();
       uint64_t bytes = 0;
       Status st = ok_status();
-      if (config.blob_dtype != job.kv.dtype) job.kv = convert(job.kv, config.blob_dtype);
+      job.kv = kvstore::with_dtype(std::move(job.kv), config.blob_dtype);
       auto blob = kvstore::encode_blob(job.kv, config.codec);
       if (!blob.ok()) {
         st = blob.take_error();

@@ -17,24 +17,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// f32 K/V in another element type (f16/bf16 rounded to nearest even).
-kvstore::PackedKv to_dtype(kvstore::PackedKv in, DType to) {
-  if (in.dtype == to) return in;
-  kvstore::PackedKv out;
-  out.fingerprint = in.fingerprint;
-  out.dtype = to;
-  out.shape = in.shape;
-  const uint64_t n = in.shape.elements_per_region();
-  const size_t ei = kvstore::element_bytes(in.dtype), eo = kvstore::element_bytes(to);
-  out.k.resize(n * eo);
-  out.v.resize(n * eo);
-  for (uint64_t i = 0; i < n; ++i) {
-    kvstore::float_to_element(to, kvstore::element_to_float(in.dtype, in.k.data() + i * ei), out.k.data() + i * eo);
-    kvstore::float_to_element(to, kvstore::element_to_float(in.dtype, in.v.data() + i * ei), out.v.data() + i * eo);
-  }
-  return out;
-}
-
 struct PendingSpill {
   kvstore::BlobKey key;
   uint64_t hash = 0;
@@ -81,7 +63,7 @@ struct KvOffloader::Impl {
       const size_t raw = job.kv.k.size() + job.kv.v.size();
       in_flight = true;
       lock.unlock();
-      kvstore::PackedKv kv = to_dtype(std::move(job.kv), options.blob_dtype);
+      kvstore::PackedKv kv = kvstore::with_dtype(std::move(job.kv), options.blob_dtype);
       const uint64_t stored_raw = kv.k.size() + kv.v.size();
       uint64_t bytes = 0;
       Status st = ok_status();

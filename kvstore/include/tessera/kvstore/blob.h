@@ -150,6 +150,9 @@ Result<CodecReport> measure_codec(const PackedKv& kv, const EncodeOptions& optio
 float element_to_float(DType dtype, const uint8_t* p);
 void float_to_element(DType dtype, float x, uint8_t* p);  // f16/bf16: round to nearest even
 size_t element_bytes(DType dtype);                         // 4 or 2; 0 for unsupported dtypes
+// The same K/V with its elements in `to` (f16/bf16 rounded to nearest even); `kv` itself,
+// moved, when it already is.
+PackedKv with_dtype(PackedKv kv, DType to);
 
 // XXH64 — the blob checksum's hash.
 uint64_t xxh64(const void* data, size_t len, uint64_t seed = 0);
