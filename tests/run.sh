@@ -70,11 +70,26 @@ if [[ ! -d "$shared/models" ]]; then
 fi
 
 cmake_args=(-S "$root" -B "$build_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared")
-[[ -n "${CMAKE_BUILD_TYPE:-}" ]] && cmake_args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE")
+# Line-table debug info only (-g1: backtraces keep function names and lines): the full -g of
+# RelWithDebInfo makes the three build trees ~9 GB, the lean ones about half of that.
+if [[ -n "${CMAKE_BUILD_TYPE:-}" ]]; then
+  cmake_args+=(-DCMAKE_BUILD_TYPE="$CMAKE_BUILD_TYPE")
+else
+  cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+               "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG")
+fi
 [[ -n "${TESSERA_SANITIZE:-}" ]] && cmake_args+=(-DTESSERA_SANITIZE="$TESSERA_SANITIZE")
 [[ -n "${TESSERA_CUDA:-}" ]] && cmake_args+=(-DTESSERA_CUDA="$TESSERA_CUDA")
 # Each step prints how long the script has run when it starts (CI's log shows where time goes).
-step() { echo "tests/run.sh: [${SECONDS} s] $*"; }
+# ... and the free disk space where the build trees go: a full disk fails a compile or link
+# mid-build, and the step lines then show where space ran out.
+disk_free_gb() { df -Pk "$(dirname "$build_dir")" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }'; }
+step() { echo "tests/run.sh: [${SECONDS} s] $* (disk free: $(disk_free_gb) GB)"; }
+min_free_gb=10  # main + fuzz + ASan trees, about 5 GB with -g1, plus ccache's growth
+if awk -v f="$(disk_free_gb)" -v m="$min_free_gb" 'BEGIN { exit !(f < m) }'; then
+  echo "tests/run.sh: WARNING: only $(disk_free_gb) GB free under $(dirname "$build_dir");" \
+       "the build trees need about ${min_free_gb} GB (a full disk fails a compile with no diagnostic)" >&2
+fi
 step "main build ($build_dir)"
 cmake "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$jobs"
