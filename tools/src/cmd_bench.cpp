@@ -1,11 +1,12 @@
 // `tessera bench`: a load generator against a running cluster's HTTP or ZeroMQ API (bench/load.h):
-// workloads random | shared-prefix | multi-turn, fixed concurrency or Poisson request rate,
+// workloads random | shared-prefix | multi-turn | rag (bench/rag.h), fixed concurrency or Poisson request rate,
 // TTFT / TPOT / ITL percentiles, throughput and the prefix-cache hit rate (from the responses'
 // usage and from the frontend's /metrics), as a table and as JSON.
 #include <cstdio>
 #include <fstream>
 
 #include "bench/load.h"
+#include "bench/rag.h"
 #include "tessera/common/config.h"
 #include "tessera/common/curve.h"
 #include "tessera/tools/command.h"
@@ -29,7 +30,7 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
   o.add(c.load.zmq_endpoint, {.name = "zmq-endpoint", .help = "the frontend's ZeroMQ client API (with --api zmq)",
                               .env = "TESSERA_BENCH_ZMQ_ENDPOINT"});
   o.add(c.load.workload, {.name = "workload", .help = "request mix", .env = "TESSERA_BENCH_WORKLOAD",
-                          .choices = {"random", "shared-prefix", "multi-turn"}});
+                          .choices = {"random", "shared-prefix", "multi-turn", "rag"}});
   o.add(c.load.num_requests, {.name = "num-requests", .help = "requests (multi-turn: turns in total)",
                               .env = "TESSERA_BENCH_NUM_REQUESTS", .min = 1, .max = 1 << 24});
   o.add(c.load.concurrency, {.name = "concurrency", .help = "requests in flight (closed loop)",
@@ -47,6 +48,29 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                               .env = "TESSERA_BENCH_SYSTEM_WORDS", .min = 1, .max = 1 << 20});
   o.add(c.load.turns, {.name = "turns", .help = "multi-turn: turns per conversation", .env = "TESSERA_BENCH_TURNS",
                        .min = 1, .max = 1024});
+  o.add(c.load.rag_pool, {.name = "rag-pool", .help = "rag: distinct documents requests draw from",
+                          .env = "TESSERA_BENCH_RAG_POOL", .min = 1, .max = 65536});
+  o.add(c.load.rag_k, {.name = "rag-k", .help = "rag: documents per request (drawn from the pool, shuffled; at most 64)",
+                       .env = "TESSERA_BENCH_RAG_K", .min = 1, .max = 64});
+  o.add(c.load.rag_doc_words, {.name = "rag-doc-words", .help = "rag: words per document",
+                               .env = "TESSERA_BENCH_RAG_DOC_WORDS", .min = 1, .max = 1 << 20});
+  o.add(c.load.rag_modes, {.name = "rag-modes",
+                           .help = "rag: caching modes to run, in order, against the same cluster: blend (documents in "
+                                   "`documents`: CacheBlend), prefix (the same text in the prompt: prefix cache only), "
+                                   "none (a unique cache_salt per request: nothing reused)",
+                           .env = "TESSERA_BENCH_RAG_MODES"});
+  o.add(c.load.rag_warmup, {.name = "rag-warmup",
+                            .help = "rag: before each mode's measured requests, unmeasured ones with each pool document "
+                                    "first (none: one request), so the pool is cached as in steady state",
+                            .env = "TESSERA_BENCH_RAG_WARMUP"});
+  o.add(c.load.recompute_ratio, {.name = "recompute-ratio",
+                                 .help = "rag: the blend mode's recompute_ratio; < 0 = the worker's "
+                                         "--blend-recompute-ratio",
+                                 .env = "TESSERA_BENCH_RECOMPUTE_RATIO", .min = -1, .max = 1});
+  o.add(c.load.cpu_pids, {.name = "cpu-pids",
+                          .help = "comma-separated pids of local processes (e.g. the workers) whose CPU time is summed "
+                                  "over each run and reported per request ("" = none)",
+                          .env = "TESSERA_BENCH_CPU_PIDS"});
   o.add(c.load.ignore_eos, {.name = "ignore-eos", .help = "always generate max-tokens tokens",
                             .env = "TESSERA_BENCH_IGNORE_EOS"});
   o.add(c.load.seed, {.name = "seed", .help = "workload generator seed", .env = "TESSERA_BENCH_SEED", .min = 0,
@@ -62,6 +86,32 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                               "client.key_secret and frontend.key (docs/security.md); \"\" = plain",
                       .env = "TESSERA_BENCH_CURVE_DIR"});
   o.add(c.json, {.name = "json", .help = "write the JSON report here (\"-\" = stdout)", .env = "TESSERA_BENCH_JSON"});
+}
+
+// Writes the report's JSON to `path` ("" = none); false when it cannot.
+bool write_json(const std::string& path, const std::string& text) {
+  if (path.empty()) return true;
+  std::ofstream out(path);
+  out << text << "\n";
+  if (!out) std::fprintf(stderr, "tessera bench: cannot write %s\n", path.c_str());
+  return static_cast<bool>(out);
+}
+
+int run_rag_bench(const bench::LoadConfig& c, const std::string& json_path) {
+  auto rep = bench::run_rag(c);
+  if (!rep.ok()) {
+    std::fprintf(stderr, "tessera bench: %s\n", rep.error().to_string().c_str());
+    return 2;
+  }
+  if (json_path == "-") {
+    std::printf("%s\n", bench::rag_report_json(*rep).c_str());
+  } else {
+    std::printf("%s", bench::rag_report_table(*rep).c_str());
+    if (!write_json(json_path, bench::rag_report_json(*rep))) return 1;
+  }
+  for (const auto& m : rep->modes)
+    if (m.load.failed > 0) return 1;
+  return 0;
 }
 
 int run_bench(const std::vector<std::string>& args) {
@@ -81,6 +131,7 @@ int run_bench(const std::vector<std::string>& args) {
     args_.load.curve = *to_frontend;
   }
   const bench::LoadConfig& c = args_.load;
+  if (c.workload == "rag") return run_rag_bench(c, args_.json);
   auto rep = bench::run_load(c);
   if (!rep.ok()) {
     std::fprintf(stderr, "tessera bench: %s\n", rep.error().to_string().c_str());
@@ -91,14 +142,7 @@ int run_bench(const std::vector<std::string>& args) {
     std::printf("%s\n", bench::report_json(*rep).c_str());
   } else {
     std::printf("%s", bench::report_table(*rep).c_str());
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      out << bench::report_json(*rep) << "\n";
-      if (!out) {
-        std::fprintf(stderr, "tessera bench: cannot write %s\n", json_path.c_str());
-        return 1;
-      }
-    }
+    if (!write_json(json_path, bench::report_json(*rep))) return 1;
   }
   return rep->failed == 0 ? 0 : 1;
 }

@@ -6,9 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <condition_variable>
+#include <fstream>
+#include <sstream>
 #include <mutex>
 #include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -32,7 +36,9 @@ const char* kWords[] = {"the", "little", "dog", "ran", "to", "a", "big", "red", 
                         "were", "very", "good", "friends", "ate", "cake", "smiled", "laughed", "ran", "fast", "slow",
                         "garden", "flower", "rain", "wind"};
 
-std::string words(std::mt19937_64& rng, int n) {
+}  // namespace
+
+std::string random_words(std::mt19937_64& rng, int n) {
   std::string s;
   std::uniform_int_distribution<size_t> pick(0, sizeof(kWords) / sizeof(kWords[0]) - 1);
   for (int i = 0; i < n; ++i) {
@@ -41,6 +47,10 @@ std::string words(std::mt19937_64& rng, int n) {
   }
   return s;
 }
+
+namespace {
+
+std::string words(std::mt19937_64& rng, int n) { return random_words(rng, n); }
 
 double ms_since(Clock::time_point t0, Clock::time_point t1) { return std::chrono::duration<double, std::milli>(t1 - t0).count(); }
 
@@ -62,8 +72,11 @@ RequestRecord finish_record(RequestRecord rec, Clock::time_point t0, const std::
 
 // One streamed request on `client` (kept alive between the requests of one thread);
 // `text_out` receives the generated text (multi-turn history).
-RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::string& path, const json& body,
+RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::string& path, json body,
                           std::string* text_out) {
+  // Usage (token counts, cached/reused tokens) comes in a streamed response only when asked for.
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
   RequestRecord rec;
   std::vector<Clock::time_point> chunks;
   std::string text;
@@ -109,8 +122,10 @@ RequestRecord one_request(http::Client& client, const LoadConfig& c, const std::
   if (usage.is_object()) {
     rec.prompt_tokens = usage.value("prompt_tokens", 0);
     rec.completion_tokens = usage.value("completion_tokens", 0);
-    if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object())
+    if (usage.contains("prompt_tokens_details") && usage["prompt_tokens_details"].is_object()) {
       rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", 0);
+      rec.reused_tokens = usage["prompt_tokens_details"].value("reused_tokens", 0);
+    }
   }
   return finish_record(std::move(rec), t0, chunks, text, text_out);
 }
@@ -192,7 +207,40 @@ bool read_counters(const LoadConfig& c, double* prompt, double* cached) {
   return p && q;
 }
 
+// One unit of work: one request, or one conversation of `turns` requests for multi-turn, or a
+// prepared /v1/completions body (run_prepared).
+struct Unit {
+  std::vector<std::string> user;  // one per turn (single-turn workloads: one)
+  int group = -1;
+  json prepared;                  // an object: sent as is (plus streaming)
+};
+
+// The driver: runs every unit (closed or open loop) and summarizes.
+Result<LoadReport> run_units(const LoadConfig& c, const std::vector<Unit>& units, const std::vector<std::string>& systems,
+                             std::mt19937_64& rng);
+
 }  // namespace
+
+double cpu_seconds(const std::string& pids) {
+  double total = 0;
+  std::stringstream list(pids);
+  for (std::string pid; std::getline(list, pid, ',');) {
+    if (pid.empty()) continue;
+    std::ifstream f("/proc/" + pid + "/stat");
+    std::string stat;
+    if (!std::getline(f, stat)) return -1.0;
+    // Fields after the command (in parentheses, may hold spaces): state is field 3, utime 14, stime 15.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return -1.0;
+    std::stringstream rest(stat.substr(close + 2));
+    std::string field;
+    double ticks = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i)
+      if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
+    total += ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return total;
+}
 
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
@@ -229,10 +277,6 @@ Result<LoadReport> run_load(const LoadConfig& c) {
   std::mt19937_64 rng(c.seed);
   std::vector<std::string> systems;
   for (int g = 0; g < c.num_groups; ++g) systems.push_back(words(rng, c.system_words));
-  struct Unit {
-    std::vector<std::string> user;  // one per turn (single-turn workloads: one)
-    int group = -1;
-  };
   std::vector<Unit> units;
   if (c.workload == "multi-turn") {
     const int convs = (c.num_requests + c.turns - 1) / c.turns;
@@ -243,17 +287,41 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     }
   } else {
     for (int i = 0; i < c.num_requests; ++i)
-      units.push_back(Unit{{words(rng, c.prompt_words)}, c.workload == "shared-prefix" ? i % c.num_groups : -1});
+      units.push_back(Unit{{words(rng, c.prompt_words)}, c.workload == "shared-prefix" ? i % c.num_groups : -1, {}});
   }
+  return run_units(c, units, systems, rng);
+}
 
+Result<LoadReport> run_prepared(const LoadConfig& c, const std::vector<std::string>& bodies) {
+  if (c.api != "http") return make_error(ErrorCode::kInvalidArgument, "workload " + c.workload + " runs over --api http only");
+  if (c.request_rate <= 0.0 && c.concurrency < 1)
+    return make_error(ErrorCode::kInvalidArgument, "give concurrency >= 1 or request-rate > 0");
+  std::vector<Unit> units;
+  for (const auto& b : bodies) {
+    json j = json::parse(b, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return make_error(ErrorCode::kInvalidArgument, "a prepared request is not a JSON object");
+    units.push_back(Unit{{}, -1, std::move(j)});
+  }
+  std::mt19937_64 rng(c.seed);
+  return run_units(c, units, {}, rng);
+}
+
+namespace {
+
+Result<LoadReport> run_units(const LoadConfig& c, const std::vector<Unit>& units, const std::vector<std::string>& systems,
+                             std::mt19937_64& rng) {
   LoadReport rep;
   rep.config = c;
+  int total_requests = 0;
+  for (const auto& u : units) total_requests += u.prepared.is_object() ? 1 : static_cast<int>(u.user.size());
   std::mutex mu;
   zmq::context_t zctx(1);
   const bool use_zmq = c.api == "zmq";
   auto run_unit = [&](const Unit& u, http::Client& client) {
     std::vector<RequestRecord> recs;
-    if (c.workload == "multi-turn") {
+    if (u.prepared.is_object()) {
+      recs.push_back(one_request(client, c, "/v1/completions", u.prepared, nullptr));
+    } else if (c.workload == "multi-turn") {
       json messages = json::array();
       for (const auto& user : u.user) {
         messages.push_back({{"role", "user"}, {"content", user}});
@@ -298,11 +366,12 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     }
     const double s = std::chrono::duration<double>(Clock::now() - since).count();
     std::fprintf(stderr, "tessera bench: %zu/%d requests done (%zu failed) in %.1f s, %.0f generated tokens/s\n", done,
-                 c.num_requests, failed, s, s > 0 ? tokens / s : 0.0);
+                 total_requests, failed, s, s > 0 ? tokens / s : 0.0);
   };
 
   double prompt0 = 0, cached0 = 0;
   const bool have_before = read_counters(c, &prompt0, &cached0);
+  const double cpu0 = c.cpu_pids.empty() ? -1.0 : cpu_seconds(c.cpu_pids);
   const auto t0 = Clock::now();
   std::mutex progress_mu;
   std::condition_variable progress_cv;
@@ -337,6 +406,10 @@ Result<LoadReport> run_load(const LoadConfig& c) {
   }
   for (auto& t : threads) t.join();
   rep.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (cpu0 >= 0) {
+    const double cpu1 = cpu_seconds(c.cpu_pids);
+    rep.cpu_s = cpu1 >= 0 ? cpu1 - cpu0 : -1.0;
+  }
   if (progress.joinable()) {
     {
       std::lock_guard<std::mutex> lock(progress_mu);
@@ -361,6 +434,7 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     rep.prompt_tokens += r.prompt_tokens;
     rep.cached_tokens += r.cached_tokens;
     rep.completion_tokens += r.completion_tokens;
+    rep.reused_tokens += r.reused_tokens;
   }
   rep.ttft = percentiles(ttft);
   rep.tpot = percentiles(tpot);
@@ -374,6 +448,8 @@ Result<LoadReport> run_load(const LoadConfig& c) {
     rep.metrics_hit_rate = (cached1 - cached0) / (prompt1 - prompt0);
   return rep;
 }
+
+}  // namespace
 
 std::string report_json(const LoadReport& r) {
   auto pj = [](const Percentiles& p) { return json{{"mean", p.mean}, {"p50", p.p50}, {"p90", p.p90}, {"p99", p.p99}, {"count", p.count}}; };
@@ -393,6 +469,8 @@ std::string report_json(const LoadReport& r) {
             {"requests_per_s", r.requests_per_s},
             {"prompt_tokens", r.prompt_tokens},
             {"cached_prompt_tokens", r.cached_tokens},
+            {"reused_prompt_tokens", r.reused_tokens},
+            {"cpu_s", r.cpu_s < 0 ? json(nullptr) : json(r.cpu_s)},
             {"completion_tokens", r.completion_tokens},
             {"prefix_cache_hit_rate_usage", r.usage_hit_rate},
             {"prefix_cache_hit_rate_metrics", r.metrics_hit_rate < 0 ? json(nullptr) : json(r.metrics_hit_rate)},

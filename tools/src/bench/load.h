@@ -7,11 +7,14 @@
 //   TPOT  (last chunk - first chunk) / (completion_tokens - 1), when completion_tokens >= 2
 //   ITL   gap between two consecutive streamed chunks (every gap of every request)
 // Throughput = completion tokens of successful requests / wall time of the run.
+// The `rag` workload (bench/rag.h) runs its prepared requests through the same driver
+// (run_prepared), once per caching mode.
 //
 // Thread-safety: run_load() spawns its own threads and returns when every request has ended.
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,7 @@ struct LoadConfig {
   int port = 8000;                  // HTTP API (and /metrics, read in both modes)
   std::string api = "http";         // http | zmq (the frontend's msgpack client API)
   std::string zmq_endpoint = "tcp://127.0.0.1:8001";
-  std::string workload = "random";  // random | shared-prefix | multi-turn
+  std::string workload = "random";  // random | shared-prefix | multi-turn | rag
   int num_requests = 64;            // multi-turn: total turns over all conversations
   int concurrency = 8;              // closed loop; used when request_rate == 0
   double request_rate = 0.0;        // requests per second (Poisson arrivals); 0 = closed loop
@@ -39,6 +42,14 @@ struct LoadConfig {
   int timeout_ms = 600000;
   double progress_s = 2.0;          // a progress line on stderr this often while it runs; 0 = none
   curve::ClientKeys curve;          // --api zmq against a --zmq-curve frontend; empty = plain
+  // rag (bench/rag.h): k documents of a pool, shuffled per request, then a prompt_words question.
+  int rag_pool = 8;                 // distinct documents
+  int rag_k = 4;                    // documents per request
+  int rag_doc_words = 96;           // words per document
+  std::string rag_modes = "blend,prefix,none";  // run in this order against the same cluster
+  bool rag_warmup = true;           // per mode, unmeasured: each document once first (bench/rag.h)
+  double recompute_ratio = -1.0;    // blend mode's recompute_ratio; < 0 = the worker's default
+  std::string cpu_pids;             // "PID,PID": local processes whose CPU time a run sums ("" = none)
 };
 
 struct RequestRecord {
@@ -50,6 +61,7 @@ struct RequestRecord {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;
+  int reused_tokens = 0;  // usage.prompt_tokens_details.reused_tokens (CacheBlend)
   std::vector<double> itl_ms;
 };
 
@@ -67,14 +79,26 @@ struct LoadReport {
   Percentiles ttft, tpot, itl, e2e;
   double output_tokens_per_s = 0.0;
   double requests_per_s = 0.0;
-  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, reused_tokens = 0, completion_tokens = 0;
+  double cpu_s = -1.0;            // CPU seconds of config.cpu_pids over the run; < 0 when not measured
   double usage_hit_rate = 0.0;    // cached / prompt tokens over this run's usage fields
   double metrics_hit_rate = -1.0; // from the frontend's /metrics counters (delta over the run); < 0 when unread
   std::vector<std::string> sample_errors;
 };
 
 // kInvalidArgument for a bad config; otherwise the report (failed requests are counted in it).
+// Workloads random, shared-prefix and multi-turn (rag: bench/rag.h).
 Result<LoadReport> run_load(const LoadConfig& config);
+
+// Streams each body (a /v1/completions request; "stream" and the usage option are set here)
+// through the same driver (config's concurrency or request rate, HTTP only) and summarizes them.
+Result<LoadReport> run_prepared(const LoadConfig& config, const std::vector<std::string>& bodies);
+
+// `n` words of a small children's-story vocabulary, separated by spaces (the workloads' text).
+std::string random_words(std::mt19937_64& rng, int n);
+
+// Sum of utime + stime of the comma-separated local pids, in seconds; < 0 when one is unreadable.
+double cpu_seconds(const std::string& pids);
 
 std::string report_json(const LoadReport& report);
 std::string report_table(const LoadReport& report);
