@@ -69,7 +69,7 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                                  .env = "TESSERA_BENCH_RECOMPUTE_RATIO", .min = -1, .max = 1});
   o.add(c.load.cpu_pids, {.name = "cpu-pids",
                           .help = "comma-separated pids of local processes (e.g. the workers) whose CPU time is summed "
-                                  "over each run and reported per request ("" = none)",
+                                  "over each run and reported per request (\"\" = none)",
                           .env = "TESSERA_BENCH_CPU_PIDS"});
   o.add(c.load.ignore_eos, {.name = "ignore-eos", .help = "always generate max-tokens tokens",
                             .env = "TESSERA_BENCH_IGNORE_EOS"});
