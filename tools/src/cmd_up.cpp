@@ -7,7 +7,8 @@
 // Options ([up] section of the config file, flags, TESSERA_UP_* environment variables): `up`'s
 // own are declared below; those it shares with its children (model, tokenizer, host, http-port,
 // num-pages, kv-dtype, kv-memory-mb, prefix-cache, log-level) are the children's declarations,
-// re-exported (ChildTables) and forwarded by name. Every argument passed to a child is checked
+// re-exported (ChildTables) and forwarded by name; the workers' K/V offload and CacheBlend options
+// and the scheduler's offload ones only when given (bench/up_forward.h). Every argument passed to a child is checked
 // against that child's table first. The same --config FILE is passed to every child, which reads
 // its own section ([scheduler], [worker], [frontend], [kvstore]); use sections only in such a
 // file. `tessera up` itself sets only what links the processes (endpoints, model, ports, pool size): those come
@@ -66,6 +67,7 @@
 #include "tessera/kvstore/options.h"
 #include "tessera/tools/command.h"
 #include "bench/up_checks.h"
+#include "bench/up_forward.h"
 #include "worker_options.h"
 
 namespace tessera::tools {
@@ -126,13 +128,7 @@ struct ChildTables {
   }
 };
 
-// A child's option re-exported by `up`: the child's declaration, with env TESSERA_UP_<NAME>.
-config::Option shared(const config::Options& child, std::string_view name) {
-  config::Option o = child.option(name);
-  o.env = "TESSERA_UP_";
-  for (char ch : o.name) o.env += ch == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  return o;
-}
+using up::shared;  // a child's option re-exported by `up` (bench/up_forward.h)
 
 void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   config::Option model = shared(t.worker, "model");
@@ -207,6 +203,9 @@ void declare_up_options(config::Options& o, UpConfig& c, const ChildTables& t) {
   o.add(c.worker_metrics_port, {.name = "worker-metrics-port",
                                 .help = "/metrics port of worker0; worker i listens on this + i (0 = scheduler-port + 10)",
                                 .env = "TESSERA_UP_WORKER_METRICS_PORT", .min = 0, .max = 65535 - 64});
+  // K/V offload and CacheBlend: passed on to every worker / the scheduler only when given.
+  up::declare_pass_through(o, t.worker, up::kWorkerPassThrough);
+  up::declare_pass_through(o, t.scheduler, up::kSchedulerPassThrough);
 }
 
 // The arguments `up` passes to one child, each checked against the child's own table (its name
@@ -328,6 +327,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
   TS_TRY(s.set("frontend-endpoint", sched_fe));
   TS_TRY(s.set("worker-endpoint", sched_we));
   TS_TRY(s.set("metrics-port", std::to_string(sp + 2)));
+  for (const auto& [name, value] : up::given(o, up::kSchedulerPassThrough)) TS_TRY(s.set(name, value));
   children.push_back({.name = "scheduler", .binary = bin("tessera-scheduler"), .args = s.take()});
 
   if (with_kvstore) {
@@ -354,6 +354,7 @@ Result<std::vector<ChildSpec>> plan_children(const config::Options& o, const UpC
     if (!c.worker.placement_rules.empty()) TS_TRY(w.set("placement-rules", c.worker.placement_rules));
     TS_TRY(w.set("metrics-port", std::to_string(c.worker_metrics_port + i)));
     TS_TRY(w.set("drain-timeout-s", std::to_string(c.drain_timeout_s)));
+    for (const auto& [name, value] : up::given(o, up::kWorkerPassThrough)) TS_TRY(w.set(name, value));
     // dki: the worker fetches and stores preference K/V there (docs/preference.md).
     if (with_kvstore) TS_TRY(w.set("kvstore", kvstore_endpoint));
     children.push_back(
@@ -459,6 +460,10 @@ int run_up(const std::vector<std::string>& args) {
   }
 
   const bool with_kvstore = c.kvstore && fs::exists(bin("tessera-kvstore"));
+  if (o.get_bool("kv-offload") && !with_kvstore) {
+    std::fprintf(stderr, "tessera up: --kv-offload needs the kvstore: --kvstore true and tessera-kvstore next to tessera\n");
+    return 2;
+  }
   const std::string instance = up::new_instance_id();
   auto planned = plan_children(o, c, tables, model, model_name, instance, bin, with_kvstore);
   if (!planned.ok()) {

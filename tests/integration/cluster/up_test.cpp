@@ -56,8 +56,8 @@ int free_port_block() {
   return -1;
 }
 
-// The pid of the live tessera-worker child of `parent` named `name` (--name), or 0.
-pid_t worker_pid(pid_t parent, const std::string& name) {
+// The pid of the live `binary` child of `parent` whose arguments hold `arg` (e.g. its --name), or 0.
+pid_t child_pid(pid_t parent, const std::string& binary, const std::string& arg) {
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return 0;
   pid_t found = 0;
@@ -77,13 +77,24 @@ pid_t worker_pid(pid_t parent, const std::string& name) {
     std::ifstream cmd("/proc/" + pid + "/cmdline");
     std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
     std::replace(args.begin(), args.end(), '\0', ' ');
-    if (args.find("tessera-worker") != std::string::npos && args.find(" " + name + " ") != std::string::npos) {
+    if (args.find(binary) != std::string::npos && args.find(" " + arg + " ") != std::string::npos) {
       found = static_cast<pid_t>(std::stol(pid));
       break;
     }
   }
   ::closedir(proc);
   return found;
+}
+
+// The pid of the live tessera-worker child of `parent` named `name` (--name), or 0.
+pid_t worker_pid(pid_t parent, const std::string& name) { return child_pid(parent, "tessera-worker", name); }
+
+// A process's arguments, space-separated (with a trailing space).
+std::string cmdline(pid_t pid) {
+  std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+  std::replace(args.begin(), args.end(), '\0', ' ');
+  return args;
 }
 
 bool file_contains(const std::string& path, const std::string& text) {
@@ -375,6 +386,45 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
 
   up.signal(SIGTERM);
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
+}
+
+// The worker's K/V offload and CacheBlend options and the scheduler's offload options, given to
+// `tessera up`, reach the children (docs/kv.md): the worker runs its offloader (its series in
+// /metrics) with the codec given; options not given are not passed (a [worker] section applies).
+TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
+  const int base = free_port_block();
+  ASSERT_GT(base, 0);
+  const std::string dir = testing::make_temp_dir("tessera-up-offload");
+  Process up(testing::bin_path("tessera"),
+             {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
+              std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
+              std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
+              "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
+              "--kv-offload-min-pages", "2"},
+             dir + "/up.log");
+  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << dir << "/up.log";
+  const std::string worker = cmdline(worker_pid(up.pid(), "worker0"));
+  EXPECT_NE(worker.find(" --kv-offload true "), std::string::npos) << worker;
+  EXPECT_NE(worker.find(" --kv-offload-codec zstd "), std::string::npos) << worker;
+  EXPECT_NE(worker.find(" --blend-cache-mb 3 "), std::string::npos) << worker;
+  EXPECT_EQ(worker.find("--blend-recompute-ratio"), std::string::npos) << "not given, not passed: " << worker;
+  const std::string sched = cmdline(child_pid(up.pid(), "tessera-scheduler", "--worker-endpoint"));
+  EXPECT_NE(sched.find(" --kv-offload-min-pages 2 "), std::string::npos) << sched;
+  auto m = http::request({.port = base + 2 + 10, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+  ASSERT_TRUE(m.ok()) << m.error().to_string();
+  EXPECT_NE(m->body.find("tessera_worker_kv_offload_pages_total"), std::string::npos) << "the offloader runs";
+  up.signal(SIGTERM);
+  EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
+}
+
+// --kv-offload without the kvstore: exit 2 at once, saying why.
+TEST(TesseraUp, KvOffloadWithoutTheKvstoreFailsFast) {
+  const std::string dir = testing::make_temp_dir("tessera-up-offload");
+  Process up(testing::bin_path("tessera"),
+             {"up", "--synth-like", "stories260k", "--data-dir", dir, "--kvstore", "false", "--kv-offload", "true"},
+             dir + "/up.log");
+  EXPECT_EQ(up.wait_exit(milliseconds(10000)), 2);
+  EXPECT_TRUE(file_contains(dir + "/up.log", "--kv-offload needs the kvstore")) << dir << "/up.log";
 }
 
 }  // namespace
