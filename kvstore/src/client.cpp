@@ -113,6 +113,28 @@ Result<ClientGet> Client::get(const BlobKey& key) {
   return ClientGet{r.found, parse_tier(r.tier), std::move(r.blob)};
 }
 
+Result<std::vector<ClientGet>> Client::get_many(uint64_t fingerprint, const std::string& user,
+                                                const std::vector<std::string>& hashes) {
+  if (hashes.empty() || hashes.size() > wire::kMaxGetMany)
+    return make_error(ErrorCode::kInvalidArgument, "get_many takes 1.." + std::to_string(wire::kMaxGetMany) +
+                                                       " hashes (got " + std::to_string(hashes.size()) + ")");
+  for (const auto& h : hashes) TS_TRY(validate_key(BlobKey{fingerprint, user, h}));
+  wire::Request req = request(wire::Op::kGetMany, BlobKey{fingerprint, user, ""});
+  req.hashes = hashes;
+  TS_ASSIGN_OR_RETURN(wire::Reply r, impl_->call(std::move(req), "get_many_reply"));
+  if (r.results.size() != hashes.size())
+    return make_error(ErrorCode::kMalformedMessage, "kvstore answered " + std::to_string(r.results.size()) +
+                                                        " results to a get_many of " + std::to_string(hashes.size()));
+  std::vector<ClientGet> out;
+  out.reserve(r.results.size());
+  for (auto& e : r.results) out.push_back(ClientGet{e.found, parse_tier(e.tier), std::move(e.blob)});
+  return out;
+}
+
+bool Client::is_unknown_get_many(const Error& e) {
+  return e.code == ErrorCode::kInvalidArgument && e.message.find("unknown type 'get_many'") != std::string::npos;
+}
+
 Result<Tier> Client::exists(const BlobKey& key) {
   TS_TRY(validate_key(key));
   TS_ASSIGN_OR_RETURN(wire::Reply r, impl_->call(request(wire::Op::kExists, key), "exists_reply"));

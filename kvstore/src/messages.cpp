@@ -43,6 +43,41 @@ Result<msgpack::object_handle> unpack(std::string_view body) {
   return msgpack_io::unpack(body, kLimit, /*zero_copy=*/true);
 }
 
+// get_many: `fingerprint` and `hashes`, an array of 1..kMaxGetMany str/bin, each a valid key hash.
+Status decode_hashes(const MapView& f, Request* r) {
+  TS_ASSIGN_OR_RETURN(r->key.fingerprint, get_u64(f, "fingerprint", true));
+  const msgpack::object* h = f.find("hashes");
+  if (h == nullptr) return make_error(ErrorCode::kInvalidArgument, "missing required field 'hashes'");
+  if (h->type != msgpack::type::ARRAY || h->via.array.size == 0 || h->via.array.size > kMaxGetMany)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "hashes must be an array of 1.." + std::to_string(kMaxGetMany) + " strings");
+  for (uint32_t i = 0; i < h->via.array.size; ++i) {
+    std::string_view v;
+    TS_TRY(msgpack_io::read_bytes(h->via.array.ptr[i], "hashes[" + std::to_string(i) + "]", true, &v));
+    r->hashes.emplace_back(v);
+    TS_TRY(validate_key(BlobKey{r->key.fingerprint, r->key.user, r->hashes.back()}));
+  }
+  return ok_status();
+}
+
+// get_many_reply's `results`: an array of {found, tier, blob (when found)} maps.
+Status decode_results(const MapView& f, Reply* r) {
+  const msgpack::object* a = f.find("results");
+  if (a == nullptr) return ok_status();
+  if (a->type != msgpack::type::ARRAY) return make_error(ErrorCode::kMalformedMessage, "results must be an array");
+  for (uint32_t i = 0; i < a->via.array.size; ++i) {
+    TS_ASSIGN_OR_RETURN(MapView e, fields_of(a->via.array.ptr[i]));
+    ManyEntry m;
+    m.found = get_bool(e, "found");
+    TS_ASSIGN_OR_RETURN(std::string_view tier, get_bytes(e, "tier", false, false));
+    m.tier = std::string(tier);
+    TS_ASSIGN_OR_RETURN(std::string_view blob, get_bytes(e, "blob", false, true));
+    m.blob = std::string(blob);
+    r->results.push_back(std::move(m));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 const char* op_name(Op op) {
@@ -54,6 +89,7 @@ const char* op_name(Op op) {
     case Op::kInvalidateUser: return "invalidate_user";
     case Op::kClear: return "clear";
     case Op::kStats: return "stats";
+    case Op::kGetMany: return "get_many";
   }
   return "?";
 }
@@ -79,7 +115,7 @@ Result<Request> decode_request(std::string_view body) {
   TS_ASSIGN_OR_RETURN(r.id, get_u64(f, "id", true));
   TS_ASSIGN_OR_RETURN(std::string_view type, get_bytes(f, "type", true, false));
   bool known = false;
-  for (Op op : {Op::kPut, Op::kGet, Op::kExists, Op::kDelete, Op::kInvalidateUser, Op::kClear, Op::kStats}) {
+  for (Op op : {Op::kPut, Op::kGet, Op::kExists, Op::kDelete, Op::kInvalidateUser, Op::kClear, Op::kStats, Op::kGetMany}) {
     if (type == op_name(op)) {
       r.op = op;
       known = true;
@@ -88,10 +124,10 @@ Result<Request> decode_request(std::string_view body) {
   if (!known) {
     return make_error(ErrorCode::kInvalidArgument,
                       "unknown type '" + std::string(type.substr(0, 64)) +
-                          "' (expected put, get, exists, delete, invalidate_user, clear or stats)");
+                          "' (expected put, get, get_many, exists, delete, invalidate_user, clear or stats)");
   }
   const bool keyed = r.op == Op::kPut || r.op == Op::kGet || r.op == Op::kExists || r.op == Op::kDelete;
-  if (keyed || r.op == Op::kInvalidateUser) {
+  if (keyed || r.op == Op::kInvalidateUser || r.op == Op::kGetMany) {
     TS_ASSIGN_OR_RETURN(std::string_view user, get_bytes(f, "user", true, true));
     r.key.user = std::string(user);
     if (std::string problem = validate_user(user); !problem.empty()) {
@@ -104,6 +140,7 @@ Result<Request> decode_request(std::string_view body) {
     r.key.hash = std::string(hash);
     TS_TRY(validate_key(r.key));
   }
+  if (r.op == Op::kGetMany) TS_TRY(decode_hashes(f, &r));
   if (r.op == Op::kPut) {
     TS_ASSIGN_OR_RETURN(r.blob, get_bytes(f, "blob", true, true));
     TS_ASSIGN_OR_RETURN(uint64_t ttl, get_u64(f, "ttl_s", false));
@@ -129,9 +166,15 @@ std::string encode_request(const Request& r) {
   w.str(op_name(r.op));
   w.key("id");
   w.u64(r.id);
-  if (keyed || r.op == Op::kInvalidateUser) {
+  if (keyed || r.op == Op::kInvalidateUser || r.op == Op::kGetMany) {
     w.key("user");
     w.str(r.key.user);
+  }
+  if (r.op == Op::kGetMany) {
+    w.key("fingerprint");
+    w.u64(r.key.fingerprint);
+    w.key("hashes");
+    w.strs(r.hashes);
   }
   if (keyed) {
     w.key("fingerprint");
@@ -151,7 +194,9 @@ std::string encode_request(const Request& r) {
 
 std::string encode_reply(const Reply& r) {
   Writer w;
-  w.reserve(256 + r.blob.size() + r.blob_view.size() + r.metrics.size());
+  size_t many = 0;
+  for (const auto& e : r.results) many += 32 + e.blob.size() + e.blob_view.size();
+  w.reserve(256 + r.blob.size() + r.blob_view.size() + r.metrics.size() + many);
   const std::string& t = r.type;
   w.begin_map();
   w.key("v");
@@ -175,6 +220,21 @@ std::string encode_reply(const Reply& r) {
     if (t == "get_reply" && r.found) {
       w.key("blob");
       w.bin(r.blob_view.empty() ? std::string_view(r.blob) : r.blob_view);
+    }
+  } else if (t == "get_many_reply") {
+    w.key("results");
+    w.begin_array(static_cast<uint32_t>(r.results.size()));
+    for (const auto& e : r.results) {
+      w.begin_map();
+      w.key("found");
+      w.boolean(e.found);
+      w.key("tier");
+      w.str(e.tier);
+      if (e.found) {
+        w.key("blob");
+        w.bin(e.blob_view.empty() ? std::string_view(e.blob) : e.blob_view);
+      }
+      w.end_map();
     }
   } else if (t == "put_reply") {
     w.key("stored_l1");
@@ -247,6 +307,7 @@ Result<Reply> decode_reply(std::string_view body) {
   r.redis_up = get_bool(f, "redis_up");
   TS_ASSIGN_OR_RETURN(r.l1_entries, get_u64(f, "l1_entries", false));
   TS_ASSIGN_OR_RETURN(r.l1_bytes, get_u64(f, "l1_bytes", false));
+  TS_TRY(decode_results(f, &r));
   return r;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessera/common/result.h"
 #include "tessera/kvstore/key.h"
@@ -18,9 +19,14 @@ namespace tessera::kvstore::wire {
 
 inline constexpr int64_t kVersion = 1;
 inline constexpr uint32_t kMaxTtlSeconds = 365u * 24 * 3600;
+inline constexpr size_t kMaxGetMany = 256;  // hashes in one get_many
 
-enum class Op : uint8_t { kPut, kGet, kExists, kDelete, kInvalidateUser, kClear, kStats };
-const char* op_name(Op op);  // "put", "get", "exists", "delete", "invalidate_user", "clear", "stats"
+// kGetMany (added after the others, so older servers answer it `invalid_argument` "unknown
+// type"): the blobs of several hashes of one (fingerprint, user), one reply.
+enum class Op : uint8_t { kPut, kGet, kExists, kDelete, kInvalidateUser, kClear, kStats, kGetMany };
+inline constexpr int kNumOps = 8;
+// "put", "get", "exists", "delete", "invalidate_user", "clear", "stats", "get_many"
+const char* op_name(Op op);
 
 struct Request {
   uint64_t id = 0;
@@ -28,6 +34,7 @@ struct Request {
   BlobKey key;           // put/get/exists/delete (user alone for invalidate_user)
   std::string_view blob; // put: a view into the decoded buffer (valid while it lives)
   uint32_t ttl_s = 0;    // put: 0 = the service default
+  std::vector<std::string> hashes;  // get_many (key.fingerprint and key.user name the rest)
 };
 
 // `body` must outlive the returned Request (blob is a view into it).
@@ -35,6 +42,14 @@ Result<Request> decode_request(std::string_view body);
 std::string encode_request(const Request& r);
 // Best effort id of an undecodable request (0 when unreadable).
 uint64_t peek_id(std::string_view body);
+
+// One hash's answer in a get_many_reply, in the request's order.
+struct ManyEntry {
+  bool found = false;
+  std::string tier;
+  std::string blob;            // decoded replies own their blob
+  std::string_view blob_view;  // encode: used instead of `blob` when non-empty (no copy)
+};
 
 struct Reply {
   uint64_t id = 0;
@@ -47,6 +62,8 @@ struct Reply {
   std::string tier;
   std::string blob;            // decoded replies own their blob
   std::string_view blob_view;  // encode: used instead of `blob` when non-empty (no copy)
+  // get_many
+  std::vector<ManyEntry> results;
   // put
   bool stored_l1 = false, stored_l2 = false;
   std::string note;

@@ -49,7 +49,7 @@ struct Server::Impl {
   bool pool_stop = false;                                  // GUARDED_BY(mu)
   std::vector<std::thread> workers;
 
-  std::atomic<uint64_t> requests[7] = {};
+  std::atomic<uint64_t> requests[wire::kNumOps] = {};
   std::atomic<uint64_t> bad_requests{0}, overloaded{0}, inline_answers{0};
 
   Outgoing handle(const wire::Request& req);
@@ -71,7 +71,7 @@ void Server::Impl::send(zmq::socket_t& sock, Outgoing out) {
 std::string Server::Impl::metrics() const {
   metrics::Registry reg;
   store->export_metrics(reg);
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < wire::kNumOps; ++i) {
     reg.counter("tessera_kvstore_requests_total", "Requests decoded, by type.",
                 {{"type", wire::op_name(static_cast<wire::Op>(i))}})
         .inc(static_cast<double>(requests[i].load()));
@@ -120,6 +120,24 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
         r.blob_view = *keep;
       }
       break;
+    }
+    case wire::Op::kGetMany: {
+      // Every hash in order (L1, then Redis, as get); a failure of any one fails the request.
+      std::vector<Blob> held;  // the blobs the reply's views point into
+      for (const std::string& h : req.hashes) {
+        auto g = store->get(BlobKey{req.key.fingerprint, req.key.user, h});
+        if (!g.ok()) return fail(g.error());
+        wire::ManyEntry e;
+        e.found = g->blob != nullptr;
+        e.tier = tier_name(g->tier);
+        if (e.found) {
+          held.push_back(g->blob);
+          e.blob_view = *held.back();
+        }
+        r.results.push_back(std::move(e));
+      }
+      out.body = wire::encode_reply(r);
+      return out;
     }
     case wire::Op::kExists: {
       auto e = store->exists(req.key);

@@ -1,6 +1,7 @@
 // KvOffloader: spills and reloads of K/V pages through the kvstore (kv_offload.h has the contract).
 #include "tessera/worker/kv_offload.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -13,6 +14,10 @@
 
 namespace tessera::worker {
 namespace {
+
+// Pages fetched per kvstore round trip on a reload (`get_many`; the kvstore takes up to 256):
+// 64 pages of a SmolLM2-135M shape are ~12 MB with int8, well under the 256 MiB message limit.
+constexpr size_t kReloadBatch = 64;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -160,14 +165,25 @@ Result<ReloadResult> KvOffloader::reload(Backend& backend, const KvReload& r) {
     missed = r.pages.empty() ? 0 : 1;  // kvstore recently down: recompute without waiting on it
   } else {
     const uint64_t fp = backend.model().fingerprint;
+    const std::string user = key_for(fp, r.ns_hash, 0).user;
+    std::vector<StoreGet> batch;  // the blobs of pages [batch_begin, batch_begin + batch.size())
+    size_t batch_begin = 0;
     for (size_t i = 0; i < r.pages.size(); ++i) {
-      auto got = im.store->get(key_for(fp, r.ns_hash, r.hashes[i]));
-      if (!got.ok()) {
-        im.store_retry_at = Clock::now() + std::chrono::milliseconds(im.options.store_backoff_ms);
-        TS_LOG(kWarn) << "kv-offload: kvstore get failed (" << got.error().message << "); recomputing";
-        ++missed;
-        break;
+      if (i == batch_begin + batch.size()) {  // one kvstore round trip for up to kReloadBatch pages
+        std::vector<std::string> hashes;
+        for (size_t j = i; j < std::min(r.pages.size(), i + kReloadBatch); ++j)
+          hashes.push_back(key_for(fp, r.ns_hash, r.hashes[j]).hash);
+        auto got = im.store->get_many(fp, user, hashes);
+        if (!got.ok()) {
+          im.store_retry_at = Clock::now() + std::chrono::milliseconds(im.options.store_backoff_ms);
+          TS_LOG(kWarn) << "kv-offload: kvstore get failed (" << got.error().message << "); recomputing";
+          ++missed;
+          break;
+        }
+        batch = std::move(got).value();
+        batch_begin = i;
       }
+      StoreGet* got = &batch[i - batch_begin];
       if (!got->found) {
         ++missed;
         break;

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tessera/common/curve.h"
 #include "tessera/common/result.h"
@@ -64,6 +65,13 @@ class Client {
 
   Result<ClientPut> put(const BlobKey& key, std::string_view blob, uint32_t ttl_s = 0);
   Result<ClientGet> get(const BlobKey& key);
+  // The blobs of several hashes of one (fingerprint, user) in one round trip (`get_many`,
+  // docs/kvstore.md): one ClientGet per hash, in order; 1..256 hashes (kInvalidArgument
+  // otherwise). A kvstore older than get_many answers kInvalidArgument "unknown type 'get_many'"
+  // (is_unknown_get_many()): use get() per hash with it.
+  Result<std::vector<ClientGet>> get_many(uint64_t fingerprint, const std::string& user,
+                                          const std::vector<std::string>& hashes);
+  static bool is_unknown_get_many(const Error& e);
   Result<Tier> exists(const BlobKey& key);
   Result<bool> remove(const BlobKey& key);
   Result<InvalidateResult> invalidate_user(const std::string& user);

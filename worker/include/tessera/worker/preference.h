@@ -75,6 +75,10 @@ class PreferenceStore {
   virtual ~PreferenceStore() = default;
   virtual Result<StoreGet> get(const kvstore::BlobKey& key) = 0;
   virtual Status put(const kvstore::BlobKey& key, std::string blob) = 0;
+  // The blobs of `hashes` (1..256) of one (fingerprint, user), one StoreGet per hash in order.
+  // Default: get() per hash; the kvstore client's does it in one round trip (`get_many`).
+  virtual Result<std::vector<StoreGet>> get_many(uint64_t fingerprint, const std::string& user,
+                                                 const std::vector<std::string>& hashes);
 };
 // tessera-kvstore over ZeroMQ: one Client for gets, another for puts, so a multi-megabyte put
 // never delays a get. Connect errors as Client::connect.
