@@ -11,7 +11,10 @@
 #include <cmath>
 #include <string>
 
+#include "tessera/common/metrics.h"
+#include "tessera/kvstore/client.h"
 #include "tessera/testing/cluster.h"
+#include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/redis_server.h"
 
@@ -114,6 +117,22 @@ TEST_F(KvOffloadCluster, PrefixEvictedOnOneWorkerIsReloadedByTheOther) {
       << sched("tessera_scheduler_kv_offload_reloaded_pages_total") << " pages reloaded";
   EXPECT_GE(sched("tessera_scheduler_kv_offload_reloads_total"), 1.0);
   EXPECT_GT(sched("tessera_scheduler_kv_offload_reload_bytes_total"), 0.0);
+  // One kvstore round trip per reload (`get_many`, up to 64 pages each), never one per page.
+  auto kc = kvstore::Client::connect({.endpoint = kv_->endpoint(), .timeout_ms = 5000,
+                                      .curve = client_keys(curve::Role::kFrontend, curve::Role::kKvstore)});
+  ASSERT_TRUE(kc.ok()) << kc.error().to_string();
+  auto st = (*kc)->stats();
+  ASSERT_TRUE(st.ok()) << st.error().to_string();
+  auto samples = metrics::parse_text(st->metrics);
+  ASSERT_TRUE(samples.ok()) << samples.error().to_string();
+  double get_many = -1, get = -1;
+  for (const auto& s : *samples) {
+    if (s.name != "tessera_kvstore_requests_total") continue;
+    if (s.labels == "type=\"get_many\"") get_many = s.value;
+    if (s.labels == "type=\"get\"") get = s.value;
+  }
+  EXPECT_EQ(get_many, sched("tessera_scheduler_kv_offload_reloads_total")) << st->metrics;
+  EXPECT_EQ(get, 0.0) << "no per-page gets";
 }
 
 }  // namespace

@@ -1,0 +1,154 @@
+// `get_many` (docs/kvstore.md "Messages") against the real tessera-kvstore process: several
+// hashes of one (fingerprint, user) in one round trip, answered in order with hits, misses and
+// tiers as `get` answers them; users stay apart; bad requests are errors naming the field and the
+// service keeps serving.
+#include <gtest/gtest.h>
+
+#include <msgpack.hpp>
+
+#include <string>
+#include <vector>
+
+#include "../../unit/kvstore/synthetic_kv.h"
+#include "tessera/common/msgpack_io.h"
+#include "tessera/kvstore/blob.h"
+#include "tessera/kvstore/client.h"
+#include "tessera/testing/curve_keys.h"
+#include "tessera/testing/kv_process.h"
+
+namespace tessera::kvstore {
+namespace {
+
+using testing::KvProcess;
+
+constexpr uint64_t kFp = 0x5eed0123ULL;
+
+std::unique_ptr<Client> connect_to(const KvProcess& p) {
+  return Client::connect({.endpoint = p.endpoint(), .timeout_ms = 10000,
+                          .curve = tessera::testing::client_keys(curve::Role::kFrontend, curve::Role::kKvstore)})
+      .value();
+}
+
+std::string blob(uint32_t tokens, uint32_t seed) {
+  return encode_blob(testing::synthetic_kv(DType::kF16, {2, tokens, 2, 32}, kFp, seed), {.codec = Codec::kZstd}).value();
+}
+
+// A raw get_many body; `hashes` written as given (an array of strings) unless `not_array`.
+std::string raw_get_many(uint64_t id, const std::vector<std::string>& hashes, bool not_array = false) {
+  msgpack_io::Writer w;
+  w.begin_map();
+  w.key("v");
+  w.i64(1);
+  w.key("type");
+  w.str("get_many");
+  w.key("id");
+  w.u64(id);
+  w.key("user");
+  w.str("alice");
+  w.key("fingerprint");
+  w.u64(kFp);
+  w.key("hashes");
+  if (not_array) {
+    w.str("h0");
+  } else {
+    w.strs(hashes);
+  }
+  w.end_map();
+  return w.take();
+}
+
+// `key` of a reply map as text ("" when absent or not a string).
+std::string field(const std::string& reply, const std::string& key) {
+  msgpack::object_handle oh = msgpack::unpack(reply.data(), reply.size());
+  const msgpack::object& o = oh.get();
+  if (o.type != msgpack::type::MAP) return "";
+  for (uint32_t i = 0; i < o.via.map.size; ++i) {
+    const auto& kv = o.via.map.ptr[i];
+    if (kv.key.type == msgpack::type::STR && kv.key.as<std::string>() == key && kv.val.type == msgpack::type::STR)
+      return kv.val.as<std::string>();
+  }
+  return "";
+}
+
+TEST(KvServiceGetMany, AnswersEveryHashInOrderInOneRoundTrip) {
+  auto kv = KvProcess::start({});
+  ASSERT_NE(kv, nullptr);
+  auto c = connect_to(*kv);
+  std::vector<std::string> blobs;
+  for (uint32_t i = 0; i < 40; ++i) {
+    blobs.push_back(blob(16, i + 1));
+    ASSERT_TRUE(c->put({kFp, "alice", "page" + std::to_string(i)}, blobs.back()).ok());
+  }
+  std::vector<std::string> hashes;
+  for (int i = 0; i < 40; ++i) hashes.push_back("page" + std::to_string(i));
+  hashes.insert(hashes.begin() + 3, "never-put");
+  auto got = c->get_many(kFp, "alice", hashes);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_EQ(got->size(), hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    SCOPED_TRACE(hashes[i]);
+    if (i == 3) {
+      EXPECT_FALSE((*got)[i].found);
+      EXPECT_EQ((*got)[i].tier, Tier::kNone);
+      EXPECT_TRUE((*got)[i].blob.empty());
+      continue;
+    }
+    ASSERT_TRUE((*got)[i].found);
+    EXPECT_EQ((*got)[i].tier, Tier::kL1);
+    EXPECT_EQ((*got)[i].blob, blobs[i < 3 ? i : i - 1]);
+  }
+  // Another user's namespace holds none of them.
+  auto bob = c->get_many(kFp, "bob", {"page0", "page1"});
+  ASSERT_TRUE(bob.ok());
+  EXPECT_FALSE((*bob)[0].found);
+  EXPECT_FALSE((*bob)[1].found);
+  // One request each, counted under its own type; the hits as get's.
+  auto stats = c->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_NE(stats->metrics.find("tessera_kvstore_requests_total{type=\"get_many\"} 2\n"), std::string::npos)
+      << stats->metrics;
+  EXPECT_NE(stats->metrics.find("tessera_kvstore_requests_total{type=\"get\"} 0\n"), std::string::npos);
+  EXPECT_NE(stats->metrics.find("tessera_kvstore_hits_total{tier=\"l1\"} 40\n"), std::string::npos) << stats->metrics;
+}
+
+TEST(KvServiceGetMany, BadRequestsNameTheFieldAndTheServiceStaysUp) {
+  auto kv = KvProcess::start({});
+  ASSERT_NE(kv, nullptr);
+  auto c = connect_to(*kv);
+  // Client side: the count is checked before sending.
+  EXPECT_EQ(c->get_many(kFp, "alice", {}).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(c->get_many(kFp, "alice", std::vector<std::string>(257, "h")).error().code, ErrorCode::kInvalidArgument);
+  // Service side, raw: each an invalid_argument error naming `hashes`.
+  struct Case {
+    const char* name;
+    std::string body;
+    const char* mentions;
+  };
+  const std::vector<Case> cases = {
+      {"no hashes", raw_get_many(21, {}), "hashes"},
+      {"too many", raw_get_many(22, std::vector<std::string>(257, "h")), "hashes"},
+      {"not an array", raw_get_many(23, {}, true), "hashes"},
+      {"an empty hash", raw_get_many(24, {"h0", ""}), "hash"},
+  };
+  uint64_t id = 21;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    auto r = c->call_raw(k.body, id++);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(field(*r, "type"), "error");
+    EXPECT_EQ(field(*r, "error"), "invalid_argument");
+    EXPECT_NE(field(*r, "message").find(k.mentions), std::string::npos) << field(*r, "message");
+  }
+  ASSERT_TRUE(c->put({kFp, "alice", "h0"}, blob(4, 9)).ok());
+  auto ok = c->get_many(kFp, "alice", {"h0"});
+  ASSERT_TRUE(ok.ok()) << ok.error().to_string();
+  EXPECT_TRUE((*ok)[0].found);
+  // What a client sees from a kvstore without get_many: recognized, so it can fall back to get.
+  EXPECT_TRUE(Client::is_unknown_get_many(Error{ErrorCode::kInvalidArgument,
+                                                "kvstore: unknown type 'get_many' (expected put, get, exists, delete, "
+                                                "invalidate_user, clear or stats)"}));
+  EXPECT_FALSE(Client::is_unknown_get_many(Error{ErrorCode::kInvalidArgument, "kvstore: hashes must be an array"}));
+}
+
+}  // namespace
+}  // namespace tessera::kvstore
