@@ -121,7 +121,13 @@ std::vector<std::vector<uint8_t>> kvstore_seeds() {
     }
     out.push_back(bytes_of(encode_request(r)));
   }
+  Request many{.id = 12, .op = Op::kGetMany, .key = key};
+  many.hashes = {"h1", "h2", "h3"};
+  out.push_back(bytes_of(encode_request(many)));
   out.push_back(bytes_of(encode_reply(Reply{.id = 11, .type = "get_reply", .found = true, .tier = "l1", .blob = "xyz"})));
+  Reply many_reply{.id = 12, .type = "get_many_reply"};
+  many_reply.results = {ManyEntry{.found = true, .tier = "l2", .blob = "abc"}, ManyEntry{}};
+  out.push_back(bytes_of(encode_reply(many_reply)));
   out.push_back(bytes_of(encode_reply(Reply{.id = 11, .type = "put_reply", .stored_l1 = true, .note = "n"})));
   Reply stats{.id = 11, .type = "stats_reply"};
   stats.metrics = "tessera_kvstore_l1_entries 1\n";

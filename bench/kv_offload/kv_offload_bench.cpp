@@ -66,11 +66,24 @@ StepPlan prefill(uint64_t step, const std::vector<int32_t>& tokens, int32_t star
   return p;
 }
 
+// --per-page-gets: the store without its one-round-trip get_many (PreferenceStore's default:
+// get() per page), i.e. how reloads fetched pages before `get_many`.
+class PerPageStore final : public PreferenceStore {
+ public:
+  explicit PerPageStore(PreferenceStore* inner) : inner_(inner) {}
+  Result<StoreGet> get(const kvstore::BlobKey& key) override { return inner_->get(key); }
+  Status put(const kvstore::BlobKey& key, std::string blob) override { return inner_->put(key, std::move(blob)); }
+
+ private:
+  PreferenceStore* inner_;
+};
+
 }  // namespace
 
 struct Args {
   std::string model, like = "smollm2-135m", dtype = "q8_0", codec = "int8", blob_dtype = "f16", kvstore;
   int prefix_tokens = 512, suffix_tokens = 16, runs = 7, threads = 1;
+  bool per_page_gets = false;
 };
 
 int main(int argc, char** argv) {
@@ -82,6 +95,8 @@ int main(int argc, char** argv) {
   t.add(a.codec, {.name = "codec", .help = "codec of the spilled pages (any kvstore codec name)"});
   t.add(a.blob_dtype, {.name = "blob-dtype", .help = "element type pages are stored from", .choices = {"f16", "f32"}});
   t.add(a.kvstore, {.name = "kvstore", .help = "a running tessera-kvstore (tcp://HOST:PORT); \"\" = in-process L1"});
+  t.add(a.per_page_gets, {.name = "per-page-gets",
+                          .help = "reload with one kvstore get per page instead of get_many (the earlier behaviour)"});
   t.add(a.prefix_tokens, {.name = "prefix-tokens", .help = "evicted prefix (a multiple of 16)", .min = 16, .max = 1 << 20});
   t.add(a.suffix_tokens, {.name = "suffix-tokens", .help = "tokens after the prefix", .min = 1, .max = 1 << 20});
   t.add(a.runs, {.name = "runs", .help = "runs; medians are reported", .min = 1, .max = 1000});
@@ -112,6 +127,11 @@ int main(int argc, char** argv) {
     auto s = connect_kvstore({.endpoint = a.kvstore, .timeout_ms = 10000});
     if (!s.ok()) die(s.error().to_string());
     store = std::move(s).value();
+  }
+  std::unique_ptr<PreferenceStore> inner;
+  if (a.per_page_gets) {
+    inner = std::move(store);
+    store = std::make_unique<PerPageStore>(inner.get());
   }
   const int32_t n_prefix_pages = a.prefix_tokens / kPage;
   const int32_t total = a.prefix_tokens + a.suffix_tokens;
