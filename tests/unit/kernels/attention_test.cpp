@@ -118,8 +118,8 @@ TEST(PagedAttention, MatchesContiguousReference) {
 }
 
 // Many decode sequences (one query row each, positions 0..130, some across page boundaries):
-// enough row blocks that one work item takes all kv heads of a sequence; head_dim 64 and 128
-// take the AVX-512 register-resident path. Sequence counts 1, 3, 17, 33.
+// enough row blocks that one work item takes all kv heads of a sequence; head_dim 16, 32, 64 and
+// 128 take the AVX-512 register-resident path, head_dim 8 its own. Sequence counts 1, 3, 17, 33.
 TEST(PagedAttention, ManyDecodeSequencesMatchReference) {
   ThreadPool pool(2);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
@@ -131,6 +131,9 @@ TEST(PagedAttention, ManyDecodeSequencesMatchReference) {
       for (int32_t ps : {1, 16}) {
         check(ps, 9, 3, 64, isa, &pool, seqs);
         check(ps, 8, 2, 128, isa, &pool, seqs);
+        check(ps, 8, 4, 8, isa, &pool, seqs);  // stories260K's heads: AVX-512's head_dim 8 path
+        check(ps, 4, 2, 16, isa, &pool, seqs);
+        check(ps, 6, 2, 32, isa, &pool, seqs);
       }
       check(16, 6, 3, 48, isa, &pool, seqs);  // head_dim 48: the portable path on every ISA
     }
@@ -151,6 +154,9 @@ TEST(PagedAttention, HalfAndInt8PagesMatchReferenceOnEveryPath) {
       for (int32_t i = 0; i < 17; ++i) decodes.push_back({(i * 37) % 131, 1});
       check(16, 8, 2, 128, isa, &pool, decodes, dt);
       check(16, 6, 3, 48, isa, &pool, decodes, dt);  // int8 group 16: the portable path everywhere
+      check(5, 8, 4, 8, isa, &pool, decodes, dt);    // head_dim 8 (int8: one group of 8)
+      check(5, 4, 2, 16, isa, &pool, decodes, dt);   // AVX-512: f16 register path, int8 (group 16) portable
+      check(5, 6, 2, 32, isa, &pool, decodes, dt);   // AVX-512 register path, int8 group 32
     }
   }
 }

@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "gguf_writer.h"
 #include "synth.h"
+#include "loader_fixtures.h"
 #include "tessera/model/model.h"
 #include "tessera/model/model_synth.h"
 #include "tessera/testing/paths.h"
@@ -15,27 +15,10 @@
 namespace tessera {
 namespace {
 
-std::unique_ptr<Model> synth_load(const std::string& like, const std::string& dir) {
-  SynthOptions o;
-  o.like = like;
-  o.dtype = DType::kF32;
-  o.out_path = dir + "/" + like + ".gguf";
-  const Status st = synth_model(o);
-  EXPECT_TRUE(st.ok()) << st.error().to_string();
-  auto m = load_model(o.out_path);
-  EXPECT_TRUE(m.ok()) << m.error().to_string();
-  return m.ok() ? std::move(*m) : nullptr;
-}
-
-class FamilyTest : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("family-test"); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string dir_;
-};
+using FamilyTest = testing::SynthDirTest;
 
 TEST_F(FamilyTest, Llama3RopeFreqs) {
-  const auto m = synth_load("llama3.2-1b-reduced", dir_);
+  const auto m = synth_load("llama3.2-1b-reduced");
   ASSERT_TRUE(m);
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.family, "llama3");
@@ -49,7 +32,7 @@ TEST_F(FamilyTest, Llama3RopeFreqs) {
 }
 
 TEST_F(FamilyTest, Gemma2Features) {
-  const auto m = synth_load("gemma2-2b-reduced", dir_);
+  const auto m = synth_load("gemma2-2b-reduced");
   ASSERT_TRUE(m);
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.family, "gemma2");
@@ -70,7 +53,7 @@ TEST_F(FamilyTest, Gemma2Features) {
 }
 
 TEST_F(FamilyTest, Phi3FusedTensorsAreRowViews) {
-  const auto m = synth_load("phi3-mini-reduced", dir_);
+  const auto m = synth_load("phi3-mini-reduced");
   ASSERT_TRUE(m);
   const ModelConfig& c = m->config();
   EXPECT_EQ(c.family, "phi3");
@@ -91,17 +74,17 @@ TEST_F(FamilyTest, Phi3FusedTensorsAreRowViews) {
 }
 
 TEST_F(FamilyTest, Qwen25AndMistralAndSmol) {
-  const auto q = synth_load("qwen2.5-0.5b-reduced", dir_);
+  const auto q = synth_load("qwen2.5-0.5b-reduced");
   ASSERT_TRUE(q);
   EXPECT_EQ(q->config().family, "qwen2.5");
   EXPECT_TRUE(q->config().attn_bias);
   EXPECT_EQ(q->config().rope_layout, RopeLayout::kHalves);
-  const auto mi = synth_load("mistral-7b-reduced", dir_);
+  const auto mi = synth_load("mistral-7b-reduced");
   ASSERT_TRUE(mi);
   EXPECT_EQ(mi->config().family, "mistral");
   EXPECT_EQ(mi->config().architecture, "llama");
   EXPECT_EQ(mi->config().n_heads / mi->config().n_kv_heads, 4);
-  const auto s = synth_load("smollm2-135m-reduced", dir_);
+  const auto s = synth_load("smollm2-135m-reduced");
   ASSERT_TRUE(s);
   EXPECT_EQ(s->config().family, "smollm2");
   EXPECT_TRUE(s->config().tied_embeddings);
@@ -109,22 +92,10 @@ TEST_F(FamilyTest, Qwen25AndMistralAndSmol) {
 
 // A minimal llama GGUF with extra metadata, for the refusals.
 std::string tiny_llama(const std::string& dir, const std::string& key, const std::string& value) {
-  loaders::GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_u32("llama.context_length", 64);
-  w.set_u32("llama.embedding_length", 32);
-  w.set_u32("llama.block_count", 1);
-  w.set_u32("llama.feed_forward_length", 32);
-  w.set_u32("llama.attention.head_count", 2);
+  loaders::GgufWriter w = testing::tiny_llama_writer();
   w.set_string(key, value);
-  for (const char* n : {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
-                        "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) {
-    w.add_tensor(n, 0, {32, 32});
-  }
-  for (const char* n : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) w.add_tensor(n, 0, {32});
-  const std::string path = dir + "/tiny.gguf";
-  EXPECT_TRUE(w.write_file(path, [&w](size_t i, std::vector<uint8_t>& out) { out.assign(w.tensor_nbytes(i), 0); }).ok());
-  return path;
+  for (const char* n : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) w.add_tensor(n, 0, {32, 32});
+  return testing::write_zeros(w, dir + "/tiny.gguf");
 }
 
 TEST_F(FamilyTest, UnsupportedRopeScalingIsRefusedByName) {

@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "gguf_writer.h"
+#include "loader_fixtures.h"
 #include "tessera/model/model.h"
 #include "tessera/model/model_synth.h"
 #include "tessera/testing/paths.h"
@@ -15,24 +15,7 @@
 namespace tessera {
 namespace {
 
-class MoeFamiliesTest : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("moe-families-test"); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Model> synth_load(const std::string& like) {
-    SynthOptions o;
-    o.like = like;
-    o.out_path = dir_ + "/" + like + ".gguf";
-    const Status st = synth_model(o);
-    EXPECT_TRUE(st.ok()) << st.error().to_string();
-    auto m = load_model(o.out_path);
-    EXPECT_TRUE(m.ok()) << m.error().to_string();
-    return m.ok() ? std::move(*m) : nullptr;
-  }
-
-  std::string dir_;
-};
+using MoeFamiliesTest = testing::SynthDirTest;
 
 TEST_F(MoeFamiliesTest, Qwen3MoeReduced) {
   const auto m = synth_load("qwen3-30b-a3b-reduced");

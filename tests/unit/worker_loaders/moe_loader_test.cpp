@@ -4,10 +4,9 @@
 // tensors are refused naming the key or tensor; synth's mixes follow llama.cpp's 8-expert rules.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "gguf_writer.h"
 #include "synth.h"
+#include "loader_fixtures.h"
 #include "tessera/model/model.h"
 #include "tessera/model/model_synth.h"
 #include "tessera/testing/paths.h"
@@ -15,25 +14,7 @@
 namespace tessera {
 namespace {
 
-class MoeLoaderTest : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = testing::make_temp_dir("moe-loader-test"); }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::unique_ptr<Model> synth_load(const std::string& like, const std::string& dtype = "f32") {
-    SynthOptions o;
-    o.like = like;
-    o.out_path = dir_ + "/" + like + "." + dtype + ".gguf";
-    EXPECT_TRUE(parse_synth_dtype(dtype, &o).ok());
-    const Status st = synth_model(o);
-    EXPECT_TRUE(st.ok()) << st.error().to_string();
-    auto m = load_model(o.out_path);
-    EXPECT_TRUE(m.ok()) << m.error().to_string();
-    return m.ok() ? std::move(*m) : nullptr;
-  }
-
-  std::string dir_;
-};
+using MoeLoaderTest = testing::SynthDirTest;
 
 TEST_F(MoeLoaderTest, MixtralReduced) {
   const auto m = synth_load("mixtral-8x7b-reduced");
@@ -110,27 +91,14 @@ TEST_F(MoeLoaderTest, MixesFollowTheEightExpertRules) {
 
 // A one-layer Mixtral-style file with the given expert keys and expert tensor shapes.
 std::string tiny_moe(const std::string& dir, int experts, int used, bool with_down, uint64_t gate_experts) {
-  loaders::GgufWriter w;
-  w.set_string("general.architecture", "llama");
-  w.set_u32("llama.context_length", 64);
-  w.set_u32("llama.embedding_length", 32);
-  w.set_u32("llama.block_count", 1);
-  w.set_u32("llama.feed_forward_length", 32);
-  w.set_u32("llama.attention.head_count", 2);
+  loaders::GgufWriter w = testing::tiny_llama_writer();
   w.set_u32("llama.expert_count", static_cast<uint32_t>(experts));
   w.set_u32("llama.expert_used_count", static_cast<uint32_t>(used));
-  for (const char* n : {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
-                        "blk.0.attn_output.weight"}) {
-    w.add_tensor(n, 0, {32, 32});
-  }
   w.add_tensor("blk.0.ffn_gate_inp.weight", 0, {32, static_cast<uint64_t>(experts)});
   w.add_tensor("blk.0.ffn_gate_exps.weight", 0, {32, 32, gate_experts});
   w.add_tensor("blk.0.ffn_up_exps.weight", 0, {32, 32, static_cast<uint64_t>(experts)});
   if (with_down) w.add_tensor("blk.0.ffn_down_exps.weight", 0, {32, 32, static_cast<uint64_t>(experts)});
-  for (const char* n : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight", "output_norm.weight"}) w.add_tensor(n, 0, {32});
-  const std::string path = dir + "/tiny-moe.gguf";
-  EXPECT_TRUE(w.write_file(path, [&w](size_t i, std::vector<uint8_t>& out) { out.assign(w.tensor_nbytes(i), 0); }).ok());
-  return path;
+  return testing::write_zeros(w, dir + "/tiny-moe.gguf");
 }
 
 TEST_F(MoeLoaderTest, MalformedExpertsAreRefusedByName) {
