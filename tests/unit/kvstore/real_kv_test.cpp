@@ -367,3 +367,123 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
 
 }  // namespace
 }  // namespace tessera::kvstore
+
+// TEMP dump for codec prototyping.
+namespace tessera::kvstore {
+namespace {
+TEST_F(RealKv, DumpForPrototype) {
+  const char* path = std::getenv("TESSERA_KV_DUMP");
+  if (path == nullptr) GTEST_SKIP();
+  FILE* f = std::fopen(path, "wb");
+  ASSERT_NE(f, nullptr);
+  const auto& cfg = model_->config();
+  const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
+  auto w32 = [&](int32_t x) { std::fwrite(&x, 4, 1, f); };
+  auto wf = [&](const float* p, size_t n) { std::fwrite(p, 4, n, f); };
+  const char* prefs[2] = {nullptr,
+                          "Once upon a time, there was a little girl named Sue. Sue had a big blue ball that she loved very much. "
+                          "Every day she played with the ball in the garden with her brother Max. One day, the ball rolled into "
+                          "the pond. Sue was sad and began to cry. Max said, \"Do not cry, Sue. I will help you.\" He found a long "
+                          "stick and tried to reach the ball. The ball was too far away. Then a big duck swam to the ball and "
+                          "pushed it back to the shore with its beak. Sue was so happy. She said thank you to the duck and gave "
+                          "it some bread. From that day on, Sue, Max and the duck were best friends and they played together in "
+                          "the sun every day."};
+  const std::vector<std::vector<const char*>> conts = {{"One day, Lily went to", "Tim the bird", "It started to rain and"},
+                                                       {"The next day, Max", "The duck was", "Sue and her brother went to"}};
+  w32(2);
+  for (int p = 0; p < 2; ++p) {
+    if (prefs[p] != nullptr) {
+      pref_ = tok_->encode(prefs[p], true);
+      ASSERT_TRUE(run(pref_, 0, false).ok());
+      exact_ = read_kv();
+    }
+    const PackedKv f16 = to_f16(exact_);
+    PackedKv f = decode_blob(encode_blob(f16, {.codec = Codec::kNone}).value(), {.to_f32 = true}).value();
+    w32(cfg.n_layers); w32(static_cast<int32_t>(pref_.size())); w32(cfg.n_kv_heads); w32(cfg.head_dim); w32(cfg.n_heads);
+    wf(reinterpret_cast<const float*>(f.k.data()), f.k.size() / 4);
+    wf(reinterpret_cast<const float*>(f.v.data()), f.v.size() / 4);
+    std::vector<float> all;
+    ASSERT_TRUE(worker::reference_forward(*model_, pref_, &all).ok());
+    wf(all.data(), all.size());
+    w32(static_cast<int32_t>(conts[p].size()));
+    const size_t row = static_cast<size_t>(engine_->pool().token_floats());
+    for (const char* text : conts[p]) {
+      std::vector<int32_t> seq = pref_;
+      const auto cont = tok_->encode(text, false);
+      seq.insert(seq.end(), cont.begin(), cont.end());
+      std::vector<float> q;
+      ASSERT_TRUE(worker::reference_forward(*model_, seq, &q).ok());
+      ASSERT_TRUE(run(cont, static_cast<int32_t>(pref_.size()), false).ok());
+      w32(static_cast<int32_t>(cont.size()));
+      for (int32_t l = 0; l < cfg.n_layers; ++l) wf(q.data() + (static_cast<size_t>(l) * seq.size() + pref_.size()) * qd, cont.size() * qd);
+      for (int32_t l = 0; l < cfg.n_layers; ++l)
+        for (size_t i = 0; i < cont.size(); ++i) wf(engine_->pool().key(l, static_cast<int32_t>(pref_.size() + i)), row);
+      for (int32_t l = 0; l < cfg.n_layers; ++l)
+        for (size_t i = 0; i < cont.size(); ++i) wf(engine_->pool().value(l, static_cast<int32_t>(pref_.size() + i)), row);
+    }
+  }
+  std::fclose(f);
+}
+}  // namespace
+}  // namespace tessera::kvstore
+namespace tessera::kvstore {
+namespace {
+TEST_F(RealKv, SweepTemp) {
+  if (std::getenv("TESSERA_KV_SWEEP") == nullptr) GTEST_SKIP();
+  const char* texts[2] = {nullptr, "Once upon a time, there was a little girl named Sue. Sue had a big blue ball that she loved very much. "
+                          "Every day she played with the ball in the garden with her brother Max. One day, the ball rolled into "
+                          "the pond. Sue was sad and began to cry. Max said, \"Do not cry, Sue. I will help you.\" He found a long "
+                          "stick and tried to reach the ball. The ball was too far away. Then a big duck swam to the ball and "
+                          "pushed it back to the shore with its beak. Sue was so happy. She said thank you to the duck and gave "
+                          "it some bread. From that day on, Sue, Max and the duck were best friends and they played together in "
+                          "the sun every day."};
+  const std::vector<std::vector<const char*>> contsx = {{"One day, Lily went to", "Tim the bird", "It started to rain and"},
+                                                       {"The next day, Max", "The duck was", "Sue and her brother went to"}};
+  const auto& cfg = model_->config();
+  const size_t qd = static_cast<size_t>(cfg.n_heads) * cfg.head_dim;
+  for (int p = 0; p < 2; ++p) {
+    if (texts[p] != nullptr) { pref_ = tok_->encode(texts[p], true); ASSERT_TRUE(run(pref_, 0, false).ok()); exact_ = read_kv(); }
+    const PackedKv f16 = to_f16(exact_);
+    std::vector<float> queries; uint32_t nq = 0;
+    std::vector<std::vector<float>> per_layer(static_cast<size_t>(cfg.n_layers));
+    std::vector<testing::Continuation> conts;
+    const size_t row = static_cast<size_t>(engine_->pool().token_floats());
+    for (const char* text : contsx[p]) {
+      std::vector<int32_t> seq = pref_; const auto cont = tok_->encode(text, false); seq.insert(seq.end(), cont.begin(), cont.end());
+      std::vector<float> all; ASSERT_TRUE(worker::reference_forward(*model_, seq, &all).ok());
+      ASSERT_TRUE(run(cont, static_cast<int32_t>(pref_.size()), false).ok());
+      testing::Continuation c{.n = static_cast<uint32_t>(cont.size())};
+      for (int32_t l = 0; l < cfg.n_layers; ++l) {
+        const float* first = all.data() + (static_cast<size_t>(l) * seq.size() + pref_.size()) * qd;
+        per_layer[static_cast<size_t>(l)].insert(per_layer[static_cast<size_t>(l)].end(), first, first + cont.size() * qd);
+        c.q.insert(c.q.end(), first, first + cont.size() * qd);
+        for (size_t i = 0; i < cont.size(); ++i) {
+          const auto slot = static_cast<int32_t>(pref_.size() + i);
+          c.k.insert(c.k.end(), engine_->pool().key(l, slot), engine_->pool().key(l, slot) + row);
+          c.v.insert(c.v.end(), engine_->pool().value(l, slot), engine_->pool().value(l, slot) + row);
+        }
+      }
+      nq += static_cast<uint32_t>(cont.size());
+      conts.push_back(std::move(c));
+    }
+    for (const auto& q : per_layer) queries.insert(queries.end(), q.begin(), q.end());
+    const double f16_bytes = 2.0 * static_cast<double>(f16.region_bytes());
+    for (float decay : {1.5f, 2.0f}) {
+      const uint32_t recent = std::getenv("TIERED_RECENT") ? static_cast<uint32_t>(std::atoi(std::getenv("TIERED_RECENT"))) : 8;
+      for (int full = 0; full < 2; ++full) {
+        double lo = std::log(0.002), hi = std::log(1.0); double r_at = 0, e_at = 0;
+        for (int it = 0; it < 16; ++it) {
+          const double mid = (lo + hi) / 2;
+          EncodeOptions o{.codec = Codec::kTiered, .tiered_step = static_cast<float>(std::exp(mid)), .tiered_recent = recent, .tiered_decay = decay};
+          auto blob = encode_blob(f16, o).value(); auto back = decode_blob(blob).value();
+          const double e = full ? testing::attention_output_rel_error_full(f16, back, conts, static_cast<uint32_t>(cfg.n_heads))
+                                : testing::attention_output_rel_error_real(f16, back, queries, nq, static_cast<uint32_t>(cfg.n_heads));
+          if (e > 0.01) hi = mid; else { lo = mid; r_at = f16_bytes / static_cast<double>(blob.size()); e_at = e; }
+        }
+        std::printf("P=%zu decay %.2f %s: ratio@1e-2 %.3f err %.4f step %.4f\n", pref_.size(), decay, full ? "full" : "pref", r_at, e_at, std::exp(lo));
+      }
+    }
+  }
+}
+}  // namespace
+}  // namespace tessera::kvstore
