@@ -1,7 +1,7 @@
 // libFuzzer target: the kvstore's packed K/V blob (kvstore/include/tessera/kvstore/blob.h) —
 // what a worker decodes from whatever the kvstore returns. The input is decoded as is, then
 // re-sealed (payload size and checksum recomputed over the mutated bytes) so mutations reach
-// every codec's decoder (zstd, int8/int4, kivi, tiered's range coder) instead of stopping at the
+// every codec's decoder (zstd, int8/int4, kivi, tiered's range coder and its per-token step exponents) instead of stopping at the
 // checksum. Decoding must never crash, read out of bounds or abort: an error, or K/V of exactly
 // the declared shape.
 #include <cstddef>

@@ -188,6 +188,9 @@ std::vector<std::vector<uint8_t>> kvstore_blob_seeds() {
       auto blob = kvstore::encode_blob(kv, {.codec = c, .group_size = 4, .tiered_recent = 2});
       if (blob.ok()) out.push_back(bytes_of(*blob));
     }
+    // tiered with per-token step exponents (flags 1)
+    auto decayed = kvstore::encode_blob(kv, {.codec = kvstore::Codec::kTiered, .tiered_recent = 0, .tiered_decay = 4.0f});
+    if (decayed.ok()) out.push_back(bytes_of(*decayed));
   }
   return out;
 }

@@ -199,6 +199,9 @@ Status check_options(const EncodeOptions& o) {
   if (o.codec == Codec::kTiered && !(o.tiered_step > 0.0f && o.tiered_step <= 4.0f)) {
     return make_error(ErrorCode::kOutOfRange, "tiered_step must be in (0, 4] (got " + std::to_string(o.tiered_step) + ")");
   }
+  if (o.codec == Codec::kTiered && !(o.tiered_decay >= 0.0f && o.tiered_decay <= 4.0f)) {
+    return make_error(ErrorCode::kOutOfRange, "tiered_decay must be in [0, 4] (got " + std::to_string(o.tiered_decay) + ")");
+  }
   if (o.codec == Codec::kKivi && !(o.kivi_step > 0.0f && o.kivi_step <= 4.0f)) {
     return make_error(ErrorCode::kOutOfRange, "kivi_step must be in (0, 4] (got " + std::to_string(o.kivi_step) + ")");
   }
@@ -348,7 +351,7 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
       std::vector<float> xk(n), xv(n);
       to_float(kv.dtype, kv.k.data(), n, xk.data());
       to_float(kv.dtype, kv.v.data(), n, xv.data());
-      TS_TRY(tiered::encode(s, xk.data(), xv.data(), {.step = options.tiered_step, .recent = options.tiered_recent}, payload));
+      TS_TRY(tiered::encode(s, xk.data(), xv.data(), {.step = options.tiered_step, .recent = options.tiered_recent, .decay = options.tiered_decay}, payload));
       break;
     }
   }

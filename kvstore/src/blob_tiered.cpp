@@ -11,8 +11,9 @@
 namespace tessera::kvstore::tiered {
 namespace {
 
-constexpr size_t kPrefixBytes = 12;  // u32 recent, u8 fine shift, u8 rice k per (region, tier), 3 zero
-constexpr uint32_t kCtxDims = 8;  // models per tier: dim mod 8
+// u32 recent, u8 fine shift, u8 rice k per (region, tier), u8 flags, u8 decay x 16, u8 0.
+constexpr size_t kPrefixBytes = 12;
+constexpr uint32_t kCtxDims = 8;  // models per (region, tier): dim mod 8
 constexpr double kMaxCode = 1073741823.0;  // 2^30 - 1
 
 struct Geometry {
@@ -72,7 +73,50 @@ void append_params(const RegionParams& r, std::string& out) {
   for (uint16_t m : r.mean) append(out, m);
 }
 
-uint32_t tier_of(const Geometry& g, uint64_t t, uint32_t recent) { return t + recent >= g.tokens ? 1u : 0u; }
+// The per-stream layout both sides derive from the prefix (and the token exponents).
+struct Layout {
+  uint32_t recent = 0, shift = 0;
+  uint8_t rice[4] = {0, 0, 0, 0};
+  uint8_t flags = 0;
+  std::vector<uint8_t> exps;  // per token, half-octaves (all 0 without kFlagTokenExp)
+  uint32_t tier(const Geometry& g, uint64_t t) const { return t + recent >= g.tokens ? 1u : 0u; }
+  // Token t's step for a head whose base step is `base`: base x 2^(e/2), / 2^shift in the
+  // recent tier. The same expression on both sides (the decoder checks it is finite).
+  float step(const Geometry& g, float base, uint64_t t) const {
+    constexpr float kSqrt2 = 1.41421356f;
+    const uint32_t e = exps[t];
+    const float mult = std::ldexp(e % 2 == 1 ? kSqrt2 : 1.0f, static_cast<int>(e / 2));
+    return std::ldexp(base * mult, tier(g, t) == 1 ? -static_cast<int>(shift) : 0);
+  }
+};
+
+// The adaptive model of a code (one per region, tier and dim mod 8) and its Golomb-Rice k: the
+// (region, tier)'s stored k for step-exponent-0 codes, less half the exponent (a token whose
+// step is 2^(e/2) coarser has codes that much smaller).
+struct Ctx {
+  size_t model;
+  int k;
+};
+Ctx context(const Layout& lay, int region, uint32_t tier, uint64_t d, uint32_t e) {
+  return {(static_cast<size_t>(region) * 2 + tier) * kCtxDims + d % kCtxDims,
+          std::max(0, static_cast<int>(lay.rice[region * 2 + static_cast<int>(tier)]) - static_cast<int>(e / 2))};
+}
+constexpr size_t kModels = 2 * 2 * kCtxDims;
+
+// Encoder side: token t's exponent, (1 + distance from the end / kDecayTokens)^decay in
+// half-octaves, at most kMaxDecayExp; lowered where a head's step would overflow.
+std::vector<uint8_t> decay_exponents(const Geometry& g, float decay, float max_base) {
+  std::vector<uint8_t> e(g.tokens, 0);
+  if (decay <= 0.0f) return e;
+  for (uint64_t t = 0; t < g.tokens; ++t) {
+    const double dist = static_cast<double>(g.tokens - 1 - t);
+    const double x = 2.0 * decay * std::log2(1.0 + dist / kDecayTokens);
+    auto v = static_cast<uint32_t>(std::clamp(std::lround(x), 0L, static_cast<long>(kMaxDecayExp)));
+    while (v > 0 && !std::isfinite(max_base * std::ldexp(1.5f, static_cast<int>(v / 2)))) --v;
+    e[t] = static_cast<uint8_t>(v);
+  }
+  return e;
+}
 
 }  // namespace
 
@@ -86,8 +130,14 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
       }
     }
   }
-  const uint32_t recent = static_cast<uint32_t>(std::min<uint64_t>(p.recent, g.tokens));
   const RegionParams kp = fit(g, k, p.step * kKeyStepRatio), vp = fit(g, v, p.step);
+  Layout lay;
+  lay.recent = static_cast<uint32_t>(std::min<uint64_t>(p.recent, g.tokens));
+  lay.shift = p.fine_shift;
+  float max_base = 0.0f;
+  for (const RegionParams* rp : {&kp, &vp}) max_base = std::max(max_base, *std::max_element(rp->step.begin(), rp->step.end()));
+  lay.exps = decay_exponents(g, p.decay, max_base);
+  if (std::any_of(lay.exps.begin(), lay.exps.end(), [](uint8_t e) { return e != 0; })) lay.flags |= kFlagTokenExp;
   // The codes, K then V in [layer][token][head][dim] order, and each (region, tier)'s mean |q|.
   std::vector<int32_t> codes(2 * n);
   double abs_sum[4] = {0, 0, 0, 0}, count[4] = {0, 0, 0, 0};
@@ -96,16 +146,15 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
   for (const auto& [x, rp] : {std::pair{k, &kp}, std::pair{v, &vp}}) {
     for (uint64_t l = 0; l < g.layers; ++l) {
       for (uint64_t t = 0; t < g.tokens; ++t) {
-        const uint32_t tier = tier_of(g, t, recent);
+        const uint32_t tier = lay.tier(g, t);
         for (uint64_t h = 0; h < g.heads; ++h) {
-          const float step = std::ldexp(rp->step[l * g.heads + h], tier == 1 ? -static_cast<int>(p.fine_shift) : 0);
-          const float inv = 1.0f / step;
+          const float inv = 1.0f / lay.step(g, rp->step[l * g.heads + h], t);
           for (uint64_t d = 0; d < g.dim; ++d) {
             const uint64_t i = (l * g.tokens + t) * row + h * g.dim + d;
             const float m = fp16_to_f32(rp->mean[(l * g.heads + h) * g.dim + d]);
             const double q = std::clamp<double>(std::nearbyint((x[i] - m) * inv), -kMaxCode, kMaxCode);
             codes[static_cast<uint64_t>(region) * n + i] = static_cast<int32_t>(q);
-            abs_sum[region * 2 + tier] += std::fabs(q);
+            abs_sum[region * 2 + tier] += std::ldexp(std::fabs(q), static_cast<int>(lay.exps[t] / 2));
             count[region * 2 + tier] += 1;
           }
         }
@@ -113,29 +162,35 @@ Status encode(const KvShape& s, const float* k, const float* v, const Params& p,
     }
     ++region;
   }
-  // Golomb-Rice split per (region, tier): the low bits below a quarter of the mean |q| go
-  // uncoded (they are close to uniform), so a value costs a few adaptive decisions, not ~log2|q|.
-  uint8_t rice[4];
+  // Golomb-Rice split per (region, tier): the low bits below a quarter of the mean |q| (of
+  // exponent-0 codes) go uncoded (they are close to uniform), so a value costs a few adaptive
+  // decisions, not ~log2|q|.
   for (int c = 0; c < 4; ++c) {
     const double mean = count[c] > 0 ? abs_sum[c] / count[c] : 0.0;
-    rice[c] = static_cast<uint8_t>(mean >= 8.0 ? std::min(16, static_cast<int>(std::floor(std::log2(mean))) - 2) : 0);
+    lay.rice[c] = static_cast<uint8_t>(mean >= 8.0 ? std::min(16, static_cast<int>(std::floor(std::log2(mean))) - 2) : 0);
   }
-  append(out, recent);
-  append(out, static_cast<uint8_t>(p.fine_shift));
-  out.append(reinterpret_cast<const char*>(rice), 4);
-  out.append(3, '\0');
+  append(out, lay.recent);
+  append(out, static_cast<uint8_t>(lay.shift));
+  out.append(reinterpret_cast<const char*>(lay.rice), 4);
+  append(out, lay.flags);
+  append(out, static_cast<uint8_t>(lay.flags != 0 ? std::lround(std::clamp(p.decay, 0.0f, 4.0f) * 16.0f) : 0));
+  out.push_back('\0');
   append_params(kp, out);
   append_params(vp, out);
   rc::Encoder enc(out);
-  std::vector<rc::IntModel> models(2 * 2 * kCtxDims);
+  if ((lay.flags & kFlagTokenExp) != 0) {
+    rc::IntModel exp_model;
+    for (uint8_t e : lay.exps) enc.encode_int(exp_model, e, 0);
+  }
+  std::vector<rc::IntModel> models(kModels);
   for (region = 0; region < 2; ++region) {
     for (uint64_t l = 0; l < g.layers; ++l) {
       for (uint64_t t = 0; t < g.tokens; ++t) {
-        const uint32_t tier = tier_of(g, t, recent);
-        const int kb = rice[region * 2 + static_cast<int>(tier)];
+        const uint32_t tier = lay.tier(g, t);
         const int32_t* q = codes.data() + static_cast<uint64_t>(region) * n + (l * g.tokens + t) * row;
         for (uint64_t c = 0; c < row; ++c) {
-          enc.encode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + (c % g.dim) % kCtxDims], q[c], kb);
+          const Ctx ctx = context(lay, region, tier, c % g.dim, lay.exps[t]);
+          enc.encode_int(models[ctx.model], q[c], ctx.k);
         }
       }
     }
@@ -156,16 +211,19 @@ Status decode(const KvShape& s, std::string_view payload, DType dtype, uint8_t* 
                                                      std::to_string(min_payload_bytes(s)) + ")");
   }
   const size_t eb = element_bytes(dtype);
-  uint32_t recent;
-  std::memcpy(&recent, payload.data(), 4);
-  const auto shift = static_cast<uint8_t>(payload[4]);
-  uint8_t rice[4];
-  std::memcpy(rice, payload.data() + 5, 4);
-  if (recent > g.tokens || shift > 24 || std::max({rice[0], rice[1], rice[2], rice[3]}) > 16 || payload[9] != 0 ||
-      payload[10] != 0 || payload[11] != 0) {
-    return make_error(ErrorCode::kCorruptFile, "kv blob: tiered prefix is invalid (recent " + std::to_string(recent) +
-                                                   ", fine shift " + std::to_string(shift) + ", rice " +
-                                                   std::to_string(std::max({rice[0], rice[1], rice[2], rice[3]})) + ")");
+  Layout lay;
+  std::memcpy(&lay.recent, payload.data(), 4);
+  lay.shift = static_cast<uint8_t>(payload[4]);
+  std::memcpy(lay.rice, payload.data() + 5, 4);
+  lay.flags = static_cast<uint8_t>(payload[9]);
+  const auto decay16 = static_cast<uint8_t>(payload[10]);
+  const uint8_t max_rice = std::max({lay.rice[0], lay.rice[1], lay.rice[2], lay.rice[3]});
+  if (lay.recent > g.tokens || lay.shift > 24 || max_rice > 16 || (lay.flags & ~kFlagTokenExp) != 0 ||
+      decay16 > 64 || (lay.flags == 0 && decay16 != 0) || payload[11] != 0) {
+    return make_error(ErrorCode::kCorruptFile, "kv blob: tiered prefix is invalid (recent " + std::to_string(lay.recent) +
+                                                   ", fine shift " + std::to_string(lay.shift) + ", rice " +
+                                                   std::to_string(max_rice) + ", flags " + std::to_string(lay.flags) +
+                                                   ", decay " + std::to_string(decay16) + "/16)");
   }
   size_t pos = kPrefixBytes;
   RegionParams rp[2];
@@ -188,20 +246,37 @@ Status decode(const KvShape& s, std::string_view payload, DType dtype, uint8_t* 
     }
   }
   rc::Decoder dec(payload.substr(pos));
-  std::vector<rc::IntModel> models(2 * 2 * kCtxDims);
+  lay.exps.assign(g.tokens, 0);
+  if ((lay.flags & kFlagTokenExp) != 0) {
+    rc::IntModel exp_model;
+    for (uint64_t t = 0; t < g.tokens; ++t) {
+      int32_t e = 0;
+      if (!dec.decode_int(exp_model, 0, &e) || e < 0 || e > static_cast<int32_t>(kMaxTokenExp)) {
+        return make_error(ErrorCode::kCorruptFile, "kv blob: tiered step exponent of token " + std::to_string(t) +
+                                                       " is out of range (at most " + std::to_string(kMaxTokenExp) + ")");
+      }
+      if (dec.overrun()) return make_error(ErrorCode::kTruncatedFile, "kv blob: tiered code stream ends early");
+      lay.exps[t] = static_cast<uint8_t>(e);
+    }
+  }
+  std::vector<rc::IntModel> models(kModels);
   const uint64_t row = g.heads * g.dim;
   for (int region = 0; region < 2; ++region) {
     uint8_t* x = region == 0 ? k : v;
     const RegionParams& r = rp[region];
     for (uint64_t l = 0; l < g.layers; ++l) {
       for (uint64_t t = 0; t < g.tokens; ++t) {
-        const uint32_t tier = tier_of(g, t, recent);
+        const uint32_t tier = lay.tier(g, t);
         for (uint64_t h = 0; h < g.heads; ++h) {
-          const float step = std::ldexp(r.step[l * g.heads + h], tier == 1 ? -static_cast<int>(shift) : 0);
+          const float step = lay.step(g, r.step[l * g.heads + h], t);
+          if (!std::isfinite(step)) {
+            return make_error(ErrorCode::kCorruptFile, "kv blob: tiered step of layer " + std::to_string(l) + " token " +
+                                                           std::to_string(t) + " overflows");
+          }
           for (uint64_t d = 0; d < g.dim; ++d) {
+            const Ctx ctx = context(lay, region, tier, d, lay.exps[t]);
             int32_t q = 0;
-            if (!dec.decode_int(models[(static_cast<size_t>(region) * 2 + tier) * kCtxDims + d % kCtxDims],
-                                rice[region * 2 + static_cast<int>(tier)], &q)) {
+            if (!dec.decode_int(models[ctx.model], ctx.k, &q)) {
               return make_error(ErrorCode::kCorruptFile, "kv blob: tiered code stream is corrupt (a code beyond 2^30)");
             }
             if (dec.overrun()) {

@@ -11,104 +11,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "kv_error.h"
-#include "tessera/kvstore/blob.h"
-#include "tessera/testing/paths.h"
-#include "tessera/worker/engine.h"
-#include "tessera/tokenizer/tokenizer.h"
+#include "real_kv_fixture.h"
 
 namespace tessera::kvstore {
 namespace {
 
-using tessera::testing::shared_path;
+using testing::argmax;
+using testing::to_f16;
+using RealKv = testing::RealKvFixture;
 
-constexpr int32_t kPage = 16;
-
-class RealKv : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto m = load_model(shared_path("models/stories260K/stories260K.bin"));
-    ASSERT_TRUE(m.ok()) << m.error().to_string();
-    model_ = std::move(m).value();
-    auto t = load_tokenizer(shared_path("models/stories260K/tok512.bin"));
-    ASSERT_TRUE(t.ok()) << t.error().to_string();
-    tok_ = std::move(t).value();
-    auto e = worker::Engine::create(*model_, {.pool = {.num_pages = 24, .page_size = kPage}, .threads = 1});
-    ASSERT_TRUE(e.ok()) << e.error().to_string();
-    engine_ = std::move(e).value();
-    for (int32_t p = 0; p < 24; ++p) blocks_.push_back(p);
-    // A preference-like prefix, prefilled alone at positions [0, P).
-    pref_ = tok_->encode(
-        "Lily liked to play in the park with her dog. She always wore a red hat and she loved "
-        "to eat apples. Her best friend was a little bird named Tim who sang every morning. "
-        "Lily did not like the rain, because it made the grass wet and cold.",
-        true);
-    ASSERT_GT(pref_.size(), 40u);
-    ASSERT_TRUE(run(pref_, 0, false).ok());
-    exact_ = read_kv();
-  }
-
-  Result<std::vector<float>> run(const std::vector<int32_t>& tokens, int32_t start, bool logits) {
-    std::vector<int64_t> slots;
-    for (size_t i = 0; i < tokens.size(); ++i) slots.push_back(start + static_cast<int64_t>(i));
-    const int32_t pages = (start + static_cast<int32_t>(tokens.size()) + kPage - 1) / kPage;
-    worker::SeqInput in{.tokens = tokens, .start_pos = start,
-                        .block_table = std::span<const int32_t>(blocks_.data(), static_cast<size_t>(pages)),
-                        .slot_mapping = slots, .want_logits = logits};
-    TS_ASSIGN_OR_RETURN(std::span<const float> out, engine_->forward(std::span<const worker::SeqInput>(&in, 1)));
-    return std::vector<float>(out.begin(), out.end());
-  }
-
-  // Slots [0, P) of every layer, as a packed f32 blob payload (slot == position here).
-  PackedKv read_kv() {
-    const auto& cfg = model_->config();
-    PackedKv kv;
-    kv.fingerprint = model_->fingerprint;
-    kv.dtype = DType::kF32;
-    kv.shape = {static_cast<uint32_t>(cfg.n_layers), static_cast<uint32_t>(pref_.size()),
-                static_cast<uint32_t>(cfg.n_kv_heads), static_cast<uint32_t>(cfg.head_dim)};
-    kv.k.resize(kv.region_bytes());
-    kv.v.resize(kv.region_bytes());
-    const size_t row = static_cast<size_t>(engine_->pool().token_floats()) * sizeof(float);
-    for (uint32_t l = 0; l < kv.shape.n_layers; ++l) {
-      for (uint32_t t = 0; t < kv.shape.n_tokens; ++t) {
-        std::memcpy(kv.k.data() + kv.row_offset(l, t), engine_->pool().key(static_cast<int32_t>(l), t), row);
-        std::memcpy(kv.v.data() + kv.row_offset(l, t), engine_->pool().value(static_cast<int32_t>(l), t), row);
-      }
-    }
-    return kv;
-  }
-
-  void write_kv(const PackedKv& kv) {
-    const size_t row = static_cast<size_t>(engine_->pool().token_floats()) * sizeof(float);
-    for (uint32_t l = 0; l < kv.shape.n_layers; ++l) {
-      for (uint32_t t = 0; t < kv.shape.n_tokens; ++t) {
-        std::memcpy(engine_->pool().key(static_cast<int32_t>(l), t), kv.k.data() + kv.row_offset(l, t), row);
-        std::memcpy(engine_->pool().value(static_cast<int32_t>(l), t), kv.v.data() + kv.row_offset(l, t), row);
-      }
-    }
-  }
-
-  // Last-token logits of each query continued after the preference.
-  std::vector<std::vector<float>> query_logits() {
-    std::vector<std::vector<float>> out;
-    for (const char* q : {"One day, Lily went to", "Tim the bird", "It started to rain and"}) {
-      auto l = run(tok_->encode(q, false), static_cast<int32_t>(pref_.size()), true);
-      EXPECT_TRUE(l.ok());
-      out.push_back(std::move(l).value());
-    }
-    return out;
-  }
-
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Tokenizer> tok_;
-  std::unique_ptr<worker::Engine> engine_;
-  std::vector<int32_t> blocks_;
-  std::vector<int32_t> pref_;
-  PackedKv exact_;
-};
-
-size_t argmax(const std::vector<float>& v) { return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 TEST_F(RealKv, CodecErrorOnRealKvAndOnTheLogitsItProduces) {
   const auto ref = query_logits();
@@ -160,19 +71,6 @@ TEST_F(RealKv, CodecErrorOnRealKvAndOnTheLogitsItProduces) {
   EXPECT_EQ(query_logits(), ref);
 }
 
-// The same K/V as f16 (how the injector stores it).
-PackedKv to_f16(const PackedKv& in) {
-  PackedKv out = in;
-  out.dtype = DType::kF16;
-  const uint64_t n = in.shape.elements_per_region();
-  out.k.resize(2 * n);
-  out.v.resize(2 * n);
-  for (uint64_t i = 0; i < n; ++i) {
-    float_to_element(DType::kF16, element_to_float(DType::kF32, in.k.data() + 4 * i), out.k.data() + 2 * i);
-    float_to_element(DType::kF16, element_to_float(DType::kF32, in.v.data() + 4 * i), out.v.data() + 2 * i);
-  }
-  return out;
-}
 
 // The kivi codec (per-channel blocks, entropy-coded) on f16 K/V against int8/int4: ratio against
 // the f16 bytes, attention-output error against the f16 K/V (random queries, and the model's own
@@ -327,6 +225,9 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
       {{.codec = Codec::kTiered, .tiered_step = 0.2f, .tiered_recent = 8}, 2.4, 0.045},
       {{.codec = Codec::kTiered, .tiered_step = 0.4f, .tiered_recent = 8}, 2.85, 0.085},
       {{.codec = Codec::kTiered, .tiered_step = 0.8f, .tiered_recent = 8}, 3.4, 0.17},
+      {{.codec = Codec::kTiered, .tiered_step = 0.012f, .tiered_recent = 0, .tiered_decay = 1.5f}, 1.9, 0.0099},
+      {{.codec = Codec::kTiered, .tiered_step = 0.03f, .tiered_recent = 0, .tiered_decay = 1.5f}, 2.2, 0.03},
+      {{.codec = Codec::kTiered, .tiered_step = 0.1f, .tiered_recent = 0, .tiered_decay = 1.5f}, 2.7, 0.1},
   };
   std::printf("| codec | params | blob bytes | ratio vs f16 | attn out rel err (model q) | (random q) | (model q, full context) | logits rel err | argmax kept |\n");
   for (const Case& c : cases) {
@@ -354,7 +255,8 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
     char params[64] = "-";
     if (c.opts.codec == Codec::kInt8 || c.opts.codec == Codec::kInt4) std::snprintf(params, sizeof params, "group %u", c.opts.group_size);
     if (c.opts.codec == Codec::kKivi) std::snprintf(params, sizeof params, "group %u step %.3g", c.opts.group_size, c.opts.kivi_step);
-    if (c.opts.codec == Codec::kTiered) std::snprintf(params, sizeof params, "step %.3g recent %u", c.opts.tiered_step, c.opts.tiered_recent);
+    if (c.opts.codec == Codec::kTiered) std::snprintf(params, sizeof params, c.opts.tiered_decay > 0 ? "step %.3g recent %u decay %.3g" : "step %.3g recent %u",
+                                                             c.opts.tiered_step, c.opts.tiered_recent, c.opts.tiered_decay);
     std::printf("| %s | %s | %zu | %.2f | %.4f | %.4f | %.4f | %.4f | %d/%zu |\n", codec_name(c.opts.codec), params, blob->size(), ratio,
                 attn, attn_random, attn_full, std::sqrt(err2 / ref2), same, ref.size());
     if (c.opts.codec == Codec::kTiered) {
@@ -367,3 +269,4 @@ TEST_F(RealKv, EveryCodecOnRealKvWithModelQueries) {
 
 }  // namespace
 }  // namespace tessera::kvstore
+

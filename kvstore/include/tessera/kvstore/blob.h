@@ -31,10 +31,12 @@
 //   kivi  payload = zstd(quantized), per-channel blocks of group_size tokens, fp16 mean and step
 //         per block, int8 codes entropy-coded by zstd (src/blob_kivi.h; docs/kv.md): the rate
 //         follows EncodeOptions::kivi_step (the step as a fraction of the block's std).
-//   tiered payload = own header (recent count, fine shift), per (layer, head) f32 steps and fp16
-//         channel means, then range-coded integer codes (src/blob_tiered.h; docs/kv.md): per-head
-//         steps of tiered_step × the head's RMS deviation (K 0.15 of that), the last
-//         tiered_recent tokens 16× finer; no zstd. Old blobs (codecs 0-4) decode unchanged.
+//   tiered payload = own header (recent count, fine shift, flags), per (layer, head) f32 steps and
+//         fp16 channel means, then range-coded per-token step exponents and integer codes
+//         (src/blob_tiered.h; docs/kv.md): per-head steps of tiered_step × the head's RMS
+//         deviation (K 0.15 of that), growing with the distance from the end (tiered_decay), the
+//         last tiered_recent tokens 16× finer; no zstd. Old blobs (codecs 0-4, and tiered blobs
+//         written before the flags, flags 0) decode unchanged.
 // Quantized codecs dequantize back to the blob's dtype (f16/bf16 round to nearest even).
 // Error bound per element (before the final dtype rounding): |x - x'| <= scale / 2, i.e.
 // (max - min) / 510 for int8 and (max - min) / 30 for int4 of its group.
@@ -104,6 +106,9 @@ struct EncodeOptions {
   int zstd_level = 3;        // 1..19
   float tiered_step = 0.1f;     // tiered: V's step / the head's RMS deviation, (0, 4]
   uint32_t tiered_recent = 8;   // tiered: tokens at the end of the blob coded 16x finer
+  // tiered: token t's step grows as (1 + its distance from the blob's end / 32)^tiered_decay
+  // (at most 64x), [0, 4]; 0 = the same step for every token (the blob format of before).
+  float tiered_decay = 0.0f;
 };
 
 struct DecodeOptions {
