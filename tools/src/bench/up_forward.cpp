@@ -5,8 +5,9 @@
 namespace tessera::tools::up {
 
 const std::vector<std::string_view> kWorkerPassThrough = {
-    "kv-offload",      "kv-offload-codec", "kv-offload-dtype",      "kv-offload-max-pending-mb", "kv-codec",
-    "kv-codec-step",   "kv-codec-recent",  "blend-recompute-ratio", "blend-check-layer",         "blend-cache-mb"};
+    "kv-offload",        "kv-offload-codec",  "kv-offload-dtype", "kv-offload-max-pending-mb",
+    "kv-codec",          "kv-codec-step",     "kv-codec-recent",  "kv-codec-decay",
+    "blend-recompute-ratio", "blend-check-layer", "blend-cache-mb"};
 const std::vector<std::string_view> kSchedulerPassThrough = {"kv-offload-min-pages", "kv-offload-max-entries"};
 
 config::Option shared(const config::Options& child, std::string_view name) {
