@@ -482,8 +482,10 @@ TEST_F(FrontendConcurrencyLimit, SecondRequestGets429AndHeldOneTimesOut) {
   t.join();  // the held request ends after --request-timeout-ms with 504 and a cancel
   expect_error(first, 504, "deadline_exceeded");
   EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s));
-  // The slot is free again.
+  // The slot is free again. (Under load the 400 ms heartbeat deadline can lapse while the request
+  // is held; wait until the frontend sees the scheduler alive before asking.)
   sched.set_hold(false);
+  ASSERT_TRUE(wait_status(fe->port, "/ready", 200, 10s));
   EXPECT_EQ(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2})").status, 200);
 }
 
