@@ -175,57 +175,74 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
   build_act(g.xk + t0 * nb, nb, NH, &act);
   static const TileConfig cfg = config_for(F::kGroup);
   _tile_loadconfig(&cfg);
-  // Double-buffered: the tile unit computes block b + 1 while the vector code finishes block b.
+  // A software pipeline over the steps s = (row tile, block): the vector code unpacks step
+  // s + 2 and finishes step s while the tile unit computes step s + 1, so a tile load never
+  // waits on the unpacking stores just before it (tile loads are not forwarded from the store
+  // buffer) and the vector loads of the group dots never wait on the tile stores just before.
   alignas(64) uint8_t unp_buf[2][16 * 256];
   alignas(64) int32_t cbuf_buf[2][kGroups][NH][16][16];
   alignas(64) float acc[NH][16][16];
-  for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
-    const int64_t r = r0 + 16 * rt;
-    for (auto& half : acc) {
-      for (auto& row : half) _mm512_store_ps(row, _mm512_setzero_ps());
+  const int64_t steps = n_row_tiles * nb;
+  auto unpack = [&](int64_t st) {
+    const int64_t r = r0 + 16 * (st / nb), b = st % nb;
+    uint8_t* unp = unp_buf[st & 1];
+    for (int i = 0; i < 16; ++i) {
+      const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
+      // The same block of the next row tile (16 rows on): 16 rows read a block at a time
+      // are 16 short streams, which the hardware prefetcher follows poorly.
+      const char* ahead = reinterpret_cast<const char*>(&q) + 16 * g.w_row_bytes;
+      for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
+      F::unpack(q, unp + 256 * i);
     }
-    auto tiles = [&](int64_t b) {
-      uint8_t* unp = unp_buf[b & 1];
-      auto& cbuf = cbuf_buf[b & 1];
-      for (int i = 0; i < 16; ++i) {
-        const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
-        F::unpack(q, unp + 256 * i);
+  };
+  auto tile_ops = [&](int64_t st) {
+    const int64_t b = st % nb;
+    const uint8_t* unp = unp_buf[st & 1];
+    auto& cbuf = cbuf_buf[st & 1];
+    const int32_t* xb = &act.xb[b * NH * 64 * 16];
+    if constexpr (NH == 1) {
+      for (int k = 0; k < kGroups; k += 4) {
+        _tile_loadd(4, unp + F::kGroup * k, 256);
+        TS_AMX_GROUP(k, 0, 0, 4, 6)
+        _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
+        TS_AMX_GROUP(k + 1, 0, 1, 5, 7)
+        _tile_loadd(4, unp + F::kGroup * (k + 2), 256);
+        TS_AMX_GROUP(k + 2, 0, 2, 4, 6)
+        _tile_loadd(5, unp + F::kGroup * (k + 3), 256);
+        TS_AMX_GROUP(k + 3, 0, 3, 5, 7)
+        _tile_stored(0, cbuf[k][0], 64);
+        _tile_stored(1, cbuf[k + 1][0], 64);
+        _tile_stored(2, cbuf[k + 2][0], 64);
+        _tile_stored(3, cbuf[k + 3][0], 64);
       }
-      const int32_t* xb = &act.xb[b * NH * 64 * 16];
-      if constexpr (NH == 1) {
-        for (int k = 0; k < kGroups; k += 4) {
-          _tile_loadd(4, unp + F::kGroup * k, 256);
-          TS_AMX_GROUP(k, 0, 0, 4, 6)
-          _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
-          TS_AMX_GROUP(k + 1, 0, 1, 5, 7)
-          _tile_loadd(4, unp + F::kGroup * (k + 2), 256);
-          TS_AMX_GROUP(k + 2, 0, 2, 4, 6)
-          _tile_loadd(5, unp + F::kGroup * (k + 3), 256);
-          TS_AMX_GROUP(k + 3, 0, 3, 5, 7)
-          _tile_stored(0, cbuf[k][0], 64);
-          _tile_stored(1, cbuf[k + 1][0], 64);
-          _tile_stored(2, cbuf[k + 2][0], 64);
-          _tile_stored(3, cbuf[k + 3][0], 64);
-        }
-      } else {
-        for (int k = 0; k < kGroups; k += 2) {
-          _tile_loadd(4, unp + F::kGroup * k, 256);
-          _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
-          TS_AMX_GROUP(k, 0, 0, 4, 6)
-          TS_AMX_GROUP(k, 1, 1, 4, 7)
-          TS_AMX_GROUP(k + 1, 0, 2, 5, 6)
-          TS_AMX_GROUP(k + 1, 1, 3, 5, 7)
-          _tile_stored(0, cbuf[k][0], 64);
-          _tile_stored(1, cbuf[k][1], 64);
-          _tile_stored(2, cbuf[k + 1][0], 64);
-          _tile_stored(3, cbuf[k + 1][1], 64);
-        }
+    } else {
+      for (int k = 0; k < kGroups; k += 2) {
+        _tile_loadd(4, unp + F::kGroup * k, 256);
+        _tile_loadd(5, unp + F::kGroup * (k + 1), 256);
+        TS_AMX_GROUP(k, 0, 0, 4, 6)
+        TS_AMX_GROUP(k, 1, 1, 4, 7)
+        TS_AMX_GROUP(k + 1, 0, 2, 5, 6)
+        TS_AMX_GROUP(k + 1, 1, 3, 5, 7)
+        _tile_stored(0, cbuf[k][0], 64);
+        _tile_stored(1, cbuf[k][1], 64);
+        _tile_stored(2, cbuf[k + 1][0], 64);
+        _tile_stored(3, cbuf[k + 1][1], 64);
       }
-    };
-    tiles(0);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b + 1 < nb) tiles(b + 1);
-      auto& cbuf = cbuf_buf[b & 1];
+    }
+  };
+  unpack(0);
+  tile_ops(0);
+  if (steps > 1) unpack(1);
+  for (int64_t st = 0; st < steps; ++st) {
+    const int64_t r = r0 + 16 * (st / nb), b = st % nb;
+    if (b == 0) {
+      for (auto& half : acc) {
+        for (auto& row : half) _mm512_store_ps(row, _mm512_setzero_ps());
+      }
+    }
+    if (st + 1 < steps) tile_ops(st + 1);
+    {
+      auto& cbuf = cbuf_buf[st & 1];
       __m512 dxv[NH];
       __m512i bp[NH][4];  // Q4_K / Q5_K: the tokens' sub-block sums, as int16 pairs
       const int32_t* bw[NH];
@@ -269,9 +286,15 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         }
       }
     }
+    if (st + 2 < steps) unpack(st + 2);
+    if (b + 1 < nb) continue;
+    // Token by token, the 16 rows' results as one vector (a column of acc): 16 stores rather
+    // than 256 scalar ones, which with the output's row stride all fall in one L1 set.
+    const __m512i col = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(16));
     for (int h = 0; h < NH; ++h) {
-      for (int i = 0; i < 16; ++i) {
-        for (int j = 0; j < 16; ++j) g.y[(t0 + 16 * h + j) * g.y_stride + r + i] = acc[h][i][j];
+      for (int j = 0; j < 16; ++j) {
+        _mm512_storeu_ps(g.y + (t0 + 16 * h + j) * g.y_stride + r, _mm512_i32gather_ps(col, &acc[h][0][j], 4));
       }
     }
   }
