@@ -83,7 +83,7 @@ void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int
 void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 // Register-tiled K-quant GEMM (avx512/kquant_tiles_avx512.cpp; Q4_K, Q5_K, Q6_K, else null):
-// tiles of 16 x 1, 8 x 2 and 4 x 4 (weight rows x activation rows), each super-block unpacked
+// tiles of 16 x 1, 8 x 2, 5 x 3 and 4 x 4 (weight rows x activation rows), each super-block unpacked
 // once per tile, sub-block scales applied in int32 by vpdpwssd, the 16 pairs' block integers
 // reduced together and their float part run as one vector in the order of finish_* below, so
 // the results stay bit-identical to the scalar oracle.

@@ -111,6 +111,14 @@ const std::vector<SynthShape>& synth_shapes() {
          .head_dim = 192, .family = "deepseek2", .n_experts = 64, .n_experts_used = 6, .expert_hidden_dim = 1408,
          .kv_lora_rank = 512, .rope_dim = 64, .v_head_dim = 128, .n_dense_lead = 1, .n_shared_experts = 2,
          .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096});
+    // Benchmark size (the Lite path needs 27 layers): dim 1024, 8 heads of 128 + 64 rope dims,
+    // V of 128, latent 512, one dense layer of 2816, then 32 experts of 256, top 6, 2 shared
+    // (~0.9 B parameters).
+    add({.like = "deepseek-v2-lite-mini", .architecture = "deepseek2", .dim = 1024, .hidden_dim = 2816, .n_layers = 27,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 32000, .context_length = 163840, .rms_eps = 1e-6f,
+         .head_dim = 192, .family = "deepseek2", .n_experts = 32, .n_experts_used = 6, .expert_hidden_dim = 256,
+         .kv_lora_rank = 512, .rope_dim = 64, .v_head_dim = 128, .n_dense_lead = 1, .n_shared_experts = 2,
+         .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f, .yarn_orig_ctx = 4096});
     // Test sizes: 27 layers of dim 256 (the Lite path), 8 heads of 48 + 16 rope dims, V of 32
     // (padded in the cache), latent 256, 4 experts of 256 top 2 + 1 shared; and the full-V2 path
     // (a q LoRA of 256) in 2 layers.

@@ -137,9 +137,11 @@ inline void reduce_pairs(const __m512i v[16], __m512i* s, __m512i* m) {
   *m = _mm512_shuffle_i32x4(w01, w23, 0xDD);
 }
 
+// RM * RN is 16, or 15 for the 5 x 3 tile (its lane 15 repeats pair 0's weights and is dropped).
 template <class F, int RM, int RN>
 void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
-  static_assert(RM * RN == 16);
+  static_assert(RM * RN == 16 || (RM == 5 && RN == 3));
+  constexpr int kPairs = RM * RN;
   using Block = typename F::Block;
   const int64_t nb = g.cols / kQK_K;
   const Block* w[RM];
@@ -150,8 +152,8 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
   {
     alignas(64) int32_t ro[16], to[16];
     for (int p = 0; p < 16; ++p) {
-      ro[p] = p / RN;
-      to[p] = p % RN;
+      ro[p] = p < kPairs ? p / RN : 0;
+      to[p] = p < kPairs ? p % RN : 0;
     }
     row_of = _mm512_load_si512(ro);
     tok_of = _mm512_load_si512(to);
@@ -163,6 +165,7 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     __m512i comb[16];
+    if constexpr (kPairs < 16) comb[15] = _mm512_setzero_si512();
     for (int i = 0; i < RM; ++i) {
       const Block& q = w[i][b];
       // The same block of the next tile's row (RM rows on): the tiles of a row chunk stream
@@ -219,7 +222,7 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
   }
 }
 
-// Tokens in steps of 4 (4 x 4 tiles), then 2 (8 x 2), then 1 (16 x 1); in each step the rows
+// Tokens in steps of 4 (4 x 4 tiles), then 3 (5 x 3), 2 (8 x 2), 1 (16 x 1); in each step the rows
 // a full tile does not cover go row by row (quant_gemm_rowwise: the same results).
 // With AMX, 32 or 16 tokens at a time go to kquant_amx_gemm for every 16 rows first.
 template <class F>
@@ -245,6 +248,9 @@ void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64
     }
   }
   while (t1 - t >= 4) step.template operator()<4, 4>();
+  // Three tokens (an expert's share of a batched decode step, often): one pass over the rows
+  // with 5 x 3 tiles rather than 8 x 2 and then 16 x 1.
+  if (t1 - t == 3) step.template operator()<5, 3>();
   if (t1 - t >= 2) step.template operator()<8, 2>();
   if (t1 - t >= 1) step.template operator()<16, 1>();
 }
