@@ -4,10 +4,10 @@
 // AMX-INT8 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
 //
 // Per super-block: the 16 rows' values are unpacked to bytes (u8, 256 per row), and for each
-// scale group (32 values, Q6_K 16) one TDPBUSD gives the 16 x 16 exact int32 group dots
+// scale group (32 values, Q6_K 16) one TDPBUSD (Q6_K: TDPBSSD on q - 32) gives the 16 x 16 exact int32 group dots
 // (u8 weights x s8 activations; the activations are laid out once per call in AMX's B format:
 // row d of the block = dword d of each of the 16 tokens). AVX-512 then applies the group
-// scales in int32 (vpmulld), the mins / offsets through the activations' bsums (vpdpwssd), and
+// scales in int32 (vpmulld), the Q4_K / Q5_K mins through the activations' bsums (vpdpwssd), and
 // the float part per weight row with the 16 tokens in one vector, in the order of the scalar
 // finish_* (quant_dot.cpp), so the results stay bit-identical to the scalar oracle.
 #include <cpuid.h>
@@ -113,9 +113,12 @@ struct Q6K {
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(q.ql + 64 * h);
       const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh + 32 * h)));
-      _mm512_storeu_si512(out + 128 * h, _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh0), bits45)));
-      _mm512_storeu_si512(out + 128 * h + 64, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
-                                                              _mm512_and_si512(_mm512_srlv_epi16(qh, sh1), bits45)));
+      // Signed values q - 32 (TDPBSSD), so the dots need no offset term through the bsums.
+      const __m512i v0 = _mm512_or_si512(_mm512_and_si512(ql, low4), _mm512_and_si512(_mm512_sllv_epi16(qh, sh0), bits45));
+      const __m512i v1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low4),
+                                         _mm512_and_si512(_mm512_srlv_epi16(qh, sh1), bits45));
+      _mm512_storeu_si512(out + 128 * h, _mm512_sub_epi8(v0, _mm512_set1_epi8(32)));
+      _mm512_storeu_si512(out + 128 * h + 64, _mm512_sub_epi8(v1, _mm512_set1_epi8(32)));
     }
   }
   static uint16_t dmin(const Block&) { return 0; }
@@ -163,7 +166,11 @@ inline __m512i pair_sums(__m512i bw0, __m512i bw1) {
 #define TS_AMX_GROUP(k, h, cr, ar, br)                                                   \
   _tile_zero(cr);                                                                        \
   _tile_loadd(br, xb + ((h) * 64 + (k) * (F::kGroup / 4)) * 16, 64);                     \
-  _tile_dpbusd(cr, ar, br);
+  if constexpr (F::kMin) {                                                               \
+    _tile_dpbusd(cr, ar, br);                                                            \
+  } else {                                                                               \
+    _tile_dpbssd(cr, ar, br);                                                            \
+  }
 
 // NH token halves (16 or 32 tokens) x 16-row steps.
 template <class F, int NH>
@@ -261,20 +268,17 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         uint8_t sm[16];
         if constexpr (F::kMin) q4k_scales_mins(q.scales, sm);
         for (int h = 0; h < NH; ++h) {
-          __m512i s = _mm512_setzero_si512(), m = _mm512_setzero_si512();
+          __m512i s = _mm512_setzero_si512();
+          [[maybe_unused]] __m512i m = _mm512_setzero_si512();
           if constexpr (F::kMin) {
             for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(sm[k])));
             for (int w2 = 0; w2 < 4; ++w2) {
               m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[h][w2]);
             }
           } else {
+            // The group dots are of q - 32 already (signed tiles): the same integer as the
+            // scalar path's raw dots minus 32 x the scales . bsums.
             for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(q.scales[k])));
-            for (int w2 = 0; w2 < 8; ++w2) {
-              const int32_t pair = static_cast<uint16_t>(static_cast<int16_t>(q.scales[2 * w2])) |
-                                   (static_cast<int32_t>(q.scales[2 * w2 + 1]) << 16);
-              m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(pair), _mm512_loadu_si512(bw[h] + w2 * 16));
-            }
-            s = _mm512_sub_epi32(s, _mm512_slli_epi32(m, 5));  // the -32 of every 6-bit value
           }
           __m512 a = _mm512_load_ps(acc[h][i]);
           a = _mm512_add_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv[h], kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound), kRound);
