@@ -166,9 +166,9 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
   const Prepared* ps = prep.data();
   const size_t np = prep.size();
   auto task = [ps, np](int64_t i) {
-    size_t a = 0;
-    while (a + 1 < np && ps[a + 1].first_task <= i) ++a;
-    const Prepared& p = ps[a];
+    // The entry whose tasks include i (binary search: a MoE step lists ~100 expert matmuls).
+    const Prepared* it = std::upper_bound(ps, ps + np, i, [](int64_t v, const Prepared& q) { return v < q.first_task; });
+    const Prepared& p = *(it - 1);
     const int64_t local = i - p.first_task;
     const int64_t rc = local / p.split.n_token_blocks, tb = local % p.split.n_token_blocks;
     const int64_t r0 = rc * p.split.row_chunk, r1 = std::min(p.rows, r0 + p.split.row_chunk);

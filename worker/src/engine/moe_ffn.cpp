@@ -103,14 +103,15 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   if (sh > 0) swiglu(sh_gate, sh_up, T, sh, tp);
   round_like_mul_mat_id(w.ffn_down_exps.dtype, gate, pairs * ff);
 
-  // 4. Down projections (experts and the shared one) in one region.
+  // 4. Down projections (experts and the shared one) in one region; the shared one, the
+  // largest (every token), first, so that its tasks are not the last ones handed out.
   list.clear();
+  if (sh > 0) list.push_back(mm(w.ffn_down_shexp, sh_gate, sh, T, sh_down, dim));
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
     list.push_back(mm(expert_matrix(w.ffn_down_exps, E, e), gate + r0 * ff, ff, n, down + r0 * dim, dim));
   }
-  if (sh > 0) list.push_back(mm(w.ffn_down_shexp, sh_gate, sh, T, sh_down, dim));
   kernels::matmul_batch(list, tp, isa);
 
   // 5. Per token: sum of weight * expert output in choice order, then the gated shared expert.
