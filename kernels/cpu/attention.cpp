@@ -33,6 +33,7 @@ struct Item {
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
   TS_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0);
   TS_CHECK_GT(a.page_size, 0);
+  TS_CHECK(a.kv_planes == 1 || a.kv_planes == 2) << "kv_planes " << a.kv_planes;
   if (a.n_seqs <= 0) return;
   const cpu::IsaKernels& k = kernels_for(isa);
   const int32_t group = a.n_heads / a.n_kv_heads;
@@ -81,10 +82,10 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
     }
     const cpu::AttnGroup g{.q_rows = q_rows.data(), .out_rows = out_rows.data(), .pos = pos.data(), .n_rows = n_rows,
                            .kv = static_cast<const uint8_t*>(a.kv), .fmt = fmt, .pages = a.page_ids + a.page_indptr[it.seq], .page_size = a.page_size,
-                           .page_stride = 2 * static_cast<int64_t>(a.page_size) * token_stride,
+                           .page_stride = a.kv_planes * static_cast<int64_t>(a.page_size) * token_stride,
                            .token_stride = token_stride,
                            .kv_offset = static_cast<int64_t>(kv_head) * row_bytes,
-                           .v_offset = static_cast<int64_t>(a.page_size) * token_stride,
+                           .v_offset = a.kv_planes == 2 ? static_cast<int64_t>(a.page_size) * token_stride : 0,
                            .head_dim = a.head_dim, .scale = a.scale, .softcap = a.softcap,
                            .window = a.window, .scratch = scratch.data()};
     k.attend_group(g);

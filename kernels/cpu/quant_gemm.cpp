@@ -167,3 +167,41 @@ void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t
 }
 
 }  // namespace tessera::kernels::cpu
+
+namespace tessera::kernels {
+
+void round_as_matmul_input(DType w_type, float* x, int64_t cols) {
+  switch (w_type) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL: {
+      TS_CHECK(cols % 32 == 0) << "round_as_matmul_input: " << cols << " columns";
+      thread_local std::vector<int8_t> q;
+      thread_local std::vector<float> d;
+      q.resize(static_cast<size_t>(cols));
+      d.resize(static_cast<size_t>(cols / 32));
+      cpu::quantize_activations_q8(x, cols, q.data(), d.data());
+      for (int64_t i = 0; i < cols; ++i) x[i] = static_cast<float>(q[static_cast<size_t>(i)]) * d[static_cast<size_t>(i / 32)];
+      return;
+    }
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_XS: {
+      TS_CHECK(cols % 256 == 0) << "round_as_matmul_input: " << cols << " columns";
+      thread_local std::vector<BlockQ8_K> b;
+      b.resize(static_cast<size_t>(cols / 256));
+      quantize_row_q8_K(x, b.data(), cols);
+      for (int64_t i = 0; i < cols; ++i) x[i] = static_cast<float>(b[static_cast<size_t>(i / 256)].qs[i % 256]) * b[static_cast<size_t>(i / 256)].d;
+      return;
+    }
+    default: return;
+  }
+}
+
+}  // namespace tessera::kernels

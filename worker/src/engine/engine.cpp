@@ -200,15 +200,17 @@ Result<StepResult> Engine::execute(const StepPlan& plan) { return impl_->exec.ex
 
 PoolGeometry CpuBackend::geometry() const {
   return {.num_pages = pool_.num_pages(), .page_size = pool_.page_size(), .n_layers = cfg_.n_layers,
-          .n_kv_heads = cfg_.n_kv_heads, .head_dim = cfg_.head_dim};
+          .n_kv_heads = pool_.n_kv_heads(), .head_dim = pool_.head_dim()};  // the MLA latent cache: 1 head of the latent
 }
 
 BackendCaps CpuBackend::capabilities() const {
   BackendCaps c;  // every sampling option on the host (the defaults), no limits
   c.kv_fill = true;
-  c.kv_scores = true;
   c.prompt_logprobs = true;
-  c.chunk_blend = true;
+  // Not for multi-head latent attention: K/V moves re-rotate whole K rows with the plain RoPE and
+  // the H2O statistic and CacheBlend's layer loop have no latent-attention path.
+  c.kv_scores = !cfg_.is_mla();
+  c.chunk_blend = !cfg_.is_mla();
   return c;
 }
 
@@ -226,7 +228,7 @@ Status CpuBackend::read_kv(int32_t layer, std::span<const int64_t> slots, std::s
   const auto row = static_cast<size_t>(pool_.token_floats());
   TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
   TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
-  for (size_t i = 0; i < slots.size(); ++i) {
+  for (size_t i = 0; i < slots.size(); ++i) {  // a one-plane (latent) pool: v is a copy of k
     pool_.load(layer, slots[i], 0, k.data() + i * row);
     pool_.load(layer, slots[i], 1, v.data() + i * row);
   }
@@ -237,9 +239,9 @@ Status CpuBackend::write_kv(int32_t layer, std::span<const int64_t> slots, std::
   const auto row = static_cast<size_t>(pool_.token_floats());
   TS_CHECK(layer >= 0 && layer < pool_.num_layers()) << "layer " << layer;
   TS_CHECK(k.size() == slots.size() * row && v.size() == k.size()) << k.size() << " / " << v.size() << " floats for " << slots.size() << " slots";
-  for (size_t i = 0; i < slots.size(); ++i) {
+  for (size_t i = 0; i < slots.size(); ++i) {  // a one-plane (latent) pool: v is ignored (it reads as k)
     pool_.store(layer, slots[i], 0, k.data() + i * row);
-    pool_.store(layer, slots[i], 1, v.data() + i * row);
+    if (pool_.planes() == 2) pool_.store(layer, slots[i], 1, v.data() + i * row);
   }
   return ok_status();
 }

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/kernels/attention.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/worker/blend.h"
@@ -25,7 +26,8 @@ struct MoeScratch {
 
 // Scratch of the multi-head latent attention (mla.cpp).
 struct MlaScratch {
-  std::vector<float> qa, kva, kvb, att_v, cos_sin;
+  std::vector<float> qa, kva, kvb, att_v, cos_sin, q_abs, att_lat, kvb_f32;
+  std::vector<kernels::MatmulArgs> uv_list;
 };
 
 // Scratch activations of one step, grown on demand and reused (never shrunk).
@@ -88,6 +90,14 @@ class CpuBackend final : public Backend {
   // with RoPE'd rope parts, and the decompressed per-head k and v ([T, n_heads * head_dim], V
   // zero-padded to head_dim). cs: mla_rope_table's rows for the T positions.
   void mla_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v);
+  // The absorbed form over the latent cache (pool planes 1; mla.cpp): writes the T rows'
+  // latents [c, k_pe] into their slots (s_.slots) of `layer`, attends with the queries absorbed
+  // through attn_kv_b's K rows (q: [T, n_heads * head_dim] scratch) and returns each head's
+  // output through attn_kv_b's V rows in att_v [T, n_heads * v_head_dim]. base: the step's
+  // attention arguments (sequences, pages, scale).
+  void mla_latent_attention(const LayerWeights& w, int32_t layer, const float* xn, int64_t T, const float* cs,
+                            const kernels::PagedAttentionArgs& base, float* q, float* att_v);
+  void mla_q_latent(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* kva);
 
   // CacheBlend (blend.cpp, blend_forward.cpp). Rows [0, tokens.size()) of one sequence at cache
   // indices first + i, pages block_table; their roles decide which are computed per layer.

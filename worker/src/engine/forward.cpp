@@ -141,55 +141,62 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
     const LayerWeights& w = model.layers[static_cast<size_t>(l)];
     // Attention block.
     kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    if (c.is_mla()) {
-      mla_qkv(w, xn, T, cs, q, k, v);
-    } else {
-      const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
-                                          args(w.wv, xn, dim, v, kv_dim)};
-      const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
-      linear_group(ws, qkv);
-    }
-    if (c.attn_bias) {
-      add_bias(w.bq, q, q_dim);
-      add_bias(w.bk, k, kv_dim);
-      add_bias(w.bv, v, kv_dim);
-    }
-    if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
-      kernels::rmsnorm(q, hd, w.attn_q_norm.f32(), q, hd, T * c.n_heads, hd, c.rms_eps);
-      kernels::rmsnorm(k, hd, w.attn_k_norm.f32(), k, hd, T * c.n_kv_heads, hd, c.rms_eps);
-    }
-    if (!c.is_mla()) {
-      kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
-      kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
-    }
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t slot = s.slots[static_cast<size_t>(t)];
-      pool.store(l, slot, 0, k + t * kv_dim);
-      pool.store(l, slot, 1, v + t * kv_dim);
-    }
-    kernels::PagedAttentionArgs a = att_base;
-    a.kv = pool.layer_data(l);
-    a.kv_dtype = pool.dtype();
-    a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
-    kernels::paged_attention(a, tp, isa);
-    for (size_t b = 0; b < batch.size(); ++b) {  // H2O sequences: attention mass per cache index
-      if (batch[b].key_mass == nullptr) continue;
-      accumulate_key_mass({.pool = &pool, .layer = l, .q = q + static_cast<int64_t>(s.token_indptr[b]) * q_dim,
-                           .q_stride = q_dim, .n_rows = static_cast<int32_t>(batch[b].tokens.size()),
-                           .start_pos = batch[b].start_pos, .pages = batch[b].block_table.data(),
-                           .page_size = pool.page_size(), .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                           .head_dim = c.head_dim, .scale = a.scale, .softcap = a.softcap, .window = a.window,
-                           .mass = batch[b].key_mass});
-    }
-    if (c.is_mla()) {  // each head's first v_head_dim outputs (the rest is the zero padding of V)
-      const int64_t vd = c.v_head_dim, vw = static_cast<int64_t>(c.n_heads) * vd;
+    if (c.is_mla() && pool.planes() == 1) {  // the latent cache: absorbed attention (mla.cpp)
+      const int64_t vw = static_cast<int64_t>(c.n_heads) * c.v_head_dim;
       float* att_v = grow(s.mla.att_v, static_cast<size_t>(T * vw));
-      for (int64_t t = 0; t < T; ++t) {
-        for (int32_t h = 0; h < c.n_heads; ++h) std::memcpy(att_v + t * vw + h * vd, att + t * q_dim + h * hd, static_cast<size_t>(vd) * sizeof(float));
-      }
+      mla_latent_attention(w, l, xn, T, cs, att_base, q, att_v);
       linear(w.wo, att_v, vw, o, dim);
     } else {
-      linear(w.wo, att, q_dim, o, dim);
+      if (c.is_mla()) {
+        mla_qkv(w, xn, T, cs, q, k, v);
+      } else {
+        const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
+                                            args(w.wv, xn, dim, v, kv_dim)};
+        const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
+        linear_group(ws, qkv);
+      }
+      if (c.attn_bias) {
+        add_bias(w.bq, q, q_dim);
+        add_bias(w.bk, k, kv_dim);
+        add_bias(w.bv, v, kv_dim);
+      }
+      if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
+        kernels::rmsnorm(q, hd, w.attn_q_norm.f32(), q, hd, T * c.n_heads, hd, c.rms_eps);
+        kernels::rmsnorm(k, hd, w.attn_k_norm.f32(), k, hd, T * c.n_kv_heads, hd, c.rms_eps);
+      }
+      if (!c.is_mla()) {
+        kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
+        kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t slot = s.slots[static_cast<size_t>(t)];
+        pool.store(l, slot, 0, k + t * kv_dim);
+        pool.store(l, slot, 1, v + t * kv_dim);
+      }
+      kernels::PagedAttentionArgs a = att_base;
+      a.kv = pool.layer_data(l);
+      a.kv_dtype = pool.dtype();
+      a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
+      kernels::paged_attention(a, tp, isa);
+      for (size_t b = 0; b < batch.size(); ++b) {  // H2O sequences: attention mass per cache index
+        if (batch[b].key_mass == nullptr) continue;
+        accumulate_key_mass({.pool = &pool, .layer = l, .q = q + static_cast<int64_t>(s.token_indptr[b]) * q_dim,
+                             .q_stride = q_dim, .n_rows = static_cast<int32_t>(batch[b].tokens.size()),
+                             .start_pos = batch[b].start_pos, .pages = batch[b].block_table.data(),
+                             .page_size = pool.page_size(), .n_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+                             .head_dim = c.head_dim, .scale = a.scale, .softcap = a.softcap, .window = a.window,
+                             .mass = batch[b].key_mass});
+      }
+      if (c.is_mla()) {  // each head's first v_head_dim outputs (the rest is the zero padding of V)
+        const int64_t vd = c.v_head_dim, vw = static_cast<int64_t>(c.n_heads) * vd;
+        float* att_v = grow(s.mla.att_v, static_cast<size_t>(T * vw));
+        for (int64_t t = 0; t < T; ++t) {
+          for (int32_t h = 0; h < c.n_heads; ++h) std::memcpy(att_v + t * vw + h * vd, att + t * q_dim + h * hd, static_cast<size_t>(vd) * sizeof(float));
+        }
+        linear(w.wo, att_v, vw, o, dim);
+      } else {
+        linear(w.wo, att, q_dim, o, dim);
+      }
     }
     if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
     kernels::add_inplace(x, o, T * dim);

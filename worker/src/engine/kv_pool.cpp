@@ -6,9 +6,16 @@
 
 namespace tessera::worker {
 
-size_t kv_page_bytes(const ModelConfig& model, int32_t page_size, kernels::KvDtype dtype) {
-  const size_t row = kernels::kv_row_format(dtype, model.head_dim).row_bytes();
-  return 2 * static_cast<size_t>(page_size) * static_cast<size_t>(model.n_kv_heads) * row * static_cast<size_t>(model.n_layers);
+KvLayout kv_layout(const ModelConfig& model, bool mla_decompressed) {
+  if (model.is_mla() && !mla_decompressed) return {.n_kv_heads = 1, .head_dim = model.kv_lora_rank + model.rope_dim, .planes = 1};
+  return {.n_kv_heads = model.n_kv_heads, .head_dim = model.head_dim, .planes = 2};
+}
+
+size_t kv_page_bytes(const ModelConfig& model, int32_t page_size, kernels::KvDtype dtype, bool mla_decompressed) {
+  const KvLayout lay = kv_layout(model, mla_decompressed);
+  const size_t row = kernels::kv_row_format(dtype, lay.head_dim).row_bytes();
+  return static_cast<size_t>(lay.planes) * static_cast<size_t>(page_size) * static_cast<size_t>(lay.n_kv_heads) * row *
+         static_cast<size_t>(model.n_layers);
 }
 
 Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config) {
@@ -20,7 +27,7 @@ Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config
   }
   KvPool p;
   p.config_ = config;
-  const size_t page_bytes = kv_page_bytes(model, config.page_size, config.dtype);
+  const size_t page_bytes = kv_page_bytes(model, config.page_size, config.dtype, config.mla_decompressed);
   if (config.memory_mb < 0) {
     return make_error(ErrorCode::kInvalidArgument, "kv pool: memory budget must be >= 0 MiB (got " + std::to_string(config.memory_mb) + ")");
   }
@@ -42,12 +49,13 @@ Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config
                       "kv pool: " + std::to_string(p.config_.num_pages) + " pages of " + std::to_string(config.page_size) +
                           " tokens need " + std::to_string(total_bytes / (1ull << 30)) + " GiB (limit 64 GiB)");
   }
-  p.fmt_ = kernels::kv_row_format(config.dtype, model.head_dim);
+  p.layout_ = kv_layout(model, config.mla_decompressed);
+  p.fmt_ = kernels::kv_row_format(config.dtype, p.layout_.head_dim);
   p.n_layers_ = model.n_layers;
-  p.n_kv_heads_ = model.n_kv_heads;
-  p.token_floats_ = static_cast<int64_t>(model.n_kv_heads) * model.head_dim;
-  p.token_bytes_ = static_cast<size_t>(model.n_kv_heads) * p.fmt_.row_bytes();
-  p.layer_bytes_ = static_cast<size_t>(p.config_.num_pages) * 2 * static_cast<size_t>(config.page_size) * p.token_bytes_;
+  p.token_floats_ = static_cast<int64_t>(p.layout_.n_kv_heads) * p.layout_.head_dim;
+  p.token_bytes_ = static_cast<size_t>(p.layout_.n_kv_heads) * p.fmt_.row_bytes();
+  p.layer_bytes_ = static_cast<size_t>(p.config_.num_pages) * static_cast<size_t>(p.layout_.planes) *
+                   static_cast<size_t>(config.page_size) * p.token_bytes_;
   const size_t total = p.layer_bytes_ * static_cast<size_t>(model.n_layers);
   const size_t alloc = (total + 63) / 64 * 64;
   p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
@@ -59,7 +67,8 @@ Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config
 size_t KvPool::slot_offset(int64_t slot, int kv) const {
   TS_DCHECK(slot >= 0 && slot < num_slots());
   const int64_t page = slot / config_.page_size, off = slot % config_.page_size;
-  return static_cast<size_t>((page * 2 + kv) * config_.page_size + off) * token_bytes_;
+  const int64_t plane = layout_.planes == 1 ? 0 : kv;  // one plane: V is the K row
+  return static_cast<size_t>((page * layout_.planes + plane) * config_.page_size + off) * token_bytes_;
 }
 
 float* KvPool::as_f32(uint8_t* p) const {
@@ -72,22 +81,23 @@ const float* KvPool::as_f32(const uint8_t* p) const {
 }
 
 void KvPool::store(int32_t l, int64_t slot, int kv, const float* values) {
+  TS_CHECK(kv == 0 || layout_.planes == 2) << "store of V into a one-plane (latent) pool";
   uint8_t* dst = layer_data(l) + slot_offset(slot, kv);
   const size_t row = fmt_.row_bytes();
-  for (int32_t h = 0; h < n_kv_heads_; ++h) kernels::kv_encode_row(fmt_, values + static_cast<int64_t>(h) * fmt_.head_dim, dst + h * row);
+  for (int32_t h = 0; h < layout_.n_kv_heads; ++h) kernels::kv_encode_row(fmt_, values + static_cast<int64_t>(h) * fmt_.head_dim, dst + h * row);
 }
 
 void KvPool::load(int32_t l, int64_t slot, int kv, float* values) const {
   const uint8_t* src = layer_data(l) + slot_offset(slot, kv);
   const size_t row = fmt_.row_bytes();
-  for (int32_t h = 0; h < n_kv_heads_; ++h) kernels::kv_decode_row(fmt_, src + h * row, values + static_cast<int64_t>(h) * fmt_.head_dim);
+  for (int32_t h = 0; h < layout_.n_kv_heads; ++h) kernels::kv_decode_row(fmt_, src + h * row, values + static_cast<int64_t>(h) * fmt_.head_dim);
 }
 
 void KvPool::copy_page(int32_t src, int32_t dst) {
   TS_CHECK(src >= 0 && src < config_.num_pages) << "copy_page src " << src;
   TS_CHECK(dst >= 0 && dst < config_.num_pages) << "copy_page dst " << dst;
   if (src == dst) return;
-  const size_t page = 2 * static_cast<size_t>(config_.page_size) * token_bytes_;
+  const size_t page = static_cast<size_t>(layout_.planes) * static_cast<size_t>(config_.page_size) * token_bytes_;
   for (int32_t l = 0; l < n_layers_; ++l) {
     std::memcpy(layer_data(l) + static_cast<size_t>(dst) * page, layer_data(l) + static_cast<size_t>(src) * page, page);
   }

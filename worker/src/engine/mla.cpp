@@ -1,11 +1,13 @@
-// Multi-head latent attention (DeepSeek-V2) of the CPU forward pass: the per-head Q, K and V
-// decompressed from the latent (see engine_impl.h, CpuBackend::mla_qkv), with llama.cpp's YaRN
-// RoPE on the rope part of each head.
+// Multi-head latent attention (DeepSeek-V2) of the CPU forward pass, with llama.cpp's YaRN RoPE
+// on the rope part of each head: either the per-head Q, K and V decompressed from the latent
+// (CpuBackend::mla_qkv, the cache holds per-head K/V) or the absorbed form over a cache of
+// latent rows (CpuBackend::mla_latent_attention). See engine_impl.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "engine_impl.h"
+#include "tessera/kernels/attention.h"
 #include "tessera/kernels/ops.h"
 
 namespace tessera::worker {
@@ -52,11 +54,13 @@ void mla_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, f
   }
 }
 
-void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v) {
+// Queries [T, n_heads * head_dim] and the latent rows kva [T, kv_lora_rank + rope_dim] (c
+// normalized, k_pe and every head's q_pe rotated) of T normalized rows: the part both layouts share.
+void CpuBackend::mla_q_latent(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* kva) {
   const ModelConfig& c = cfg_;
   MlaScratch& s = s_.mla;
-  const int64_t dim = c.dim, hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
-  const int64_t lora = c.kv_lora_rank, kva_w = lora + rope, kvb_w = H * (nope + vd), q_dim = H * hd;
+  const int64_t dim = c.dim, hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope;
+  const int64_t lora = c.kv_lora_rank, kva_w = lora + rope, q_dim = H * hd;
   auto linear = [&](const Tensor& wt, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
     kernels::matmul({.w_type = wt.dtype, .w = wt.data, .rows = wt.rows, .cols = wt.cols, .x = in, .x_stride = in_stride,
                      .n = T, .y = out, .y_stride = out_stride},
@@ -71,27 +75,37 @@ void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, cons
   } else {
     linear(w.wq, xn, dim, q, q_dim);
   }
-  // The latent and the shared rope key; the latent's RMSNorm; its decompression per head.
-  float* kva = grow(s.kva, static_cast<size_t>(T * kva_w));
-  float* kvb = grow(s.kvb, static_cast<size_t>(T * kvb_w));
+  // The latent and the shared rope key; the latent's RMSNorm.
   linear(w.attn_kv_a_mqa, xn, dim, kva, kva_w);
   kernels::rmsnorm(kva, kva_w, w.attn_kv_a_norm.f32(), kva, kva_w, T, lora, c.rms_eps);
-  linear(w.attn_kv_b, kva, kva_w, kvb, kvb_w);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* cst = cs + t * rope;
-    float* kpe = kva + t * kva_w + lora;
-    for (int64_t i = 0; i < rope / 2; ++i) {  // adjacent pairs (llama.cpp's rope type NORM for deepseek2)
-      const float co = cst[2 * i], si = cst[2 * i + 1], x0 = kpe[2 * i], x1 = kpe[2 * i + 1];
-      kpe[2 * i] = x0 * co - x1 * si;
-      kpe[2 * i + 1] = x0 * si + x1 * co;
+  auto rotate = [](float* x, const float* cst, int64_t n) {  // adjacent pairs (llama.cpp's rope type NORM for deepseek2)
+    for (int64_t i = 0; i < n / 2; ++i) {
+      const float co = cst[2 * i], si = cst[2 * i + 1], x0 = x[2 * i], x1 = x[2 * i + 1];
+      x[2 * i] = x0 * co - x1 * si;
+      x[2 * i + 1] = x0 * si + x1 * co;
     }
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    rotate(kva + t * kva_w + lora, cs + t * rope, rope);
+    for (int64_t h = 0; h < H; ++h) rotate(q + t * q_dim + h * hd + nope, cs + t * rope, rope);
+  }
+}
+
+void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v) {
+  const ModelConfig& c = cfg_;
+  MlaScratch& s = s_.mla;
+  const int64_t hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
+  const int64_t lora = c.kv_lora_rank, kva_w = lora + rope, kvb_w = H * (nope + vd), q_dim = H * hd;
+  float* kva = grow(s.kva, static_cast<size_t>(T * kva_w));
+  float* kvb = grow(s.kvb, static_cast<size_t>(T * kvb_w));
+  mla_q_latent(w, xn, T, cs, q, kva);
+  // The latent's decompression per head.
+  kernels::matmul({.w_type = w.attn_kv_b.dtype, .w = w.attn_kv_b.data, .rows = w.attn_kv_b.rows, .cols = w.attn_kv_b.cols,
+                   .x = kva, .x_stride = kva_w, .n = T, .y = kvb, .y_stride = kvb_w},
+                  pool_for(w.attn_kv_b), isa_for(w.attn_kv_b));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* kpe = kva + t * kva_w + lora;
     for (int64_t h = 0; h < H; ++h) {
-      float* qh = q + t * q_dim + h * hd + nope;
-      for (int64_t i = 0; i < rope / 2; ++i) {
-        const float co = cst[2 * i], si = cst[2 * i + 1], x0 = qh[2 * i], x1 = qh[2 * i + 1];
-        qh[2 * i] = x0 * co - x1 * si;
-        qh[2 * i + 1] = x0 * si + x1 * co;
-      }
       const float* src = kvb + t * kvb_w + h * (nope + vd);
       float* kh = k + t * q_dim + h * hd;
       float* vh = v + t * q_dim + h * hd;
@@ -101,6 +115,78 @@ void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, cons
       std::fill(vh + vd, vh + hd, 0.0f);  // V padded to the cache's head_dim
     }
   }
+}
+
+void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, const float* xn, int64_t T, const float* cs,
+                                      const kernels::PagedAttentionArgs& base, float* q, float* att_v) {
+  const ModelConfig& c = cfg_;
+  MlaScratch& s = s_.mla;
+  const int64_t hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
+  const int64_t lora = c.kv_lora_rank, lw = lora + rope, q_dim = H * hd, qa_w = H * lw;
+  const Tensor& kvb = w.attn_kv_b;
+  float* kva = grow(s.kva, static_cast<size_t>(T * lw));
+  mla_q_latent(w, xn, T, cs, q, kva);
+  // The cached latent is c as attn_kv_b's matmul reads it (its activation rounding: Q8_0 or
+  // Q8_K blocks for quantized weights), so that scores and values equal the decompressed
+  // path's up to float rounding; k_pe is kept as computed.
+  for (int64_t t = 0; t < T; ++t) {
+    kernels::round_as_matmul_input(kvb.dtype, kva + t * lw, lora);
+    pool_.store(layer, s_.slots[static_cast<size_t>(t)], 0, kva + t * lw);
+  }
+
+  // attn_kv_b as f32 rows [H * (nope + vd), lora] (dequantized once per step unless f32), and
+  // the absorbed queries [T, H, lw]: q_lat = W_UK_h^T q_nope (W_UK_h: head h's k_nope rows,
+  // [nope, lora]), then q_pe. Score q_lat . c + q_pe . k_pe = q_nope . (W_UK_h c) + q_pe . k_pe.
+  const size_t kvb_row = dtype_row_bytes(kvb.dtype, lora);
+  const float* wkv = kvb.dtype == DType::kF32 ? kvb.f32() : grow(s.kvb_f32, static_cast<size_t>(H * (nope + vd) * lora));
+  float* qa = grow(s.q_abs, static_cast<size_t>(T * qa_w));
+  threads_->parallel_for(H, [&](int64_t h) {
+    const int64_t r0 = h * (nope + vd);
+    if (kvb.dtype != DType::kF32) {
+      for (int64_t r = r0; r < r0 + nope + vd; ++r) {
+        kernels::dequantize_row(kvb.dtype, static_cast<const uint8_t*>(kvb.data) + static_cast<size_t>(r) * kvb_row,
+                                const_cast<float*>(wkv) + r * lora, lora);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      float* dst = qa + t * qa_w + h * lw;
+      std::fill(dst, dst + lora, 0.0f);
+      std::memcpy(dst + lora, q + t * q_dim + h * hd + nope, static_cast<size_t>(rope) * sizeof(float));
+    }
+    for (int64_t i = 0; i < nope; ++i) {
+      const float* row = wkv + (r0 + i) * lora;
+      for (int64_t t = 0; t < T; ++t) {
+        const float qi = q[t * q_dim + h * hd + i];
+        float* dst = qa + t * qa_w + h * lw;
+        for (int64_t j = 0; j < lora; ++j) dst[j] += qi * row[j];
+      }
+    }
+  });
+
+  // Attention over the latent rows: one kv head of lw values, each row its own V.
+  float* out = grow(s.att_lat, static_cast<size_t>(T * qa_w));
+  kernels::PagedAttentionArgs a = base;
+  a.q = qa;
+  a.q_stride = qa_w;
+  a.out = out;
+  a.out_stride = qa_w;
+  a.kv = pool_.layer_data(layer);
+  a.kv_dtype = pool_.dtype();
+  a.kv_planes = 1;
+  a.n_kv_heads = 1;
+  a.head_dim = static_cast<int32_t>(lw);
+  kernels::paged_attention(a, threads_.get(), isa_);
+
+  // Each head's latent output (its first lora values; the rest is the weighted k_pe) through
+  // W_UV_h (head h's V rows, [vd, lora], f32): att_v [T, H * vd]. One f32 matmul per head, all
+  // in one parallel region.
+  std::vector<kernels::MatmulArgs>& list = s.uv_list;
+  list.clear();
+  for (int64_t h = 0; h < H; ++h) {
+    list.push_back({.w_type = DType::kF32, .w = wkv + (h * (nope + vd) + nope) * lora, .rows = vd, .cols = lora,
+                    .x = out + h * lw, .x_stride = qa_w, .n = T, .y = att_v + h * vd, .y_stride = H * vd});
+  }
+  kernels::matmul_batch(list, threads_.get(), isa_);
 }
 
 }  // namespace tessera::worker

@@ -11,6 +11,9 @@
 // Sliding window (window > 0): keys at positions <= p - window are masked too (llama.cpp's
 // `pos - kv_pos >= n_swa`).
 // GQA: query head h reads kv head h / (n_heads / n_kv_heads).
+// One plane (kv_planes 1, the latent cache of multi-head latent attention): the layout is
+// kv[num_pages, 1, page_size, n_kv_heads, row] and each K row is its own V, so out gets the
+// probability-weighted sum of the K rows (head_dim values per head).
 // Softmax is computed online (running max and sum), in f32.
 #pragma once
 
@@ -30,6 +33,7 @@ struct PagedAttentionArgs {
   int64_t out_stride = 0;
   const void* kv = nullptr;     // this layer's pool, layout above
   KvDtype kv_dtype = KvDtype::kF32;  // its page dtype (row format: kv_row_format(kv_dtype, head_dim))
+  int32_t kv_planes = 2;        // 2: K and V planes; 1: V is the K row (layout above)
   int32_t page_size = 0;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;       // divides n_heads

@@ -39,6 +39,13 @@ struct MatmulArgs {
 };
 
 bool matmul_supports(DType w_type);
+
+// x[0, cols) <- the activation values that matmul() with w_type weights computes with: rounded
+// through Q8_0-style blocks (fp16 scale) for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (cols % 32 == 0),
+// through ggml Q8_K for Q2_K .. Q6_K and IQ4_XS (cols % 256 == 0), unchanged for F32, F16, BF16.
+// (The latent cache of multi-head latent attention stores its rows this way, so that attention
+// with attn_kv_b absorbed sees the latent that attn_kv_b's own matmul would.)
+void round_as_matmul_input(DType w_type, float* x, int64_t cols);
 void matmul(const MatmulArgs& args, ThreadPool* pool, Isa isa);
 // Several independent matmuls in one parallel region (e.g. the Q, K and V projections of the
 // same activations): one barrier instead of one per matmul. Q8_0 entries that read the same

@@ -131,6 +131,8 @@ class Backend {
   virtual Status copy_page(int32_t src, int32_t dst) = 0;
   // K and V of `slots` in layer l as f32, token_floats() values per slot, row after row
   // (k.size() == v.size() == slots.size() * token_floats()). Only with capabilities().kv_fill.
+  // A multi-head latent attention cache (geometry: one head of the latent row) reads v as a
+  // copy of k and ignores v on write.
   virtual Status read_kv(int32_t layer, std::span<const int64_t> slots, std::span<float> k, std::span<float> v);
   virtual Status write_kv(int32_t layer, std::span<const int64_t> slots, std::span<const float> k,
                           std::span<const float> v);
