@@ -56,6 +56,7 @@ struct Options {
   std::string tokenizer;      // token bytes for --json-schema when the model embeds no vocabulary
   std::optional<kernels::Isa> isa;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
+  bool mla_decompressed = false;  // latent-attention models: per-head K/V pages instead of the latent
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -93,7 +94,8 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   const int32_t n = o.decode_batch;
   const int32_t positions = o.prompt + o.gen;
   const int32_t pages_per_seq = (positions + page_size - 1) / page_size;
-  auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size, .dtype = o.kv_dtype},
+  auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size, .dtype = o.kv_dtype,
+                                                .mla_decompressed = o.mla_decompressed},
                                        .threads = o.threads,
                                        .isa = o.isa});
   if (!engine.ok()) return fail(engine.error().to_string());
@@ -212,8 +214,10 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   const Stats st = stats(rates);
   std::printf("model: %s (dim %d, %d layers, weights %s)\n", o.model.c_str(), cfg.dim, cfg.n_layers,
               dtype_name(model.layers.at(0).wq.dtype));
-  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB)\n", e.threads(), kernels::isa_name(e.isa()),
-              o.reps, kernels::kv_dtype_name(e.pool().dtype()), static_cast<double>(e.pool().bytes()) / (1 << 20));
+  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB, %zu bytes per token%s)\n", e.threads(),
+              kernels::isa_name(e.isa()), o.reps, kernels::kv_dtype_name(e.pool().dtype()),
+              static_cast<double>(e.pool().bytes()) / (1 << 20), e.pool().bytes() / static_cast<size_t>(e.pool().num_slots()),
+              cfg.is_mla() ? (e.pool().planes() == 1 ? ", MLA latent" : ", MLA decompressed") : "");
   if (o.temperature >= 0.0f) std::printf("through Engine::execute, sampling at temperature %.2f\n", o.temperature);
   if (!grammar_text.empty()) std::printf("constrained by the JSON Schema in %s\n", o.json_schema.c_str());
   std::printf("decode-batch %d (prompt %d, %d steps): %10.2f tok/s  (min %.2f, max %.2f)  %.1f ms/step  %.2f tok per CPU-s\n",
@@ -238,6 +242,8 @@ void declare_options(config::Options& t, Options& o) {
   t.add(o.tokenizer, {.name = "tokenizer", .help = "tokenizer file for --json-schema when the model embeds no vocabulary"});
   t.add({.name = "kv-dtype", .help = "element type of the K/V page pool (docs/kv.md)", .choices = {"f32", "f16", "int8"}},
         kernels::kv_dtype_name(o.kv_dtype), [&o](const std::string& v) { o.kv_dtype = kernels::parse_kv_dtype(v).value(); });
+  t.add(o.mla_decompressed, {.name = "mla-decompressed",
+                             .help = "latent-attention models (DeepSeek-V2): cache per-head K/V instead of the latent (for comparison)"});
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",
@@ -263,7 +269,7 @@ int main(int argc, char** argv) {
   if (o.decode_batch > 0) return run_decode_batch(o, **model, page_size);
   const int32_t positions = std::max(o.prompt, o.gen);
   auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size,
-                                                  .dtype = o.kv_dtype},
+                                                  .dtype = o.kv_dtype, .mla_decompressed = o.mla_decompressed},
                                          .threads = o.threads,
                                          .isa = o.isa});
   if (!engine.ok()) return fail(engine.error().to_string());
@@ -321,8 +327,10 @@ int main(int argc, char** argv) {
   std::printf("model: %s (%s, dim %d, %d layers, %d/%d heads, vocab %d, weights %s), load %.2f s\n", o.model.c_str(),
               cfg.architecture.c_str(), cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size,
               dtype_name((*model)->layers.at(0).wq.dtype), load_s);
-  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB)\n", e.threads(), kernels::isa_name(e.isa()),
-              o.reps, kernels::kv_dtype_name(e.pool().dtype()), static_cast<double>(e.pool().bytes()) / (1 << 20));
+  std::printf("engine: %d threads, kernels %s, %d reps, %s K/V pages (%.1f MiB, %zu bytes per token%s)\n", e.threads(),
+              kernels::isa_name(e.isa()), o.reps, kernels::kv_dtype_name(e.pool().dtype()),
+              static_cast<double>(e.pool().bytes()) / (1 << 20), e.pool().bytes() / static_cast<size_t>(e.pool().num_slots()),
+              cfg.is_mla() ? (e.pool().planes() == 1 ? ", MLA latent" : ", MLA decompressed") : "");
   std::printf("pp%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.prompt, sp.median, sp.min, sp.max,
               o.prompt * o.reps / pp_cpu);
   std::printf("tg%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.gen, st.median, st.min, st.max,
