@@ -273,6 +273,9 @@ Status assemble_model(LoadedModel& model, const TensorMap& file_tensors, const s
     if (c.layer_is_moe(l)) {
       const int64_t ne = c.n_experts, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
       TS_ASSIGN_OR_RETURN(w.ffn_gate_inp, a.matrix(p + "ffn_gate_inp.weight", ne, c.dim));
+      if (c.expert_sigmoid && a.has(p + "exp_probs_b.bias")) {  // DeepSeek-V3's e_score_correction_bias
+        TS_ASSIGN_OR_RETURN(w.ffn_exp_probs_b, a.vector_f32(p + "exp_probs_b.bias", ne));
+      }
       TS_ASSIGN_OR_RETURN(w.ffn_gate_exps, a.experts(p + "ffn_gate_exps.weight", ne, ff, c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_up_exps, a.experts(p + "ffn_up_exps.weight", ne, ff, c.dim));
       TS_ASSIGN_OR_RETURN(w.ffn_down_exps, a.experts(p + "ffn_down_exps.weight", ne, c.dim, ff));

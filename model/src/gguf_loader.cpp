@@ -230,14 +230,26 @@ Status read_deepseek2_experts(const Meta& m, ModelConfig& c, const std::string& 
   if (!(std::isfinite(c.expert_weights_scale) && c.expert_weights_scale > 0.0f)) return m.wrong(a + "expert_weights_scale", "must be positive");
   TS_ASSIGN_OR_RETURN(c.expert_weights_norm, m.boolean(a + "expert_weights_norm", false));
   TS_ASSIGN_OR_RETURN(int32_t gating, m.int32(a + "expert_gating_func", 1));
-  if (gating != 0 && gating != 1) {
+  if (gating != 0 && gating != 1 && gating != 2) {
     return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "expert_gating_func = " + std::to_string(gating) +
-                                                   " (sigmoid, DeepSeek-V3) is not supported; softmax (1) is");
+                                                   " is not supported; softmax (1) and sigmoid (2, DeepSeek-V3) are");
   }
-  TS_ASSIGN_OR_RETURN(int32_t groups, m.int32(a + "expert_group_count", 1));
-  if (groups > 1) {
-    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "expert_group_count = " + std::to_string(groups) +
-                                                   " (group-limited routing) is not supported");
+  c.expert_sigmoid = gating == 2;
+  TS_ASSIGN_OR_RETURN(c.n_expert_groups, m.int32(a + "expert_group_count", 1));
+  TS_ASSIGN_OR_RETURN(c.n_expert_groups_used, m.int32(a + "expert_group_used_count", c.n_expert_groups));
+  if (c.n_expert_groups < 1 || c.n_experts % c.n_expert_groups != 0 || (c.n_expert_groups > 1 && c.n_experts / c.n_expert_groups < 2)) {
+    return m.wrong(a + "expert_group_count", "= " + std::to_string(c.n_expert_groups) + " does not split " +
+                                                 std::to_string(c.n_experts) + " experts into groups of at least 2");
+  }
+  if (c.n_expert_groups_used < 1 || c.n_expert_groups_used > c.n_expert_groups ||
+      c.n_experts_used > c.n_expert_groups_used * (c.n_experts / c.n_expert_groups)) {
+    return m.wrong(a + "expert_group_used_count", "= " + std::to_string(c.n_expert_groups_used) + " of " +
+                                                      std::to_string(c.n_expert_groups) + " groups cannot hold " +
+                                                      std::to_string(c.n_experts_used) + " chosen experts");
+  }
+  if (c.n_expert_groups > 1 && !c.expert_sigmoid) {
+    return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "expert_group_count = " +
+                                                   std::to_string(c.n_expert_groups) + " with softmax gating is not supported");
   }
   if (c.expert_hidden_dim <= 0) return m.wrong(a + "expert_feed_forward_length", "must be positive");
   return ok_status();

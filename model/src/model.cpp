@@ -82,7 +82,7 @@ int64_t Model::parameter_count() const {
                             &w.w_up, &w.w_down, &w.attn_post_norm, &w.ffn_post_norm, &w.ffn_gate_inp, &w.ffn_gate_exps,
                             &w.ffn_up_exps, &w.ffn_down_exps, &w.ffn_gate_inp_shexp, &w.ffn_gate_shexp, &w.ffn_up_shexp,
                             &w.ffn_down_shexp, &w.attn_q_norm, &w.attn_k_norm, &w.attn_q_a, &w.attn_q_a_norm,
-                            &w.attn_q_b, &w.attn_kv_a_mqa, &w.attn_kv_a_norm, &w.attn_kv_b}) {
+                            &w.attn_q_b, &w.attn_kv_a_mqa, &w.attn_kv_a_norm, &w.attn_kv_b, &w.ffn_exp_probs_b}) {
       total += n(*t);
     }
   }
@@ -120,6 +120,9 @@ uint64_t compute_fingerprint(const Model& model) {
   if (c.is_moe()) {
     for (int32_t v : {c.n_experts, c.n_experts_used, c.expert_hidden_dim, c.shared_expert_hidden_dim}) h.value(v);
     h.value<uint8_t>(c.expert_weights_norm);
+    if (c.expert_sigmoid) {
+      for (int32_t v : {3, c.n_expert_groups, c.n_expert_groups_used}) h.value(v);
+    }
   }
   hash_tensor(h, model.tok_embeddings);
   hash_tensor(h, model.final_norm);
@@ -134,6 +137,7 @@ uint64_t compute_fingerprint(const Model& model) {
                               &w.ffn_gate_shexp, &w.ffn_up_shexp, &w.ffn_down_shexp}) {
         hash_tensor(h, *t);
       }
+      if (!w.ffn_exp_probs_b.empty()) hash_tensor(h, w.ffn_exp_probs_b);
     }
     if (c.post_norms) {
       hash_tensor(h, w.attn_post_norm);

@@ -409,6 +409,7 @@ Status synth_model(const SynthOptions& o) {
       const auto ne = static_cast<uint64_t>(s.n_experts);
       const uint64_t ff = s.expert_hidden_dim > 0 ? static_cast<uint64_t>(s.expert_hidden_dim) : hidden;
       plan.push_back({p + "ffn_gate_inp.weight", {dim, ne}, 0, DType::kF32});
+      if (s.v3_routing) plan.push_back({p + "exp_probs_b.bias", {ne}, 2, DType::kF32});
       experts(p + "ffn_gate_exps.weight", dim, ff, ne);
       experts(p + "ffn_up_exps.weight", dim, ff, ne);
       experts(p + "ffn_down_exps.weight", ff, dim, ne);
@@ -465,7 +466,14 @@ Status synth_model(const SynthOptions& o) {
     w.set_u32(a + "leading_dense_block_count", static_cast<uint32_t>(s.n_dense_lead));
     w.set_u32(a + "expert_shared_count", static_cast<uint32_t>(s.n_shared_experts));
     w.set_f32(a + "expert_weights_scale", s.expert_weights_scale);
-    w.set_u32(a + "expert_gating_func", 1);  // softmax, as convert_hf_to_gguf.py writes for DeepSeek-V2
+    w.set_u32(a + "expert_gating_func", s.v3_routing ? 2 : 1);  // softmax for DeepSeek-V2, sigmoid for V3
+    if (s.v3_routing) {
+      w.set_bool(a + "expert_weights_norm", true);
+      if (s.n_expert_groups > 1) {
+        w.set_u32(a + "expert_group_count", static_cast<uint32_t>(s.n_expert_groups));
+        w.set_u32(a + "expert_group_used_count", static_cast<uint32_t>(s.n_expert_groups_used));
+      }
+    }
   }
   if (s.yarn_factor > 0.0f) {
     w.set_string(a + "rope.scaling.type", "yarn");

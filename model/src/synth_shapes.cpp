@@ -133,6 +133,21 @@ const std::vector<SynthShape>& synth_shapes() {
          .kv_lora_rank = 256, .q_lora_rank = 256, .rope_dim = 16, .v_head_dim = 32, .n_dense_lead = 1,
          .n_shared_experts = 2, .expert_weights_scale = 1.5f, .yarn_factor = 40.0f, .yarn_log_mul = 0.0707f,
          .yarn_orig_ctx = 4096});
+    // DeepSeek-V3's routing on the full-V2 test shape: sigmoid scores with a selection bias,
+    // renormalized, x 2.5; -grouped adds 4 groups of 2 experts, the 2 best kept (llama.cpp
+    // c392e5094 does not read the group keys: the ungrouped shape is its comparison).
+    add({.like = "deepseek-v3-reduced", .architecture = "deepseek2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 1024, .context_length = 163840, .rms_eps = 1e-6f, .head_dim = 64,
+         .weight_std = 0.08f, .family = "deepseek2", .n_experts = 8, .n_experts_used = 2, .expert_hidden_dim = 256,
+         .kv_lora_rank = 256, .q_lora_rank = 256, .rope_dim = 16, .v_head_dim = 32, .n_dense_lead = 1,
+         .n_shared_experts = 1, .expert_weights_scale = 2.5f, .yarn_factor = 40.0f, .yarn_log_mul = 0.1f,
+         .yarn_orig_ctx = 4096, .v3_routing = true});
+    add({.like = "deepseek-v3-grouped-reduced", .architecture = "deepseek2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 8, .n_kv_heads = 8, .vocab_size = 1024, .context_length = 163840, .rms_eps = 1e-6f, .head_dim = 64,
+         .weight_std = 0.08f, .family = "deepseek2", .n_experts = 8, .n_experts_used = 2, .expert_hidden_dim = 256,
+         .kv_lora_rank = 256, .q_lora_rank = 256, .rope_dim = 16, .v_head_dim = 32, .n_dense_lead = 1,
+         .n_shared_experts = 1, .expert_weights_scale = 2.5f, .yarn_factor = 40.0f, .yarn_log_mul = 0.1f,
+         .yarn_orig_ctx = 4096, .v3_routing = true, .n_expert_groups = 4, .n_expert_groups_used = 2});
     return v;
   }();
   return kShapes;

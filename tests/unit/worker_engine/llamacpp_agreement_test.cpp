@@ -380,6 +380,37 @@ TEST(LlamaCppAgreement, MlaLatentCachePrefillAndSharedPrefixPages) {
   std::filesystem::remove_all(dir);
 }
 
+// DeepSeek-V3's group-limited routing (llama.cpp c392e5094 does not read the group keys, so
+// kernels_test checks the routing against its definition): the grouped shape loads with its
+// groups, sigmoid gating and selection biases, and its logits differ from the ungrouped shape's
+// (same weights, same seed: only the group limit differs).
+TEST(LlamaCppAgreement, DeepSeekV3GroupLimitedRoutingLoadsAndMatters) {
+  const std::string dir = testing::make_temp_dir("v3-groups");
+  const auto grouped = synth_and_load("deepseek-v3-grouped-reduced", "f32", dir);
+  const auto flat = synth_and_load("deepseek-v3-reduced", "f32", dir);
+  ASSERT_TRUE(grouped != nullptr && flat != nullptr);
+  const ModelConfig& c = grouped->config();
+  EXPECT_TRUE(c.expert_sigmoid);
+  EXPECT_TRUE(c.expert_weights_norm);
+  EXPECT_EQ(c.n_expert_groups, 4);
+  EXPECT_EQ(c.n_expert_groups_used, 2);
+  EXPECT_FLOAT_EQ(c.expert_weights_scale, 2.5f);
+  EXPECT_EQ(grouped->layers.at(1).ffn_exp_probs_b.cols, 8);
+  EXPECT_TRUE(grouped->layers.at(0).ffn_exp_probs_b.empty());  // the dense first layer
+  EXPECT_EQ(flat->config().n_expert_groups, 1);
+  std::vector<int32_t> tokens = {1};
+  for (int32_t i = 1; i < 24; ++i) tokens.push_back((i * 113 + 5) % 1000 + 3);
+  const std::vector<float> a = teacher_forced_logits(*grouped, tokens, 0), b = teacher_forced_logits(*flat, tokens, 0);
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i]));
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  EXPECT_GT(diff, 1e-3);
+  std::filesystem::remove_all(dir);
+}
+
 // The latent cache's size: V2-Lite's 576 values per token and layer instead of 2 x 16 heads x 192.
 TEST(LlamaCppAgreement, MlaLatentCacheBytesPerToken) {
   ModelConfig lite;

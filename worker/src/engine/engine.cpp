@@ -41,6 +41,12 @@ Status check_moe(const ModelConfig& c, const LayerWeights& w, const std::string&
   }
   const int64_t ne = c.n_experts, ff = c.expert_hidden_dim, sh = c.shared_expert_hidden_dim;
   TS_TRY(check_linear(w.ffn_gate_inp, p + "ffn_gate_inp", ne, c.dim));
+  if (!w.ffn_exp_probs_b.empty()) TS_TRY(check_tensor(w.ffn_exp_probs_b, p + "exp_probs_b", 1, ne, true));
+  if (c.n_expert_groups < 1 || c.n_experts % c.n_expert_groups != 0 || c.n_expert_groups_used < 1 ||
+      c.n_expert_groups_used > c.n_expert_groups || (c.n_expert_groups > 1 && !c.expert_sigmoid)) {
+    return make_error(ErrorCode::kInvalidArgument, "model: " + std::to_string(c.n_expert_groups_used) + " of " +
+                                                       std::to_string(c.n_expert_groups) + " expert groups");
+  }
   TS_TRY(check_linear(w.ffn_gate_exps, p + "ffn_gate_exps", ne * ff, c.dim));
   TS_TRY(check_linear(w.ffn_up_exps, p + "ffn_up_exps", ne * ff, c.dim));
   TS_TRY(check_linear(w.ffn_down_exps, p + "ffn_down_exps", ne * c.dim, ff));

@@ -77,7 +77,14 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   kernels::matmul_batch(list, tp, isa);
 
   // 2. Routing, grouping, and the gathered input rows (expert by expert).
-  kernels::moe_route(logits, E, T, static_cast<int32_t>(E), static_cast<int32_t>(K), c.expert_weights_norm, ids, weights);
+  if (c.expert_sigmoid) {  // DeepSeek-V3
+    const kernels::MoeSigmoidRouting r{.bias = w.ffn_exp_probs_b.empty() ? nullptr : w.ffn_exp_probs_b.f32(),
+                                       .n_group = c.n_expert_groups, .topk_group = c.n_expert_groups_used,
+                                       .norm_weights = c.expert_weights_norm};
+    kernels::moe_route_sigmoid(logits, E, T, static_cast<int32_t>(E), static_cast<int32_t>(K), r, ids, weights);
+  } else {
+    kernels::moe_route(logits, E, T, static_cast<int32_t>(E), static_cast<int32_t>(K), c.expert_weights_norm, ids, weights);
+  }
   if (c.expert_weights_scale != 1.0f) {  // after the renormalization, as llama.cpp's ggml_scale
     for (int64_t i = 0; i < pairs; ++i) weights[i] *= c.expert_weights_scale;
   }

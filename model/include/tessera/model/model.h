@@ -127,6 +127,12 @@ struct ModelConfig {
   // is absent (LayerWeights::ffn_gate_inp_shexp empty).
   float expert_weights_scale = 1.0f;
   int32_t n_dense_lead = 0;
+  // DeepSeek-V3 routing (deepseek2 with expert_gating_func 2): sigmoid scores, the selection
+  // bias LayerWeights::ffn_exp_probs_b, top k among the experts of the n_expert_groups_used
+  // best of n_expert_groups groups (kernels::moe_route_sigmoid); weights renormalized with
+  // expert_weights_norm, then x expert_weights_scale (routed_scaling_factor).
+  bool expert_sigmoid = false;
+  int32_t n_expert_groups = 1, n_expert_groups_used = 1;
 
   // Multi-head latent attention (DeepSeek-V2, kv_lora_rank > 0): K and V come from a compressed
   // latent c = RMSNorm(attn_kv_a_mqa . x)[:kv_lora_rank] (attn_kv_a_norm) through attn_kv_b;
@@ -179,6 +185,7 @@ struct LayerWeights {
   Tensor ffn_gate_exps, ffn_up_exps;    // [n_experts * expert_hidden_dim, dim]
   Tensor ffn_down_exps;                 // [n_experts * dim, expert_hidden_dim]
   Tensor ffn_gate_inp_shexp;            // [1, dim] F32, the shared expert's sigmoid gate (Qwen2-MoE)
+  Tensor ffn_exp_probs_b;               // [1, n_experts] F32, DeepSeek-V3's selection bias (optional)
   Tensor ffn_gate_shexp, ffn_up_shexp;  // [shared_expert_hidden_dim, dim], empty without a shared expert
   Tensor ffn_down_shexp;                // [dim, shared_expert_hidden_dim]
 };

@@ -61,6 +61,10 @@ struct SynthShape {
   int32_t kv_lora_rank = 0, q_lora_rank = 0, rope_dim = 0, v_head_dim = 0, n_dense_lead = 0, n_shared_experts = 0;
   float expert_weights_scale = 1.0f, yarn_factor = 0.0f, yarn_log_mul = 0.0f;
   int32_t yarn_orig_ctx = 0;
+  // DeepSeek-V3 routing: sigmoid gating, a selection bias per MoE layer (exp_probs_b.bias),
+  // renormalized weights; groups (expert_group_count / expert_group_used_count) when > 1.
+  bool v3_routing = false;
+  int32_t n_expert_groups = 1, n_expert_groups_used = 1;
 
   int32_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
 };
