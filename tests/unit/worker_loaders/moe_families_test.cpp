@@ -131,19 +131,31 @@ std::string deepseek_meta(const std::string& dir, int gating, int value_length, 
   return path;
 }
 
+// DeepSeek-V3's sigmoid gating and groups are read (then the load fails on the missing
+// tensors); impossible groupings, groups with softmax and unknown gating are refused by key.
 TEST_F(MoeFamiliesTest, UnsupportedDeepSeekVariantsAreRefusedByKey) {
   auto fine = load_model(deepseek_meta(dir_, 1, 16, 1));  // keys accepted: fails later, on the missing tensors
   ASSERT_FALSE(fine.ok());
   EXPECT_NE(fine.error().message.find("token_embd.weight is missing"), std::string::npos) << fine.error().to_string();
-  auto sigmoid = load_model(deepseek_meta(dir_, 2, 16, 1));
-  ASSERT_FALSE(sigmoid.ok());
-  EXPECT_EQ(sigmoid.error().code, ErrorCode::kUnsupported);
-  EXPECT_NE(sigmoid.error().message.find("deepseek2.expert_gating_func = 2 (sigmoid, DeepSeek-V3)"), std::string::npos)
-      << sigmoid.error().to_string();
-  auto groups = load_model(deepseek_meta(dir_, 1, 16, 8));
+  for (int groups : {1, 2}) {  // 4 experts: 1 group, or 2 groups of 2 (both kept by default)
+    auto v3 = load_model(deepseek_meta(dir_, 2, 16, groups));
+    ASSERT_FALSE(v3.ok());
+    EXPECT_NE(v3.error().message.find("token_embd.weight is missing"), std::string::npos) << v3.error().to_string();
+  }
+  auto gating = load_model(deepseek_meta(dir_, 3, 16, 1));
+  ASSERT_FALSE(gating.ok());
+  EXPECT_EQ(gating.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(gating.error().message.find("deepseek2.expert_gating_func = 3 is not supported"), std::string::npos)
+      << gating.error().to_string();
+  auto groups = load_model(deepseek_meta(dir_, 2, 16, 8));
   ASSERT_FALSE(groups.ok());
-  EXPECT_NE(groups.error().message.find("deepseek2.expert_group_count = 8 (group-limited routing)"), std::string::npos)
+  EXPECT_NE(groups.error().message.find("deepseek2.expert_group_count = 8 does not split 4 experts"), std::string::npos)
       << groups.error().to_string();
+  auto softmax_groups = load_model(deepseek_meta(dir_, 1, 16, 2));
+  ASSERT_FALSE(softmax_groups.ok());
+  EXPECT_EQ(softmax_groups.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(softmax_groups.error().message.find("expert_group_count = 2 with softmax gating"), std::string::npos)
+      << softmax_groups.error().to_string();
   auto wide_v = load_model(deepseek_meta(dir_, 1, 48, 1));
   ASSERT_FALSE(wide_v.ok());
   EXPECT_EQ(wide_v.error().code, ErrorCode::kUnsupported);
