@@ -26,7 +26,7 @@ struct MoeScratch {
 
 // Scratch of the multi-head latent attention (mla.cpp).
 struct MlaScratch {
-  std::vector<float> qa, kva, kvb, att_v, cos_sin, q_abs, att_lat, kvb_f32;
+  std::vector<float> qa, kva, kvb, att_v, cos_sin, q_abs, att_lat;
   std::vector<kernels::MatmulArgs> uv_list;
 };
 
@@ -98,6 +98,14 @@ class CpuBackend final : public Backend {
   void mla_latent_attention(const LayerWeights& w, int32_t layer, const float* xn, int64_t T, const float* cs,
                             const kernels::PagedAttentionArgs& base, float* q, float* att_v);
   void mla_q_latent(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* kva);
+  // attn_kv_b of one layer split and dequantized for the absorbed form (built on first use, kept
+  // for the backend's life: n_heads * kv_lora_rank * (key_length - rope_dim + value_length)
+  // floats per layer): uk_t [n_heads][kv_lora_rank][nope] (each head's K rows transposed), uv
+  // [n_heads][value_length][kv_lora_rank] (its V rows).
+  struct MlaAbsorbed {
+    std::vector<float> uk_t, uv;
+  };
+  const MlaAbsorbed& mla_absorbed(int32_t layer, const LayerWeights& w);
 
   // CacheBlend (blend.cpp, blend_forward.cpp). Rows [0, tokens.size()) of one sequence at cache
   // indices first + i, pages block_table; their roles decide which are computed per layer.
@@ -123,6 +131,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<kernels::ThreadPool> threads_;
   std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
+  std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;

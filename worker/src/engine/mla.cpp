@@ -117,6 +117,33 @@ void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, cons
   }
 }
 
+const CpuBackend::MlaAbsorbed& CpuBackend::mla_absorbed(int32_t layer, const LayerWeights& w) {
+  if (mla_absorbed_.empty()) mla_absorbed_.resize(static_cast<size_t>(cfg_.n_layers));
+  MlaAbsorbed& ab = mla_absorbed_[static_cast<size_t>(layer)];
+  if (!ab.uv.empty()) return ab;
+  const ModelConfig& c = cfg_;
+  const int64_t H = c.n_heads, nope = c.head_dim - c.rope_dim, vd = c.v_head_dim, lora = c.kv_lora_rank;
+  const Tensor& kvb = w.attn_kv_b;
+  const size_t row_bytes = dtype_row_bytes(kvb.dtype, lora);
+  ab.uk_t.resize(static_cast<size_t>(H * lora * nope));
+  ab.uv.resize(static_cast<size_t>(H * vd * lora));
+  std::vector<float> row(static_cast<size_t>(lora));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t r = 0; r < nope + vd; ++r) {
+      kernels::dequantize_row(kvb.dtype, static_cast<const uint8_t*>(kvb.data) + static_cast<size_t>(h * (nope + vd) + r) * row_bytes,
+                              row.data(), lora);
+      for (int64_t j = 0; j < lora; ++j) {
+        if (r < nope) {
+          ab.uk_t[static_cast<size_t>((h * lora + j) * nope + r)] = row[static_cast<size_t>(j)];  // transposed
+        } else {
+          ab.uv[static_cast<size_t>((h * vd + r - nope) * lora + j)] = row[static_cast<size_t>(j)];
+        }
+      }
+    }
+  }
+  return ab;
+}
+
 void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, const float* xn, int64_t T, const float* cs,
                                       const kernels::PagedAttentionArgs& base, float* q, float* att_v) {
   const ModelConfig& c = cfg_;
@@ -134,34 +161,22 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
     pool_.store(layer, s_.slots[static_cast<size_t>(t)], 0, kva + t * lw);
   }
 
-  // attn_kv_b as f32 rows [H * (nope + vd), lora] (dequantized once per step unless f32), and
-  // the absorbed queries [T, H, lw]: q_lat = W_UK_h^T q_nope (W_UK_h: head h's k_nope rows,
-  // [nope, lora]), then q_pe. Score q_lat . c + q_pe . k_pe = q_nope . (W_UK_h c) + q_pe . k_pe.
-  const size_t kvb_row = dtype_row_bytes(kvb.dtype, lora);
-  const float* wkv = kvb.dtype == DType::kF32 ? kvb.f32() : grow(s.kvb_f32, static_cast<size_t>(H * (nope + vd) * lora));
+  // Absorbed queries [T, H, lw]: q_lat = W_UK_h^T q_nope (W_UK_h: head h's k_nope rows of
+  // attn_kv_b, [nope, lora]), then q_pe. Score q_lat . c + q_pe . k_pe = q_nope . (W_UK_h c) + q_pe . k_pe.
+  const MlaAbsorbed& ab = mla_absorbed(layer, w);
   float* qa = grow(s.q_abs, static_cast<size_t>(T * qa_w));
-  threads_->parallel_for(H, [&](int64_t h) {
-    const int64_t r0 = h * (nope + vd);
-    if (kvb.dtype != DType::kF32) {
-      for (int64_t r = r0; r < r0 + nope + vd; ++r) {
-        kernels::dequantize_row(kvb.dtype, static_cast<const uint8_t*>(kvb.data) + static_cast<size_t>(r) * kvb_row,
-                                const_cast<float*>(wkv) + r * lora, lora);
-      }
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::memcpy(qa + t * qa_w + h * lw + lora, q + t * q_dim + h * hd + nope, static_cast<size_t>(rope) * sizeof(float));
     }
-    for (int64_t t = 0; t < T; ++t) {
-      float* dst = qa + t * qa_w + h * lw;
-      std::fill(dst, dst + lora, 0.0f);
-      std::memcpy(dst + lora, q + t * q_dim + h * hd + nope, static_cast<size_t>(rope) * sizeof(float));
-    }
-    for (int64_t i = 0; i < nope; ++i) {
-      const float* row = wkv + (r0 + i) * lora;
-      for (int64_t t = 0; t < T; ++t) {
-        const float qi = q[t * q_dim + h * hd + i];
-        float* dst = qa + t * qa_w + h * lw;
-        for (int64_t j = 0; j < lora; ++j) dst[j] += qi * row[j];
-      }
-    }
-  });
+  }
+  std::vector<kernels::MatmulArgs>& list = s.uv_list;
+  list.clear();
+  for (int64_t h = 0; h < H; ++h) {
+    list.push_back({.w_type = DType::kF32, .w = ab.uk_t.data() + h * lora * nope, .rows = lora, .cols = nope,
+                    .x = q + h * hd, .x_stride = q_dim, .n = T, .y = qa + h * lw, .y_stride = qa_w});
+  }
+  kernels::matmul_batch(list, threads_.get(), isa_);
 
   // Attention over the latent rows: one kv head of lw values, each row its own V.
   float* out = grow(s.att_lat, static_cast<size_t>(T * qa_w));
@@ -180,10 +195,9 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   // Each head's latent output (its first lora values; the rest is the weighted k_pe) through
   // W_UV_h (head h's V rows, [vd, lora], f32): att_v [T, H * vd]. One f32 matmul per head, all
   // in one parallel region.
-  std::vector<kernels::MatmulArgs>& list = s.uv_list;
   list.clear();
   for (int64_t h = 0; h < H; ++h) {
-    list.push_back({.w_type = DType::kF32, .w = wkv + (h * (nope + vd) + nope) * lora, .rows = vd, .cols = lora,
+    list.push_back({.w_type = DType::kF32, .w = ab.uv.data() + h * vd * lora, .rows = vd, .cols = lora,
                     .x = out + h * lw, .x_stride = qa_w, .n = T, .y = att_v + h * vd, .y_stride = H * vd});
   }
   kernels::matmul_batch(list, threads_.get(), isa_);
