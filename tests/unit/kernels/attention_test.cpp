@@ -1,7 +1,8 @@
 // Paged attention vs a plain causal attention over contiguous K/V, written out in the test.
 // Page sizes 1, 5, 16; GQA ratios 1, 2, 4; a ragged batch of 3 sequences with shuffled pages;
 // every page dtype (f32, f16, int8: the reference attends over the values kv_decode_row gives,
-// so each ISA path must read the stored format exactly as the scalar definition does).
+// so each ISA path must read the stored format exactly as the scalar definition does); one-plane
+// pages (the MLA latent cache: each K row its own V).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +24,7 @@ struct Seq {
 const std::vector<Seq> kRagged = {{0, 17}, {40, 1}, {3, 100}};
 
 void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa, ThreadPool* pool,
-           const std::vector<Seq>& seqs = kRagged, KvDtype dtype = KvDtype::kF32) {
+           const std::vector<Seq>& seqs = kRagged, KvDtype dtype = KvDtype::kF32, int32_t planes = 2) {
   const int64_t tok = static_cast<int64_t>(n_kv) * hd;
   const KvRowFormat fmt = kv_row_format(dtype, hd);
   const auto row_bytes = static_cast<int64_t>(fmt.row_bytes());
@@ -35,13 +36,13 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   std::vector<int32_t> perm(static_cast<size_t>(total_pages));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(7));
-  std::vector<uint8_t> pool_kv(static_cast<size_t>(total_pages * 2 * page_size * n_kv * row_bytes), 0xff);
+  std::vector<uint8_t> pool_kv(static_cast<size_t>(total_pages * planes * page_size * n_kv * row_bytes), 0xff);
   int32_t next_page = 0;
   uint64_t seed = 100;
   for (const Seq& s : seqs) {
     const int32_t len = s.start + s.n;
     ks.push_back(testing::random_floats(static_cast<size_t>(len * tok), seed++));
-    vs.push_back(testing::random_floats(static_cast<size_t>(len * tok), seed++));
+    vs.push_back(planes == 2 ? testing::random_floats(static_cast<size_t>(len * tok), seed++) : ks.back());  // one plane: V is K
     // The reference sees what the pool holds: each head row encoded and decoded.
     std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
     for (auto* kv : {&ks.back(), &vs.back()}) {
@@ -54,11 +55,11 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
     for (int32_t p = 0; p < np; ++p) page_ids.push_back(perm[static_cast<size_t>(next_page++)]);
     for (int32_t p = 0; p < len; ++p) {
       const int32_t page = page_ids[static_cast<size_t>(page_indptr.back() + p / page_size)];
-      uint8_t* kdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 0) * page_size + p % page_size) * n_kv * row_bytes;
-      uint8_t* vdst = pool_kv.data() + ((static_cast<int64_t>(page) * 2 + 1) * page_size + p % page_size) * n_kv * row_bytes;
+      uint8_t* kdst = pool_kv.data() + ((static_cast<int64_t>(page) * planes + 0) * page_size + p % page_size) * n_kv * row_bytes;
+      uint8_t* vdst = pool_kv.data() + ((static_cast<int64_t>(page) * planes + 1) * page_size + p % page_size) * n_kv * row_bytes;
       for (int32_t h = 0; h < n_kv; ++h) {
         kv_encode_row(fmt, ks.back().data() + p * tok + h * hd, kdst + h * row_bytes);
-        kv_encode_row(fmt, vs.back().data() + p * tok + h * hd, vdst + h * row_bytes);
+        if (planes == 2) kv_encode_row(fmt, vs.back().data() + p * tok + h * hd, vdst + h * row_bytes);
       }
     }
     page_indptr.push_back(static_cast<int32_t>(page_ids.size()));
@@ -71,7 +72,7 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   std::vector<float> out(static_cast<size_t>(rows * qs));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   paged_attention({.q = q.data(), .q_stride = qs, .out = out.data(), .out_stride = qs, .kv = pool_kv.data(),
-                   .kv_dtype = dtype, .page_size = page_size, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .scale = scale,
+                   .kv_dtype = dtype, .kv_planes = planes, .page_size = page_size, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .scale = scale,
                    .n_seqs = static_cast<int32_t>(seqs.size()), .token_indptr = token_indptr.data(),
                    .start_pos = start_pos.data(), .page_indptr = page_indptr.data(), .page_ids = page_ids.data()},
                   pool, isa);
@@ -102,7 +103,7 @@ void check(int32_t page_size, int32_t n_heads, int32_t n_kv, int32_t hd, Isa isa
   // Outputs are convex combinations of values in [-1, 1]; f32 accumulation over <= 104 keys.
   EXPECT_LT(max_err, 2e-6) << "page_size=" << page_size << " heads=" << n_heads << "/" << n_kv << " head_dim=" << hd
                            << " seqs=" << seqs.size() << " isa=" << isa_name(isa)
-                           << " dtype=" << kv_dtype_name(dtype);
+                           << " dtype=" << kv_dtype_name(dtype) << " planes=" << planes;
 }
 
 TEST(PagedAttention, MatchesContiguousReference) {
@@ -192,6 +193,25 @@ TEST(KvFormat, RowBytesAndRoundTripBounds) {
     }
   }
 }
+
+// The latent cache of multi-head latent attention: one plane, each K row its own V, one kv head
+// shared by all query heads, rows of 272 and 576 values (the explicit AVX-512 path) and 80 (the
+// portable one), every page dtype, prefill and decode rows.
+TEST(PagedAttention, OnePlaneLatentRowsMatchReference) {
+  ThreadPool pool(2);
+  std::vector<Seq> decodes;
+  for (int32_t i = 0; i < 9; ++i) decodes.push_back({(i * 37) % 131, 1});
+  for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt8}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      for (int32_t hd : {80, 272, 576}) {
+        check(16, 8, 1, hd, isa, &pool, kRagged, dt, 1);
+        check(5, 16, 1, hd, isa, &pool, decodes, dt, 1);
+      }
+    }
+  }
+}
+
 
 }  // namespace
 }  // namespace tessera::kernels
