@@ -92,6 +92,9 @@ QuantTileFn kquant_tiles_avx512(DType t);
 // AVX2 8-row interleaved tiles for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL batches (avx2/qblock_tiles_avx2.cpp;
 // fewer than kQBlockBatchMinN tokens: quant_gemm_rowwise), bit-identical; else null.
 QuantTileFn qblock_tiles_avx2(DType t);
+// AVX2 register tiles for Q2_K .. Q6_K and IQ4_XS (avx2/kquant_tiles_avx2.cpp: 8 x 1, 4 x 2,
+// 2 x 4 rows x tokens, the float part vectorized over the 8 pairs in finish_*'s order), else null.
+QuantTileFn kquant_tiles_avx2(DType t);
 // Its AMX-INT8 part (avx512/kquant_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
 // [t0, t0 + n_tokens) (16 or 32) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
 // AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once).
