@@ -11,7 +11,7 @@ namespace tessera::kernels {
 namespace {
 
 const cpu::IsaKernels& kernels_for(Isa isa) {
-  TS_CHECK(isa_supported(isa)) << "ISA path " << isa_name(isa) << " not supported by this CPU";
+  TS_CHECK(isa_supported(isa)) << "ISA path " << isa_name(isa) << " not supported by this CPU (or above TESSERA_ISA)";
   switch (isa) {
     case Isa::kAvx512: return cpu::avx512_kernels();
     case Isa::kAvx2: return cpu::avx2_kernels();

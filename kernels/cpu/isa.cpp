@@ -1,5 +1,9 @@
 #include "tessera/kernels/isa.h"
 
+#include <cstdlib>
+
+#include "tessera/common/check.h"
+
 namespace tessera::kernels {
 
 const char* isa_name(Isa isa) {
@@ -18,7 +22,21 @@ std::optional<Isa> parse_isa(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<Isa> isa_cap() {
+  static const std::optional<Isa> cap = []() -> std::optional<Isa> {
+    const char* e = std::getenv("TESSERA_ISA");
+    if (e == nullptr || *e == '\0') return std::nullopt;
+    const std::optional<Isa> isa = parse_isa(e);
+    TS_CHECK(isa.has_value()) << "TESSERA_ISA=" << e << " is not a kernel path; one of: scalar avx2 avx512";
+    return isa;
+  }();
+  return cap;
+}
+
 bool isa_supported(Isa isa) {
+  if (const std::optional<Isa> cap = isa_cap(); cap && static_cast<uint8_t>(isa) > static_cast<uint8_t>(*cap)) {
+    return false;
+  }
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2:

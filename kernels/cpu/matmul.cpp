@@ -13,7 +13,7 @@ namespace tessera::kernels {
 namespace {
 
 const cpu::IsaKernels& kernels_for(Isa isa) {
-  TS_CHECK(isa_supported(isa)) << "ISA path " << isa_name(isa) << " not supported by this CPU";
+  TS_CHECK(isa_supported(isa)) << "ISA path " << isa_name(isa) << " not supported by this CPU (or above TESSERA_ISA)";
   switch (isa) {
     case Isa::kAvx512: return cpu::avx512_kernels();
     case Isa::kAvx2: return cpu::avx2_kernels();
@@ -90,7 +90,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     p.n = a.n;
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
     const auto* w = static_cast<const uint8_t*>(a.w);
-    // Q4_0 / Q5_0 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
+    // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
     // qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
     const bool qblock_tiles = isa == Isa::kAvx512 && (a.w_type == DType::kQ8_0 || cpu::qblock_tiles_support(a.w_type));
     if (cpu::quant_gemm_supports(a.w_type) && !qblock_tiles) {

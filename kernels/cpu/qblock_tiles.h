@@ -1,4 +1,4 @@
-// Private: GEMMs for the 32-value block formats Q4_0, Q5_0, IQ4_NL (decode and batches) and
+// Private: GEMMs for the 32-value block formats Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (decode and batches) and
 // for Q8_0 batches, on AVX-512 VNNI (avx512/qblock_tiles_avx512.cpp). They take
 // the Q8_0 path's activations (IsaKernels::quantize_q8 of the same ISA: uint8 q + 128, scales
 // repeated q8_scale_repeat times: the same integers as the scalar quantizer) and a GemmQ8Job
@@ -9,15 +9,16 @@
 // rows is 8 vpdpbusd with broadcast activation bytes, and one convert + multiply + FMA per
 // block per 16 rows: ~4x fewer instructions than one row at a time (quant_gemm.h's dots).
 //
-// Numerics: Q4_0, Q5_0, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
+// Numerics: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
 // integers per block, and per row lane the oracle's fma order (block i into accumulator i % 8,
-// fixed final reduction; quant_gemm.h) — so greedy tokens do not depend on the ISA or on the
+// fixed final reduction; quant_gemm.h; Q4_1 / Q5_1 add fma(block sum of x, m * xd) after each
+// block, the activation sums taken from the same integers) — so greedy tokens do not depend on the ISA or on the
 // batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
 // Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
 // stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
 // reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
-// bit-identical too. Interleaving 16 rows for one token would not pay. Q4_1 / Q5_1 have no
-// path here yet (quant_gemm.h's per-row dots).
+// bit-identical too. Interleaving 16 rows for one token would not pay. On AVX2 the same formats
+// have 8-row interleaved batch tiles (avx2/qblock_tiles_avx2.cpp, quant_gemm.h's tiles hook).
 // Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
 // thread_local.
 #pragma once
@@ -34,7 +35,9 @@ inline constexpr int64_t kQBlockBatchMinN = 4;
 
 // The 32-value formats with an interleaved path (Q8_0 is routed separately: it always has
 // Q8_0-style activations).
-inline bool qblock_tiles_support(DType t) { return t == DType::kQ4_0 || t == DType::kQ5_0 || t == DType::kIQ4_NL; }
+inline bool qblock_tiles_support(DType t) {
+  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL;
+}
 
 // AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
 // kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0.

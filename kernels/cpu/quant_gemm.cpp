@@ -40,7 +40,10 @@ void quant_gemm_plan(QuantGemmJob* job, Isa isa) {
     default: break;
   }
 #undef TESSERA_QD_PICK
-  job->tiles = isa == Isa::kAvx512 ? kquant_tiles_avx512(job->w_type) : nullptr;
+  job->tiles = isa == Isa::kAvx512 ? kquant_tiles_avx512(job->w_type)
+               : isa == Isa::kAvx2 ? (qblock_tiles_avx2(job->w_type) != nullptr ? qblock_tiles_avx2(job->w_type)
+                                                                                    : kquant_tiles_avx2(job->w_type))
+                                   : nullptr;
   job->quantize_k = isa == Isa::kAvx512 ? quantize_row_q8_K_avx512 : nullptr;
   TS_CHECK(job->dot_q != nullptr) << "quant_gemm: no integer dot for " << dtype_name(job->w_type);
 }

@@ -6,11 +6,12 @@
 // blocks (no f32 copy of the weights), as ggml's vec_dot_*_q8_* do. Paths: scalar (the
 // oracle), AVX2, AVX-512 VNNI (vpdpbusd on 256-bit vectors), chosen by quant_gemm_plan(); all
 // give bit-identical results (see finish_* below).
-// On AVX-512, matmul() routes Q4_0, Q5_0 and IQ4_NL to the faster kernels of qblock_tiles.h
+// On AVX-512, matmul() routes Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL to the kernels of qblock_tiles.h
 // instead (same integers and float order, so bit-identical to these).
-// Q4_K, Q5_K and Q6_K on AVX-512 are register tiled instead (QuantGemmJob::tiles: several
+// The K-quants and IQ4_XS on AVX-512 are register tiled instead (QuantGemmJob::tiles: several
 // weight rows x several activation rows per inner loop, AMX-INT8 for 16 x 16/32 where
-// present): their block integers are exact as well and
+// present for Q4_K / Q5_K / Q6_K), and the 32-value formats on AVX2 take 8-row interleaved
+// tiles for batches (qblock_tiles_avx2): their block integers are exact as well and
 // their float part runs the finish_* operations in the same order, vectorized across the
 // tile's (row, token) pairs, so the bit-identity (and greedy decoding independent of the ISA)
 // is kept rather than traded for a tolerance; it costs nothing measurable, since the integer
@@ -82,12 +83,18 @@ void quant_gemm(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int
 // The row-at-a-time loop (dot_q / dot_q4), also used by the tiled paths for their edges.
 void quant_gemm_rowwise(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
-// Register-tiled K-quant GEMM (avx512/kquant_tiles_avx512.cpp; Q4_K, Q5_K, Q6_K, else null):
+// Register-tiled K-quant GEMM (avx512/kquant_tiles_avx512.cpp; Q2_K .. Q6_K, IQ4_XS, else null):
 // tiles of 16 x 1, 8 x 2, 5 x 3 and 4 x 4 (weight rows x activation rows), each super-block unpacked
 // once per tile, sub-block scales applied in int32 by vpdpwssd, the 16 pairs' block integers
 // reduced together and their float part run as one vector in the order of finish_* below, so
 // the results stay bit-identical to the scalar oracle.
 QuantTileFn kquant_tiles_avx512(DType t);
+// AVX2 8-row interleaved tiles for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL batches (avx2/qblock_tiles_avx2.cpp;
+// fewer than kQBlockBatchMinN tokens: quant_gemm_rowwise), bit-identical; else null.
+QuantTileFn qblock_tiles_avx2(DType t);
+// AVX2 register tiles for Q2_K .. Q6_K and IQ4_XS (avx2/kquant_tiles_avx2.cpp: 8 x 1, 4 x 2,
+// 2 x 4 rows x tokens, the float part vectorized over the 8 pairs in finish_*'s order), else null.
+QuantTileFn kquant_tiles_avx2(DType t);
 // Its AMX-INT8 part (avx512/kquant_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
 // [t0, t0 + n_tokens) (16 or 32) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
 // AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once).

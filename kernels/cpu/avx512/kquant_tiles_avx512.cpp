@@ -1,4 +1,5 @@
-// Register-tiled AVX-512 VNNI GEMM for the K-quant formats Q4_K, Q5_K and Q6_K (quant_gemm.h,
+// Register-tiled AVX-512 VNNI GEMM for the K-quant formats Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and
+// IQ4_XS (quant_gemm.h,
 // QuantGemmJob::tiles). Compiled with the AVX-512 flags of this folder; chosen only when
 // isa_supported(Isa::kAvx512).
 //
@@ -80,6 +81,9 @@ struct Q4K {
   static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx32.get(c), sm); }
   static __m512i unpack(const Block& q, int c) { return nibbles64(q.qs + 32 * c); }
   static constexpr int kScaleOffset = 0;  // dword at this block offset: d | dmin << 16
+  static constexpr bool kDHigh = false;   // d in the dword's high half (no min)
+  static constexpr bool kSigned = false;  // unpack() gives signed values (maddubs on |w|)
+  static constexpr bool kAmx = true;      // kquant_amx_gemm has this format
 };
 
 struct Q5K : Q4K {
@@ -119,6 +123,97 @@ struct Q6K {
                            _mm512_and_si512(_mm512_srlv_epi16(qh, sh), bits45));
   }
   static constexpr int kScaleOffset = 206;  // dword at this block offset: d << 16
+  static constexpr bool kDHigh = true;
+  static constexpr int kOffsetShift = 5;   // total = S - 32 * (scales . bsums)
+  static constexpr bool kSigned = false;
+  static constexpr bool kAmx = true;
+};
+
+// 2 bits of 32 bytes per value: chunk c = values 64c .. 64c + 63 = bits 4(c % 2) .. + 1 (first
+// 32) and 4(c % 2) + 2 .. + 3 (next 32) of qs[32(c / 2) ..) (quant_dot.cpp's layout).
+inline __m512i crumbs64(const uint8_t* qs, int c) {
+  const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (c / 2))));
+  const int k = 2 * (c % 2);
+  const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * k)),
+                                           _mm256_set1_epi16(static_cast<int16_t>(2 * k + 2)), 1);
+  return _mm512_and_si512(_mm512_srlv_epi16(raw, shift), _mm512_set1_epi8(0x03));
+}
+
+// Q2_K: scale (low nibble) and min (high nibble) per 16 values; finish_q2_k's float part is
+// Q4_K's (d * dx * S added, dmin * dx * M subtracted).
+struct Q2K {
+  using Block = BlockQ2_K;
+  static constexpr bool kMin = true;
+  // int16 lanes 0..15: the scales, 16..31: the mins.
+  static __m512i scales(const Block& q) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q.scales));
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    return _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), low4), _mm_and_si128(raw, low4)));
+  }
+  static __m256i mterm(__m512i sm) { return _mm512_extracti64x4_epi64(sm, 1); }
+  static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sm); }
+  static __m512i unpack(const Block& q, int c) { return crumbs64(q.qs, c); }
+  static constexpr int kScaleOffset = 80;  // d | dmin << 16
+  static constexpr bool kDHigh = false;
+  static constexpr bool kSigned = false;
+  static constexpr bool kAmx = false;
+};
+
+// Q3_K: v + 4 (0..7) = the two low bits | the hmask bit << 2, signed 6-bit scales per 16;
+// finish_q3_k: d * dx * (S - 4 * (scales . bsums)).
+struct Q3K {
+  using Block = BlockQ3_K;
+  static constexpr bool kMin = false;
+  static __m512i scales(const Block& q) {
+    alignas(16) int8_t sc[16];
+    q3k_unpack_scales(q.scales, sc);
+    return _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(sc))));
+  }
+  static __m256i mterm(__m512i sc) { return _mm512_castsi512_si256(sc); }
+  static __m512i chunk_scale(__m512i sc, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sc); }
+  // The hmask bit of value 128h + 32k + l is bit 4h + k of hmask[l]; chunk c = 2h + k / 2.
+  static __m512i unpack(const Block& q, int c) {
+    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.hmask)));
+    const int k = 2 * (c % 2), h = c / 2;
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * h + k)),
+                                             _mm256_set1_epi16(static_cast<int16_t>(4 * h + k + 1)), 1);
+    const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(hm, shift), _mm512_set1_epi8(1));
+    return _mm512_or_si512(crumbs64(q.qs, c), _mm512_slli_epi16(bit, 2));
+  }
+  static constexpr int kScaleOffset = 106;  // d << 16
+  static constexpr bool kDHigh = true;
+  static constexpr int kOffsetShift = 2;
+  static constexpr bool kSigned = false;
+  static constexpr bool kAmx = false;
+};
+
+// IQ4_XS: table values (signed, |v| <= 127: maddubs on |w| with x negated where w < 0), one
+// 6-bit scale (ls - 32) per 32 values, no min: finish_iq4_xs = d * dx * S.
+struct IQ4XS {
+  using Block = BlockIQ4_XS;
+  static constexpr bool kMin = false;
+  static __m512i scales(const Block& q) {
+    alignas(16) int16_t ls[16] = {};
+    for (int ib = 0; ib < 8; ++ib) {
+      ls[ib] = static_cast<int16_t>((((q.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((q.scales_h >> (2 * ib)) & 3) << 4)) - 32);
+    }
+    return _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls)));
+  }
+  static __m256i mterm(__m512i) { return _mm256_setzero_si256(); }
+  static __m512i chunk_scale(__m512i sc, int c) { return _mm512_permutexvar_epi16(kIdx32.get(c), sc); }
+  // Chunk c = sub-blocks 2c, 2c + 1: each 16 bytes, low nibbles (values 0..15) then high.
+  static __m512i unpack(const Block& q, int c) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs + 32 * c));
+    const __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(raw));
+    const __m512i n = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
+    return _mm512_shuffle_epi8(table, n);
+  }
+  static constexpr int kScaleOffset = 0;  // d | scales_h << 16
+  static constexpr bool kDHigh = false;
+  static constexpr int kOffsetShift = 0;  // no offset
+  static constexpr bool kSigned = true;
+  static constexpr bool kAmx = false;
 };
 
 // v[p] = [8 int32 partials of S | 8 of M] for pair p -> s, m: lane p = the pair's total.
@@ -178,9 +273,19 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
       for (int c = 0; c < 4; ++c) {
         const __m512i wv = F::unpack(q, c);
         const __m512i sc = F::chunk_scale(sm, c);
-        for (int j = 0; j < RN; ++j) {
-          const __m512i xv = _mm512_loadu_si512(x[j][b].qs + 64 * c);
-          s[j] = _mm512_dpwssd_epi32(s[j], _mm512_maddubs_epi16(wv, xv), sc);
+        if constexpr (F::kSigned) {
+          const __m512i wa = _mm512_abs_epi8(wv);
+          const __mmask64 neg = _mm512_movepi8_mask(wv);
+          for (int j = 0; j < RN; ++j) {
+            const __m512i xv = _mm512_loadu_si512(x[j][b].qs + 64 * c);
+            const __m512i xs = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+            s[j] = _mm512_dpwssd_epi32(s[j], _mm512_maddubs_epi16(wa, xs), sc);
+          }
+        } else {
+          for (int j = 0; j < RN; ++j) {
+            const __m512i xv = _mm512_loadu_si512(x[j][b].qs + 64 * c);
+            s[j] = _mm512_dpwssd_epi32(s[j], _mm512_maddubs_epi16(wv, xv), sc);
+          }
         }
       }
       const __m256i mt = F::mterm(sm);
@@ -202,7 +307,7 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
     }
     const __m512i dd = _mm512_i32gather_epi32(
         _mm512_add_epi32(row_off, _mm512_set1_epi32(static_cast<int32_t>(b * sizeof(Block) + F::kScaleOffset))), w0, 1);
-    const __m512 dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(F::kMin ? dd : _mm512_srli_epi32(dd, 16)));
+    const __m512 dv = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(F::kDHigh ? _mm512_srli_epi32(dd, 16) : dd));
     if constexpr (F::kMin) {
       const __m512 mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16)));
       const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(sv, kRound), kRound);
@@ -210,7 +315,8 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
       const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(mw, dxv, kRound), _mm512_cvt_roundepi32_ps(mv, kRound), kRound);
       acc = _mm512_sub_round_ps(acc, minus, kRound);
     } else {
-      const __m512i total = _mm512_sub_epi32(sv, _mm512_slli_epi32(mv, 5));  // the -32 of every 6-bit value
+      __m512i total = sv;  // Q6_K: the -32 of every 6-bit value; Q3_K: the -4
+      if constexpr (F::kOffsetShift > 0) total = _mm512_sub_epi32(sv, _mm512_slli_epi32(mv, F::kOffsetShift));
       const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv, kRound), _mm512_cvt_roundepi32_ps(total, kRound), kRound);
       acc = _mm512_add_round_ps(acc, plus, kRound);
     }
@@ -236,7 +342,7 @@ void gemm_tiles(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64
     rows.template operator()<RM, RN>(r0, t);
     t += RN;
   };
-  if (t1 - t >= 16 && kquant_amx_available()) {
+  if (F::kAmx && t1 - t >= 16 && kquant_amx_available()) {
     const int64_t n16 = (r1 - r0) / 16;
     while (t1 - t >= 16) {
       const int nt = t1 - t >= 32 ? 32 : 16;
@@ -299,6 +405,9 @@ QuantTileFn kquant_tiles_avx512(DType t) {
     case DType::kQ4_K: return gemm_tiles<Q4K>;
     case DType::kQ5_K: return gemm_tiles<Q5K>;
     case DType::kQ6_K: return gemm_tiles<Q6K>;
+    case DType::kQ2_K: return gemm_tiles<Q2K>;
+    case DType::kQ3_K: return gemm_tiles<Q3K>;
+    case DType::kIQ4_XS: return gemm_tiles<IQ4XS>;
     default: return nullptr;
   }
 }

@@ -1,4 +1,4 @@
-// AVX-512 VNNI batched GEMM for Q4_0, Q5_0, IQ4_NL and Q8_0 weights (qblock_tiles.h).
+// AVX-512 VNNI batched GEMM for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 weights (qblock_tiles.h).
 // Activations are uint8 (q + 128) with each block's scale repeated 8 times (avx512_kernels.cpp
 // quantize_q8). 16 weight rows are unpacked to signed bytes and interleaved per task (pack16),
 // so vpdpbusd(-128 * sum(w), x + 128 broadcast, w) gives a block's exact integer dot for 16
@@ -52,6 +52,7 @@ inline __m512i fifth_pair(const uint8_t* qh0, const uint8_t* qh1) {
 struct Q4_0 {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kOracleOrder = true;
+  static constexpr bool kMin = false;  // Q4_1 / Q5_1: the fp16 min m at byte 2, x's block sum times m * xd
   static constexpr int kOffset = 8;  // values() = uvalues() - kOffset
   static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 2, b1 + 2); }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
@@ -61,6 +62,7 @@ struct Q4_0 {
 struct Q5_0 {
   static constexpr int kBytes = sizeof(BlockQ5_0);
   static constexpr bool kOracleOrder = true;
+  static constexpr bool kMin = false;
   static constexpr int kOffset = 16;
   static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
@@ -70,9 +72,28 @@ struct Q5_0 {
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
   }
 };
+struct Q4_1 {
+  static constexpr int kBytes = sizeof(BlockQ4_1);
+  static constexpr bool kOracleOrder = true;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0;  // unsigned values 0..15
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
+};
+struct Q5_1 {
+  static constexpr int kBytes = sizeof(BlockQ5_1);
+  static constexpr bool kOracleOrder = true;
+  static constexpr bool kMin = true;
+  static constexpr int kOffset = 0;  // unsigned values 0..31
+  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_or_si512(nibble_pair(b0 + 8, b1 + 8), fifth_pair(b0 + 4, b1 + 4));
+  }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return uvalues(b0, b1); }
+};
 struct IQ4_NL {
   static constexpr int kBytes = sizeof(BlockIQ4_NL);
   static constexpr bool kOracleOrder = true;
+  static constexpr bool kMin = false;
   static constexpr int kOffset = 128;
   static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_add_epi8(values(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
@@ -86,6 +107,7 @@ struct IQ4_NL {
 struct Q8_0 {
   static constexpr int kBytes = sizeof(BlockQ8_0);
   static constexpr bool kOracleOrder = false;
+  static constexpr bool kMin = false;
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
@@ -109,6 +131,9 @@ struct Packed16 {
   const VecI* w;     // [nb][8]
   const VecI* init;  // [nb]: -128 * (the block's weight sum), per row
   const VecF* d;     // [nb]: the rows' block scales
+  const VecF* m;     // [nb]: the rows' block mins (Q4_1, Q5_1)
+  const int32_t* xsum;  // [tokens of the task][nb]: each block's activation sum (Q4_1, Q5_1)
+  int64_t t0;           // the task's first token (xsum's row 0)
 };
 
 // out[k] lane l = dword k of row l, for rows given as r[i] = [row i | row i + 8] (8 dwords
@@ -135,8 +160,8 @@ inline void transpose16x8(const __m512i r[8], __m512i out[8]) {
 }
 
 template <class F>
-void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d) {
-  alignas(32) uint16_t dh[16] = {};
+void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d, VecF* mins) {
+  alignas(32) uint16_t dh[16] = {}, mh[16] = {};
   const __m512i c128 = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i zero = _mm512_setzero_si512();
   const uint8_t* row[16];  // missing rows (rows < 16) read row 0 and are masked off
@@ -146,6 +171,10 @@ void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* 
     __m512i pairs[8], out[8];  // pairs[i] = [row i | row i + 8], unpacked together
     for (int i = 0; i < 8; ++i) pairs[i] = F::values(row[i] + b * F::kBytes, row[i + 8] + b * F::kBytes);
     for (int l = 0; l < rows; ++l) dh[l] = load_u16(row[l] + b * F::kBytes);
+    if constexpr (F::kMin) {
+      for (int l = 0; l < rows; ++l) mh[l] = load_u16(row[l] + b * F::kBytes + 2);
+      mins[b].v = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(mh)));
+    }
     transpose16x8(pairs, out);
     __m512i sum = zero;
     for (int k = 0; k < 8; ++k) {
@@ -162,7 +191,7 @@ void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* 
 // the scalar oracle (quant_gemm.h): block i into accumulator i % 8 by fma(s_i, d_i * xd_i),
 // then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) — per row lane, so the results are
 // bit-identical to the scalar path's. Otherwise (Q8_0) one accumulator.
-template <int RN, bool kLanes>
+template <int RN, bool kLanes, bool kMin>
 void packed_tokens(const GemmQ8Job& g, const Packed16& p, int64_t nb, int64_t r, int rows, int64_t t) {
   constexpr int kAcc = kLanes ? 8 : 1;
   __m512 acc[RN][kAcc];
@@ -187,7 +216,12 @@ void packed_tokens(const GemmQ8Job& g, const Packed16& p, int64_t nb, int64_t r,
       }
       for (int j = 0; j < RN; ++j) {
         __m512& l = acc[j][kLanes ? i : 0];
-        l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(p.d[b].v, _mm512_set1_ps(xd[j][b * 8])), l);
+        const __m512 xdv = _mm512_set1_ps(xd[j][b * 8]);
+        l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), _mm512_mul_ps(p.d[b].v, xdv), l);
+        if constexpr (kMin) {
+          const float xs = static_cast<float>(p.xsum[(t + j - p.t0) * nb + b]);
+          l = _mm512_fmadd_ps(_mm512_set1_ps(xs), _mm512_mul_ps(p.m[b].v, xdv), l);
+        }
       }
     }
   }
@@ -209,17 +243,32 @@ void gemm_packed(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t
   constexpr int kRN = kLanes ? 2 : 4;  // 8 accumulators per token in the oracle's order
   const int64_t nb = g.cols / 32;
   thread_local std::vector<VecI> w, init;
-  thread_local std::vector<VecF> d;
+  thread_local std::vector<VecF> d, m;
+  thread_local std::vector<int32_t> xsum;
   w.resize(static_cast<size_t>(nb * 8));
   init.resize(static_cast<size_t>(nb));
   d.resize(static_cast<size_t>(nb));
-  const Packed16 p{w.data(), init.data(), d.data()};
+  if constexpr (F::kMin) {
+    m.resize(static_cast<size_t>(nb));
+    xsum.resize(static_cast<size_t>((t1 - t0) * nb));
+    for (int64_t t = t0; t < t1; ++t) {  // x is stored + 128
+      const auto* xq = reinterpret_cast<const uint8_t*>(g.xq) + t * g.cols;
+      for (int64_t b = 0; b < nb; ++b) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+        const __m256i s = _mm256_sad_epu8(v, _mm256_setzero_si256());
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        xsum[static_cast<size_t>((t - t0) * nb + b)] =
+            static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * 32;
+      }
+    }
+  }
+  const Packed16 p{w.data(), init.data(), d.data(), m.data(), xsum.data(), t0};
   for (int64_t r = r0; r < r1; r += 16) {
     const int rows = static_cast<int>(std::min<int64_t>(16, r1 - r));
-    pack16<F>(g, r, rows, nb, w.data(), init.data(), d.data());
+    pack16<F>(g, r, rows, nb, w.data(), init.data(), d.data(), m.data());
     int64_t t = t0;
-    for (; t + kRN <= t1; t += kRN) packed_tokens<kRN, kLanes>(g, p, nb, r, rows, t);
-    for (; t < t1; ++t) packed_tokens<1, kLanes>(g, p, nb, r, rows, t);
+    for (; t + kRN <= t1; t += kRN) packed_tokens<kRN, kLanes, F::kMin>(g, p, nb, r, rows, t);
+    for (; t < t1; ++t) packed_tokens<1, kLanes, F::kMin>(g, p, nb, r, rows, t);
   }
 }
 
@@ -253,6 +302,7 @@ struct GemvX {
   const int8_t* q;
   const float* d;
   const int32_t* offset;
+  const int32_t* xsum;  // Q4_1 / Q5_1: the blocks' activation sums, in the same order
 };
 
 // Rows [r0, r1) x the RN tokens x[0 .. RN).
@@ -291,12 +341,26 @@ void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
                                                    _mm512_set1_epi32(static_cast<int>(nb - base))));
       const __m512i raw = _mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes, 1);
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (F::kMin) {
+        mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes + 2, 1)));
+      }
       for (int j = 0; j < RN; ++j) {
         const __m512i sums = _mm512_sub_epi32(reduce_blocks(d[j]), _mm512_loadu_si512(x[j].offset + base));
         const __m512 sf = _mm512_cvtepi32_ps(sums);
-        const __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(x[j].d + base));
-        acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
-        acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+        const __m512 xdv = _mm512_loadu_ps(x[j].d + base);
+        const __m512 sc = _mm512_mul_ps(dw, xdv);
+        if constexpr (F::kMin) {  // per block: its sum, then its min (the oracle's order)
+          const __m512 xf = _mm512_cvtepi32_ps(_mm512_loadu_si512(x[j].xsum + base));
+          const __m512 mc = _mm512_mul_ps(mw, xdv);
+          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
+          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(xf), _mm512_castps512_ps256(mc), acc[j]);
+          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(xf, 1), _mm512_extractf32x8_ps(mc, 1), acc[j]);
+        } else {
+          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
+          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
+        }
       }
     }
     for (int j = 0; j < RN; ++j) {  // back to the oracle's lanes, then reduce_lanes' order
@@ -313,10 +377,11 @@ void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   const int64_t nb = g.cols / 32, padded = (nb + 15) / 16 * 16;
   const int n = static_cast<int>(t1 - t0);
   thread_local std::vector<float> xd_perm;
-  thread_local std::vector<int32_t> offset_perm;
+  thread_local std::vector<int32_t> offset_perm, xsum_perm;
   thread_local std::vector<int8_t> xs;
   xd_perm.assign(static_cast<size_t>(padded * n), 0.0f);
   offset_perm.assign(static_cast<size_t>(padded * n), 0);
+  xsum_perm.assign(static_cast<size_t>(padded * n), 0);
   xs.resize(static_cast<size_t>(g.cols * n));
   GemvX x[kQBlockBatchMinN];
   for (int j = 0; j < n; ++j) {
@@ -325,6 +390,7 @@ void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
     int8_t* q = xs.data() + j * g.cols;
     float* d = xd_perm.data() + j * padded;
     int32_t* off = offset_perm.data() + j * padded;
+    int32_t* xsp = xsum_perm.data() + j * padded;
     for (int64_t b = 0; b < nb; ++b) {
       int32_t sum = 0;
       for (int i = 0; i < 32; ++i) {
@@ -336,8 +402,9 @@ void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
       while (base + kPerm16[k] != b) ++k;
       d[base + k] = xd[b * 8];
       off[base + k] = F::kOffset * sum;
+      xsp[base + k] = sum;
     }
-    x[j] = {t0 + j, q, d, off};
+    x[j] = {t0 + j, q, d, off, xsp};
   }
   switch (n) {
     case 1: gemv_rows<F, 1>(g, r0, r1, x); break;
@@ -363,6 +430,8 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
     case DType::kQ4_0: gemm_any<Q4_0>(job, r0, r1, t0, t1); return;
     case DType::kQ5_0: gemm_any<Q5_0>(job, r0, r1, t0, t1); return;
     case DType::kIQ4_NL: gemm_any<IQ4_NL>(job, r0, r1, t0, t1); return;
+    case DType::kQ4_1: gemm_any<Q4_1>(job, r0, r1, t0, t1); return;
+    case DType::kQ5_1: gemm_any<Q5_1>(job, r0, r1, t0, t1); return;
     case DType::kQ8_0:
       if (t1 - t0 >= kQBlockBatchMinN) {
         gemm_packed<Q8_0>(job, r0, r1, t0, t1);

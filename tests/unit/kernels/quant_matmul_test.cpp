@@ -13,11 +13,14 @@
 //   arithmetic does not depend on how rows and tokens are split).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernel_test_util.h"
 #include "tessera/common/quants.h"
+#include "tessera/kernels/isa.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/ops.h"
 #include "tessera/kernels/thread_pool.h"
@@ -43,7 +46,7 @@ class QuantMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(QuantMatmul, EveryIsaMatchesTheDequantizedOracle) {
   const DType t = GetParam();
   ASSERT_TRUE(matmul_supports(t));
-  const int64_t cols = dtype_block_size(t) == 256 ? 512 : 96;
+  const int64_t cols = dtype_block_size(t) == 256 ? 512 : 352;  // 11 blocks of 32: a full group of 8 lanes and a tail
   ThreadPool pool(3);
   for (const Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{33, 17}, Shape{257, 1}, Shape{257, 17}, Shape{33, 3}, Shape{52, 20}, Shape{48, 37}}) {
     const size_t rb = dtype_row_bytes(t, cols);
@@ -95,6 +98,24 @@ TEST_P(QuantMatmul, EveryIsaMatchesTheDequantizedOracle) {
       }
     }
   }
+}
+
+// TESSERA_ISA (set by the kernels_avx2_test / kernels_scalar_isa_test runs) caps what the
+// process runs: nothing above the cap is supported, and detect_isa() is the cap (the CPUs these
+// runs are configured for have AVX2).
+TEST(IsaCap, EnvironmentCapsDetection) {
+  const char* env = std::getenv("TESSERA_ISA");
+  if (env == nullptr) GTEST_SKIP() << "TESSERA_ISA not set";
+  const std::optional<Isa> cap = parse_isa(env);
+  ASSERT_TRUE(cap.has_value()) << env;
+  ASSERT_EQ(isa_cap(), cap);
+  EXPECT_EQ(detect_isa(), *cap);
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (static_cast<int>(i) > static_cast<int>(*cap)) {
+      EXPECT_FALSE(isa_supported(i)) << isa_name(i);
+    }
+  }
+  EXPECT_TRUE(isa_supported(*cap));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),

@@ -163,8 +163,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   TS_TRY(check_model(model));
   const kernels::Isa isa = options.isa.value_or(kernels::detect_isa());
   if (!kernels::isa_supported(isa)) {
-    return make_error(ErrorCode::kUnsupported, std::string("engine: kernel path ") + kernels::isa_name(isa) +
-                                                   " is not supported by this CPU");
+    const std::optional<kernels::Isa> cap = kernels::isa_cap();
+    return make_error(ErrorCode::kUnsupported,
+                      std::string("engine: kernel path ") + kernels::isa_name(isa) + " is not supported by this CPU" +
+                          (cap ? std::string(" or is above TESSERA_ISA=") + kernels::isa_name(*cap) : std::string()));
   }
   int32_t threads = options.threads;
   if (threads < 0 || threads > 1024) {

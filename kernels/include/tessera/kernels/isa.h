@@ -4,6 +4,11 @@
 // unit with that ISA's flags (kernels/cpu/avx2/, kernels/cpu/avx512/), plus the portable scalar
 // path, which is the oracle the others are tested against. Nothing is compiled with
 // -march=native; detect_isa() asks the CPU (__builtin_cpu_supports) which paths may run.
+//
+// TESSERA_ISA=scalar|avx2|avx512 (read once per process) caps the ISA: the process behaves as
+// if the CPU lacked every path above it (isa_supported() false, detect_isa() at most the cap,
+// so the AVX-512 VNNI and AMX tiles are off too). Tests use it to run the AVX2 dispatch on an
+// AVX-512 machine (kernels_avx2_test); an unknown value is a fatal error naming the choices.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +25,8 @@ enum class Isa : uint8_t {
 
 const char* isa_name(Isa isa);  // "scalar", "avx2", "avx512"
 std::optional<Isa> parse_isa(std::string_view name);
-bool isa_supported(Isa isa);    // this CPU can run the path
+bool isa_supported(Isa isa);    // this CPU can run the path (and TESSERA_ISA allows it)
 Isa detect_isa();               // the best supported path
+std::optional<Isa> isa_cap();   // TESSERA_ISA, when set
 
 }  // namespace tessera::kernels
