@@ -2,8 +2,10 @@
 // log-probabilities, seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 
 #include "tessera/worker/sampler.h"
@@ -84,6 +86,46 @@ TEST(Sampler, DrawFrequenciesFollowTheDistribution) {
     // 5 standard deviations of a binomial proportion.
     EXPECT_NEAR(f, kProbs[t], 5 * std::sqrt(kProbs[t] * (1 - kProbs[t]) / n)) << t;
   }
+}
+
+// Untruncated temperature draws over a large vocabulary (many of the sampler's blocks) pick
+// exactly the token of the plain two-pass inverse CDF with the same uniform numbers: softmax
+// sum, then a running sum from the start until it passes u * z (ids near block edges included).
+TEST(Sampler, UntruncatedDrawEqualsThePlainInverseCdf) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t n = 49152 + 77;
+  std::vector<float> logits(static_cast<size_t>(n));
+  for (auto& l : logits) l = normal(gen);
+  logits[511] = logits[512] = logits[1023] = 14.0f;  // likely picks on block edges
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.seed = 99;
+  Sampler s(p);
+  std::mt19937_64 rng(p.seed);  // the sampler's uniform(): 53 bits of its mt19937_64
+  const float inv_t = 1.0f / p.temperature;
+  float l_max = -INFINITY;
+  for (float l : logits) l_max = std::max(l_max, l * inv_t);
+  std::set<int32_t> seen;
+  for (int draw = 0; draw < 400; ++draw) {
+    double z = 0.0;
+    for (float l : logits) z += std::exp(static_cast<double>(l * inv_t - l_max));
+    const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * z;
+    double acc = 0.0;
+    int32_t want = static_cast<int32_t>(n - 1);
+    for (int64_t i = 0; i < n; ++i) {
+      acc += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
+      if (u < acc) {
+        want = static_cast<int32_t>(i);
+        break;
+      }
+    }
+    auto l = logits;
+    ASSERT_EQ(s.sample(l).token, want) << "draw " << draw;
+    seen.insert(want);
+  }
+  EXPECT_TRUE(seen.count(511) && seen.count(512) && seen.count(1023));
+  EXPECT_GT(seen.size(), 3u);  // and draws away from the three peaks
 }
 
 TEST(Sampler, PenaltiesAreExact) {

@@ -145,17 +145,33 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
     for (int64_t i = 0; i < n; ++i) l_max = std::max(l_max, logits[static_cast<size_t>(i)] * inv_t);
     const bool truncates = (params_.top_k > 0 && params_.top_k < n) || params_.top_p < 1.0f || params_.min_p > 0.0f;
     if (!truncates) {
+      // The categorical draw: the first i whose running sum of exp(l_i - l_max) passes u * z.
+      // The running sum is kept at every kBlock boundary, so the walk recomputes the terms of
+      // one block only (n + kBlock exps, not n + n / 2 on average); summed in the same order,
+      // the running values and so the token are exactly those of a plain second pass.
+      constexpr int64_t kBlock = 512;
+      const auto term = [&](int64_t i) { return std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max)); };
+      prefix_.assign(static_cast<size_t>((n + kBlock - 1) / kBlock) + 1, 0.0);
       double z = 0.0;
-      for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
+      for (int64_t b = 0; b * kBlock < n; ++b) {
+        const int64_t end = std::min(n, (b + 1) * kBlock);
+        for (int64_t i = b * kBlock; i < end; ++i) z += term(i);
+        prefix_[static_cast<size_t>(b) + 1] = z;  // the running sum after block b
+      }
       const double u = uniform() * z;
-      double acc = 0.0;
       out.token = static_cast<int32_t>(n - 1);
-      for (int64_t i = 0; i < n; ++i) {
-        acc += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
-        if (u < acc) {
-          out.token = static_cast<int32_t>(i);
-          break;
+      for (size_t b = 0; b + 1 < prefix_.size(); ++b) {
+        if (!(u < prefix_[b + 1])) continue;  // the running sum passes u in a later block
+        double acc = prefix_[b];
+        const int64_t end = std::min(n, static_cast<int64_t>(b + 1) * kBlock);
+        for (int64_t i = static_cast<int64_t>(b) * kBlock; i < end; ++i) {
+          acc += term(i);
+          if (u < acc) {
+            out.token = static_cast<int32_t>(i);
+            break;
+          }
         }
+        break;
       }
       return finish_logprobs(logits, out, want_lp, log_z);
     }
