@@ -325,8 +325,7 @@ Result<LoadReport> run_units(const LoadConfig& c, const std::vector<Unit>& units
       json messages = json::array();
       for (const auto& user : u.user) {
         messages.push_back({{"role", "user"}, {"content", user}});
-        json body = {{"messages", messages}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos},
-                     {"stream_options", {{"include_usage", true}}}};
+        json body = {{"messages", messages}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
         std::string answer;
         if (use_zmq) {
           protocol::GenerateRequest req;
@@ -341,8 +340,7 @@ Result<LoadReport> run_units(const LoadConfig& c, const std::vector<Unit>& units
       }
     } else {
       std::string prompt = u.group >= 0 ? systems[static_cast<size_t>(u.group)] + "\n" + u.user[0] : u.user[0];
-      json body = {{"prompt", prompt}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos},
-                   {"stream_options", {{"include_usage", true}}}};
+      json body = {{"prompt", prompt}, {"max_tokens", c.max_tokens}, {"stream", true}, {"ignore_eos", c.ignore_eos}};
       if (use_zmq) {
         protocol::GenerateRequest req;
         req.prompt = prompt;
