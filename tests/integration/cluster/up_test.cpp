@@ -1,5 +1,5 @@
 // `tessera up` end to end: with --synth-like it synthesizes a random-weight model, labels it so in
-// /v1/models, answers a completion, and stops every child on SIGTERM; with no --model it serves
+// /v1/models, answers a completion and `tessera bench`, and stops every child on SIGTERM; with no --model it serves
 // the stories260K demo model, its workers and kvstore serve /metrics, and its shutdown drains a
 // live stream; with --workers 2 both workers register and get traffic; a worker that keeps
 // failing is left stopped while the other serves (the restart budget is per child and per
@@ -128,6 +128,20 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   ASSERT_FALSE(j.is_discarded());
   EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 8) << r->body;
+
+  // `tessera bench` against it counts every generated token (streamed usage, which the frontend
+  // sends only when asked with stream_options.include_usage, as OpenAI does).
+  Process bench(testing::bin_path("tessera"),
+                {"bench", "--port", std::to_string(base), "--num-requests", "4", "--concurrency", "2", "--max-tokens", "8",
+                 "--prompt-words", "4", "--progress-s", "0", "--json", dir + "/bench.json"},
+                dir + "/bench.log");
+  ASSERT_EQ(bench.wait_exit(milliseconds(60000)), 0);
+  std::ifstream bench_json(dir + "/bench.json");
+  auto report = nlohmann::json::parse(bench_json, nullptr, false);
+  ASSERT_FALSE(report.is_discarded());
+  EXPECT_EQ(report["failed"].get<int>(), 0) << report.dump();
+  EXPECT_EQ(report["completion_tokens"].get<int>(), 4 * 8) << report.dump();
+  EXPECT_GT(report["output_tokens_per_s"].get<double>(), 0.0) << report.dump();
 
   up.signal(SIGTERM);
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);

@@ -2,8 +2,11 @@
 // log-probabilities, seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "tessera/worker/sampler.h"
@@ -84,6 +87,50 @@ TEST(Sampler, DrawFrequenciesFollowTheDistribution) {
     // 5 standard deviations of a binomial proportion.
     EXPECT_NEAR(f, kProbs[t], 5 * std::sqrt(kProbs[t] * (1 - kProbs[t]) / n)) << t;
   }
+}
+
+// Untruncated temperature draws over a vocabulary of many of the sampler's blocks (the draw
+// sums per block and walks one): frequencies of tokens on block edges and of the rest follow
+// the softmax (5 standard deviations), and tokens at -inf (a whole block, the last ids, single
+// ids next to likely ones) are never drawn.
+TEST(Sampler, UntruncatedDrawOverALargeVocabularyFollowsTheSoftmax) {
+  const int64_t n = 49152 + 77;
+  std::vector<float> logits(static_cast<size_t>(n), 0.0f);
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> small(-2.0f, 0.0f);
+  for (auto& l : logits) l = small(gen);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t i = 4096; i < 4096 + 512; ++i) logits[static_cast<size_t>(i)] = -inf;  // one whole block
+  for (int64_t i = n - 100; i < n; ++i) logits[static_cast<size_t>(i)] = -inf;         // the last ids
+  logits[510] = logits[1024] = -inf;
+  const std::vector<int64_t> peaks = {511, 512, 1023, 1025, 40000};
+  for (int64_t i : peaks) logits[static_cast<size_t>(i)] = 9.0f;
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.seed = 99;
+  // The softmax at temperature 0.9 (double precision reference).
+  std::vector<double> prob(static_cast<size_t>(n));
+  double z = 0.0;
+  for (int64_t i = 0; i < n; ++i) z += prob[static_cast<size_t>(i)] = std::exp(static_cast<double>(logits[static_cast<size_t>(i)]) / 0.9);
+  for (auto& v : prob) v /= z;
+  Sampler s(p);
+  std::map<int64_t, int> counts;
+  const int draws = 6000;
+  for (int d = 0; d < draws; ++d) {
+    auto l = logits;
+    const int32_t t = s.sample(l).token;
+    ASSERT_TRUE(std::isfinite(logits[static_cast<size_t>(t)])) << "drew masked token " << t;
+    ++counts[t];
+  }
+  double rest = 1.0;
+  int rest_count = draws;
+  for (int64_t i : peaks) {
+    const double q = prob[static_cast<size_t>(i)];
+    EXPECT_NEAR(static_cast<double>(counts[i]) / draws, q, 5 * std::sqrt(q * (1 - q) / draws)) << i;
+    rest -= q;
+    rest_count -= counts[i];
+  }
+  EXPECT_NEAR(static_cast<double>(rest_count) / draws, rest, 5 * std::sqrt(rest * (1 - rest) / draws));
 }
 
 TEST(Sampler, PenaltiesAreExact) {

@@ -1,6 +1,7 @@
 #include "tessera/worker/sampler.h"
 
 #include "tessera/grammar/grammar.h"
+#include "tessera/kernels/softmax.h"
 
 #include <algorithm>
 #include <limits>
@@ -141,22 +142,49 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
     // before sorting (p_i / p_max >= min_p  <=>  l_i >= l_max + ln(min_p)); with no truncation
     // at all the categorical draw needs no order and no sort.
     const float inv_t = 1.0f / params_.temperature;
-    float l_max = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) l_max = std::max(l_max, logits[static_cast<size_t>(i)] * inv_t);
+    // max(l_i * inv_t) = max(l_i) * inv_t exactly (inv_t > 0: rounding is monotonic); eight
+    // running maxima, not one dependent chain of 49k compares.
+    float m8[8];
+    std::fill(m8, m8 + 8, -std::numeric_limits<float>::infinity());
+    int64_t i8 = 0;
+    for (; i8 + 8 <= n; i8 += 8) {
+      for (int j = 0; j < 8; ++j) m8[j] = std::max(m8[j], logits[static_cast<size_t>(i8 + j)]);
+    }
+    for (; i8 < n; ++i8) m8[0] = std::max(m8[0], logits[static_cast<size_t>(i8)]);
+    const float l_max = *std::max_element(m8, m8 + 8) * inv_t;
     const bool truncates = (params_.top_k > 0 && params_.top_k < n) || params_.top_p < 1.0f || params_.min_p > 0.0f;
     if (!truncates) {
-      double z = 0.0;
-      for (int64_t i = 0; i < n; ++i) z += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
-      const double u = uniform() * z;
-      double acc = 0.0;
-      out.token = static_cast<int32_t>(n - 1);
-      for (int64_t i = 0; i < n; ++i) {
-        acc += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] * inv_t - l_max));
-        if (u < acc) {
-          out.token = static_cast<int32_t>(i);
-          break;
-        }
+      // The categorical draw: the first i whose running sum of e_i = exp(l_i - l_max) passes
+      // u * z. z is summed per block of kBlock tokens (kernels::exp_affine_sum, vectorized) and
+      // the running sums at block edges kept; the walk recomputes the terms of the one block
+      // where u * z falls (n + kBlock exps in float instead of ~1.5 n in double). Its in-block
+      // running sum can differ from the block's total in the last bits: when it ends short of
+      // u, the block's last possible token is drawn. A term of 0 (logit -inf) is never drawn.
+      constexpr int64_t kBlock = 512;
+      static const kernels::Isa isa = kernels::detect_isa();
+      const float* l = logits.data();
+      const size_t blocks = static_cast<size_t>((n + kBlock - 1) / kBlock);
+      prefix_.assign(blocks + 1, 0.0);
+      for (size_t b = 0; b < blocks; ++b) {
+        const int64_t i0 = static_cast<int64_t>(b) * kBlock;
+        prefix_[b + 1] = prefix_[b] + kernels::exp_affine_sum(l + i0, std::min(kBlock, n - i0), inv_t, l_max, nullptr, isa);
       }
+      const double u = uniform() * prefix_[blocks];
+      size_t b = 0;
+      while (b + 1 < blocks && !(u < prefix_[b + 1])) ++b;
+      while (b > 0 && !(prefix_[b + 1] > prefix_[b])) --b;  // u * z rounded to z: the last block with mass
+      const int64_t i0 = static_cast<int64_t>(b) * kBlock, len = std::min(kBlock, n - i0);
+      float terms[kBlock];
+      kernels::exp_affine_sum(l + i0, len, inv_t, l_max, terms, isa);
+      double acc = prefix_[b];
+      int64_t pick = -1;
+      for (int64_t i = 0; i < len; ++i) {
+        if (terms[i] <= 0.0f) continue;
+        pick = i;
+        acc += static_cast<double>(terms[i]);
+        if (u < acc) break;
+      }
+      out.token = pick >= 0 ? static_cast<int32_t>(i0 + pick) : static_cast<int32_t>(n - 1);  // no mass at all: the last id
       return finish_logprobs(logits, out, want_lp, log_z);
     }
     const float floor = params_.min_p > 0.0f ? l_max + std::log(params_.min_p) : -std::numeric_limits<float>::infinity();

@@ -83,6 +83,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::unordered_map<int32_t, int32_t> counts_;  // token -> occurrences in the history
   std::vector<std::pair<float, int32_t>> cand_;  // scratch: (logit, id)
+  std::vector<double> prefix_;                  // scratch: running softmax sums at block boundaries (sample)
   int32_t generated_ = 0;                        // tokens in the history
   // Structured output (null when unconstrained).
   std::shared_ptr<const grammar::Schema> schema_;
