@@ -32,12 +32,15 @@ bool port_free(int port) {
   return ok;
 }
 
-int free_port_block() {  // base .. base+5 free
+// base .. base+13 free: tessera up with --scheduler-port base+2 also takes the kvstore metrics port
+// (scheduler-port + 4) and the worker's metrics port (scheduler-port + 10) — a 6-port probe let a
+// concurrent test's port collide with the worker's metrics port in a rehearsal.
+int free_port_block() {
   std::mt19937 rng(static_cast<unsigned>(::getpid()) * 7919u + 13u);
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int base = 20000 + static_cast<int>(rng() % 30000);
     bool ok = true;
-    for (int p = base; p < base + 6 && ok; ++p) ok = port_free(p);
+    for (int p = base; p < base + 14 && ok; ++p) ok = port_free(p);
     if (ok) return base;
   }
   return -1;
@@ -56,7 +59,7 @@ std::string tail(const std::string& path) {
 UpCluster::UpCluster(bool second_frontend, bool kvstore) {
   base_ = free_port_block();
   if (base_ < 0) {
-    ADD_FAILURE() << "no free block of 6 loopback ports";
+    ADD_FAILURE() << "no free block of 14 loopback ports";
     return;
   }
   dir_ = make_temp_dir("tessera-cppclient");
