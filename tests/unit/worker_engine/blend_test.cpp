@@ -359,5 +359,29 @@ TEST(BlendRope, ReRotationIsExactForNeox) {
   std::filesystem::remove_all(dir);
 }
 
+
+// Ratio 1 is a full prefill for every family the blended layer loop runs (it shares forward.cpp's
+// per-layer step): per-head Q/K norms (Qwen3), a mixture-of-experts MLP (Qwen3-MoE), post-norms,
+// soft-capping and sliding windows (Gemma 2), fused-then-split projections (Phi-3).
+TEST(BlendFamilies, FullRecomputeIsAFullPrefill) {
+  for (const char* like : {"qwen3-0.6b-reduced", "qwen3-30b-a3b-reduced", "gemma2-2b-reduced", "phi3-mini-reduced"}) {
+    SCOPED_TRACE(like);
+    const std::string dir = tessera::testing::make_temp_dir("blend-family");
+    SynthOptions o;
+    o.like = like;
+    o.out_path = dir + "/m.gguf";
+    ASSERT_TRUE(synth_model(o).ok());
+    auto m = load_model(o.out_path);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    const std::vector<std::vector<int32_t>> d = {{300, 301, 302, 303, 304, 305, 306, 307, 308}, {400, 401, 402, 403, 404, 405, 406}};
+    const std::vector<Prompt> prompts = {assemble({5, 6, 7}, {d[0], d[1]}, {500, 501}), assemble({5, 6, 7}, {d[1], d[0]}, {500, 501})};
+    auto e = make_engine(**m, 16);
+    const Quality q = measure(*e, prompts, 1.0f, 4);
+    EXPECT_LT(q.nmse(), 1e-10);
+    EXPECT_EQ(q.cont_agree, q.cont_total);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::worker

@@ -1,6 +1,6 @@
 // CacheBlend's layer loop (tessera/worker/blend.h): the forward pass of a sequence's rows where
 // only an "active" subset of rows is computed in each layer, the others keeping the K/V already
-// in their slots. The math per active row is forward.cpp's, kernel for kernel, so with every row
+// in their slots. The per-layer steps are forward.cpp's own (layer_step.cpp), so with every row
 // active this is an ordinary prefill.
 #include <algorithm>
 #include <cmath>
@@ -24,7 +24,6 @@ T* grow(std::vector<T>& v, size_t n) {
 }  // namespace
 
 std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int32_t* recomputed) {
-  using kernels::matmul;
   const ModelConfig& c = cfg_;
   BlendScratch& s = bs_;
   const int64_t dim = c.dim, hd = c.head_dim, hidden = c.hidden_dim;
@@ -50,15 +49,9 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
   }
 
   float* x = grow(s.x, static_cast<size_t>(act.size()) * dim);
-  const size_t emb_row = dtype_row_bytes(model_.tok_embeddings.dtype, dim);
-  for (size_t j = 0; j < act.size(); ++j) {
-    kernels::dequantize_row(model_.tok_embeddings.dtype,
-                            static_cast<const uint8_t*>(model_.tok_embeddings.data) +
-                                static_cast<size_t>(r.tokens[static_cast<size_t>(act[j])]) * emb_row,
-                            x + static_cast<int64_t>(j) * dim, dim);
-  }
-  if (c.embedding_scale != 1.0f) kernels::scale_inplace(x, static_cast<int64_t>(act.size()) * dim, c.embedding_scale);
-  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  s.act_tokens.resize(act.size());
+  for (size_t j = 0; j < act.size(); ++j) s.act_tokens[j] = r.tokens[static_cast<size_t>(act[j])];
+  embed(s.act_tokens, x);
   const float scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
 
   bool layout_stale = true;
@@ -98,42 +91,9 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
       layout_stale = false;
     }
     const float* cs = s.cos_sin.data();
-    auto args = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
-      return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
-                                 .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
-    };
-    auto linear = [&](const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride) {
-      matmul(args(w, in, in_stride, out, out_stride), pool_for(w), isa_for(w));
-    };
-    auto linear_group = [&](std::span<const Tensor* const> ws, std::span<const kernels::MatmulArgs> list) {
-      bool same = true;
-      for (const Tensor* w : ws) same = same && pool_for(*w) == pool_for(*ws[0]) && isa_for(*w) == isa_for(*ws[0]);
-      if (same) {
-        kernels::matmul_batch(list, pool_for(*ws[0]), isa_for(*ws[0]));
-        return;
-      }
-      for (size_t i = 0; i < list.size(); ++i) matmul(list[i], pool_for(*ws[i]), isa_for(*ws[i]));
-    };
-    auto add_bias = [&](const Tensor& b, float* out, int64_t width) {
-      if (b.empty()) return;
-      for (int64_t t = 0; t < T; ++t) kernels::add_inplace(out + t * width, b.f32(), width);
-    };
-
     const LayerWeights& w = model_.layers[static_cast<size_t>(l)];
     kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    {
-      const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim), args(w.wk, xn, dim, k, kv_dim),
-                                          args(w.wv, xn, dim, v, kv_dim)};
-      const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
-      linear_group(ws, qkv);
-    }
-    if (c.attn_bias) {
-      add_bias(w.bq, q, q_dim);
-      add_bias(w.bk, k, kv_dim);
-      add_bias(w.bv, v, kv_dim);
-    }
-    kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
-    kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
+    attention_qkv(w, xn, T, cs, q, k, v);
 
     const bool selecting = check && l == r.check_layer;
     if (selecting) {  // HKVD: deviation |V - V'|^2 of the fresh V from the reused V in the slots
@@ -163,30 +123,8 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
         .n_seqs = static_cast<int32_t>(s.start_pos.size()), .token_indptr = s.token_indptr.data(),
         .start_pos = s.start_pos.data(), .page_indptr = s.page_indptr.data(), .page_ids = s.page_ids.data()};
     kernels::paged_attention(a, tp, isa_);
-    linear(w.wo, att, q_dim, o, dim);
-    if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
-    kernels::add_inplace(x, o, T * dim);
-    kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
-    if (c.is_moe()) {
-      moe_ffn(c, w, xn, T, o, s_.moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
-    } else {
-      {
-        const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden), args(w.w_up, xn, dim, up, hidden)};
-        const Tensor* const ws[2] = {&w.w_gate, &w.w_up};
-        linear_group(ws, gate_up);
-      }
-      const auto act_fn = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
-      if (T >= 4) {
-        tp->parallel_for(T, [&](int64_t t) {
-          act_fn(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
-        });
-      } else {
-        act_fn(gate, hidden, up, hidden, gate, hidden, T, hidden);
-      }
-      linear(w.w_down, gate, hidden, o, dim);
-    }
-    if (c.post_norms) kernels::rmsnorm(o, dim, w.ffn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
-    kernels::add_inplace(x, o, T * dim);
+    linear(w.wo, att, q_dim, o, dim, T);
+    residual_and_mlp(l, w, T, x, xn, o, gate, up, s_.moe);
 
     if (selecting) {  // keep the top ratio of the reused rows, every other row, and compact x
       auto& dev = s.deviation;
@@ -210,15 +148,8 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
   }
 
   if (!r.want_logits || act.empty() || act.back() != n - 1) return {};
-  const int64_t last = static_cast<int64_t>(act.size()) - 1;
-  float* row = grow(s.out_row, static_cast<size_t>(dim));
-  kernels::rmsnorm(x + last * dim, dim, model_.final_norm.f32(), row, dim, 1, dim, c.rms_eps);
-  float* logits = grow(s.logits, static_cast<size_t>(c.vocab_size));
-  matmul({.w_type = model_.output.dtype, .w = model_.output.data, .rows = c.vocab_size, .cols = dim, .x = row,
-          .x_stride = dim, .n = 1, .y = logits, .y_stride = c.vocab_size},
-         pool_for(model_.output), isa_for(model_.output));
-  if (c.final_softcap > 0.0f) kernels::softcap(logits, c.vocab_size, c.final_softcap);
-  return {logits, static_cast<size_t>(c.vocab_size)};
+  const auto last = static_cast<int32_t>(act.size()) - 1;
+  return logits_of(x, std::span(&last, 1), s.out_row, s.logits);
 }
 
 }  // namespace tessera::worker

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -42,7 +43,7 @@ struct Scratch {
 // Scratch of CacheBlend's layer loop (blend_forward.cpp): the active rows' activations.
 struct BlendScratch {
   std::vector<float> x, xn, q, k, v, att, o, gate, up, cos_sin, out_row, logits, old_kv;
-  std::vector<int32_t> active, positions, token_indptr, start_pos, page_indptr, page_ids;
+  std::vector<int32_t> active, act_tokens, positions, token_indptr, start_pos, page_indptr, page_ids;
   std::vector<int64_t> slots;
   std::vector<std::pair<double, int32_t>> deviation;  // (|V - V'|^2, active row) on the check layer
   std::vector<uint8_t> keep;
@@ -86,6 +87,28 @@ class CpuBackend final : public Backend {
   // thread_share of the threads (created on first use) and its kernel path.
   kernels::ThreadPool* pool_for(const Tensor& w);
   kernels::Isa isa_for(const Tensor& w) const;
+
+  // The per-layer steps shared by the forward pass (run) and CacheBlend's layer loop
+  // (blend_layers), over T rows of stride dim (layer_step.cpp): a family feature added here
+  // reaches both passes.
+  // y = x W^T for T rows (w's placement: pool_for / isa_for).
+  void linear(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T);
+  // x [T, dim] = the tokens' embedding rows, times embedding_scale.
+  void embed(std::span<const int32_t> tokens, float* x);
+  // q [T, n_heads * head_dim], k and v [T, n_kv_heads * head_dim] of the normalized rows xn: the
+  // projections (one parallel region; mla_qkv for MLA's decompressed form), biases, per-head Q/K
+  // RMSNorm (qk_norm) and RoPE with cs (rope_table's rows of the T positions; MLA rotates its rope
+  // parts in mla_qkv).
+  void attention_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v);
+  // The rest of layer `layer` once attention's output projection is in o [T, dim]: x += post_norm(o),
+  // then the MLP block x += post_norm(mlp(rmsnorm(x))) (dense or mixture of experts). xn, o, gate,
+  // up: scratch of [T, dim] / [T, hidden_dim] floats.
+  void residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t T, float* x, float* xn, float* o, float* gate,
+                        float* up, MoeScratch& moe);
+  // Logits [rows.size(), vocab] of the rows of x at the given indices (final norm, output matmul,
+  // soft-capping), in `logits`; `normed` is scratch.
+  std::span<float> logits_of(const float* x, std::span<const int32_t> rows, std::vector<float>& normed,
+                             std::vector<float>& logits);
   // Multi-head latent attention (mla.cpp): from T normalized rows xn, q [T, n_heads * head_dim]
   // with RoPE'd rope parts, and the decompressed per-head k and v ([T, n_heads * head_dim], V
   // zero-padded to head_dim). cs: mla_rope_table's rows for the T positions.
