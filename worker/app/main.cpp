@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (pref_store == nullptr || !executor.backend().capabilities().kv_fill) {
-      std::fprintf(stderr, "tessera-worker: --kv-offload needs --kvstore and a backend with kv_fill (cpu); the %s backend%s\n",
+      std::fprintf(stderr, "tessera-worker: --kv-offload needs --kvstore and a backend with kv_fill (cpu, and not over a DeepSeek "
+                           "latent K/V cache); the %s backend%s\n",
                    std::string(executor.backend().name()).c_str(), pref_store == nullptr ? " has no --kvstore" : " lacks kv_fill");
       return 1;
     }

@@ -441,6 +441,24 @@ TEST(LlamaCppAgreement, MlaLatentCacheBytesPerToken) {
   EXPECT_EQ(back, row);
 }
 
+// Over the latent cache, K/V page moves (preference injection, offload), the H2O statistic and
+// CacheBlend are refused by capability (no per-head K/V rows); the decompressed layout keeps
+// page moves.
+TEST(LlamaCppAgreement, MlaLatentCacheAdvertisesNoKvMoves) {
+  const std::string dir = testing::make_temp_dir("mla-caps");
+  const auto model = synth_and_load("deepseek-v2-reduced", "f32", dir);
+  ASSERT_TRUE(model != nullptr);
+  for (const bool decompressed : {false, true}) {
+    auto engine = Engine::create(*model, {.pool = {.num_pages = 4, .page_size = 16, .mla_decompressed = decompressed}, .threads = 1});
+    ASSERT_TRUE(engine.ok()) << engine.error().to_string();
+    const BackendCaps caps = (*engine)->backend().capabilities();
+    EXPECT_EQ(caps.kv_fill, decompressed) << "mla_decompressed " << decompressed;
+    EXPECT_FALSE(caps.kv_scores);
+    EXPECT_FALSE(caps.chunk_blend);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Recording mode (see the file comment); skipped unless TESSERA_LLAMACPP_DUMPS is set.
 TEST(LlamaCppAgreement, RecordFromLlamaCppDumps) {
   const char* dumps = std::getenv("TESSERA_LLAMACPP_DUMPS");

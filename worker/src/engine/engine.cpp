@@ -213,7 +213,10 @@ PoolGeometry CpuBackend::geometry() const {
 
 BackendCaps CpuBackend::capabilities() const {
   BackendCaps c;  // every sampling option on the host (the defaults), no limits
-  c.kv_fill = true;
+  // K/V page reads and writes (preference injection, K/V offload) carry per-head K and V rows:
+  // not over the MLA latent cache (one plane of latent rows; preference alpha scales V, which the
+  // latent layout does not have). The decompressed layout has them.
+  c.kv_fill = pool_.planes() == 2;
   c.prompt_logprobs = true;
   // Not for multi-head latent attention: K/V moves re-rotate whole K rows with the plain RoPE and
   // the H2O statistic and CacheBlend's layer loop have no latent-attention path.
