@@ -119,15 +119,18 @@ Result<std::vector<ClientGet>> Client::get_many(uint64_t fingerprint, const std:
     return make_error(ErrorCode::kInvalidArgument, "get_many takes 1.." + std::to_string(wire::kMaxGetMany) +
                                                        " hashes (got " + std::to_string(hashes.size()) + ")");
   for (const auto& h : hashes) TS_TRY(validate_key(BlobKey{fingerprint, user, h}));
-  wire::Request req = request(wire::Op::kGetMany, BlobKey{fingerprint, user, ""});
-  req.hashes = hashes;
-  TS_ASSIGN_OR_RETURN(wire::Reply r, impl_->call(std::move(req), "get_many_reply"));
-  if (r.results.size() != hashes.size())
-    return make_error(ErrorCode::kMalformedMessage, "kvstore answered " + std::to_string(r.results.size()) +
-                                                        " results to a get_many of " + std::to_string(hashes.size()));
   std::vector<ClientGet> out;
-  out.reserve(r.results.size());
-  for (auto& e : r.results) out.push_back(ClientGet{e.found, parse_tier(e.tier), std::move(e.blob)});
+  out.reserve(hashes.size());
+  while (out.size() < hashes.size()) {  // a reply may answer a prefix (one message's worth of blobs)
+    wire::Request req = request(wire::Op::kGetMany, BlobKey{fingerprint, user, ""});
+    req.hashes.assign(hashes.begin() + static_cast<std::ptrdiff_t>(out.size()), hashes.end());
+    const size_t asked = req.hashes.size();
+    TS_ASSIGN_OR_RETURN(wire::Reply r, impl_->call(std::move(req), "get_many_reply"));
+    if (r.results.empty() || r.results.size() > asked)
+      return make_error(ErrorCode::kMalformedMessage, "kvstore answered " + std::to_string(r.results.size()) +
+                                                          " results to a get_many of " + std::to_string(asked));
+    for (auto& e : r.results) out.push_back(ClientGet{e.found, parse_tier(e.tier), std::move(e.blob)});
+  }
   return out;
 }
 

@@ -122,7 +122,12 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
       break;
     }
     case wire::Op::kGetMany: {
-      // Every hash in order (L1, then Redis, as get); a failure of any one fails the request.
+      // The hashes in order (L1, then Redis, as get); a failure of any one fails the request. The
+      // reply stops before the blob bytes would pass one message (max_message_bytes less 64 KiB
+      // of envelope): it then answers a prefix of the hashes, at least one, and the client asks
+      // again for the rest.
+      const size_t budget = config.max_message_bytes > (size_t{64} << 10) ? config.max_message_bytes - (size_t{64} << 10) : 0;
+      size_t bytes = 0;
       std::vector<Blob> held;  // the blobs the reply's views point into
       for (const std::string& h : req.hashes) {
         auto g = store->get(BlobKey{req.key.fingerprint, req.key.user, h});
@@ -131,6 +136,8 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
         e.found = g->blob != nullptr;
         e.tier = tier_name(g->tier);
         if (e.found) {
+          if (!r.results.empty() && bytes + g->blob->size() > budget) break;
+          bytes += g->blob->size();
           held.push_back(g->blob);
           e.blob_view = *held.back();
         }

@@ -111,6 +111,43 @@ TEST(KvServiceGetMany, AnswersEveryHashInOrderInOneRoundTrip) {
   EXPECT_NE(stats->metrics.find("tessera_kvstore_hits_total{tier=\"l1\"} 40\n"), std::string::npos) << stats->metrics;
 }
 
+// Blobs that would pass one message come in more than one reply: the kvstore answers a prefix
+// (blob bytes within --max-blob-bytes + 4 KiB less 64 KiB of envelope, at least one hash) and the
+// client asks again for the rest — the same blobs, in order, in the round trips the rule predicts.
+TEST(KvServiceGetMany, RepliesStayWithinOneMessageAndTheClientAsksForTheRest) {
+  const size_t max_blob = 200000;
+  auto kv = KvProcess::start({"--max-blob-bytes", std::to_string(max_blob)});
+  ASSERT_NE(kv, nullptr);
+  auto c = connect_to(*kv);
+  std::vector<std::string> blobs, hashes;
+  for (uint32_t i = 0; i < 7; ++i) {
+    blobs.push_back(encode_blob(testing::synthetic_kv(DType::kF16, {2, 96, 2, 32}, kFp, i + 1), {.codec = Codec::kNone}).value());
+    hashes.push_back("big" + std::to_string(i));
+    ASSERT_TRUE(c->put({kFp, "alice", hashes.back()}, blobs.back()).ok());
+  }
+  const size_t budget = max_blob + 4096 - (size_t{64} << 10);
+  ASSERT_GT(2 * blobs[0].size(), budget / 2) << "blobs too small to need several replies";
+  int expected_calls = 0;
+  for (size_t i = 0; i < blobs.size();) {  // the server's rule: a prefix within the budget, at least one
+    size_t bytes = blobs[i++].size();
+    while (i < blobs.size() && bytes + blobs[i].size() <= budget) bytes += blobs[i++].size();
+    ++expected_calls;
+  }
+  ASSERT_GT(expected_calls, 1);
+  auto got = c->get_many(kFp, "alice", hashes);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_EQ(got->size(), blobs.size());
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    ASSERT_TRUE((*got)[i].found) << i;
+    EXPECT_EQ((*got)[i].blob, blobs[i]) << i;
+  }
+  auto stats = c->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_NE(stats->metrics.find("tessera_kvstore_requests_total{type=\"get_many\"} " + std::to_string(expected_calls) + "\n"),
+            std::string::npos)
+      << stats->metrics;
+}
+
 TEST(KvServiceGetMany, BadRequestsNameTheFieldAndTheServiceStaysUp) {
   auto kv = KvProcess::start({});
   ASSERT_NE(kv, nullptr);

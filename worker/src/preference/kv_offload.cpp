@@ -15,8 +15,8 @@
 namespace tessera::worker {
 namespace {
 
-// Pages fetched per kvstore round trip on a reload (`get_many`; the kvstore takes up to 256):
-// 64 pages of a SmolLM2-135M shape are ~12 MB with int8, well under the 256 MiB message limit.
+// Pages asked for per `get_many` on a reload (the kvstore takes up to 256). Large pages need not
+// fit one message: the kvstore answers a prefix that does and Client::get_many asks for the rest.
 constexpr size_t kReloadBatch = 64;
 
 using Clock = std::chrono::steady_clock;
