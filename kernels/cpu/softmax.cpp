@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "tessera/common/check.h"
+
 namespace tessera::kernels {
 namespace cpu {
 double exp_affine_sum_avx512(const float* x, int64_t n, float scale, float shift, float* out);  // avx512/softmax_avx512.cpp
@@ -29,6 +31,7 @@ double exp_affine_sum_scalar(const float* x, int64_t n, float scale, float shift
 }  // namespace
 
 double exp_affine_sum(const float* x, int64_t n, float scale, float shift, float* out, Isa isa) {
+  TS_CHECK(isa_supported(isa)) << "ISA path " << isa_name(isa) << " not supported by this CPU (or above TESSERA_ISA)";
   if (isa == Isa::kAvx512) return cpu::exp_affine_sum_avx512(x, n, scale, shift, out);
   return exp_affine_sum_scalar(x, n, scale, shift, out);
 }
