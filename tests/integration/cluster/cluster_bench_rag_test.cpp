@@ -96,6 +96,9 @@ TEST(ClusterBenchRag, BadOptionsExit2NamingThem) {
   std::tie(code, out) = run({"--rag-modes", "blend,fast"});
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("rag-modes: 'fast'"), std::string::npos) << out;
+  std::tie(code, out) = run({"--rag-pool", "60000", "--rag-doc-words", "100000"});  // 6e9 words: refused before drawing any
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("rag-pool x rag-doc-words"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -83,6 +83,9 @@ Result<RagReport> run_rag(const LoadConfig& c) {
                                                        std::to_string(c.rag_k) + ", rag-pool " + std::to_string(c.rag_pool) + ")");
   if (c.rag_doc_words < 1 || c.prompt_words < 1 || c.num_requests < 1 || c.max_tokens < 1)
     return make_error(ErrorCode::kInvalidArgument, "rag: rag-doc-words, prompt-words, num-requests and max-tokens must be >= 1");
+  if (static_cast<int64_t>(c.rag_pool) * c.rag_doc_words > (int64_t{1} << 26))
+    return make_error(ErrorCode::kInvalidArgument, "rag: rag-pool x rag-doc-words must be <= 2^26 words (got " +
+                                                       std::to_string(c.rag_pool) + " x " + std::to_string(c.rag_doc_words) + ")");
   if (c.recompute_ratio > 1.0)
     return make_error(ErrorCode::kInvalidArgument, "rag: recompute-ratio must be in [0, 1] (or < 0 for the worker's default)");
   auto modes = parse_modes(c.rag_modes);
