@@ -193,7 +193,7 @@ struct IQ4XS {
   using Block = BlockIQ4_XS;
   static constexpr bool kMin = false;
   static __m512i scales(const Block& q) {
-    alignas(16) int16_t ls[16] = {};
+    alignas(32) int16_t ls[16] = {};
     for (int ib = 0; ib < 8; ++ib) {
       ls[ib] = static_cast<int16_t>((((q.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF) | (((q.scales_h >> (2 * ib)) & 3) << 4)) - 32);
     }
