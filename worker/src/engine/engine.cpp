@@ -180,6 +180,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   }
   auto impl = std::make_unique<Impl>(model, std::move(pool), isa, threads);
   impl->backend.set_blend_config(options.blend);
+  if (const size_t bytes = impl->backend.prepare_mla(); bytes > 0) {  // at load: an out-of-memory shows here, not mid-serving
+    TS_LOG(kInfo) << "MLA latent cache: absorbed attn_kv_b in f32, " << (bytes >> 20) << " MiB (docs/models.md)";
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -75,6 +75,9 @@ class CpuBackend final : public Backend {
 
   // CacheBlend's parameters and chunk cache budget (clears the chunk cache).
   void set_blend_config(const BlendConfig& config);
+  // Over the MLA latent cache: builds every layer's absorbed attn_kv_b (mla_absorbed) now, at
+  // load, rather than on the first step that needs it; returns its bytes (0 for other models).
+  size_t prepare_mla();
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }

@@ -117,6 +117,16 @@ void CpuBackend::mla_qkv(const LayerWeights& w, const float* xn, int64_t T, cons
   }
 }
 
+size_t CpuBackend::prepare_mla() {
+  if (!cfg_.is_mla() || pool_.planes() != 1) return 0;
+  size_t bytes = 0;
+  for (int32_t l = 0; l < cfg_.n_layers; ++l) {
+    const MlaAbsorbed& ab = mla_absorbed(l, model_.layers[static_cast<size_t>(l)]);
+    bytes += (ab.uk_t.size() + ab.uv.size()) * sizeof(float);
+  }
+  return bytes;
+}
+
 const CpuBackend::MlaAbsorbed& CpuBackend::mla_absorbed(int32_t layer, const LayerWeights& w) {
   if (mla_absorbed_.empty()) mla_absorbed_.resize(static_cast<size_t>(cfg_.n_layers));
   MlaAbsorbed& ab = mla_absorbed_[static_cast<size_t>(layer)];
