@@ -13,16 +13,6 @@
 #include "tessera/kernels/ops.h"
 
 namespace tessera::worker {
-namespace {
-
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-}  // namespace
-
 std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int32_t* recomputed) {
   const ModelConfig& c = cfg_;
   BlendScratch& s = bs_;

@@ -18,6 +18,13 @@
 
 namespace tessera::worker {
 
+// v's storage with room for at least n elements (scratch buffers grow, never shrink).
+template <class T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
 // Scratch of the mixture-of-experts MLP (moe_ffn.cpp), grown on demand and reused.
 struct MoeScratch {
   std::vector<float> logits, weights, xg, gate, up, down, sh_gate, sh_up, sh_down, sh_logit;

@@ -9,16 +9,6 @@
 #include "tessera/kernels/ops.h"
 
 namespace tessera::worker {
-namespace {
-
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-}  // namespace
-
 kernels::ThreadPool* CpuBackend::pool_for(const Tensor& w) {
   const int32_t all = threads_->size();
   if (w.exec.thread_share >= 1.0f) return threads_.get();

@@ -9,12 +9,6 @@
 namespace tessera::worker {
 namespace {
 
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 kernels::MatmulArgs args(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T) {
   return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
                              .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};

@@ -13,12 +13,6 @@
 namespace tessera::worker {
 namespace {
 
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 // ggml's ggml_rope_yarn_corr_dim: the dimension at which `n_rot` rotations fit the original context.
 float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
   return static_cast<float>(n_dims) * std::log(static_cast<float>(n_ctx_orig) / (n_rot * 2.0f * static_cast<float>(M_PI))) /

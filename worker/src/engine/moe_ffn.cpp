@@ -11,12 +11,6 @@
 namespace tessera::worker {
 namespace {
 
-template <class T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 kernels::MatmulArgs mm(const Tensor& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
   return {.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = x, .x_stride = x_stride, .n = n, .y = y,
           .y_stride = y_stride};
