@@ -25,6 +25,14 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// The matmul of weight w over T activation rows (row t at in + t * in_stride) into out (row t at
+// out + t * out_stride): the one MatmulArgs builder of the layer steps and the MoE MLP.
+inline kernels::MatmulArgs matmul_args(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride,
+                                       int64_t T) {
+  return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
+                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
+}
+
 // Scratch of the mixture-of-experts MLP (moe_ffn.cpp), grown on demand and reused.
 struct MoeScratch {
   std::vector<float> logits, weights, xg, gate, up, down, sh_gate, sh_up, sh_down, sh_logit;

@@ -9,11 +9,6 @@
 namespace tessera::worker {
 namespace {
 
-kernels::MatmulArgs args(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T) {
-  return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
-                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
-}
-
 void add_bias(const Tensor& b, float* out, int64_t width, int64_t T) {
   if (b.empty()) return;
   for (int64_t t = 0; t < T; ++t) kernels::add_inplace(out + t * width, b.f32(), width);
@@ -22,7 +17,7 @@ void add_bias(const Tensor& b, float* out, int64_t width, int64_t T) {
 }  // namespace
 
 void CpuBackend::linear(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T) {
-  kernels::matmul(args(w, in, in_stride, out, out_stride, T), pool_for(w), isa_for(w));
+  kernels::matmul(matmul_args(w, in, in_stride, out, out_stride, T), pool_for(w), isa_for(w));
 }
 
 void CpuBackend::embed(std::span<const int32_t> tokens, float* x) {
@@ -44,8 +39,9 @@ void CpuBackend::attention_qkv(const LayerWeights& w, const float* xn, int64_t T
   if (c.is_mla()) {
     mla_qkv(w, xn, T, cs, q, k, v);
   } else {
-    const kernels::MatmulArgs qkv[3] = {args(w.wq, xn, dim, q, q_dim, T), args(w.wk, xn, dim, k, kv_dim, T),
-                                        args(w.wv, xn, dim, v, kv_dim, T)};
+    const kernels::MatmulArgs qkv[3] = {matmul_args(w.wq, xn, dim, q, q_dim, T),
+                                        matmul_args(w.wk, xn, dim, k, kv_dim, T),
+                                        matmul_args(w.wv, xn, dim, v, kv_dim, T)};
     const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
     bool same = true;  // one parallel region when the placements agree (the usual case)
     for (const Tensor* t : ws) same = same && pool_for(*t) == pool_for(w.wq) && isa_for(*t) == isa_for(w.wq);
@@ -81,7 +77,8 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
   if (c.layer_is_moe(layer)) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
     moe_ffn(c, w, xn, T, o, moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
   } else {
-    const kernels::MatmulArgs gate_up[2] = {args(w.w_gate, xn, dim, gate, hidden, T), args(w.w_up, xn, dim, up, hidden, T)};
+    const kernels::MatmulArgs gate_up[2] = {matmul_args(w.w_gate, xn, dim, gate, hidden, T),
+                                            matmul_args(w.w_up, xn, dim, up, hidden, T)};
     if (pool_for(w.w_gate) == pool_for(w.w_up) && isa_for(w.w_gate) == isa_for(w.w_up)) {
       kernels::matmul_batch(gate_up, pool_for(w.w_gate), isa_for(w.w_gate));
     } else {

@@ -11,11 +11,6 @@
 namespace tessera::worker {
 namespace {
 
-kernels::MatmulArgs mm(const Tensor& w, const float* x, int64_t x_stride, int64_t n, float* y, int64_t y_stride) {
-  return {.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = x, .x_stride = x_stride, .n = n, .y = y,
-          .y_stride = y_stride};
-}
-
 // silu(gate) * up over `rows` rows of `cols`, in place into gate; rows in parallel when many.
 void swiglu(float* gate, const float* up, int64_t rows, int64_t cols, kernels::ThreadPool* tp) {
   if (rows >= 4) {
@@ -62,11 +57,11 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   // 1. Router logits, and the shared expert's gate/up and gate logit (same input, one region).
   std::vector<kernels::MatmulArgs>& list = s.list;
   list.clear();
-  list.push_back(mm(w.ffn_gate_inp, xn, dim, T, logits, E));
+  list.push_back(matmul_args(w.ffn_gate_inp, xn, dim, logits, E, T));
   if (sh > 0) {
-    list.push_back(mm(w.ffn_gate_shexp, xn, dim, T, sh_gate, sh));
-    list.push_back(mm(w.ffn_up_shexp, xn, dim, T, sh_up, sh));
-    if (sh_gated) list.push_back(mm(w.ffn_gate_inp_shexp, xn, dim, T, sh_logit, 1));
+    list.push_back(matmul_args(w.ffn_gate_shexp, xn, dim, sh_gate, sh, T));
+    list.push_back(matmul_args(w.ffn_up_shexp, xn, dim, sh_up, sh, T));
+    if (sh_gated) list.push_back(matmul_args(w.ffn_gate_inp_shexp, xn, dim, sh_logit, 1, T));
   }
   kernels::matmul_batch(list, tp, isa);
 
@@ -96,8 +91,8 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
-    list.push_back(mm(expert_matrix(w.ffn_gate_exps, E, e), xg + r0 * dim, dim, n, gate + r0 * ff, ff));
-    list.push_back(mm(expert_matrix(w.ffn_up_exps, E, e), xg + r0 * dim, dim, n, up + r0 * ff, ff));
+    list.push_back(matmul_args(expert_matrix(w.ffn_gate_exps, E, e), xg + r0 * dim, dim, gate + r0 * ff, ff, n));
+    list.push_back(matmul_args(expert_matrix(w.ffn_up_exps, E, e), xg + r0 * dim, dim, up + r0 * ff, ff, n));
   }
   kernels::matmul_batch(list, tp, isa);
   swiglu(gate, up, pairs, ff, tp);
@@ -107,11 +102,11 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   // 4. Down projections (experts and the shared one) in one region; the shared one, the
   // largest (every token), first, so that its tasks are not the last ones handed out.
   list.clear();
-  if (sh > 0) list.push_back(mm(w.ffn_down_shexp, sh_gate, sh, T, sh_down, dim));
+  if (sh > 0) list.push_back(matmul_args(w.ffn_down_shexp, sh_gate, sh, sh_down, dim, T));
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
-    list.push_back(mm(expert_matrix(w.ffn_down_exps, E, e), gate + r0 * ff, ff, n, down + r0 * dim, dim));
+    list.push_back(matmul_args(expert_matrix(w.ffn_down_exps, E, e), gate + r0 * ff, ff, down + r0 * dim, dim, n));
   }
   kernels::matmul_batch(list, tp, isa);
 
