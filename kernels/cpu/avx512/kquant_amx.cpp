@@ -3,13 +3,15 @@
 // (kquant_tiles_avx512.cpp) for every full 16 x 16 piece when the CPU has AMX-TILE and
 // AMX-INT8 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
 //
-// Per super-block: the 16 rows' values are unpacked to bytes (u8, 256 per row), and for each
-// scale group (32 values, Q6_K 16) one TDPBUSD (Q6_K: TDPBSSD on q - 32) gives the 16 x 16 exact int32 group dots
-// (u8 weights x s8 activations; the activations are laid out once per call in AMX's B format:
-// row d of the block = dword d of each of the 16 tokens). AVX-512 then applies the group
-// scales in int32 (vpmulld), the Q4_K / Q5_K mins through the activations' bsums (vpdpwssd), and
-// the float part per weight row with the 16 tokens in one vector, in the order of the scalar
-// finish_* (quant_dot.cpp), so the results stay bit-identical to the scalar oracle.
+// Per super-block the 16 rows' values are unpacked to bytes (256 per row); the activations are
+// laid out once per call in AMX's B format (row d of the block = dword d of each of the 16
+// tokens). Q4_K / Q5_K fold their 6-bit group scales into the weight operand (s = 8 hi + lo:
+// the bytes q * lo and q * hi, see Q4K below), so two C tiles per super-block, accumulated over
+// all 8 groups by TDPBUSD with K = 64, give S = C_lo + 8 C_hi exactly; Q6_K (signed 8-bit scales
+// per 16 values) takes one TDPBSSD on q - 32 per group and applies the scales in int32
+// (vpmulld). AVX-512 then applies the Q4_K / Q5_K mins through the activations' bsums
+// (vpdpwssd) and the float part per weight row with the 16 tokens in one vector, in the order
+// of the scalar finish_* (quant_dot.cpp), so the results stay bit-identical to the scalar oracle.
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
@@ -78,34 +80,63 @@ inline void q4k_scales_mins(const uint8_t* s, uint8_t out[16]) {
   std::memcpy(out, u, 16);
 }
 
+// Word lanes 0..15 = element 2c of a word vector, 16..31 = element 2c + 1 (chunk c's two
+// scale groups of 32 values).
+struct PairIdx {
+  alignas(64) int16_t idx[4][32] = {};
+  constexpr PairIdx() {
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) idx[c][l] = static_cast<int16_t>(2 * c + l / 16);
+    }
+  }
+};
+constexpr PairIdx kPairIdx;
+
+// Q4_K / Q5_K fold the 6-bit group scales into the tile operand ("split scales"): with
+// s = 8 * hi + lo (hi, lo in 0..7), the bytes q * lo and q * hi (q <= 31: at most 217) are two
+// u8 operands, and per super-block one C tile each accumulates all 8 groups (K = 64 per
+// TDPBUSD): S = C_lo + 8 * C_hi, the exact sum of scale x group dot, with no per-group work in
+// the finish. The byte products come from one vpmullw per 32 words: both bytes of a word
+// belong to one group and the low byte's product is below 256, so nothing carries.
 struct Q4K {
   using Block = BlockQ4_K;
   static constexpr int kGroup = 32;
   static constexpr bool kMin = true;
-  static void unpack(const Block& q, uint8_t* out) {
-    for (int c = 0; c < 4; ++c) _mm512_storeu_si512(out + 64 * c, nibbles64(q.qs + 32 * c));
-  }
+  static constexpr bool kSplit = true;
+  static __m512i chunk(const Block& q, int c) { return nibbles64(q.qs + 32 * c); }
   static uint16_t dmin(const Block& q) { return q.dmin; }
 };
 
 struct Q5K : Q4K {
   using Block = BlockQ5_K;
-  static void unpack(const Block& q, uint8_t* out) {
+  static __m512i chunk(const Block& q, int c) {
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qh)));
-    for (int c = 0; c < 4; ++c) {
-      const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
-                                               _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
-      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(1));
-      _mm512_storeu_si512(out + 64 * c, _mm512_or_si512(nibbles64(q.qs + 32 * c), _mm512_slli_epi16(bit, 4)));
-    }
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                             _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(1));
+    return _mm512_or_si512(nibbles64(q.qs + 32 * c), _mm512_slli_epi16(bit, 4));
   }
   static uint16_t dmin(const Block& q) { return q.dmin; }
 };
+
+// One row's super-block as the split operands (256 bytes each); sm = its scales and mins.
+template <class F>
+inline void unpack_split(const typename F::Block& q, const uint8_t sm[16], uint8_t* lo, uint8_t* hi) {
+  const __m512i sw = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sm))));
+  const __m512i slo = _mm512_and_si512(sw, _mm512_set1_epi16(7)), shi = _mm512_srli_epi16(sw, 3);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v = F::chunk(q, c);
+    const __m512i idx = _mm512_load_si512(kPairIdx.idx[c]);
+    _mm512_storeu_si512(lo + 64 * c, _mm512_mullo_epi16(v, _mm512_permutexvar_epi16(idx, slo)));
+    _mm512_storeu_si512(hi + 64 * c, _mm512_mullo_epi16(v, _mm512_permutexvar_epi16(idx, shi)));
+  }
+}
 
 struct Q6K {
   using Block = BlockQ6_K;
   static constexpr int kGroup = 16;
   static constexpr bool kMin = false;
+  static constexpr bool kSplit = false;  // signed 8-bit scales per 16 values: one C tile per group
   static void unpack(const Block& q, uint8_t* out) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512i sh0 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
@@ -176,38 +207,74 @@ inline __m512i pair_sums(__m512i bw0, __m512i bw1) {
 template <class F, int NH>
 void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0) {
   using Block = typename F::Block;
+  constexpr bool kSplit = F::kSplit;
+  static_assert(kSplit == F::kMin, "the split-scale finish reads the mins unpacked with the scales");
   constexpr int kGroups = kQK_K / F::kGroup;  // 8 or 16
+  constexpr int kOps = kSplit ? 2 : 1;        // operand buffers per row: lo and hi, or the values
+  constexpr int kC = kSplit ? 2 : kGroups;    // C results per (token half, row): lo and hi, or one per group
   const int64_t nb = g.cols / kQK_K;
   thread_local ActTile act;
   build_act(g.xk + t0 * nb, nb, NH, &act);
-  static const TileConfig cfg = config_for(F::kGroup);
+  static const TileConfig cfg = config_for(kSplit ? 64 : F::kGroup);
   _tile_loadconfig(&cfg);
   // A software pipeline over the steps s = (row tile, block): the vector code unpacks step
   // s + 2 and finishes step s while the tile unit computes step s + 1, so a tile load never
   // waits on the unpacking stores just before it (tile loads are not forwarded from the store
   // buffer) and the vector loads of the group dots never wait on the tile stores just before.
-  alignas(64) uint8_t unp_buf[2][16 * 256];
-  alignas(64) int32_t cbuf_buf[2][kGroups][NH][16][16];
+  alignas(64) uint8_t unp_buf[2][kOps][16 * 256];
+  alignas(64) uint8_t sm_buf[2][16][16];  // split: each row's scales (0..7) and mins (8..15)
+  alignas(64) int32_t cbuf_buf[2][kC][NH][16][16];
   alignas(64) float acc[NH][16][16];
   const int64_t steps = n_row_tiles * nb;
   auto unpack = [&](int64_t st) {
     const int64_t r = r0 + 16 * (st / nb), b = st % nb;
-    uint8_t* unp = unp_buf[st & 1];
+    auto& unp = unp_buf[st & 1];
     for (int i = 0; i < 16; ++i) {
       const Block& q = reinterpret_cast<const Block*>(g.w + (r + i) * g.w_row_bytes)[b];
       // The same block of the next row tile (16 rows on): 16 rows read a block at a time
       // are 16 short streams, which the hardware prefetcher follows poorly.
       const char* ahead = reinterpret_cast<const char*>(&q) + 16 * g.w_row_bytes;
       for (size_t l = 0; l < sizeof(Block); l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-      F::unpack(q, unp + 256 * i);
+      if constexpr (kSplit) {
+        q4k_scales_mins(q.scales, sm_buf[st & 1][i]);
+        unpack_split<F>(q, sm_buf[st & 1][i], unp[0] + 256 * i, unp[1] + 256 * i);
+      } else {
+        F::unpack(q, unp[0] + 256 * i);
+      }
     }
   };
   auto tile_ops = [&](int64_t st) {
     const int64_t b = st % nb;
-    const uint8_t* unp = unp_buf[st & 1];
+    const uint8_t* unp = unp_buf[st & 1][0];
     auto& cbuf = cbuf_buf[st & 1];
     const int32_t* xb = &act.xb[b * NH * 64 * 16];
-    if constexpr (NH == 1) {
+    if constexpr (kSplit) {
+      const uint8_t* hi = unp_buf[st & 1][1];
+      _tile_zero(0);
+      _tile_zero(1);
+      if constexpr (NH == 2) {
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (int c = 0; c < 4; ++c) {  // K = 64 values (two scale groups) per TDPBUSD
+        _tile_loadd(4, unp + 64 * c, 256);
+        _tile_loadd(5, hi + 64 * c, 256);
+        _tile_loadd(6, xb + 16 * c * 16, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 5, 6);
+        if constexpr (NH == 2) {
+          _tile_loadd(7, xb + (64 + 16 * c) * 16, 64);
+          _tile_dpbusd(2, 4, 7);
+          _tile_dpbusd(3, 5, 7);
+        }
+      }
+      _tile_stored(0, cbuf[0][0], 64);
+      _tile_stored(1, cbuf[1][0], 64);
+      if constexpr (NH == 2) {
+        _tile_stored(2, cbuf[0][NH - 1], 64);
+        _tile_stored(3, cbuf[1][NH - 1], 64);
+      }
+    } else if constexpr (NH == 1) {
       for (int k = 0; k < kGroups; k += 4) {
         _tile_loadd(4, unp + F::kGroup * k, 256);
         TS_AMX_GROUP(k, 0, 0, 4, 6)
@@ -231,9 +298,9 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         TS_AMX_GROUP(k + 1, 0, 2, 5, 6)
         TS_AMX_GROUP(k + 1, 1, 3, 5, 7)
         _tile_stored(0, cbuf[k][0], 64);
-        _tile_stored(1, cbuf[k][1], 64);
+        _tile_stored(1, cbuf[k][NH - 1], 64);
         _tile_stored(2, cbuf[k + 1][0], 64);
-        _tile_stored(3, cbuf[k + 1][1], 64);
+        _tile_stored(3, cbuf[k + 1][NH - 1], 64);
       }
     }
   };
@@ -265,20 +332,21 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
         uint16_t dh;
         std::memcpy(&dh, &q.d, 2);
         const __m512 dv = _mm512_set1_ps(_cvtsh_ss(dh));
-        uint8_t sm[16];
-        if constexpr (F::kMin) q4k_scales_mins(q.scales, sm);
+        const uint8_t* sm = sm_buf[st & 1][i];
         for (int h = 0; h < NH; ++h) {
           __m512i s = _mm512_setzero_si512();
           [[maybe_unused]] __m512i m = _mm512_setzero_si512();
-          if constexpr (F::kMin) {
-            for (int k = 0; k < 8; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(sm[k])));
-            for (int w2 = 0; w2 < 4; ++w2) {
-              m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[h][w2]);
-            }
+          if constexpr (kSplit) {  // S = C_lo + 8 * C_hi
+            s = _mm512_add_epi32(_mm512_load_si512(cbuf[0][h][i]), _mm512_slli_epi32(_mm512_load_si512(cbuf[1][h][i]), 3));
           } else {
             // The group dots are of q - 32 already (signed tiles): the same integer as the
             // scalar path's raw dots minus 32 x the scales . bsums.
-            for (int k = 0; k < 16; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(q.scales[k])));
+            for (int k = 0; k < kGroups; ++k) s = _mm512_add_epi32(s, _mm512_mullo_epi32(_mm512_load_si512(cbuf[k][h][i]), _mm512_set1_epi32(q.scales[k])));
+          }
+          if constexpr (F::kMin) {
+            for (int w2 = 0; w2 < 4; ++w2) {
+              m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(sm[8 + 2 * w2] | (sm[9 + 2 * w2] << 16)), bp[h][w2]);
+            }
           }
           __m512 a = _mm512_load_ps(acc[h][i]);
           a = _mm512_add_round_ps(a, _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dxv[h], kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound), kRound);
