@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -152,6 +154,41 @@ TEST(QuantMatmul, BatchOfMixedTypesEqualsSeparateCalls) {
     }
     matmul_batch(list, &pool, isa);
     for (int k = 0; k < 3; ++k) EXPECT_EQ(batched[static_cast<size_t>(k)], single[static_cast<size_t>(k)]) << dtype_name(types[k]);
+  }
+}
+
+// Q4_K / Q5_K blocks of arbitrary bytes (every 6-bit scale and min, every 4- and 5-bit value),
+// the first rows with every scale and min at 63 and every value at its maximum: the AMX tiles
+// fold the scales into byte operands (q * (s & 7), q * (s >> 3)), so the extremes must stay
+// exact. Each SIMD path equals the scalar one bit for bit, for 16- and 32-token AMX tiles and
+// their edges.
+TEST(QuantMatmul, KQuantExtremeScalesMatchScalar) {
+  const int64_t cols = 512, rows = 40;
+  std::mt19937 rng(17);
+  for (const DType t : {DType::kQ4_K, DType::kQ5_K}) {
+    const size_t rb = dtype_row_bytes(t, cols);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+    for (auto& b : w) b = static_cast<uint8_t>(rng());
+    const size_t block = rb / static_cast<size_t>(cols / 256);
+    for (size_t off = 0; off < w.size(); off += block) {
+      const uint16_t d = 0x1C00, dmin = 0x1800;  // fp16 1/256 and 1/512: finite scales
+      std::memcpy(&w[off], &d, 2);
+      std::memcpy(&w[off + 2], &dmin, 2);
+      if (off < 8 * rb) std::memset(&w[off + 4], 0xFF, block - 4);  // rows 0..7: all maxima
+    }
+    for (const int64_t n : {int64_t{16}, int64_t{32}, int64_t{37}}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), 300 + static_cast<uint64_t>(n));
+      std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+      matmul({.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n,
+              .y = want.data(), .y_stride = rows},
+             nullptr, Isa::kScalar);
+      for (Isa isa : testing::simd_isas()) {
+        matmul({.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n,
+                .y = got.data(), .y_stride = rows},
+               nullptr, isa);
+        EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa) << " n=" << n;
+      }
+    }
   }
 }
 
