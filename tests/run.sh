@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one test command: installs build dependencies (Debian packages), builds everything,
 # and runs every test (unit + integration) through CTest. Steps, in this order (docs/building.md,
-# "The one command"): main build; the ASan+UBSan build starts in the background (idle priority:
-# only the CPU time the next steps leave unused); main CTest (the step that always runs); fuzz
-# build + 6 targets x 15 s, two at a time; the rest of the ASan+UBSan build, then its CTest.
-# The last line sums up the seconds each step took.
+# "The one command"): the main build; the main tree's CTest (the step that always runs) while the
+# ASan+UBSan tree builds in the background at idle priority (only the CPU time the tests leave
+# unused); the rest of that build, then its CTest while the fuzz tree builds in the background;
+# the rest of that build, then 6 fuzz targets x 15 s, two at a time. The last line sums up the
+# seconds each step took.
 #
 #   tests/run.sh                 # Release-ish build in build/, all tests
 #   BUILD_DIR=build-asan TESSERA_SANITIZE="address;undefined" tests/run.sh
@@ -118,21 +119,47 @@ step main-build "($build_dir)"
 cmake "${cmake_args[@]}"
 cmake --build "$build_dir" -j "$jobs"
 
-# ---- sanitizer tree (ASan + UBSan; owner: sanitize), built in the background ----------------
-# Configures and builds a second tree, build-asan (TESSERA_SANITIZE="address;undefined", -O1 -g1,
-# no CUDA, no benchmarks) — only what its tests run: each selected test's own program (read from
-# the tree's CTestTestfile.cmake files, so a new test is picked up with no edit here) plus the five
-# binaries that the integration and script tests start; not the tests left out below, not the
-# static client library. The build starts here, right after the main build, in the background
-# under SCHED_IDLE (chrt --idle; nice 19 where that is refused): it takes only the CPU time the
-# main tree's tests and the fuzz step leave idle, so their timings and deadlines see the machine as
-# before, and it has the cores to itself once they are done. Its output is printed when it is
-# waited for (before the ASan+UBSan tests, below); it is killed if the script ends first.
+# ---- background builds at idle priority -----------------------------------------------------
+# The ASan+UBSan tree is built while the main tree's tests run, and the fuzz tree while the
+# ASan+UBSan tests run, each in the background under SCHED_IDLE (chrt --idle; nice 19 where that
+# is refused): a build there takes only the CPU time the tests leave unused (they wait on sockets
+# and child processes much of the time), so the tests' timings and deadlines see the machine as
+# before, and it gets the cores to itself once the tests are done. A build's output is printed
+# when it is waited for; one still running when the script ends (a failure) is killed.
+idle_prio=(nice -n 19)
+chrt --idle 0 true 2>/dev/null && idle_prio=(chrt --idle 0 nice -n 19)
+idle_pids=()
+trap 'for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; true' EXIT
+start_idle() {  # start_idle FUNCTION LOG: FUNCTION (exported) in the background; sets idle_pid
+  mkdir -p "$(dirname "$2")"
+  # setsid: its own process group (its pid), so the EXIT trap ends the whole build.
+  "${idle_prio[@]}" setsid bash -c "$1" >"$2" 2>&1 &
+  idle_pid=$!
+  idle_pids+=("$idle_pid")
+  echo "tests/run.sh: [${SECONDS} s] $1 started in the background (${idle_prio[*]}; log: $2)"
+}
+finish_idle() {  # finish_idle PID LOG: waits for it and prints its log; a failed build ends the script
+  local status=0 p rest=()
+  wait "$1" || status=$?
+  for p in "${idle_pids[@]}"; do [[ $p == "$1" ]] || rest+=("$p"); done
+  idle_pids=("${rest[@]}")
+  cat "$2"
+  ((status == 0)) || { echo "tests/run.sh: the build logged in $2 failed (exit $status)" >&2; exit 1; }
+}
+linker_arg="${linker_args[*]:-}"
+export root shared jobs linker_arg
+
+# ---- sanitizer tree (ASan + UBSan; owner: sanitize) ----------------------------------------
+# build-asan: TESSERA_SANITIZE="address;undefined", -O1 -g1, no CUDA, no benchmarks; it builds
+# only what its tests run: each selected test's own program (read from the tree's
+# CTestTestfile.cmake files, so a new test is picked up with no edit here) plus the five binaries
+# that the integration and script tests start — not the tests left out below, not the static
+# client library. Its tests run after the main tree's (docs/building.md, "Sanitizer builds").
 # Skipped with TESSERA_SKIP_SANITIZE=1, when the main build is itself a sanitizer build, and when
 # TEST_FILTER is set (run it by hand: docs/building.md).
 # Time guard: when the script has already run longer than TESSERA_SANITIZE_SKIP_AFTER_S (default
-# 1200 s: a machine whose main build was several times slower than usual) at this point, the
-# step is skipped with a message so that the whole run stays well inside CI's limit.
+# 1200 s: a machine whose main build was several times slower than usual) once the main build
+# is done, the step is skipped with a message so that the whole run stays inside CI's limit.
 # Left out of the ASan+UBSan tests: cli_options_test and docs_configuration_test (they read the
 # benchmarks' --help, not built here, and exercise no memory path the other tests miss), and the client
 # library suites python_client_* and node_client_* (they test the Python/Node packages and
@@ -150,8 +177,7 @@ cmake --build "$build_dir" -j "$jobs"
 sanitize_skip_after="${TESSERA_SANITIZE_SKIP_AFTER_S:-1200}"
 asan_exclude='^(cli_options_test|docs_configuration_test|python_client_.*|node_client_.*|cpp_client_install_test|package_test|llamacpp_agreement_test|jinja_fixtures_fresh|cluster_observe_test|tokenizer_reference_setup|tokenizer_conformance_test|deploy_k8s_manifests_test)$'
 asan_dir="${ASAN_BUILD_DIR:-$root/build-asan}"
-asan_pid=""
-asan_build() {  # the background job: configure build-asan, build what its tests run
+asan_build() {  # background job: configure build-asan, build what its tests run
   set -euo pipefail
   cmake -S "$root" -B "$asan_dir" -G Ninja -DTESSERA_SHARED_DIR="$shared" -DTESSERA_SANITIZE="address;undefined" \
     -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DCMAKE_BUILD_TYPE=Debug \
@@ -184,24 +210,50 @@ PY
     tessera tessera-scheduler tessera-worker tessera-frontend tessera-kvstore
   echo "tests/run.sh: the ASan+UBSan build took ${SECONDS} s (in the background)"
 }
+asan_pid=""
 if [[ -z "${TESSERA_SKIP_SANITIZE:-}" && -z "${TESSERA_SANITIZE:-}" && -z "${TEST_FILTER:-}" ]]; then
   if ((SECONDS > sanitize_skip_after)); then
     echo "tests/run.sh: SKIPPING the ASan+UBSan step: ${SECONDS} s have passed (> TESSERA_SANITIZE_SKIP_AFTER_S=${sanitize_skip_after})" >&2
   else
-    mkdir -p "$asan_dir"
-    asan_log="$asan_dir/ci-build.log"
-    idle_prio=(nice -n 19)
-    chrt --idle 0 true 2>/dev/null && idle_prio=(chrt --idle 0 nice -n 19)
-    linker_arg="${linker_args[*]:-}"
     export -f asan_build
-    export root asan_dir shared jobs asan_exclude linker_arg
-    # setsid: its own process group (its pid), so the EXIT trap ends the whole build.
-    "${idle_prio[@]}" setsid bash -c asan_build >"$asan_log" 2>&1 &
-    asan_pid=$!
-    trap '[[ -n "$asan_pid" ]] && kill -TERM -- "-$asan_pid" 2>/dev/null; true' EXIT
-    echo "tests/run.sh: [${SECONDS} s] ASan+UBSan build started in the background (${idle_prio[*]}; log: $asan_log)"
+    export asan_dir asan_exclude
+    start_idle asan_build "$asan_dir/ci-build.log"
+    asan_pid=$idle_pid
   fi
 fi
+
+# ---- fuzz tree (model-file parsers: owner loaders; message decoders: owner sanitize) --------
+# When clang is installed: builds only the libFuzzer targets in build-fuzz (clang,
+# TESSERA_FUZZ=ON) — in the background while the ASan+UBSan tests run —, then seeds each with its
+# crafted inputs (fuzz_write_seeds) — plus the real stories260K.gguf for gguf — and runs each for
+# 15 s, $jobs of them at a time (one core each; each one's output is printed when it ends). A
+# crash fails the script. Skip with TESSERA_SKIP_FUZZ=1; with TEST_FILTER set it runs only when
+# the filter mentions "fuzz".
+# Targets (docs/building.md, "Fuzzing"): gguf, safetensors (model files), protocol (protocol v1
+# msgpack), kvstore_messages (the kvstore's msgpack), frontend_request (HTTP bodies and
+# client-API msgpack -> prepared requests), kvstore_blob (packed K/V blobs, every codec).
+fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request kvstore_blob)
+fuzz_programs="${fuzz_targets[*]/%/_fuzz} fuzz_write_seeds"
+fuzz_build() {  # background job: configure build-fuzz, build the fuzz targets and the seed writer
+  set -euo pipefail
+  local programs
+  read -ra programs <<<"$fuzz_programs"
+  cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+    -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DTESSERA_SHARED_DIR="$shared" ${linker_arg:+"$linker_arg"}
+  cmake --build "$fuzz_dir" -j "$jobs" --target "${programs[@]}"
+  echo "tests/run.sh: the fuzz build took ${SECONDS} s (in the background)"
+}
+fuzz_pid=""
+start_fuzz_build() {
+  if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
+     [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
+    export -f fuzz_build
+    export fuzz_dir fuzz_programs
+    start_idle fuzz_build "$fuzz_dir/ci-build.log"
+    fuzz_pid=$idle_pid
+  fi
+}
 
 # ---- unit and integration tests of the main tree (right after its build: the step that must
 # run whatever happens to the time budget; the longest tests start first, see COST in CMake) --
@@ -210,23 +262,37 @@ ctest_args=(--test-dir "$build_dir" --output-on-failure -j "$jobs")
 step main-tests "(unit and integration tests, $build_dir)"
 ctest "${ctest_args[@]}"
 
-# ---- fuzz step (model-file parsers: owner loaders; message decoders: owner sanitize) -----
-# When clang is installed: builds only the libFuzzer targets in build-fuzz (clang,
-# TESSERA_FUZZ=ON), seeds each with its crafted inputs (fuzz_write_seeds) — plus the real
-# stories260K.gguf for gguf — and runs each for 15 s, $jobs of them at a time (one core each;
-# each one's output is printed when it ends). A crash fails the script. Skip with
-# TESSERA_SKIP_FUZZ=1; with TEST_FILTER set it runs only when the filter mentions "fuzz".
-# Targets (docs/building.md, "Fuzzing"): gguf, safetensors (model files), protocol (protocol v1
-# msgpack), kvstore_messages (the kvstore's msgpack), frontend_request (HTTP bodies and
-# client-API msgpack -> prepared requests), kvstore_blob (packed K/V blobs, every codec).
-if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
-   [[ -z "${TEST_FILTER:-}" || "${TEST_FILTER}" == *fuzz* ]]; then
-  fuzz_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
-  step fuzz "($fuzz_dir)"
-  fuzz_targets=(gguf safetensors protocol kvstore_messages frontend_request kvstore_blob)
-  cmake -S "$root" -B "$fuzz_dir" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DTESSERA_FUZZ=ON -DTESSERA_CUDA=OFF -DTESSERA_BENCHES=OFF -DTESSERA_SHARED_DIR="$shared" "${linker_args[@]}"
-  cmake --build "$fuzz_dir" -j "$jobs" --target "${fuzz_targets[@]/%/_fuzz}" fuzz_write_seeds
+# ---- ASan+UBSan tests -----------------------------------------------------------------------
+# Every process the tests start inherits ASAN_OPTIONS/UBSAN_OPTIONS, whose log_path collects each
+# report in $asan_dir/reports/; a report from any process (a test or a child server) fails the
+# step and is printed, even when the test itself passed.
+if [[ -n "$asan_pid" ]]; then
+  step asan-build-rest "(waiting for the ASan+UBSan build, $asan_dir)"
+  finish_idle "$asan_pid" "$asan_dir/ci-build.log"
+  start_fuzz_build
+  step asan-tests "(ASan+UBSan tests)"
+  rm -rf "$asan_dir/reports" && mkdir -p "$asan_dir/reports"
+  asan_status=0
+  ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
+  UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
+  LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+  GTEST_FILTER='-SlowClientTest.*:ClusterDrainTest.*' \
+    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" -E "$asan_exclude" ||
+    asan_status=$?
+  if compgen -G "$asan_dir/reports/*" >/dev/null; then
+    echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2
+    for f in "$asan_dir"/reports/*; do echo "==== $f" >&2; cat "$f" >&2; done
+    asan_status=1
+  fi
+  ((asan_status == 0)) || { echo "tests/run.sh: the ASan+UBSan step failed" >&2; exit 1; }
+else
+  start_fuzz_build
+fi
+
+# ---- fuzzing ------------------------------------------------------------------------------------
+if [[ -n "$fuzz_pid" ]]; then
+  step fuzz "(the rest of the fuzz build, then ${#fuzz_targets[@]} targets x 15 s, $fuzz_dir)"
+  finish_idle "$fuzz_pid" "$fuzz_dir/ci-build.log"
   corpus="$fuzz_dir/corpus"
   rm -rf "$corpus"
   for target in "${fuzz_targets[@]}"; do
@@ -264,33 +330,4 @@ if [[ -z "${TESSERA_SKIP_FUZZ:-}" ]] && command -v clang++ >/dev/null 2>&1 &&
     exit 1
   fi
 fi
-# ---- end of fuzz step -------------------------------------------------------------------
-
-# ---- ASan+UBSan tests (the tree built in the background above) -------------------------------
-# Every process the tests start inherits ASAN_OPTIONS/UBSAN_OPTIONS, whose log_path collects each
-# report in $asan_dir/reports/; a report from any process (a test or a child server) fails the
-# step and is printed, even when the test itself passed (docs/building.md, "Sanitizer builds").
-if [[ -n "$asan_pid" ]]; then
-  step asan-build-wait "(the rest of the ASan+UBSan build, $asan_dir)"
-  asan_status=0
-  wait "$asan_pid" || asan_status=$?
-  asan_pid=""
-  cat "$asan_log"
-  ((asan_status == 0)) || { echo "tests/run.sh: the ASan+UBSan build failed (exit $asan_status)" >&2; exit 1; }
-  step asan-tests "(ASan+UBSan tests)"
-  rm -rf "$asan_dir/reports" && mkdir -p "$asan_dir/reports"
-  ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
-  UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
-  LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
-  GTEST_FILTER='-SlowClientTest.*:ClusterDrainTest.*' \
-    ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" -E "$asan_exclude" ||
-    asan_status=$?
-  if compgen -G "$asan_dir/reports/*" >/dev/null; then
-    echo "tests/run.sh: sanitizer reports (ASan/UBSan/LSan):" >&2
-    for f in "$asan_dir"/reports/*; do echo "==== $f" >&2; cat "$f" >&2; done
-    asan_status=1
-  fi
-  ((asan_status == 0)) || { echo "tests/run.sh: the ASan+UBSan step failed" >&2; exit 1; }
-fi
-# ---- end of sanitizer step --------------------------------------------------------------
 summary
