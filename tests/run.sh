@@ -23,7 +23,7 @@ jobs="${JOBS:-$(nproc)}"
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev
-  lld  # the linker of the build trees here (TESSERA_LINKER=lld): links several times faster than ld.bfd
+  lld  # the linker of the build trees here (TESSERA_LINKER=lld): faster than ld.bfd
   libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev nlohmann-json3-dev libboost-dev
   libhiredis-dev libzstd-dev libssl-dev libpcre2-dev libutf8proc-dev
@@ -87,7 +87,8 @@ fi
 [[ -n "${TESSERA_SANITIZE:-}" ]] && cmake_args+=(-DTESSERA_SANITIZE="$TESSERA_SANITIZE")
 [[ -n "${TESSERA_CUDA:-}" ]] && cmake_args+=(-DTESSERA_CUDA="$TESSERA_CUDA")
 # Every tree links with lld when it is installed (TESSERA_LINKER; the package list above has it):
-# about a fifth of a cold build's time was ld.bfd linking ~120 programs with debug info.
+# half the CPU time of ld.bfd per program (0.06 vs 0.15 s in the main tree, 0.17 vs 0.34 s in the
+# ASan one) and a fraction of its wall time on a loaded machine (1-2 s vs 2-13 s).
 linker_args=()
 command -v ld.lld >/dev/null 2>&1 && linker_args=(-DTESSERA_LINKER=lld)
 cmake_args+=("${linker_args[@]}")
