@@ -1,6 +1,7 @@
 #include "tessera/kernels/isa.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "tessera/common/check.h"
 
@@ -22,13 +23,20 @@ std::optional<Isa> parse_isa(std::string_view name) {
   return std::nullopt;
 }
 
+Status check_isa_env() {
+  const char* e = std::getenv("TESSERA_ISA");
+  if (e == nullptr || *e == '\0' || parse_isa(e).has_value()) return ok_status();
+  return make_error(ErrorCode::kInvalidArgument, std::string("TESSERA_ISA=") + e +
+                                                     " is not a kernel path; accepted values: scalar, avx2, avx512 (or unset)");
+}
+
 std::optional<Isa> isa_cap() {
   static const std::optional<Isa> cap = []() -> std::optional<Isa> {
+    const Status st = check_isa_env();
+    TS_CHECK(st.ok()) << st.error().message;
     const char* e = std::getenv("TESSERA_ISA");
     if (e == nullptr || *e == '\0') return std::nullopt;
-    const std::optional<Isa> isa = parse_isa(e);
-    TS_CHECK(isa.has_value()) << "TESSERA_ISA=" << e << " is not a kernel path; one of: scalar avx2 avx512";
-    return isa;
+    return parse_isa(e);
   }();
   return cap;
 }

@@ -80,6 +80,10 @@ int run_generate(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "tessera generate: --model and --prompt are required; see tessera generate --help\n");
     return 2;
   }
+  if (Status isa = kernels::check_isa_env(); !isa.ok()) {
+    std::fprintf(stderr, "tessera generate: %s\n", isa.error().message.c_str());
+    return 2;
+  }
   auto model = load_model(a.model);
   if (!model.ok()) {
     std::fprintf(stderr, "tessera generate: %s\n", model.error().to_string().c_str());

@@ -16,6 +16,7 @@
 #include "tessera/common/metrics_http.h"
 #include "tessera/common/signals.h"
 #include "tessera/grammar/grammar.h"
+#include "tessera/kernels/isa.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/worker/step_executor.h"
 #include "backend_select.h"
@@ -71,6 +72,10 @@ int main(int argc, char** argv) {
     return *exit_code;
   if (config.model.empty()) {
     std::fprintf(stderr, "tessera-worker: --model is required (a GGUF file, safetensors directory or llama2.c .bin)\n");
+    return 2;
+  }
+  if (Status isa = kernels::check_isa_env(); !isa.ok()) {  // the kernels' environment, before anything slow
+    std::fprintf(stderr, "tessera-worker: %s\n", isa.error().message.c_str());
     return 2;
   }
   signals::install();  // before any thread starts (signals.h); run_service stops on stop_flag()

@@ -19,9 +19,10 @@ struct Outcome {
 };
 
 // Runs `binary args...` (arguments are plain words here: no quoting needed) to completion.
-Outcome run(const std::string& binary, const std::vector<std::string>& args) {
-  auto r = run_to_exit({.binary = testing::bin_path(binary), .args = args, .stdout_to = ChildOutput::pipe(),
-                        .stderr_to = ChildOutput::same_as_stdout()});
+Outcome run(const std::string& binary, const std::vector<std::string>& args,
+            std::vector<std::pair<std::string, std::string>> env = {}) {
+  auto r = run_to_exit({.binary = testing::bin_path(binary), .args = args, .env = std::move(env),
+                        .stdout_to = ChildOutput::pipe(), .stderr_to = ChildOutput::same_as_stdout()});
   if (!r.ok()) return {.status = -1, .out = r.error().to_string()};
   return {.status = r->first.code(), .out = std::move(r->second)};
 }
@@ -116,6 +117,26 @@ TEST(CliOptions, DeployConfigParsesForEveryProgram) {
     EXPECT_EQ(r.status, 2) << p.name() << ": " << r.out;
     EXPECT_NE(r.out.find("option " + flag + " (from flag)"), std::string::npos) << p.name() << ": " << r.out;
   }
+}
+
+// An unknown TESSERA_ISA (the kernels' ISA cap, docs/operations.md) is a startup error naming the
+// variable, the value and the accepted ones: exit status 2 before the model loads, not an abort.
+TEST(CliOptions, UnknownIsaIsAStartupError) {
+  const std::string model = testing::shared_path("models/stories260K/stories260K.gguf");
+  const std::vector<std::pair<Program, std::vector<std::string>>> cases = {
+      {{"tessera-worker", {}}, {"--model", model, "--backend", "cpu"}},
+      {{"tessera", {"generate"}}, {"generate", "--model", model, "--prompt", "Once"}}};
+  for (const auto& [p, args] : cases) {
+    Outcome r = run(p.binary, args, {{"TESSERA_ISA", "avx1024"}});
+    EXPECT_EQ(r.status, 2) << p.name() << ": " << r.out;
+    EXPECT_NE(r.out.find(p.name() + ": TESSERA_ISA=avx1024 is not a kernel path; accepted values: scalar, avx2, avx512 (or unset)"),
+              std::string::npos)
+        << p.name() << ": " << r.out;
+  }
+  // A known value passes (the scalar path generates).
+  Outcome ok = run("tessera", {"generate", "--model", model, "--prompt", "Once", "--max-tokens", "2", "--threads", "1"},
+                   {{"TESSERA_ISA", "scalar"}});
+  EXPECT_EQ(ok.status, 0) << ok.out;
 }
 
 }  // namespace

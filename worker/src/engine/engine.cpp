@@ -161,6 +161,7 @@ Engine::~Engine() = default;
 
 Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineOptions& options) {
   TS_TRY(check_model(model));
+  TS_TRY(kernels::check_isa_env());  // an unknown TESSERA_ISA: an error here, not a TS_CHECK in the first kernel
   const kernels::Isa isa = options.isa.value_or(kernels::detect_isa());
   if (!kernels::isa_supported(isa)) {
     const std::optional<kernels::Isa> cap = kernels::isa_cap();

@@ -8,12 +8,17 @@
 // TESSERA_ISA=scalar|avx2|avx512 (read once per process) caps the ISA: the process behaves as
 // if the CPU lacked every path above it (isa_supported() false, detect_isa() at most the cap,
 // so the AVX-512 VNNI and AMX tiles are off too). Tests use it to run the AVX2 dispatch on an
-// AVX-512 machine (kernels_avx2_test); an unknown value is a fatal error naming the choices.
+// AVX-512 machine (kernels_avx2_test). An unknown value is reported by check_isa_env() (a
+// Status naming the variable, the value and the accepted ones), which Engine::create and the
+// programs' startup call first; isa_cap() itself treats it as a fatal error (TS_CHECK), for a
+// program that skipped the check.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+#include "tessera/common/result.h"
 
 namespace tessera::kernels {
 
@@ -28,5 +33,8 @@ std::optional<Isa> parse_isa(std::string_view name);
 bool isa_supported(Isa isa);    // this CPU can run the path (and TESSERA_ISA allows it)
 Isa detect_isa();               // the best supported path
 std::optional<Isa> isa_cap();   // TESSERA_ISA, when set
+// TESSERA_ISA as set now: ok when unset, empty or a kernel path; else kInvalidArgument with
+// "TESSERA_ISA=<value> is not a kernel path; accepted values: scalar, avx2, avx512 (or unset)".
+Status check_isa_env();
 
 }  // namespace tessera::kernels
