@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "isa_table.h"
+#include "qblock_gemv.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -31,14 +32,18 @@ struct Split {
   int64_t n_token_blocks = 0;
 };
 
+// A decode GEMV (n < kQBlockBatchMinN) reads each weight once whatever the chunk, so its chunks
+// are not capped for the caches: one task on one thread (a task's set-up is per task), four
+// per thread otherwise (balance); batches take at most 256 rows per task.
 Split plan_split(int64_t rows, int64_t n, int threads) {
   Split s;
   s.n_token_blocks = (n + kTokenBlock - 1) / kTokenBlock;
-  const int64_t want_tasks = static_cast<int64_t>(threads) * 4;
+  const bool gemv = n < cpu::kQBlockBatchMinN;
+  const int64_t want_tasks = gemv && threads == 1 ? 1 : static_cast<int64_t>(threads) * 4;
   const int64_t chunks = std::max<int64_t>(1, want_tasks / s.n_token_blocks);
   int64_t rc = (rows + chunks - 1) / chunks;
   rc = (rc + 15) / 16 * 16;
-  s.row_chunk = std::clamp<int64_t>(rc, 16, 256);
+  s.row_chunk = std::clamp<int64_t>(rc, 16, gemv ? std::max<int64_t>(rc, 16) : 256);
   s.n_row_chunks = (rows + s.row_chunk - 1) / s.row_chunk;
   return s;
 }
@@ -116,7 +121,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
       }
       p.qjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = nullptr, .xd = nullptr, .y = a.y,
                 .y_stride = a.y_stride};
-      p.qfn = qblock_tiles ? cpu::gemm_qblock_avx512 : k.gemm_q8_0;
+      p.qfn = !qblock_tiles ? k.gemm_q8_0 : a.n < cpu::kQBlockBatchMinN ? cpu::gemv_qblock_avx512 : cpu::gemm_qblock_avx512;
     }
     p.split = plan_split(a.rows, a.n, threads);
     p.first_task = tasks;

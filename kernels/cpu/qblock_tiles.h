@@ -14,10 +14,8 @@
 // fixed final reduction; quant_gemm.h; Q4_1 / Q5_1 add fma(block sum of x, m * xd) after each
 // block, the activation sums taken from the same integers) — so greedy tokens do not depend on the ISA or on the
 // batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
-// Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
-// stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
-// reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
-// bit-identical too. Interleaving 16 rows for one token would not pay. On AVX2 the same formats
+// Fewer than kQBlockBatchMinN tokens (decode): qblock_gemv.h's GEMV, one weight row at a time,
+// bit-identical too: interleaving 16 rows for one token would not pay. On AVX2 the same formats
 // have 8-row interleaved batch tiles (avx2/qblock_tiles_avx2.cpp, quant_gemm.h's tiles hook).
 // Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
 // thread_local.
@@ -39,8 +37,8 @@ inline bool qblock_tiles_support(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL;
 }
 
-// AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
-// kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0.
+// AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Fewer than kQBlockBatchMinN
+// tokens in [t0, t1) go to gemv_qblock_avx512 (qblock_gemv.h).
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 }  // namespace tessera::kernels::cpu

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "qblock_gemv.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -272,154 +273,12 @@ void gemm_packed(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t
   }
 }
 
-// ---- Few tokens (decode): one weight row at a time, 16 blocks per step ---------------------
-// Two blocks per zmm (vpdpbusd, 8 partial lanes per block), 8 such vectors reduced to the 16
-// blocks' sums in one vector, lanes in kPerm16 order; the accumulators hold the oracle's 8
-// lanes permuted the same way (kPerm16's halves are both kPerm8 + const), so each lane takes
-// its blocks in the oracle's order: bit-identical, with the float work per 8 blocks.
-constexpr int kPerm16[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
-
-// d[p]: the partial sums of blocks 2p (lanes 0-7) and 2p + 1 (lanes 8-15) -> lane k = the sum
-// of block kPerm16[k].
-inline __m512i reduce_blocks(const __m512i d[8]) {
-  __m512i e[4], f[2];
-  for (int p = 0; p < 4; ++p) {
-    e[p] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * p], d[2 * p + 1]), _mm512_unpackhi_epi32(d[2 * p], d[2 * p + 1]));
-  }
-  for (int q = 0; q < 2; ++q) {  // per 128-bit lane L: the L-sums of d[4q .. 4q + 3]
-    const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(e[2 * q], e[2 * q + 1]),
-                                       _mm512_unpackhi_epi64(e[2 * q], e[2 * q + 1]));
-    f[q] = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));
-  }
-  return _mm512_shuffle_i32x4(f[0], f[1], _MM_SHUFFLE(2, 0, 2, 0));
-}
-
-// One token's activations for the GEMV: signed bytes, and per 16-block group in kPerm16 order
-// (0 past the row's end) the block scales and kOffset * the block's sum of x. The weights
-// enter vpdpbusd as unsigned values (u = w + kOffset), so block sum = u . x - kOffset * sum(x).
-struct GemvX {
-  int64_t t;
-  const int8_t* q;
-  const float* d;
-  const int32_t* offset;
-  const int32_t* xsum;  // Q4_1 / Q5_1: the blocks' activation sums, in the same order
-};
-
-// Rows [r0, r1) x the RN tokens x[0 .. RN).
-template <class F, int RN>
-void gemv_rows(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
-  const int64_t nb = g.cols / 32;
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i idx = zero;
-  {
-    alignas(64) int32_t o[16];
-    for (int k = 0; k < 16; ++k) o[k] = kPerm16[k] * F::kBytes;
-    idx = _mm512_load_si512(o);
-  }
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = g.w + r * g.w_row_bytes;
-    __m256 acc[RN];
-    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t base = 0; base < nb; base += 16) {
-      __m512i d[RN][8];
-      for (int p = 0; p < 8; ++p) {
-        const int64_t b = base + 2 * p;
-        if (b >= nb) {
-          for (int j = 0; j < RN; ++j) d[j][p] = zero;
-          continue;
-        }
-        const uint8_t* b0 = w + b * F::kBytes;
-        const bool both = b + 1 < nb;
-        _mm_prefetch(reinterpret_cast<const char*>(b0) + 2048, _MM_HINT_T0);
-        const __mmask64 xm = both ? ~0ull : 0xFFFFFFFFull;
-        const __m512i wv = _mm512_maskz_mov_epi8(xm, F::uvalues(b0, both ? b0 + F::kBytes : b0));
-        for (int j = 0; j < RN; ++j) d[j][p] = _mm512_dpbusd_epi32(zero, wv, _mm512_maskz_loadu_epi8(xm, x[j].q + b * 32));
-      }
-      const __mmask16 live = nb - base >= 16 ? static_cast<__mmask16>(0xFFFF)
-                                             : static_cast<__mmask16>(_mm512_cmplt_epi32_mask(
-                                                   _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15),
-                                                   _mm512_set1_epi32(static_cast<int>(nb - base))));
-      const __m512i raw = _mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes, 1);
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-      __m512 mw = _mm512_setzero_ps();
-      if constexpr (F::kMin) {
-        mw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_mask_i32gather_epi32(zero, live, idx, w + base * F::kBytes + 2, 1)));
-      }
-      for (int j = 0; j < RN; ++j) {
-        const __m512i sums = _mm512_sub_epi32(reduce_blocks(d[j]), _mm512_loadu_si512(x[j].offset + base));
-        const __m512 sf = _mm512_cvtepi32_ps(sums);
-        const __m512 xdv = _mm512_loadu_ps(x[j].d + base);
-        const __m512 sc = _mm512_mul_ps(dw, xdv);
-        if constexpr (F::kMin) {  // per block: its sum, then its min (the oracle's order)
-          const __m512 xf = _mm512_cvtepi32_ps(_mm512_loadu_si512(x[j].xsum + base));
-          const __m512 mc = _mm512_mul_ps(mw, xdv);
-          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
-          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(xf), _mm512_castps512_ps256(mc), acc[j]);
-          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
-          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(xf, 1), _mm512_extractf32x8_ps(mc, 1), acc[j]);
-        } else {
-          acc[j] = _mm256_fmadd_ps(_mm512_castps512_ps256(sf), _mm512_castps512_ps256(sc), acc[j]);
-          acc[j] = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sf, 1), _mm512_extractf32x8_ps(sc, 1), acc[j]);
-        }
-      }
-    }
-    for (int j = 0; j < RN; ++j) {  // back to the oracle's lanes, then reduce_lanes' order
-      const __m256 l = _mm256_permutexvar_ps(_mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), acc[j]);
-      const __m128 v = _mm_add_ps(_mm256_castps256_ps128(l), _mm256_extractf128_ps(l, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
-      const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));                                  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
-      g.y[x[j].t * g.y_stride + r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
-    }
-  }
-}
-
-template <class F>
-void gemv(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  const int64_t nb = g.cols / 32, padded = (nb + 15) / 16 * 16;
-  const int n = static_cast<int>(t1 - t0);
-  thread_local std::vector<float> xd_perm;
-  thread_local std::vector<int32_t> offset_perm, xsum_perm;
-  thread_local std::vector<int8_t> xs;
-  xd_perm.assign(static_cast<size_t>(padded * n), 0.0f);
-  offset_perm.assign(static_cast<size_t>(padded * n), 0);
-  xsum_perm.assign(static_cast<size_t>(padded * n), 0);
-  xs.resize(static_cast<size_t>(g.cols * n));
-  GemvX x[kQBlockBatchMinN];
-  for (int j = 0; j < n; ++j) {
-    const auto* xq = reinterpret_cast<const uint8_t*>(g.xq) + (t0 + j) * g.cols;
-    const float* xd = g.xd + (t0 + j) * nb * 8;
-    int8_t* q = xs.data() + j * g.cols;
-    float* d = xd_perm.data() + j * padded;
-    int32_t* off = offset_perm.data() + j * padded;
-    int32_t* xsp = xsum_perm.data() + j * padded;
-    for (int64_t b = 0; b < nb; ++b) {
-      int32_t sum = 0;
-      for (int i = 0; i < 32; ++i) {
-        q[b * 32 + i] = static_cast<int8_t>(xq[b * 32 + i] ^ 0x80);
-        sum += q[b * 32 + i];
-      }
-      const int64_t base = b / 16 * 16;
-      int k = 0;
-      while (base + kPerm16[k] != b) ++k;
-      d[base + k] = xd[b * 8];
-      off[base + k] = F::kOffset * sum;
-      xsp[base + k] = sum;
-    }
-    x[j] = {t0 + j, q, d, off, xsp};
-  }
-  switch (n) {
-    case 1: gemv_rows<F, 1>(g, r0, r1, x); break;
-    case 2: gemv_rows<F, 2>(g, r0, r1, x); break;
-    case 3: gemv_rows<F, 3>(g, r0, r1, x); break;
-    default: TS_CHECK(false) << "gemv: " << n << " tokens";
-  }
-}
-
 template <class F>
 void gemm_any(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   if (t1 - t0 >= kQBlockBatchMinN) {
     gemm_packed<F>(g, r0, r1, t0, t1);
   } else {
-    gemv<F>(g, r0, r1, t0, t1);
+    gemv_qblock_avx512(g, r0, r1, t0, t1);  // a task's last few tokens (qblock_gemv.h)
   }
 }
 
@@ -436,7 +295,7 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
       if (t1 - t0 >= kQBlockBatchMinN) {
         gemm_packed<Q8_0>(job, r0, r1, t0, t1);
       } else {
-        avx512_kernels().gemm_q8_0(job, r0, r1, t0, t1);
+        gemv_qblock_avx512(job, r0, r1, t0, t1);
       }
       return;
     default: break;

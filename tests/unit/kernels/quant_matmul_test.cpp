@@ -1,6 +1,6 @@
 // matmul with every ggml block format: each ISA path vs the oracle (the weights dequantized with
 // the bit-exact dequantize(), then a double-precision dot). Awkward shapes: rows 1, 7, 33, 257;
-// batches 1, 3, 17 (decode GEMV and batched GEMM, token-block tails); 52 x 20 and 48 x 37
+// batches 1, 3, 17 (decode GEMV; DecodeRowLengthsMatchScalar: 1 to 3 tokens over row lengths around the GEMV's 8-block groups), batched GEMM, token-block tails); 52 x 20 and 48 x 37
 // (the K-quants' AMX 16- and 32-token tiles with AVX-512 4 x 4 tiles beside them; the same
 // test runs again with TESSERA_KQUANT_AMX=0 as kernels_quant_no_amx_test); strided x and y.
 // Tolerances (normalized mean squared error vs the oracle):
@@ -118,6 +118,64 @@ TEST(IsaCap, EnvironmentCapsDetection) {
     }
   }
   EXPECT_TRUE(isa_supported(*cap));
+}
+
+// The decode GEMV (1 to 3 tokens) over row lengths around its 8-block groups (1, 3, 8, 18 =
+// SmolLM2's 576 columns, 25 blocks of 32; 1, 3 super-blocks of 256): every ISA path equals the
+// scalar one bit for bit (Q8_0, which has no such contract, within its matmul_test bound).
+TEST_P(QuantMatmul, DecodeRowLengthsMatchScalar) {
+  const DType t = GetParam();
+  const std::vector<int64_t> lengths = dtype_block_size(t) == 256 ? std::vector<int64_t>{256, 768}
+                                                                   : std::vector<int64_t>{32, 96, 256, 576, 800};
+  for (const int64_t cols : lengths) {
+    for (const int64_t n : {1, 2, 3}) {
+      const int64_t rows = 37;
+      const size_t rb = dtype_row_bytes(t, cols);
+      const auto wf = random_floats(static_cast<size_t>(rows * cols), 3 + static_cast<uint64_t>(cols));
+      std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, w.data() + static_cast<size_t>(r) * rb, cols);
+      const auto x = random_floats(static_cast<size_t>(n * cols), 7 + static_cast<uint64_t>(n));
+      std::vector<float> scalar;
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        std::vector<float> y(static_cast<size_t>(n * rows));
+        matmul({.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = y.data(),
+                .y_stride = rows},
+               nullptr, isa);
+        if (isa == Isa::kScalar) {
+          scalar = y;
+        } else {
+          EXPECT_EQ(y, scalar) << dtype_name(t) << " " << isa_name(isa) << " cols=" << cols << " n=" << n;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, Q8_0DecodeRowLengthsNearScalar) {
+  for (const int64_t cols : {32, 96, 256, 576, 800}) {
+    for (const int64_t n : {1, 2, 3}) {
+      const int64_t rows = 37;
+      const size_t rb = dtype_row_bytes(DType::kQ8_0, cols);
+      const auto wf = random_floats(static_cast<size_t>(rows * cols), 3 + static_cast<uint64_t>(cols));
+      std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) quantize_row_q8_0(wf.data() + r * cols, w.data() + static_cast<size_t>(r) * rb, cols);
+      const auto x = random_floats(static_cast<size_t>(n * cols), 7 + static_cast<uint64_t>(n));
+      std::vector<float> scalar;
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (!isa_supported(isa)) continue;
+        std::vector<float> y(static_cast<size_t>(n * rows));
+        matmul({.w_type = DType::kQ8_0, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n,
+                .y = y.data(), .y_stride = rows},
+               nullptr, isa);
+        if (isa == Isa::kScalar) {
+          scalar = y;
+        } else {
+          EXPECT_LT(nmse(y.data(), scalar.data(), y.size()), 1e-10) << isa_name(isa) << " cols=" << cols << " n=" << n;
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),

@@ -1,0 +1,323 @@
+// AVX-512 VNNI decode GEMV for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 weights (qblock_gemv.h).
+//
+// Weights enter vpdpbusd as unsigned bytes u = w + kOffset (the 4-bit formats' stored values;
+// Q8_0's bytes xor 0x80), the activations as signed bytes, so a block's integer dot is
+// u . x - kOffset * sum(x), with the sums taken once per task.
+#include <immintrin.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "qblock_gemv.h"
+#include "tessera/common/check.h"
+#include "tessera/common/quants.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int kMaxTokens = 3;
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// 16 packed bytes of each of `count` (1..4) blocks, block i in 128-bit lane i (zero past count).
+template <int kBytes>
+inline __m512i load_qs4(const uint8_t* qs, int count) {
+  const auto at = [qs](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + i * kBytes)); };
+  __m512i v = _mm512_castsi128_si512(at(0));
+  if (count == 4) {
+    v = _mm512_inserti32x4(v, at(1), 1);
+    v = _mm512_inserti32x4(v, at(2), 2);
+    return _mm512_inserti32x4(v, at(3), 3);
+  }
+  v = _mm512_zextsi128_si512(at(0));
+  if (count > 1) v = _mm512_inserti32x4(v, at(1), 1);
+  if (count > 2) v = _mm512_inserti32x4(v, at(2), 2);
+  return v;
+}
+
+// The unsigned values of 4 blocks of a 4-bit format (packed bytes at qs, stride kBytes) as
+// [low nibbles] and [high nibbles] (values 0..15 and 16..31 of each block).
+template <int kBytes>
+inline void nibbles4(const uint8_t* qs, int count, __m512i* lo, __m512i* hi) {
+  const __m512i v = load_qs4<kBytes>(qs, count), m = _mm512_set1_epi8(0x0F);
+  *lo = _mm512_and_si512(v, m);
+  *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+}
+
+// ... plus 16 where the blocks' 5th bit (qh, 32 bits per block) is set.
+template <int kBytes>
+inline void fifth4(const uint8_t* qh, int count, __m512i* lo, __m512i* hi) {
+  uint64_t l = 0, h = 0;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t q = load_u32(qh + i * kBytes);
+    l |= (q & 0xFFFFu) << (16 * i);
+    h |= (q >> 16) << (16 * i);
+  }
+  const __m512i c16 = _mm512_set1_epi8(16);
+  *lo = _mm512_mask_add_epi8(*lo, static_cast<__mmask64>(l), *lo, c16);
+  *hi = _mm512_mask_add_epi8(*hi, static_cast<__mmask64>(h), *hi, c16);
+}
+
+// Per format: block bytes, kOffset (u = w + kOffset), whether an fp16 min follows the scale
+// (Q4_1 / Q5_1: x's block sum times m * xd), and quad(): the unsigned values of `count` (1..4)
+// blocks from block pointer b, block i's low 16 values in 128-bit lane i of *lo, its high 16 in *hi.
+struct Q4_0 {
+  static constexpr int kBytes = sizeof(BlockQ4_0), kOffset = 8;
+  static constexpr bool kMin = false;
+  static void quad(const uint8_t* b, int count, __m512i* lo, __m512i* hi) { nibbles4<kBytes>(b + 2, count, lo, hi); }
+};
+struct Q4_1 {
+  static constexpr int kBytes = sizeof(BlockQ4_1), kOffset = 0;
+  static constexpr bool kMin = true;
+  static void quad(const uint8_t* b, int count, __m512i* lo, __m512i* hi) { nibbles4<kBytes>(b + 4, count, lo, hi); }
+};
+struct Q5_0 {
+  static constexpr int kBytes = sizeof(BlockQ5_0), kOffset = 16;
+  static constexpr bool kMin = false;
+  static void quad(const uint8_t* b, int count, __m512i* lo, __m512i* hi) {
+    nibbles4<kBytes>(b + 6, count, lo, hi);
+    fifth4<kBytes>(b + 2, count, lo, hi);
+  }
+};
+struct Q5_1 {
+  static constexpr int kBytes = sizeof(BlockQ5_1), kOffset = 0;
+  static constexpr bool kMin = true;
+  static void quad(const uint8_t* b, int count, __m512i* lo, __m512i* hi) {
+    nibbles4<kBytes>(b + 8, count, lo, hi);
+    fifth4<kBytes>(b + 4, count, lo, hi);
+  }
+};
+struct IQ4_NL {
+  static constexpr int kBytes = sizeof(BlockIQ4_NL), kOffset = 128;
+  static constexpr bool kMin = false;
+  static void quad(const uint8_t* b, int count, __m512i* lo, __m512i* hi) {
+    // kIQ4NLValues + 128 (a block past `count` reads index 0: its activations are 0).
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                      static_cast<char>(153), static_cast<char>(166), static_cast<char>(181), static_cast<char>(197),
+                      static_cast<char>(217), static_cast<char>(241)));
+    nibbles4<kBytes>(b + 2, count, lo, hi);
+    *lo = _mm512_shuffle_epi8(table, *lo);
+    *hi = _mm512_shuffle_epi8(table, *hi);
+  }
+};
+
+// One token's activations, rearranged for the rows of a task: signed bytes in quads (for the
+// 4-bit formats: per 4 blocks 64 bytes of their first 16 values, then 64 of their last 16;
+// for Q8_0 the blocks in order), zero-padded to a whole number of 8-block groups, and per block
+// (natural order, 0 past the end) the scale, kOffset * sum(x) and sum(x).
+struct GemvX {
+  int64_t t;
+  const int8_t* q;
+  const float* d;
+  const int32_t* offset;
+  const int32_t* xsum;
+};
+
+// Per 128-bit lane L: 4 dword partials of block L of a (x4) and of block L of b (y4) -> the 8
+// block sums [x0 x1 x2 x3 y0 y1 y2 y3].
+inline __m256i reduce_quads(__m512i a, __m512i b) {
+  const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));  // lane L: [xL yL xL yL]
+  return _mm512_castsi512_si256(
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
+}
+
+// d[p] = [8 dword partials of block 2p | 8 of block 2p + 1], p = 0..3 -> the 8 block sums in order.
+inline __m256i reduce_pairs(const __m512i d[4]) {
+  const __m512i e0 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+  const __m512i e1 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+  // 128-bit lane L: [d0 d1 d2 d3] summed over lane L (lanes 0, 1: blocks 2p; lanes 2, 3: blocks 2p + 1).
+  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(e0, e1), _mm512_unpackhi_epi64(e0, e1));
+  const __m512i f = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));  // lane 0: b0 b2 b4 b6; lane 2: b1 b3 b5 b7
+  return _mm512_castsi512_si256(
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0), f));
+}
+
+// The fp16 values at byte offset `at` of `count` (1..8) consecutive blocks, as 8 floats.
+template <int kBytes>
+inline __m256 block_halves(const uint8_t* b, int at, int count) {
+  const __m256i idx = _mm256_setr_epi32(0, kBytes, 2 * kBytes, 3 * kBytes, 4 * kBytes, 5 * kBytes, 6 * kBytes, 7 * kBytes);
+  const __m256i raw = count == 8 ? _mm256_i32gather_epi32(reinterpret_cast<const int*>(b + at), idx, 1)
+                                 : _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), static_cast<__mmask8>((1u << count) - 1u),
+                                                                idx, b + at, 1);
+  return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(raw));
+}
+
+// The accumulator's 8 lanes (lane i = the oracle's lane i) -> reduce_lanes' order.
+inline float reduce_acc(__m256 acc) {
+  const __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
+  const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
+}
+
+// The float part of 8 blocks for one token: acc = fma(s, d * xd, acc) (then fma(xsum, m * xd, acc)).
+template <bool kMin>
+inline __m256 finish8(__m256i sums, const GemvX& x, int64_t b, __m256 dw, __m256 mw, __m256 acc) {
+  const __m256 xd = _mm256_loadu_ps(x.d + b);
+  const __m256i s = _mm256_sub_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b)));
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, xd), acc);
+  if constexpr (kMin) {
+    const __m256 xs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.xsum + b)));
+    acc = _mm256_fmadd_ps(xs, _mm256_mul_ps(mw, xd), acc);
+  }
+  return acc;
+}
+
+// Rows [r0, r1) x the RN tokens x[0 .. RN), a 4-bit format.
+template <class F, int RN>
+void rows4(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
+  const int64_t nb = g.cols / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = g.w + r * g.w_row_bytes;
+    __m256 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 8) {
+      const uint8_t* blk = w + b * F::kBytes;
+      for (int o = 0; o < 8 * F::kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 2048 + o, _MM_HINT_T0);
+      const int count = static_cast<int>(std::min<int64_t>(8, nb - b));
+      __m512i lo0, hi0, lo1 = _mm512_setzero_si512(), hi1 = lo1;
+      F::quad(blk, std::min(count, 4), &lo0, &hi0);
+      if (count > 4) F::quad(blk + 4 * F::kBytes, count - 4, &lo1, &hi1);
+      const __m256 dw = block_halves<F::kBytes>(blk, 0, count);
+      const __m256 mw = F::kMin ? block_halves<F::kBytes>(blk, 2, count) : _mm256_setzero_ps();
+      for (int j = 0; j < RN; ++j) {
+        const int8_t* q = x[j].q + b * 32;  // group b / 8: quads [lo0 hi0 lo1 hi1], 64 bytes each
+        const __m512i zero = _mm512_setzero_si512();
+        __m512i a = _mm512_dpbusd_epi32(zero, lo0, _mm512_loadu_si512(q));
+        a = _mm512_dpbusd_epi32(a, hi0, _mm512_loadu_si512(q + 64));
+        __m512i c = _mm512_dpbusd_epi32(zero, lo1, _mm512_loadu_si512(q + 128));
+        c = _mm512_dpbusd_epi32(c, hi1, _mm512_loadu_si512(q + 192));
+        acc[j] = finish8<F::kMin>(reduce_quads(a, c), x[j], b, dw, mw, acc[j]);
+      }
+    }
+    for (int j = 0; j < RN; ++j) g.y[x[j].t * g.y_stride + r] = reduce_acc(acc[j]);
+  }
+}
+
+// Rows [r0, r1) x the RN tokens, Q8_0: 2 blocks per zmm.
+template <int RN>
+void rows8(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
+  constexpr int kBytes = sizeof(BlockQ8_0);
+  const int64_t nb = g.cols / 32;
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* w = g.w + r * g.w_row_bytes;
+    __m256 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 8) {
+      const uint8_t* blk = w + b * kBytes;
+      for (int o = 0; o < 8 * kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 2048 + o, _MM_HINT_T0);
+      const int count = static_cast<int>(std::min<int64_t>(8, nb - b));
+      __m512i u[4];
+      for (int p = 0; p < 4; ++p) {
+        const uint8_t* b0 = blk + 2 * p * kBytes + 2;
+        if (2 * p + 1 < count) {
+          u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0))),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes)), 1);
+        } else if (2 * p < count) {
+          u[p] = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0)));
+        } else {
+          u[p] = _mm512_setzero_si512();
+        }
+        u[p] = _mm512_xor_si512(u[p], flip);  // w + 128 (past count: 128 against x = 0)
+      }
+      const __m256 dw = block_halves<kBytes>(blk, 0, count);
+      for (int j = 0; j < RN; ++j) {
+        const int8_t* q = x[j].q + b * 32;
+        __m512i d[4];
+        for (int p = 0; p < 4; ++p) d[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p], _mm512_loadu_si512(q + 64 * p));
+        acc[j] = finish8<false>(reduce_pairs(d), x[j], b, dw, dw, acc[j]);
+      }
+    }
+    for (int j = 0; j < RN; ++j) g.y[x[j].t * g.y_stride + r] = reduce_acc(acc[j]);
+  }
+}
+
+// The task's activations (GemmQ8Job: uint8 q + 128, scales repeated 8 times) -> GemvX.
+// quads: the 4-bit formats' layout (else blocks in order); offset: kOffset * the block sums.
+void prepare(const GemmQ8Job& g, int64_t t0, int n, bool quads, int offset, GemvX* x) {
+  const int64_t nb = g.cols / 32, padded = (nb + 7) / 8 * 8;
+  thread_local std::vector<int8_t> qs;
+  thread_local std::vector<float> ds;
+  thread_local std::vector<int32_t> offs, sums;
+  qs.assign(static_cast<size_t>(padded * 32 * n), 0);
+  ds.assign(static_cast<size_t>(padded * n), 0.0f);
+  offs.assign(static_cast<size_t>(padded * n), 0);
+  sums.assign(static_cast<size_t>(padded * n), 0);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int j = 0; j < n; ++j) {
+    const auto* xq = reinterpret_cast<const uint8_t*>(g.xq) + (t0 + j) * g.cols;
+    const float* xd = g.xd + (t0 + j) * nb * 8;
+    int8_t* q = qs.data() + j * padded * 32;
+    float* d = ds.data() + j * padded;
+    int32_t* off = offs.data() + j * padded;
+    int32_t* sum = sums.data() + j * padded;
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
+      const __m256i v = _mm256_xor_si256(u, flip);
+      if (quads) {  // block b = 4g + i: bytes [128g + 16i, +16) and [128g + 64 + 16i, +16)
+        int8_t* dst = q + (b / 4) * 128 + (b % 4) * 16;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(v));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 64), _mm256_extracti128_si256(v, 1));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), v);
+      }
+      const __m256i sad = _mm256_sad_epu8(u, _mm256_setzero_si256());
+      const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+      const int32_t s = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * 32;
+      d[b] = xd[b * 8];
+      off[b] = offset * s;
+      sum[b] = s;
+    }
+    x[j] = {t0 + j, q, d, off, sum};
+  }
+}
+
+template <class F>
+void gemv4(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int n) {
+  GemvX x[kMaxTokens];
+  prepare(g, t0, n, /*quads=*/true, F::kOffset, x);
+  switch (n) {
+    case 1: rows4<F, 1>(g, r0, r1, x); return;
+    case 2: rows4<F, 2>(g, r0, r1, x); return;
+    case 3: rows4<F, 3>(g, r0, r1, x); return;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void gemv_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  const int n = static_cast<int>(t1 - t0);
+  TS_CHECK(n >= 1 && n <= kMaxTokens) << "gemv_qblock_avx512: " << n << " tokens";
+  switch (job.w_type) {
+    case DType::kQ4_0: gemv4<Q4_0>(job, r0, r1, t0, n); return;
+    case DType::kQ4_1: gemv4<Q4_1>(job, r0, r1, t0, n); return;
+    case DType::kQ5_0: gemv4<Q5_0>(job, r0, r1, t0, n); return;
+    case DType::kQ5_1: gemv4<Q5_1>(job, r0, r1, t0, n); return;
+    case DType::kIQ4_NL: gemv4<IQ4_NL>(job, r0, r1, t0, n); return;
+    case DType::kQ8_0: {
+      GemvX x[kMaxTokens];
+      prepare(job, t0, n, /*quads=*/false, 128, x);
+      switch (n) {
+        case 1: rows8<1>(job, r0, r1, x); return;
+        case 2: rows8<2>(job, r0, r1, x); return;
+        default: rows8<3>(job, r0, r1, x); return;
+      }
+    }
+    default: break;
+  }
+  TS_CHECK(false) << "gemv_qblock_avx512: no path for " << dtype_name(job.w_type);
+}
+
+}  // namespace tessera::kernels::cpu
