@@ -3,16 +3,17 @@
 // fewer than kQBlockBatchMinN tokens here (qblock_tiles.h has the batches), as does
 // gemm_qblock_avx512 for a task's last few tokens.
 //
-// One weight row at a time (the stream stays sequential), 8 blocks per step: the 4-bit formats
-// take 4 blocks per zmm (their 16 packed bytes side by side, the low nibbles in one vector and
-// the high in another, against the activations rearranged once per task to match), Q8_0 two
-// blocks per zmm; the blocks' integer partial sums are reduced into one vector of the 8 block
-// sums in their natural order, and the float part is one 8-lane fma per 8 blocks. Lane i of
-// the accumulator is the scalar oracle's float lane i (block b into lane b % 8, quant_gemm.h),
-// and the row's dot is reduce_lanes' order: Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL stay bit-identical
-// to quant_dot.cpp (Q8_0 has no cross-ISA bit-identity; matmul_test bounds it). Short rows
-// (SmolLM2's 576 columns = 18 blocks) waste no work on a partly filled 16-block group, and
-// the block scales come from one 8-lane gather per 8 blocks.
+// Two adjacent weight rows at a time (the stream stays sequential), 8 blocks per step: the 4-bit
+// formats take 4 blocks per zmm (their 16 packed bytes side by side, the low nibbles in one
+// vector and the high in another, against the activations rearranged once per task to match),
+// Q8_0 two blocks per zmm; the blocks' integer partial sums are reduced into one vector of the
+// two rows' 8 block sums each, in their natural order, and the float part is one fma per 8
+// blocks of both rows. Lane i of a row's accumulator is the scalar oracle's float lane i
+// (block b into lane b % 8, quant_gemm.h), and the row's dot is reduce_lanes' order: Q4_0,
+// Q4_1, Q5_0, Q5_1 and IQ4_NL stay bit-identical to quant_dot.cpp (Q8_0, one row at a time,
+// has no cross-ISA bit-identity; matmul_test bounds it). Short rows (SmolLM2's 576 columns =
+// 18 blocks) waste no work on a partly filled 16-block group (the previous GEMV's step), and
+// the block scales come from one gather per 8 blocks. 2 KiB software prefetch.
 // Activations: GemmQ8Job's (avx512_kernels().quantize_q8: uint8 q + 128, scales repeated 8
 // times). Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job;
 // scratch is thread_local.

@@ -21,6 +21,9 @@ namespace tessera::kernels::cpu {
 namespace {
 
 constexpr int kMaxTokens = 3;
+// Software prefetch distance of the weight stream (2 KiB, as the batch kernels; 4 KiB and none
+// were slower for Q8_0 here).
+constexpr int kAhead = 2048;
 
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
@@ -173,35 +176,91 @@ inline __m256 finish8(__m256i sums, const GemvX& x, int64_t b, __m256 dw, __m256
   return acc;
 }
 
-// Rows [r0, r1) x the RN tokens x[0 .. RN), a 4-bit format.
+// Two rows' quads -> [row A's 8 block sums | row B's]: a0 / c0 hold row A's blocks L and 4 + L
+// in 128-bit lane L, a1 / c1 row B's.
+inline __m512i reduce_quads2(__m512i a0, __m512i c0, __m512i a1, __m512i c1) {
+  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, c0), _mm512_unpackhi_epi32(a0, c0));
+  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a1, c1), _mm512_unpackhi_epi32(a1, c1));
+  const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));  // lane L: A_L C_L A'_L C'_L
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), u);
+}
+
+// The fp16 values at byte offset `at` of `count` (1..8) consecutive blocks of two rows
+// (row_bytes apart), as [row A's 8 | row B's 8] floats.
+template <int kBytes>
+inline __m512 block_halves2(const uint8_t* b, int64_t row_bytes, int at, int count) {
+  const auto rb = static_cast<int32_t>(row_bytes);
+  const __m512i idx = _mm512_setr_epi32(0, kBytes, 2 * kBytes, 3 * kBytes, 4 * kBytes, 5 * kBytes, 6 * kBytes, 7 * kBytes, rb,
+                                        rb + kBytes, rb + 2 * kBytes, rb + 3 * kBytes, rb + 4 * kBytes, rb + 5 * kBytes,
+                                        rb + 6 * kBytes, rb + 7 * kBytes);
+  const __mmask16 live = static_cast<__mmask16>(((1u << count) - 1u) * 0x101u);
+  const __m512i raw = count == 8 ? _mm512_i32gather_epi32(idx, b + at, 1)
+                                 : _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, idx, b + at, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+}
+
+// 8 blocks of one row (R = 1) or of two adjacent rows (R = 2) for the RN tokens: acc[j] holds
+// the oracle's 8 lanes of each row (R = 2: row A in the low 256 bits, row B in the high).
+template <class F, int R, int RN>
+inline void group4(const uint8_t* blk, int64_t row_bytes, int count, const GemvX* x, int64_t b, __m512* acc) {
+  __m512i lo0[R], hi0[R], lo1[R], hi1[R];
+  for (int i = 0; i < R; ++i) {
+    const uint8_t* p = blk + i * row_bytes;
+    for (int o = 0; o < 8 * F::kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + kAhead + o, _MM_HINT_T0);
+    F::quad(p, std::min(count, 4), &lo0[i], &hi0[i]);
+    if (count > 4) F::quad(p + 4 * F::kBytes, count - 4, &lo1[i], &hi1[i]);
+  }
+  const __m512 dw = R == 2 ? block_halves2<F::kBytes>(blk, row_bytes, 0, count)
+                           : _mm512_zextps256_ps512(block_halves<F::kBytes>(blk, 0, count));
+  __m512 mw = _mm512_setzero_ps();
+  if constexpr (F::kMin) {
+    mw = R == 2 ? block_halves2<F::kBytes>(blk, row_bytes, 2, count) : _mm512_zextps256_ps512(block_halves<F::kBytes>(blk, 2, count));
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int j = 0; j < RN; ++j) {
+    const int8_t* q = x[j].q + b * 32;  // group b / 8: quads [lo0 hi0 lo1 hi1], 64 bytes each
+    __m512i a[R], c[R];
+    for (int i = 0; i < R; ++i) {
+      a[i] = _mm512_dpbusd_epi32(zero, lo0[i], _mm512_loadu_si512(q));
+      a[i] = _mm512_dpbusd_epi32(a[i], hi0[i], _mm512_loadu_si512(q + 64));
+      c[i] = zero;
+      if (count > 4) {
+        c[i] = _mm512_dpbusd_epi32(zero, lo1[i], _mm512_loadu_si512(q + 128));
+        c[i] = _mm512_dpbusd_epi32(c[i], hi1[i], _mm512_loadu_si512(q + 192));
+      }
+    }
+    const __m512 xd = _mm512_broadcast_f32x8(_mm256_loadu_ps(x[j].d + b));
+    const __m512i off = _mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].offset + b)));
+    const __m512i sums = R == 2 ? reduce_quads2(a[0], c[0], a[R - 1], c[R - 1]) : _mm512_zextsi256_si512(reduce_quads(a[0], c[0]));
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sums, off)), _mm512_mul_ps(dw, xd), acc[j]);
+    if constexpr (F::kMin) {
+      const __m512 xs = _mm512_cvtepi32_ps(_mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j].xsum + b))));
+      acc[j] = _mm512_fmadd_ps(xs, _mm512_mul_ps(mw, xd), acc[j]);
+    }
+  }
+}
+
+// Rows [r0, r1) x the RN tokens x[0 .. RN), a 4-bit format: two rows at a time (adjacent, so
+// the weight stream stays sequential), the last odd row alone (the upper half of its accumulators stays 0).
 template <class F, int RN>
 void rows4(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
   const int64_t nb = g.cols / 32;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = g.w + r * g.w_row_bytes;
-    __m256 acc[RN];
-    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 8) {
-      const uint8_t* blk = w + b * F::kBytes;
-      for (int o = 0; o < 8 * F::kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 2048 + o, _MM_HINT_T0);
-      const int count = static_cast<int>(std::min<int64_t>(8, nb - b));
-      __m512i lo0, hi0, lo1 = _mm512_setzero_si512(), hi1 = lo1;
-      F::quad(blk, std::min(count, 4), &lo0, &hi0);
-      if (count > 4) F::quad(blk + 4 * F::kBytes, count - 4, &lo1, &hi1);
-      const __m256 dw = block_halves<F::kBytes>(blk, 0, count);
-      const __m256 mw = F::kMin ? block_halves<F::kBytes>(blk, 2, count) : _mm256_setzero_ps();
-      for (int j = 0; j < RN; ++j) {
-        const int8_t* q = x[j].q + b * 32;  // group b / 8: quads [lo0 hi0 lo1 hi1], 64 bytes each
-        const __m512i zero = _mm512_setzero_si512();
-        __m512i a = _mm512_dpbusd_epi32(zero, lo0, _mm512_loadu_si512(q));
-        a = _mm512_dpbusd_epi32(a, hi0, _mm512_loadu_si512(q + 64));
-        __m512i c = _mm512_dpbusd_epi32(zero, lo1, _mm512_loadu_si512(q + 128));
-        c = _mm512_dpbusd_epi32(c, hi1, _mm512_loadu_si512(q + 192));
-        acc[j] = finish8<F::kMin>(reduce_quads(a, c), x[j], b, dw, mw, acc[j]);
-      }
+  const auto rb = static_cast<int64_t>(g.w_row_bytes);
+  auto run = [&]<int R>(int64_t r) {
+    const uint8_t* w = g.w + r * rb;
+    __m512 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) group4<F, R, RN>(w + b * F::kBytes, rb, 8, x, b, acc);
+    if (b < nb) group4<F, R, RN>(w + b * F::kBytes, rb, static_cast<int>(nb - b), x, b, acc);
+    for (int j = 0; j < RN; ++j) {
+      g.y[x[j].t * g.y_stride + r] = reduce_acc(_mm512_castps512_ps256(acc[j]));
+      if constexpr (R == 2) g.y[x[j].t * g.y_stride + r + 1] = reduce_acc(_mm512_extractf32x8_ps(acc[j], 1));
     }
-    for (int j = 0; j < RN; ++j) g.y[x[j].t * g.y_stride + r] = reduce_acc(acc[j]);
-  }
+  };
+  int64_t r = r0;
+  for (; r + 2 <= r1; r += 2) run.template operator()<2>(r);
+  if (r < r1) run.template operator()<1>(r);
 }
 
 // Rows [r0, r1) x the RN tokens, Q8_0: 2 blocks per zmm.
@@ -216,11 +275,11 @@ void rows8(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
     for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 8) {
       const uint8_t* blk = w + b * kBytes;
-      for (int o = 0; o < 8 * kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(blk) + 2048 + o, _MM_HINT_T0);
       const int count = static_cast<int>(std::min<int64_t>(8, nb - b));
       __m512i u[4];
       for (int p = 0; p < 4; ++p) {
         const uint8_t* b0 = blk + 2 * p * kBytes + 2;
+        _mm_prefetch(reinterpret_cast<const char*>(b0) + kAhead, _MM_HINT_T0);
         if (2 * p + 1 < count) {
           u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0))),
                                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes)), 1);
