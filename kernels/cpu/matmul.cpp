@@ -121,7 +121,11 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
       }
       p.qjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .xq = nullptr, .xd = nullptr, .y = a.y,
                 .y_stride = a.y_stride};
-      p.qfn = !qblock_tiles ? k.gemm_q8_0 : a.n < cpu::kQBlockBatchMinN ? cpu::gemv_qblock_avx512 : cpu::gemm_qblock_avx512;
+      const bool gemv = a.n < cpu::kQBlockBatchMinN;  // Q8_0: the ISA's own GEMV (tile_q8 one row at a time)
+      p.qfn = !qblock_tiles                         ? k.gemm_q8_0
+              : gemv && a.w_type == DType::kQ8_0  ? k.gemm_q8_0
+              : gemv                              ? cpu::gemv_qblock_avx512
+                                                  : cpu::gemm_qblock_avx512;
     }
     p.split = plan_split(a.rows, a.n, threads);
     p.first_task = tasks;

@@ -14,7 +14,7 @@
 // fixed final reduction; quant_gemm.h; Q4_1 / Q5_1 add fma(block sum of x, m * xd) after each
 // block, the activation sums taken from the same integers) — so greedy tokens do not depend on the ISA or on the
 // batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
-// Fewer than kQBlockBatchMinN tokens (decode): qblock_gemv.h's GEMV, one weight row at a time,
+// Fewer than kQBlockBatchMinN tokens (decode): qblock_gemv.h's GEMV (Q8_0: gemm_q8_0), rows in order,
 // bit-identical too: interleaving 16 rows for one token would not pay. On AVX2 the same formats
 // have 8-row interleaved batch tiles (avx2/qblock_tiles_avx2.cpp, quant_gemm.h's tiles hook).
 // Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
@@ -38,7 +38,7 @@ inline bool qblock_tiles_support(DType t) {
 }
 
 // AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Fewer than kQBlockBatchMinN
-// tokens in [t0, t1) go to gemv_qblock_avx512 (qblock_gemv.h).
+// tokens in [t0, t1) go to gemv_qblock_avx512 (qblock_gemv.h), Q8_0 to avx512_kernels().gemm_q8_0.
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 }  // namespace tessera::kernels::cpu

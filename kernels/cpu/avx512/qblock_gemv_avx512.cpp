@@ -1,7 +1,7 @@
-// AVX-512 VNNI decode GEMV for Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and Q8_0 weights (qblock_gemv.h).
+// AVX-512 VNNI decode GEMV for Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights (qblock_gemv.h).
 //
-// Weights enter vpdpbusd as unsigned bytes u = w + kOffset (the 4-bit formats' stored values;
-// Q8_0's bytes xor 0x80), the activations as signed bytes, so a block's integer dot is
+// Weights enter vpdpbusd as unsigned bytes u = w + kOffset (the stored 4-bit values, 5 with
+// qh, IQ4_NL's table + 128), the activations as signed bytes, so a block's integer dot is
 // u . x - kOffset * sum(x), with the sums taken once per task.
 #include <immintrin.h>
 
@@ -21,8 +21,7 @@ namespace tessera::kernels::cpu {
 namespace {
 
 constexpr int kMaxTokens = 3;
-// Software prefetch distance of the weight stream (2 KiB, as the batch kernels; 4 KiB and none
-// were slower for Q8_0 here).
+// Software prefetch distance of the weight stream (2 KiB, as the Q8_0 GEMV and the batch kernels).
 constexpr int kAhead = 2048;
 
 inline uint32_t load_u32(const uint8_t* p) {
@@ -114,9 +113,8 @@ struct IQ4_NL {
   }
 };
 
-// One token's activations, rearranged for the rows of a task: signed bytes in quads (for the
-// 4-bit formats: per 4 blocks 64 bytes of their first 16 values, then 64 of their last 16;
-// for Q8_0 the blocks in order), zero-padded to a whole number of 8-block groups, and per block
+// One token's activations, rearranged for the rows of a task: signed bytes in quads (per 4
+// blocks 64 bytes of their first 16 values, then 64 of their last 16), zero-padded to a whole number of 8-block groups, and per block
 // (natural order, 0 past the end) the scale, kOffset * sum(x) and sum(x).
 struct GemvX {
   int64_t t;
@@ -135,17 +133,6 @@ inline __m256i reduce_quads(__m512i a, __m512i b) {
       _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
-// d[p] = [8 dword partials of block 2p | 8 of block 2p + 1], p = 0..3 -> the 8 block sums in order.
-inline __m256i reduce_pairs(const __m512i d[4]) {
-  const __m512i e0 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-  const __m512i e1 = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-  // 128-bit lane L: [d0 d1 d2 d3] summed over lane L (lanes 0, 1: blocks 2p; lanes 2, 3: blocks 2p + 1).
-  const __m512i s = _mm512_add_epi32(_mm512_unpacklo_epi64(e0, e1), _mm512_unpackhi_epi64(e0, e1));
-  const __m512i f = _mm512_add_epi32(s, _mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(2, 3, 0, 1)));  // lane 0: b0 b2 b4 b6; lane 2: b1 b3 b5 b7
-  return _mm512_castsi512_si256(
-      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0), f));
-}
-
 // The fp16 values at byte offset `at` of `count` (1..8) consecutive blocks, as 8 floats.
 template <int kBytes>
 inline __m256 block_halves(const uint8_t* b, int at, int count) {
@@ -161,19 +148,6 @@ inline float reduce_acc(__m256 acc) {
   const __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
   const __m128 u = _mm_add_ps(v, _mm_movehl_ps(v, v));  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
   return _mm_cvtss_f32(_mm_add_ss(u, _mm_movehdup_ps(u)));
-}
-
-// The float part of 8 blocks for one token: acc = fma(s, d * xd, acc) (then fma(xsum, m * xd, acc)).
-template <bool kMin>
-inline __m256 finish8(__m256i sums, const GemvX& x, int64_t b, __m256 dw, __m256 mw, __m256 acc) {
-  const __m256 xd = _mm256_loadu_ps(x.d + b);
-  const __m256i s = _mm256_sub_epi32(sums, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offset + b)));
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, xd), acc);
-  if constexpr (kMin) {
-    const __m256 xs = _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.xsum + b)));
-    acc = _mm256_fmadd_ps(xs, _mm256_mul_ps(mw, xd), acc);
-  }
-  return acc;
 }
 
 // Two rows' quads -> [row A's 8 block sums | row B's]: a0 / c0 hold row A's blocks L and 4 + L
@@ -263,48 +237,9 @@ void rows4(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
   if (r < r1) run.template operator()<1>(r);
 }
 
-// Rows [r0, r1) x the RN tokens, Q8_0: 2 blocks per zmm.
-template <int RN>
-void rows8(const GemmQ8Job& g, int64_t r0, int64_t r1, const GemvX* x) {
-  constexpr int kBytes = sizeof(BlockQ8_0);
-  const int64_t nb = g.cols / 32;
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* w = g.w + r * g.w_row_bytes;
-    __m256 acc[RN];
-    for (int j = 0; j < RN; ++j) acc[j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 8) {
-      const uint8_t* blk = w + b * kBytes;
-      const int count = static_cast<int>(std::min<int64_t>(8, nb - b));
-      __m512i u[4];
-      for (int p = 0; p < 4; ++p) {
-        const uint8_t* b0 = blk + 2 * p * kBytes + 2;
-        _mm_prefetch(reinterpret_cast<const char*>(b0) + kAhead, _MM_HINT_T0);
-        if (2 * p + 1 < count) {
-          u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0))),
-                                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + kBytes)), 1);
-        } else if (2 * p < count) {
-          u[p] = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0)));
-        } else {
-          u[p] = _mm512_setzero_si512();
-        }
-        u[p] = _mm512_xor_si512(u[p], flip);  // w + 128 (past count: 128 against x = 0)
-      }
-      const __m256 dw = block_halves<kBytes>(blk, 0, count);
-      for (int j = 0; j < RN; ++j) {
-        const int8_t* q = x[j].q + b * 32;
-        __m512i d[4];
-        for (int p = 0; p < 4; ++p) d[p] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[p], _mm512_loadu_si512(q + 64 * p));
-        acc[j] = finish8<false>(reduce_pairs(d), x[j], b, dw, dw, acc[j]);
-      }
-    }
-    for (int j = 0; j < RN; ++j) g.y[x[j].t * g.y_stride + r] = reduce_acc(acc[j]);
-  }
-}
-
-// The task's activations (GemmQ8Job: uint8 q + 128, scales repeated 8 times) -> GemvX.
-// quads: the 4-bit formats' layout (else blocks in order); offset: kOffset * the block sums.
-void prepare(const GemmQ8Job& g, int64_t t0, int n, bool quads, int offset, GemvX* x) {
+// The task's activations (GemmQ8Job: uint8 q + 128, scales repeated 8 times) -> GemvX, with
+// offset = kOffset * the block sums.
+void prepare(const GemmQ8Job& g, int64_t t0, int n, int offset, GemvX* x) {
   const int64_t nb = g.cols / 32, padded = (nb + 7) / 8 * 8;
   thread_local std::vector<int8_t> qs;
   thread_local std::vector<float> ds;
@@ -324,13 +259,9 @@ void prepare(const GemmQ8Job& g, int64_t t0, int n, bool quads, int offset, Gemv
     for (int64_t b = 0; b < nb; ++b) {
       const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + b * 32));
       const __m256i v = _mm256_xor_si256(u, flip);
-      if (quads) {  // block b = 4g + i: bytes [128g + 16i, +16) and [128g + 64 + 16i, +16)
-        int8_t* dst = q + (b / 4) * 128 + (b % 4) * 16;
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(v));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 64), _mm256_extracti128_si256(v, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 32), v);
-      }
+      int8_t* dst = q + (b / 4) * 128 + (b % 4) * 16;  // block b = 4g + i: [128g + 16i, +16) and [128g + 64 + 16i, +16)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 64), _mm256_extracti128_si256(v, 1));
       const __m256i sad = _mm256_sad_epu8(u, _mm256_setzero_si256());
       const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
       const int32_t s = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 128 * 32;
@@ -345,7 +276,7 @@ void prepare(const GemmQ8Job& g, int64_t t0, int n, bool quads, int offset, Gemv
 template <class F>
 void gemv4(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int n) {
   GemvX x[kMaxTokens];
-  prepare(g, t0, n, /*quads=*/true, F::kOffset, x);
+  prepare(g, t0, n, F::kOffset, x);
   switch (n) {
     case 1: rows4<F, 1>(g, r0, r1, x); return;
     case 2: rows4<F, 2>(g, r0, r1, x); return;
@@ -365,15 +296,6 @@ void gemv_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
     case DType::kQ5_0: gemv4<Q5_0>(job, r0, r1, t0, n); return;
     case DType::kQ5_1: gemv4<Q5_1>(job, r0, r1, t0, n); return;
     case DType::kIQ4_NL: gemv4<IQ4_NL>(job, r0, r1, t0, n); return;
-    case DType::kQ8_0: {
-      GemvX x[kMaxTokens];
-      prepare(job, t0, n, /*quads=*/false, 128, x);
-      switch (n) {
-        case 1: rows8<1>(job, r0, r1, x); return;
-        case 2: rows8<2>(job, r0, r1, x); return;
-        default: rows8<3>(job, r0, r1, x); return;
-      }
-    }
     default: break;
   }
   TS_CHECK(false) << "gemv_qblock_avx512: no path for " << dtype_name(job.w_type);

@@ -295,7 +295,7 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
       if (t1 - t0 >= kQBlockBatchMinN) {
         gemm_packed<Q8_0>(job, r0, r1, t0, t1);
       } else {
-        gemv_qblock_avx512(job, r0, r1, t0, t1);
+        avx512_kernels().gemm_q8_0(job, r0, r1, t0, t1);
       }
       return;
     default: break;
