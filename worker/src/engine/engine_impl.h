@@ -96,7 +96,7 @@ class CpuBackend final : public Backend {
   // Over the MLA latent cache: the fewest rows of one sequence in a step that take the expanded
   // form (mla_expanded_attention) instead of the absorbed one; >= 1.
   void set_mla_expand_rows(int32_t rows) { mla_expand_rows_ = rows; }
-  static constexpr int32_t kMlaExpandRowsDefault = 32;
+  static constexpr int32_t kMlaExpandRowsDefault = 16;
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }
