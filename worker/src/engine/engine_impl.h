@@ -97,6 +97,9 @@ class CpuBackend final : public Backend {
   // form (mla_expanded_attention) instead of the absorbed one; >= 1.
   void set_mla_expand_rows(int32_t rows) { mla_expand_rows_ = rows; }
   static constexpr int32_t kMlaExpandRowsDefault = 16;
+  // The most scratch the expanded form may use for one sequence's context (about 12,000 tokens
+  // of V2-Lite); longer contexts take the absorbed form.
+  static constexpr int64_t kMlaExpandMaxBytes = int64_t{512} << 20;
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }

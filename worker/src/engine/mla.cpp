@@ -167,8 +167,13 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   // A sequence with at least mla_expand_rows_ rows in this step (a prefill chunk) attends over
   // per-head K/V expanded from its context's latent rows; runs of the others (decode) take the
   // absorbed form together.
+  // The expanded form's scratch (latent rows, their expansion, the K/V page) grows with the
+  // context: past kMlaExpandMaxBytes a chunk takes the absorbed form.
+  const int64_t per_token = 4 * (lw + int64_t{c.n_heads} * (2 * c.head_dim + c.head_dim - c.rope_dim + c.v_head_dim));
   const int32_t* ip = base.token_indptr;
-  auto expand = [&](int32_t b) { return ip[b + 1] - ip[b] >= mla_expand_rows_; };
+  auto expand = [&](int32_t b) {
+    return ip[b + 1] - ip[b] >= mla_expand_rows_ && (base.start_pos[b] + ip[b + 1] - ip[b]) * per_token <= kMlaExpandMaxBytes;
+  };
   for (int32_t s0 = 0; s0 < base.n_seqs;) {
     int32_t s1 = s0 + 1;
     if (expand(s0)) {
