@@ -5,7 +5,8 @@
 //                [--temperature T] [--json-schema FILE [--tokenizer FILE]]
 //
 // pp<N>: one forward of N random token ids from position 0 (logits of the last token only),
-// tokens/s = N / time. tg<M>: M single-token decode steps from position 0 (logits every step,
+// tokens/s = N / time; with --prefix P, from position P after P random tokens prefilled once
+// (untimed): a later prefill chunk over a cached context. tg<M>: M single-token decode steps from position 0 (logits every step,
 // greedy argmax), tokens/s = M / time. As llama-bench does, each test starts from an empty
 // cache and uses random tokens; one untimed warm-up run of each precedes the timed ones.
 // Reports the median (and min/max) over --reps runs, and the process's peak RSS.
@@ -48,6 +49,7 @@ struct Options {
   std::string model;
   int threads = 2;
   int prompt = 512;
+  int prefix = 0;  // pp test: context tokens already in the cache before the timed prompt
   int gen = 128;
   int reps = 3;
   int decode_batch = 0;  // 0: the pp/tg tests; N > 0: the multi-sequence decode test
@@ -57,6 +59,7 @@ struct Options {
   std::optional<kernels::Isa> isa;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   bool mla_decompressed = false;  // latent-attention models: per-head K/V pages instead of the latent
+  int mla_expand_rows = 0;        // latent cache: rows from which a sequence's step expands K/V (0 = default)
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -231,6 +234,8 @@ void declare_options(config::Options& t, Options& o) {
   t.add(o.model, {.name = "model", .help = "model file (GGUF, llama2.c .bin, Hugging Face directory); required"});
   t.add(o.threads, {.name = "threads", .help = "compute threads", .min = 1, .max = 1024});
   t.add(o.prompt, {.name = "prompt", .help = "prompt tokens (random ids) of the prefill test", .min = 1, .max = 1 << 20});
+  t.add(o.prefix, {.name = "prefix", .help = "prefill test: random tokens cached (untimed) before the timed prompt",
+                   .min = 0, .max = 1 << 20});
   t.add(o.gen, {.name = "gen", .help = "generated tokens of the decode test", .min = 1, .max = 1 << 20});
   t.add(o.reps, {.name = "reps", .help = "repetitions; the median is reported", .min = 1, .max = 1000});
   t.add(o.decode_batch, {.name = "decode-batch", .help = "0 = the prefill/decode tests; N = N sequences decoding together",
@@ -244,6 +249,10 @@ void declare_options(config::Options& t, Options& o) {
         kernels::kv_dtype_name(o.kv_dtype), [&o](const std::string& v) { o.kv_dtype = kernels::parse_kv_dtype(v).value(); });
   t.add(o.mla_decompressed, {.name = "mla-decompressed",
                              .help = "latent-attention models (DeepSeek-V2): cache per-head K/V instead of the latent (for comparison)"});
+  t.add(o.mla_expand_rows, {.name = "mla-expand-rows",
+                            .help = "latent cache: rows of one sequence in a step from which attention runs on per-head K/V "
+                                    "expanded from the latent (0 = the engine's default; a large value = always absorbed)",
+                            .min = 0, .max = 1 << 30});
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",
@@ -267,11 +276,12 @@ int main(int argc, char** argv) {
   const ModelConfig& cfg = (*model)->config();
   const int32_t page_size = 16;
   if (o.decode_batch > 0) return run_decode_batch(o, **model, page_size);
-  const int32_t positions = std::max(o.prompt, o.gen);
+  const int32_t positions = std::max(o.prefix + o.prompt, o.gen);
   auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size,
                                                   .dtype = o.kv_dtype, .mla_decompressed = o.mla_decompressed},
                                          .threads = o.threads,
-                                         .isa = o.isa});
+                                         .isa = o.isa,
+                                         .mla_expand_rows = o.mla_expand_rows});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
 
@@ -284,11 +294,18 @@ int main(int argc, char** argv) {
     return s;
   };
 
+  if (o.prefix > 0) {  // the cached context of the prefill test (the decode test reuses its first slots)
+    std::vector<int32_t> tokens(static_cast<size_t>(o.prefix));
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.vocab_size));
+    const auto slots = slots_for(0, o.prefix);
+    const SeqInput in{.tokens = tokens, .start_pos = 0, .block_table = table, .slot_mapping = slots, .want_logits = true};
+    if (auto r = e.forward({&in, 1}); !r.ok()) return fail(r.error().to_string());
+  }
   auto run_pp = [&]() -> double {
     std::vector<int32_t> tokens(static_cast<size_t>(o.prompt));
     for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.vocab_size));
-    const auto slots = slots_for(0, o.prompt);
-    const SeqInput in{.tokens = tokens, .start_pos = 0, .block_table = table, .slot_mapping = slots, .want_logits = true};
+    const auto slots = slots_for(o.prefix, o.prompt);
+    const SeqInput in{.tokens = tokens, .start_pos = o.prefix, .block_table = table, .slot_mapping = slots, .want_logits = true};
     const double t0 = now_s();
     auto r = e.forward({&in, 1});
     const double dt = now_s() - t0;
@@ -331,6 +348,7 @@ int main(int argc, char** argv) {
               kernels::isa_name(e.isa()), o.reps, kernels::kv_dtype_name(e.pool().dtype()),
               static_cast<double>(e.pool().bytes()) / (1 << 20), e.pool().bytes() / static_cast<size_t>(e.pool().num_slots()),
               cfg.is_mla() ? (e.pool().planes() == 1 ? ", MLA latent" : ", MLA decompressed") : "");
+  if (o.prefix > 0) std::printf("prefill after %d cached tokens\n", o.prefix);
   std::printf("pp%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.prompt, sp.median, sp.min, sp.max,
               o.prompt * o.reps / pp_cpu);
   std::printf("tg%-4d %10.2f tok/s  (min %.2f, max %.2f)  %.2f tok per CPU-s\n", o.gen, st.median, st.min, st.max,

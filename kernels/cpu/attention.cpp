@@ -21,8 +21,9 @@ const cpu::IsaKernels& kernels_for(Isa isa) {
 }
 
 // Query tokens per work item: with the GQA group's heads, 4 tokens x group rows share each
-// gathered block of keys.
+// gathered block of keys; without GQA (group 1: DeepSeek-V2's per-head K/V) 16 tokens.
 constexpr int32_t kTokensPerItem = 4;
+int32_t tokens_per_item(int32_t group) { return group == 1 ? 4 * kTokensPerItem : kTokensPerItem; }
 
 struct Item {
   int32_t seq, kv_head0, kv_head1, row0, row1;  // rows [row0, row1) of q/out, all in sequence `seq`
@@ -37,21 +38,22 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool, Isa isa) {
   if (a.n_seqs <= 0) return;
   const cpu::IsaKernels& k = kernels_for(isa);
   const int32_t group = a.n_heads / a.n_kv_heads;
+  const int32_t per_item = tokens_per_item(group);
   // Work items: (sequence, block of query rows) x kv heads. With enough row blocks to keep
   // every thread busy (many decode sequences), one item takes all kv heads of its rows: the
   // heads of one token slot are adjacent in the pool, so one core streaming a sequence's K/V
   // head after head finds the later heads' lines already in its caches.
   int64_t row_blocks = 0;
   for (int32_t s = 0; s < a.n_seqs; ++s) {
-    row_blocks += (a.token_indptr[s + 1] - a.token_indptr[s] + kTokensPerItem - 1) / kTokensPerItem;
+    row_blocks += (a.token_indptr[s + 1] - a.token_indptr[s] + per_item - 1) / per_item;
   }
   const int32_t threads = pool != nullptr ? pool->size() : 1;
   const int32_t heads_per_item = row_blocks >= 4 * static_cast<int64_t>(threads) ? a.n_kv_heads : 1;
   thread_local std::vector<Item> items;
   items.clear();
   for (int32_t s = 0; s < a.n_seqs; ++s) {
-    for (int32_t r = a.token_indptr[s]; r < a.token_indptr[s + 1]; r += kTokensPerItem) {
-      const int32_t r1 = std::min(a.token_indptr[s + 1], r + kTokensPerItem);
+    for (int32_t r = a.token_indptr[s]; r < a.token_indptr[s + 1]; r += per_item) {
+      const int32_t r1 = std::min(a.token_indptr[s + 1], r + per_item);
       for (int32_t g = 0; g < a.n_kv_heads; g += heads_per_item) items.push_back({s, g, g + heads_per_item, r, r1});
     }
   }

@@ -380,8 +380,8 @@ void attend_group_nv(const AttnGroup& g) {
 
 #include "attention_hd8.inc"
 
-// head_dim 16, 32, 64 and 128 (the Llama family's) and the latent rows of multi-head latent
-// attention (272, 576: K/V in L1 rather than registers) get the explicit AVX-512 path, head_dim 8
+// head_dim 16, 32, 64 and 128 (the Llama family's), DeepSeek-V2's per-head keys (192) and the
+// latent rows of multi-head latent attention (272, 576: K/V in L1 rather than registers) get the explicit AVX-512 path, head_dim 8
 // its own (attention_hd8.inc), others the portable one.
 void attend_group_avx512(const AttnGroup& g) {
   if (g.softcap > 0.0f || g.window > 0) {  // the explicit kernels have neither
@@ -411,6 +411,7 @@ void attend_group_avx512(const AttnGroup& g) {
     case 32: by_dtype.template operator()<2>(); return;
     case 64: by_dtype.template operator()<4>(); return;
     case 128: by_dtype.template operator()<8>(); return;
+    case 192: by_dtype.template operator()<12>(); return;  // DeepSeek-V2 per-head keys (128 + 64): expanded MLA prefill
     case 272: by_dtype.template operator()<17>(); return;  // the MLA latent rows: 256 + 16 (test shapes)
     case 576: by_dtype.template operator()<36>(); return;  // 512 + 64 (DeepSeek-V2/V2-Lite/V3)
     default: attend_group(g); return;

@@ -212,6 +212,19 @@ TEST(PagedAttention, OnePlaneLatentRowsMatchReference) {
   }
 }
 
+// DeepSeek-V2's per-head keys (the expanded prefill of multi-head latent attention, and the
+// decompressed layout): head_dim 192 (the explicit AVX-512 path), no GQA (16 query tokens per
+// work item), prefill chunks of 17 and 100 rows and a decode row, every page dtype.
+TEST(PagedAttention, PerHeadKeysOf192MatchReference) {
+  ThreadPool pool(2);
+  for (KvDtype dt : {KvDtype::kF32, KvDtype::kF16, KvDtype::kInt8}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      if (!isa_supported(isa)) continue;
+      check(16, 4, 4, 192, isa, &pool, kRagged, dt);
+      check(5, 3, 3, 192, isa, nullptr, kRagged, dt);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace tessera::kernels

@@ -179,8 +179,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
       options.blend.cache_bytes < 0) {
     return make_error(ErrorCode::kInvalidArgument, "engine: blend needs check_layer >= 0, recompute_ratio in [0, 1], cache_bytes >= 0");
   }
+  if (options.mla_expand_rows < 0) {
+    return make_error(ErrorCode::kInvalidArgument, "engine: mla_expand_rows must be >= 0 (got " + std::to_string(options.mla_expand_rows) + ")");
+  }
   auto impl = std::make_unique<Impl>(model, std::move(pool), isa, threads);
   impl->backend.set_blend_config(options.blend);
+  impl->backend.set_mla_expand_rows(options.mla_expand_rows > 0 ? options.mla_expand_rows : CpuBackend::kMlaExpandRowsDefault);
   if (const size_t bytes = impl->backend.prepare_mla(); bytes > 0) {  // at load: an out-of-memory shows here, not mid-serving
     TS_LOG(kInfo) << "MLA latent cache: absorbed attn_kv_b in f32, " << (bytes >> 20) << " MiB (docs/models.md)";
   }

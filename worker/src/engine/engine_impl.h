@@ -42,7 +42,7 @@ struct MoeScratch {
 
 // Scratch of the multi-head latent attention (mla.cpp).
 struct MlaScratch {
-  std::vector<float> qa, kva, kvb, att_v, cos_sin, q_abs, att_lat;
+  std::vector<float> qa, kva, kvb, att_v, cos_sin, q_abs, att_lat, lat, kv_exp, att_exp;
   std::vector<kernels::MatmulArgs> uv_list;
 };
 
@@ -93,6 +93,13 @@ class CpuBackend final : public Backend {
   // Over the MLA latent cache: builds every layer's absorbed attn_kv_b (mla_absorbed) now, at
   // load, rather than on the first step that needs it; returns its bytes (0 for other models).
   size_t prepare_mla();
+  // Over the MLA latent cache: the fewest rows of one sequence in a step that take the expanded
+  // form (mla_expanded_attention) instead of the absorbed one; >= 1.
+  void set_mla_expand_rows(int32_t rows) { mla_expand_rows_ = rows; }
+  static constexpr int32_t kMlaExpandRowsDefault = 16;
+  // The most scratch the expanded form may use for one sequence's context (about 12,000 tokens
+  // of V2-Lite); longer contexts take the absorbed form.
+  static constexpr int64_t kMlaExpandMaxBytes = int64_t{512} << 20;
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }
@@ -136,8 +143,20 @@ class CpuBackend final : public Backend {
   // through attn_kv_b's K rows (q: [T, n_heads * head_dim] scratch) and returns each head's
   // output through attn_kv_b's V rows in att_v [T, n_heads * v_head_dim]. base: the step's
   // attention arguments (sequences, pages, scale).
+  // Sequences with at least mla_expand_rows_ rows in the step attend through
+  // mla_expanded_attention, runs of the others through mla_absorbed_attention.
   void mla_latent_attention(const LayerWeights& w, int32_t layer, const float* xn, int64_t T, const float* cs,
                             const kernels::PagedAttentionArgs& base, float* q, float* att_v);
+  // The absorbed form for sequences [s0, s1) of base (their rows of q / att_v, indices absolute):
+  // queries mapped into the latent space, attention over the latent rows (kv_lora_rank + rope
+  // values per key), each head's output through W_UV_h.
+  void mla_absorbed_attention(const LayerWeights& w, int32_t layer, const kernels::PagedAttentionArgs& base, int32_t s0,
+                              int32_t s1, const float* q, float* att_v);
+  // Sequence b of base: its context's latent rows (positions [0, start + rows)) expanded through
+  // attn_kv_b into per-head K [W_UK_h c, k_pe] and V W_UV_h c (one f32 scratch page, not the
+  // pool), then the ordinary paged attention with head_dim keys. The cache stays latent.
+  void mla_expanded_attention(const LayerWeights& w, int32_t layer, const kernels::PagedAttentionArgs& base, int32_t b,
+                              const float* q, float* att_v);
   void mla_q_latent(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* kva);
   // attn_kv_b of one layer split and dequantized for the absorbed form (built on first use, kept
   // for the backend's life: n_heads * kv_lora_rank * (key_length - rope_dim + value_length)
@@ -173,6 +192,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
   std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
+  int32_t mla_expand_rows_ = kMlaExpandRowsDefault;
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;

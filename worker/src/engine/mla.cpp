@@ -1,7 +1,8 @@
 // Multi-head latent attention (DeepSeek-V2) of the CPU forward pass, with llama.cpp's YaRN RoPE
 // on the rope part of each head: either the per-head Q, K and V decompressed from the latent
-// (CpuBackend::mla_qkv, the cache holds per-head K/V) or the absorbed form over a cache of
-// latent rows (CpuBackend::mla_latent_attention). See engine_impl.h.
+// (CpuBackend::mla_qkv, the cache holds per-head K/V) or attention over a cache of latent rows
+// (CpuBackend::mla_latent_attention): the absorbed form for few query rows (decode), per-head
+// K/V expanded on the fly from the context's latent rows for a prefill chunk. See engine_impl.h.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -152,8 +153,7 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
                                       const kernels::PagedAttentionArgs& base, float* q, float* att_v) {
   const ModelConfig& c = cfg_;
   MlaScratch& s = s_.mla;
-  const int64_t hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
-  const int64_t lora = c.kv_lora_rank, lw = lora + rope, q_dim = H * hd, qa_w = H * lw;
+  const int64_t lw = c.kv_lora_rank + c.rope_dim;
   const Tensor& kvb = w.attn_kv_b;
   float* kva = grow(s.kva, static_cast<size_t>(T * lw));
   mla_q_latent(w, xn, T, cs, q, kva);
@@ -161,15 +161,45 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   // Q8_K blocks for quantized weights), so that scores and values equal the decompressed
   // path's up to float rounding; k_pe is kept as computed.
   for (int64_t t = 0; t < T; ++t) {
-    kernels::round_as_matmul_input(kvb.dtype, kva + t * lw, lora);
+    kernels::round_as_matmul_input(kvb.dtype, kva + t * lw, c.kv_lora_rank);
     pool_.store(layer, s_.slots[static_cast<size_t>(t)], 0, kva + t * lw);
   }
+  // A sequence with at least mla_expand_rows_ rows in this step (a prefill chunk) attends over
+  // per-head K/V expanded from its context's latent rows; runs of the others (decode) take the
+  // absorbed form together.
+  // The expanded form's scratch (latent rows, their expansion, the K/V page) grows with the
+  // context: past kMlaExpandMaxBytes a chunk takes the absorbed form.
+  const int64_t per_token = 4 * (lw + int64_t{c.n_heads} * (2 * c.head_dim + c.head_dim - c.rope_dim + c.v_head_dim));
+  const int32_t* ip = base.token_indptr;
+  auto expand = [&](int32_t b) {
+    return ip[b + 1] - ip[b] >= mla_expand_rows_ && (base.start_pos[b] + ip[b + 1] - ip[b]) * per_token <= kMlaExpandMaxBytes;
+  };
+  for (int32_t s0 = 0; s0 < base.n_seqs;) {
+    int32_t s1 = s0 + 1;
+    if (expand(s0)) {
+      mla_expanded_attention(w, layer, base, s0, q, att_v);
+    } else {
+      while (s1 < base.n_seqs && !expand(s1)) ++s1;
+      mla_absorbed_attention(w, layer, base, s0, s1, q, att_v);
+    }
+    s0 = s1;
+  }
+}
 
-  // Absorbed queries [T, H, lw]: q_lat = W_UK_h^T q_nope (W_UK_h: head h's k_nope rows of
-  // attn_kv_b, [nope, lora]), then q_pe. Score q_lat . c + q_pe . k_pe = q_nope . (W_UK_h c) + q_pe . k_pe.
+void CpuBackend::mla_absorbed_attention(const LayerWeights& w, int32_t layer, const kernels::PagedAttentionArgs& base,
+                                        int32_t s0, int32_t s1, const float* q, float* att_v) {
+  const ModelConfig& c = cfg_;
+  MlaScratch& s = s_.mla;
+  const int64_t hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
+  const int64_t lora = c.kv_lora_rank, lw = lora + rope, q_dim = H * hd, qa_w = H * lw;
+  const int64_t r0 = base.token_indptr[s0], r1 = base.token_indptr[s1], n = r1 - r0;
+  const int64_t T = base.token_indptr[base.n_seqs];
+
+  // Absorbed queries [T, H, lw] (rows r0..r1): q_lat = W_UK_h^T q_nope (W_UK_h: head h's k_nope
+  // rows of attn_kv_b, [nope, lora]), then q_pe. Score q_lat . c + q_pe . k_pe = q_nope . (W_UK_h c) + q_pe . k_pe.
   const MlaAbsorbed& ab = mla_absorbed(layer, w);
   float* qa = grow(s.q_abs, static_cast<size_t>(T * qa_w));
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = r0; t < r1; ++t) {
     for (int64_t h = 0; h < H; ++h) {
       std::memcpy(qa + t * qa_w + h * lw + lora, q + t * q_dim + h * hd + nope, static_cast<size_t>(rope) * sizeof(float));
     }
@@ -178,11 +208,12 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   list.clear();
   for (int64_t h = 0; h < H; ++h) {
     list.push_back({.w_type = DType::kF32, .w = ab.uk_t.data() + h * lora * nope, .rows = lora, .cols = nope,
-                    .x = q + h * hd, .x_stride = q_dim, .n = T, .y = qa + h * lw, .y_stride = qa_w});
+                    .x = q + r0 * q_dim + h * hd, .x_stride = q_dim, .n = n, .y = qa + r0 * qa_w + h * lw, .y_stride = qa_w});
   }
   kernels::matmul_batch(list, threads_.get(), isa_);
 
-  // Attention over the latent rows: one kv head of lw values, each row its own V.
+  // Attention over the latent rows: one kv head of lw values, each row its own V. The run's
+  // sequences: the step's arrays from s0 on (row indices stay absolute).
   float* out = grow(s.att_lat, static_cast<size_t>(T * qa_w));
   kernels::PagedAttentionArgs a = base;
   a.q = qa;
@@ -194,6 +225,10 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   a.kv_planes = 1;
   a.n_kv_heads = 1;
   a.head_dim = static_cast<int32_t>(lw);
+  a.n_seqs = s1 - s0;
+  a.token_indptr = base.token_indptr + s0;
+  a.start_pos = base.start_pos + s0;
+  a.page_indptr = base.page_indptr + s0;
   kernels::paged_attention(a, threads_.get(), isa_);
 
   // Each head's latent output (its first lora values; the rest is the weighted k_pe) through
@@ -202,9 +237,75 @@ void CpuBackend::mla_latent_attention(const LayerWeights& w, int32_t layer, cons
   list.clear();
   for (int64_t h = 0; h < H; ++h) {
     list.push_back({.w_type = DType::kF32, .w = ab.uv.data() + h * vd * lora, .rows = vd, .cols = lora,
-                    .x = out + h * lw, .x_stride = qa_w, .n = T, .y = att_v + h * vd, .y_stride = H * vd});
+                    .x = out + r0 * qa_w + h * lw, .x_stride = qa_w, .n = n, .y = att_v + r0 * H * vd + h * vd, .y_stride = H * vd});
   }
   kernels::matmul_batch(list, threads_.get(), isa_);
+}
+
+void CpuBackend::mla_expanded_attention(const LayerWeights& w, int32_t layer, const kernels::PagedAttentionArgs& base,
+                                        int32_t b, const float* q, float* att_v) {
+  const ModelConfig& c = cfg_;
+  MlaScratch& s = s_.mla;
+  const int64_t hd = c.head_dim, H = c.n_heads, rope = c.rope_dim, nope = hd - rope, vd = c.v_head_dim;
+  const int64_t lora = c.kv_lora_rank, lw = lora + rope, q_dim = H * hd, kvb_w = H * (nope + vd);
+  const int32_t r0 = base.token_indptr[b], n = base.token_indptr[b + 1] - r0;
+  const int32_t L = base.start_pos[b] + n;  // the context: positions [0, L), this step's rows included
+  const int32_t ps = base.page_size;
+  const int32_t* pages = base.page_ids + base.page_indptr[b];
+
+  // The context's latent rows [L, lw] (decoded from the page dtype), then one matmul through
+  // attn_kv_b (its own type and kernel, as the decompressed layout computes K and V).
+  float* lat = grow(s.lat, static_cast<size_t>(L) * static_cast<size_t>(lw));
+  for (int32_t p = 0; p < L; ++p) pool_.load(layer, int64_t{pages[p / ps]} * ps + p % ps, 0, lat + p * lw);
+  float* kvb = grow(s.kvb, static_cast<size_t>(L) * static_cast<size_t>(kvb_w));
+  kernels::matmul({.w_type = w.attn_kv_b.dtype, .w = w.attn_kv_b.data, .rows = w.attn_kv_b.rows, .cols = w.attn_kv_b.cols,
+                   .x = lat, .x_stride = lw, .n = L, .y = kvb, .y_stride = kvb_w},
+                  pool_for(w.attn_kv_b), isa_for(w.attn_kv_b));
+
+  // One f32 page of L tokens in the decompressed layout [K plane, V plane][L][H][hd]: K = [W_UK_h c,
+  // k_pe], V = W_UV_h c zero-padded to hd.
+  const int64_t plane = static_cast<int64_t>(L) * q_dim;
+  float* kv = grow(s.kv_exp, static_cast<size_t>(2 * plane));
+  threads_->parallel_for((L + 15) / 16, [&](int64_t blk) {
+    for (int64_t t = blk * 16; t < std::min<int64_t>(L, blk * 16 + 16); ++t) {
+      const float* kpe = lat + t * lw + lora;
+      for (int64_t h = 0; h < H; ++h) {
+        const float* src = kvb + t * kvb_w + h * (nope + vd);
+        float* kh = kv + t * q_dim + h * hd;
+        float* vh = kv + plane + t * q_dim + h * hd;
+        std::memcpy(kh, src, static_cast<size_t>(nope) * sizeof(float));
+        std::memcpy(kh + nope, kpe, static_cast<size_t>(rope) * sizeof(float));
+        std::memcpy(vh, src + nope, static_cast<size_t>(vd) * sizeof(float));
+        std::fill(vh + vd, vh + hd, 0.0f);
+      }
+    }
+  });
+
+  const int32_t token_indptr[2] = {0, n}, page_indptr[2] = {0, 1}, page_ids[1] = {0};
+  float* out = grow(s.att_exp, static_cast<size_t>(n) * static_cast<size_t>(q_dim));
+  kernels::PagedAttentionArgs a = base;
+  a.q = q + static_cast<int64_t>(r0) * q_dim;
+  a.q_stride = q_dim;
+  a.out = out;
+  a.out_stride = q_dim;
+  a.kv = kv;
+  a.kv_dtype = kernels::KvDtype::kF32;
+  a.kv_planes = 2;
+  a.page_size = L;
+  a.n_heads = static_cast<int32_t>(H);
+  a.n_kv_heads = static_cast<int32_t>(H);
+  a.head_dim = static_cast<int32_t>(hd);
+  a.n_seqs = 1;
+  a.token_indptr = token_indptr;
+  a.start_pos = base.start_pos + b;
+  a.page_indptr = page_indptr;
+  a.page_ids = page_ids;
+  kernels::paged_attention(a, threads_.get(), isa_);
+  for (int64_t t = 0; t < n; ++t) {  // each head's first vd outputs (the rest is V's padding)
+    for (int64_t h = 0; h < H; ++h) {
+      std::memcpy(att_v + (r0 + t) * H * vd + h * vd, out + t * q_dim + h * hd, static_cast<size_t>(vd) * sizeof(float));
+    }
+  }
 }
 
 }  // namespace tessera::worker

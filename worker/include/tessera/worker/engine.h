@@ -41,6 +41,10 @@ struct EngineOptions {
   int32_t threads = 0;               // 0 = std::thread::hardware_concurrency()
   std::optional<kernels::Isa> isa;   // kernel path; default kernels::detect_isa()
   BlendConfig blend;                 // CacheBlend (blend.h): Backend::blend_prefill
+  // Multi-head latent attention over the latent cache: a sequence with at least this many rows
+  // in a step (a prefill chunk) attends over per-head K/V expanded from its latent rows, fewer
+  // rows (decode) take the absorbed form (docs/models.md). 0 = the measured default; >= 0.
+  int32_t mla_expand_rows = 0;
 };
 
 class StepExecutor;
