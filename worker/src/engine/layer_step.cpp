@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine_impl.h"
+#include "tessera/kernels/activation.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/ops.h"
 
@@ -85,13 +86,21 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
       kernels::matmul(gate_up[0], pool_for(w.w_gate), isa_for(w.w_gate));
       kernels::matmul(gate_up[1], pool_for(w.w_up), isa_for(w.w_up));
     }
-    const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
+    const bool gelu = c.ffn_act == FfnActivation::kGeluTanh;
+    const kernels::Isa isa = isa_;
+    auto act = [&](int64_t t0, int64_t n) {  // SwiGLU on the backend's SIMD path (activation.h), GeGLU portable
+      float* g = gate + t0 * hidden;
+      const float* u = up + t0 * hidden;
+      if (gelu) {
+        kernels::gelu_tanh_mul(g, hidden, u, hidden, g, hidden, n, hidden);
+      } else {
+        kernels::swiglu(g, hidden, u, hidden, g, hidden, n, hidden, isa);
+      }
+    };
     if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
-      threads_->parallel_for(T, [&](int64_t t) {
-        act(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
-      });
+      threads_->parallel_for(T, [&](int64_t t) { act(t, 1); });
     } else {
-      act(gate, hidden, up, hidden, gate, hidden, T, hidden);
+      act(0, T);
     }
     linear(w.w_down, gate, hidden, o, dim, T);
   }
