@@ -64,6 +64,12 @@ struct BlendScratch {
   std::vector<uint8_t> keep;
 };
 
+// Where CpuBackend::attention_qkv writes each row's K and V (its own pool, this layer's slots).
+struct KvStore {
+  int32_t layer = -1;
+  const int64_t* slots = nullptr;  // [T] distinct slots, or nullptr: nothing stored
+};
+
 // What a row of a blended prefill is (blend.h): computed in every layer, exact reused K/V (never
 // computed), or reused K/V that the check layer may select for recompute.
 enum class BlendRole : uint8_t { kNew, kExact, kReused };
@@ -112,6 +118,17 @@ class CpuBackend final : public Backend {
   // thread_share of the threads (created on first use) and its kernel path.
   kernels::ThreadPool* pool_for(const Tensor& w);
   kernels::Isa isa_for(const Tensor& w) const;
+  // fn(t) for every row t in [0, T): one parallel region over the rows on threads_ when T >= 4
+  // (a many-sequence decode step, where serial row work would leave the other threads spinning),
+  // inline otherwise. Rows must be independent; each is computed the same way either way (exact).
+  template <class F>
+  void for_rows(int64_t T, F&& fn) {
+    if (T >= 4 && threads_->size() > 1) {
+      threads_->parallel_for(T, fn);
+    } else {
+      for (int64_t t = 0; t < T; ++t) fn(t);
+    }
+  }
 
   // The per-layer steps shared by the forward pass (run) and CacheBlend's layer loop
   // (blend_layers), over T rows of stride dim (layer_step.cpp): a family feature added here
@@ -123,8 +140,10 @@ class CpuBackend final : public Backend {
   // q [T, n_heads * head_dim], k and v [T, n_kv_heads * head_dim] of the normalized rows xn: the
   // projections (one parallel region; mla_qkv for MLA's decompressed form), biases, per-head Q/K
   // RMSNorm (qk_norm) and RoPE with cs (rope_table's rows of the T positions; MLA rotates its rope
-  // parts in mla_qkv).
-  void attention_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v);
+  // parts in mla_qkv). With store.slots, row t's K and V are then written to pool_'s slot
+  // store.slots[t] of layer store.layer (in the same parallel region as the rotation).
+  void attention_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k, float* v,
+                     KvStore store = {});
   // The rest of layer `layer` once attention's output projection is in o [T, dim]: x += post_norm(o),
   // then the MLP block x += post_norm(mlp(rmsnorm(x))) (dense or mixture of experts). xn, o, gate,
   // up: scratch of [T, dim] / [T, hidden_dim] floats.

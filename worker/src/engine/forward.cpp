@@ -100,19 +100,14 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = model.layers[static_cast<size_t>(l)];
     // Attention block.
-    kernels::rmsnorm(x, dim, w.attn_norm.f32(), xn, dim, T, dim, c.rms_eps);
+    for_rows(T, [&](int64_t t) { kernels::rmsnorm(x + t * dim, dim, w.attn_norm.f32(), xn + t * dim, dim, 1, dim, c.rms_eps); });
     if (c.is_mla() && pool.planes() == 1) {  // the latent cache: absorbed attention (mla.cpp)
       const int64_t vw = static_cast<int64_t>(c.n_heads) * c.v_head_dim;
       float* att_v = grow(s.mla.att_v, static_cast<size_t>(T * vw));
       mla_latent_attention(w, l, xn, T, cs, att_base, q, att_v);
       linear(w.wo, att_v, vw, o, dim, T);
     } else {
-      attention_qkv(w, xn, T, cs, q, k, v);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t slot = s.slots[static_cast<size_t>(t)];
-        pool.store(l, slot, 0, k + t * kv_dim);
-        pool.store(l, slot, 1, v + t * kv_dim);
-      }
+      attention_qkv(w, xn, T, cs, q, k, v, {.layer = l, .slots = s.slots.data()});  // K/V into the pool, row by row
       kernels::PagedAttentionArgs a = att_base;
       a.kv = pool.layer_data(l);
       a.kv_dtype = pool.dtype();

@@ -1,5 +1,7 @@
 #include "tessera/worker/kv_pool.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -57,9 +59,14 @@ Result<KvPool> KvPool::create(const ModelConfig& model, const PoolConfig& config
   p.layer_bytes_ = static_cast<size_t>(p.config_.num_pages) * static_cast<size_t>(p.layout_.planes) *
                    static_cast<size_t>(config.page_size) * p.token_bytes_;
   const size_t total = p.layer_bytes_ * static_cast<size_t>(model.n_layers);
-  const size_t alloc = (total + 63) / 64 * 64;
-  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, alloc)));
+  // A pool of a few MiB or more sits on 2 MiB boundaries and asks for transparent huge pages
+  // (the usual THP setting is "madvise"): attention reads a sequence's pages scattered over the
+  // whole pool, and with 4 KiB pages every 16-key block of K and V was a handful of TLB misses.
+  const size_t align = total >= (size_t{4} << 20) ? size_t{2} << 20 : 64;
+  const size_t alloc = (total + align - 1) / align * align;
+  p.data_.reset(static_cast<uint8_t*>(std::aligned_alloc(align, alloc)));
   if (!p.data_) return make_error(ErrorCode::kResourceExhausted, "kv pool: cannot allocate " + std::to_string(alloc) + " bytes");
+  if (align > 64) (void)madvise(p.data_.get(), alloc, MADV_HUGEPAGE);  // advisory: 4 KiB pages if refused
   std::memset(p.data_.get(), 0, alloc);
   return p;
 }

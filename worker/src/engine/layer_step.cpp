@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine_impl.h"
+#include "tessera/kernels/activation.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/ops.h"
 
@@ -32,7 +33,7 @@ void CpuBackend::embed(std::span<const int32_t> tokens, float* x) {
 }
 
 void CpuBackend::attention_qkv(const LayerWeights& w, const float* xn, int64_t T, const float* cs, float* q, float* k,
-                               float* v) {
+                               float* v, KvStore store) {
   const ModelConfig& c = cfg_;
   const int64_t dim = c.dim, hd = c.head_dim;
   const int64_t q_dim = static_cast<int64_t>(c.n_heads) * hd, kv_dim = static_cast<int64_t>(c.n_kv_heads) * hd;
@@ -51,29 +52,42 @@ void CpuBackend::attention_qkv(const LayerWeights& w, const float* xn, int64_t T
       for (size_t i = 0; i < 3; ++i) kernels::matmul(qkv[i], pool_for(*ws[i]), isa_for(*ws[i]));
     }
   }
-  if (c.attn_bias) {
-    add_bias(w.bq, q, q_dim, T);
-    add_bias(w.bk, k, kv_dim, T);
-    add_bias(w.bv, v, kv_dim, T);
-  }
-  if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
-    kernels::rmsnorm(q, hd, w.attn_q_norm.f32(), q, hd, T * c.n_heads, hd, c.rms_eps);
-    kernels::rmsnorm(k, hd, w.attn_k_norm.f32(), k, hd, T * c.n_kv_heads, hd, c.rms_eps);
-  }
-  if (!c.is_mla()) {
-    const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
-    kernels::rope(q, q_dim, T, c.n_heads, hd, cs, interleaved);
-    kernels::rope(k, kv_dim, T, c.n_kv_heads, hd, cs, interleaved);
-  }
+  const bool interleaved = c.rope_layout == RopeLayout::kInterleaved;
+  for_rows(T, [&](int64_t t) {  // token t's biases, per-head norms, rotation and K/V store
+    float* qt = q + t * q_dim;
+    float* kt = k + t * kv_dim;
+    float* vt = v + t * kv_dim;
+    if (c.attn_bias) {
+      add_bias(w.bq, qt, q_dim, 1);
+      add_bias(w.bk, kt, kv_dim, 1);
+      add_bias(w.bv, vt, kv_dim, 1);
+    }
+    if (c.qk_norm) {  // per head: rows of head_dim (llama.cpp's build_qwen3: RMSNorm before RoPE)
+      kernels::rmsnorm(qt, hd, w.attn_q_norm.f32(), qt, hd, c.n_heads, hd, c.rms_eps);
+      kernels::rmsnorm(kt, hd, w.attn_k_norm.f32(), kt, hd, c.n_kv_heads, hd, c.rms_eps);
+    }
+    if (!c.is_mla()) {  // MLA rotates its rope parts in mla_qkv
+      kernels::rope(qt, q_dim, 1, c.n_heads, hd, cs + t * hd, interleaved);
+      kernels::rope(kt, kv_dim, 1, c.n_kv_heads, hd, cs + t * hd, interleaved);
+    }
+    if (store.slots != nullptr) {  // distinct slots: the rows write disjoint bytes
+      pool_.store(store.layer, store.slots[t], 0, kt);
+      pool_.store(store.layer, store.slots[t], 1, vt);
+    }
+  });
 }
 
 void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t T, float* x, float* xn, float* o,
                                   float* gate, float* up, MoeScratch& moe) {
   const ModelConfig& c = cfg_;
   const int64_t dim = c.dim, hidden = c.hidden_dim;
-  if (c.post_norms) kernels::rmsnorm(o, dim, w.attn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
-  kernels::add_inplace(x, o, T * dim);
-  kernels::rmsnorm(x, dim, w.ffn_norm.f32(), xn, dim, T, dim, c.rms_eps);
+  for_rows(T, [&](int64_t t) {  // x += post_norm(o); xn = rmsnorm(x), row by row
+    float* ot = o + t * dim;
+    float* xt = x + t * dim;
+    if (c.post_norms) kernels::rmsnorm(ot, dim, w.attn_post_norm.f32(), ot, dim, 1, dim, c.rms_eps);
+    kernels::add_inplace(xt, ot, dim);
+    kernels::rmsnorm(xt, dim, w.ffn_norm.f32(), xn + t * dim, dim, 1, dim, c.rms_eps);
+  });
   if (c.layer_is_moe(layer)) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
     moe_ffn(c, w, xn, T, o, moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
   } else {
@@ -85,18 +99,29 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
       kernels::matmul(gate_up[0], pool_for(w.w_gate), isa_for(w.w_gate));
       kernels::matmul(gate_up[1], pool_for(w.w_up), isa_for(w.w_up));
     }
-    const auto act = c.ffn_act == FfnActivation::kGeluTanh ? kernels::gelu_tanh_mul : kernels::silu_mul;
-    if (T >= 4) {  // rows in parallel: exact, and a visible share of a many-sequence decode step
-      threads_->parallel_for(T, [&](int64_t t) {
-        act(gate + t * hidden, hidden, up + t * hidden, hidden, gate + t * hidden, hidden, 1, hidden);
-      });
+    const bool gelu = c.ffn_act == FfnActivation::kGeluTanh;
+    const kernels::Isa isa = isa_;
+    auto act = [&](int64_t t0, int64_t n) {  // SwiGLU on the backend's SIMD path (activation.h), GeGLU portable
+      float* g = gate + t0 * hidden;
+      const float* u = up + t0 * hidden;
+      if (gelu) {
+        kernels::gelu_tanh_mul(g, hidden, u, hidden, g, hidden, n, hidden);
+      } else {
+        kernels::swiglu(g, hidden, u, hidden, g, hidden, n, hidden, isa);
+      }
+    };
+    if (T >= 4) {
+      for_rows(T, [&](int64_t t) { act(t, 1); });
     } else {
-      act(gate, hidden, up, hidden, gate, hidden, T, hidden);
+      act(0, T);
     }
     linear(w.w_down, gate, hidden, o, dim, T);
   }
-  if (c.post_norms) kernels::rmsnorm(o, dim, w.ffn_post_norm.f32(), o, dim, T, dim, c.rms_eps);
-  kernels::add_inplace(x, o, T * dim);
+  for_rows(T, [&](int64_t t) {
+    float* ot = o + t * dim;
+    if (c.post_norms) kernels::rmsnorm(ot, dim, w.ffn_post_norm.f32(), ot, dim, 1, dim, c.rms_eps);
+    kernels::add_inplace(x + t * dim, ot, dim);
+  });
 }
 
 std::span<float> CpuBackend::logits_of(const float* x, std::span<const int32_t> rows, std::vector<float>& normed,
@@ -105,10 +130,10 @@ std::span<float> CpuBackend::logits_of(const float* x, std::span<const int32_t> 
   const int64_t dim = c.dim, n = static_cast<int64_t>(rows.size());
   if (n == 0) return {};
   float* xr = grow(normed, static_cast<size_t>(n * dim));
-  for (int64_t i = 0; i < n; ++i) {
+  for_rows(n, [&](int64_t i) {
     kernels::rmsnorm(x + static_cast<int64_t>(rows[static_cast<size_t>(i)]) * dim, dim, model_.final_norm.f32(), xr + i * dim,
                      dim, 1, dim, c.rms_eps);
-  }
+  });
   float* out = grow(logits, static_cast<size_t>(n * c.vocab_size));
   kernels::matmul({.w_type = model_.output.dtype, .w = model_.output.data, .rows = c.vocab_size, .cols = dim, .x = xr,
                    .x_stride = dim, .n = n, .y = out, .y_stride = c.vocab_size},
