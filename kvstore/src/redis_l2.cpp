@@ -300,6 +300,54 @@ Result<std::optional<std::string>> RedisL2::get(const BlobKey& key) {
   return std::optional<std::string>(std::move(blob).value());
 }
 
+std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<const BlobKey> keys) {
+  std::vector<Result<std::optional<std::string>>> out;
+  out.reserve(keys.size());
+  if (keys.empty()) return out;
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  for (const BlobKey& k : keys) {
+    if (Status v = validate_key(k); !v.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), v.error());
+    names.push_back(signer_.redis_key(k));
+  }
+  auto conn = acquire();
+  if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
+  std::vector<std::string_view> argv{"MGET"};
+  argv.insert(argv.end(), names.begin(), names.end());
+  Reply r = command(conn->get(), argv);  // one round trip for every key
+  if (Status st = conn->check(r, "get"); !st.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), st.error());
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != keys.size()) {
+    errors_.fetch_add(1);
+    return std::vector<Result<std::optional<std::string>>>(
+        keys.size(), Error{ErrorCode::kCorruptFile, "redis MGET answered " + std::to_string(r->elements) + " values for " +
+                                                        std::to_string(keys.size()) + " keys"});
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const redisReply* e = r->element[i];
+    if (e->type == REDIS_REPLY_NIL) {  // absent, or not a string (MGET answers nil for those)
+      misses_.fetch_add(1);
+      out.emplace_back(std::optional<std::string>());
+      continue;
+    }
+    if (e->type != REDIS_REPLY_STRING) {
+      errors_.fetch_add(1);
+      out.emplace_back(make_error(ErrorCode::kCorruptFile, "redis value for a kv key is not a string"));
+      continue;
+    }
+    bytes_read_.fetch_add(e->len);
+    auto blob = signer_.open(keys[i], std::string_view(e->str, e->len));
+    if (!blob.ok()) {
+      mac_failures_.fetch_add(1);
+      TS_LOG(kWarn) << "user=" << keys[i].user << " | rejected L2 value: " << blob.error().message;
+      out.emplace_back(blob.take_error());
+      continue;
+    }
+    hits_.fetch_add(1);
+    out.emplace_back(std::optional<std::string>(std::move(blob).value()));
+  }
+  return out;
+}
+
 Result<bool> RedisL2::exists(const BlobKey& key) {
   TS_TRY(validate_key(key));
   TS_ASSIGN_OR_RETURN(Conn conn, acquire());
