@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kv_error.h"
 #include "synthetic_kv.h"
 #include "tessera/common/config.h"
@@ -98,7 +100,34 @@ void latency_rows(const char* tier, Client& c, const std::string& blob, int iter
 
 // get_many of `keys` page-sized blobs with a cold L1 (the service's L1 is off): every key is an
 // L1 miss fetched from Redis (before pipelining: one GET round trip each; now one MGET per shard).
-void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters) {
+double process_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// utime + stime of another process (/proc/PID/stat), ms; 0 when unreadable.
+double other_cpu_ms(long pid) {
+  if (pid <= 0) return 0.0;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0.0;
+  char buf[1024] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* p = std::strrchr(buf, ')');  // fields after the command name
+  if (n == 0 || p == nullptr) return 0.0;
+  unsigned long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return 0.0;
+  return static_cast<double>(utime + stime) * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+long redis_pid(const tessera::testing::RedisServer& r) {
+  const std::string info = r.command({"INFO", "server"});
+  const size_t at = info.find("process_id:");
+  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + 11);
+}
+
+void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters, long redis) {
   std::vector<std::string> hashes;
   for (int i = 0; i < keys; ++i) {
     hashes.push_back("page" + std::to_string(i));
@@ -108,6 +137,7 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
     }
   }
   std::vector<double> wall;
+  const double cpu0 = process_cpu_ms(), redis0 = other_cpu_ms(redis);
   for (int i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
     auto g = c.get_many(0x135, "offload", hashes);
@@ -117,21 +147,23 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
       std::exit(1);
     }
   }
+  const double cpu = (process_cpu_ms() - cpu0) / iters, redis_cpu = (other_cpu_ms(redis) - redis0) / iters;
   const Stats w = summarize(wall);
-  std::printf("| %s | %d x %.1f KB | %.2f | %.2f | %.3f |\n", what, keys, static_cast<double>(blob.size()) / 1e3, w.p50, w.p99,
-              w.p50 / keys);
+  std::printf("| %s | %d x %.1f KB | %.2f | %.2f | %.2f | %.2f |\n", what, keys, static_cast<double>(blob.size()) / 1e3, w.p50,
+              w.p99, cpu, redis_cpu);
 }
 
 // Offload-sized pages (16 tokens) fetched by one get_many, as a worker's reload does.
-void get_many_table(Client& c, int keys, int iters) {
+void get_many_table(Client& c, int keys, int iters, long redis) {
   const std::string small =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {5, 16, 4, 8}, 0x135, 7), {.codec = Codec::kZstd}).value();
   const std::string page =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {30, 16, 3, 64}, 0x135, 8), {.codec = Codec::kInt8}).value();
   std::printf("\nget_many with a cold L1 (L1 off, one Redis; %d iterations, ms)\n\n", iters);
-  std::printf("| page | keys x blob | p50 | p99 | p50 per key |\n|---|---|---|---|---|\n");
-  get_many_rows("stories260K-sized, zstd", c, small, keys, iters);
-  get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters);
+  std::printf("| page | keys x blob | wall p50 | wall p99 | CPU ms per call (client + kvstore threads) | redis-server CPU ms per call |\n"
+              "|---|---|---|---|---|---|\n");
+  get_many_rows("stories260K-sized, zstd", c, small, keys, iters, redis);
+  get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters, redis);
 }
 
 }  // namespace
@@ -176,7 +208,7 @@ int main(int argc, char** argv) {
     sc.secret = "bench-secret";
     LocalService svc(std::move(sc));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
-    get_many_table(*c, args.get_many_keys, iters);
+    get_many_table(*c, args.get_many_keys, iters, redis_pid(*r));
     return 0;
   }
   const KvShape shape{30, tokens, 3, 64};
@@ -252,7 +284,7 @@ int main(int argc, char** argv) {
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);
-    get_many_table(*c, args.get_many_keys, iters);
+    get_many_table(*c, args.get_many_keys, iters, redis_pid(*r));
   }
   return 0;
 }

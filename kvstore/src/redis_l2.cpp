@@ -312,30 +312,36 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   }
   auto conn = acquire();
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
-  std::vector<std::string_view> argv{"MGET"};
-  argv.insert(argv.end(), names.begin(), names.end());
-  Reply r = command(conn->get(), argv);  // one round trip for every key
-  if (Status st = conn->check(r, "get"); !st.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), st.error());
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != keys.size()) {
-    errors_.fetch_add(1);
-    return std::vector<Result<std::optional<std::string>>>(
-        keys.size(), Error{ErrorCode::kCorruptFile, "redis MGET answered " + std::to_string(r->elements) + " values for " +
-                                                        std::to_string(keys.size()) + " keys"});
+  // Pipelined: every GET written at once, then the replies read in order (one round trip).
+  for (const std::string& name : names) {
+    const char* argv[2] = {"GET", name.data()};
+    const size_t lens[2] = {3, name.size()};
+    redisAppendCommandArgv(conn->get(), 2, argv, lens);
   }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const redisReply* e = r->element[i];
-    if (e->type == REDIS_REPLY_NIL) {  // absent, or not a string (MGET answers nil for those)
+  for (size_t i = 0; i < keys.size(); ++i) {  // each reply as get() reads it, freed before the next
+    void* raw = nullptr;
+    if (redisGetReply(conn->get(), &raw) != REDIS_OK) raw = nullptr;
+    const Reply r(static_cast<redisReply*>(raw));
+    if (Status st = conn->check(r, "get"); !st.ok()) {
+      if (r == nullptr) {  // connection gone: this key and the rest are unavailable
+        out.resize(keys.size(), st.error());
+        return out;
+      }
+      out.emplace_back(st.take_error());
+      continue;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
       misses_.fetch_add(1);
       out.emplace_back(std::optional<std::string>());
       continue;
     }
-    if (e->type != REDIS_REPLY_STRING) {
+    if (r->type != REDIS_REPLY_STRING) {
       errors_.fetch_add(1);
       out.emplace_back(make_error(ErrorCode::kCorruptFile, "redis value for a kv key is not a string"));
       continue;
     }
-    bytes_read_.fetch_add(e->len);
-    auto blob = signer_.open(keys[i], std::string_view(e->str, e->len));
+    bytes_read_.fetch_add(r->len);
+    auto blob = signer_.open(keys[i], std::string_view(r->str, r->len));
     if (!blob.ok()) {
       mac_failures_.fetch_add(1);
       TS_LOG(kWarn) << "user=" << keys[i].user << " | rejected L2 value: " << blob.error().message;

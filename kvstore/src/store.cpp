@@ -196,7 +196,9 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
       }
       auto blob = std::make_shared<const std::string>(std::move(*got[j].value()));
       const Status promoted = l1_.put(from_l2[j], blob, Clock::now() + std::chrono::seconds(config_.default_ttl_s));
-      if (!promoted.ok()) TS_LOG(kDebug) << "user=" << from_l2[j].user << " | L2 hit not promoted: " << promoted.error().message;
+      if (!promoted.ok()) {
+        TS_LOG(kDebug) << "user=" << from_l2[j].user << " | L2 hit not promoted: " << promoted.error().message;
+      }
       l2_hits_.fetch_add(1);
       get_bytes_.fetch_add(blob->size());
       window[at[j]] = GetResult{std::move(blob), Tier::kL2};
