@@ -3,12 +3,15 @@
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "tessera/common/log.h"
 
 namespace tessera::kvstore {
 namespace {
+
+constexpr uint64_t kGetManyInFlightBytes = uint64_t{1} << 20;  // get_many: replies in flight, about
 
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
@@ -312,16 +315,27 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   }
   auto conn = acquire();
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
-  // Pipelined: every GET written at once, then the replies read in order (one round trip).
-  for (const std::string& name : names) {
-    const char* argv[2] = {"GET", name.data()};
-    const size_t lens[2] = {3, name.size()};
-    redisAppendCommandArgv(conn->get(), 2, argv, lens);
-  }
+  // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
+  // ones are appended (written with the next read). The window holds about kGetManyInFlightBytes
+  // of replies (the mean value size so far decides; 16 before the first reply): many small values
+  // go in about one round trip, large ones are not all queued in Redis's output buffer at once.
+  size_t sent = 0, window = 16;
+  uint64_t value_bytes = 0;
+  auto send_upto = [&](size_t answered) {
+    for (; sent < keys.size() && sent < answered + window; ++sent) {
+      const char* argv[2] = {"GET", names[sent].data()};
+      const size_t lens[2] = {3, names[sent].size()};
+      redisAppendCommandArgv(conn->get(), 2, argv, lens);
+    }
+  };
+  send_upto(0);
   for (size_t i = 0; i < keys.size(); ++i) {  // each reply as get() reads it, freed before the next
     void* raw = nullptr;
     if (redisGetReply(conn->get(), &raw) != REDIS_OK) raw = nullptr;
     const Reply r(static_cast<redisReply*>(raw));
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
+    window = std::clamp<size_t>(kGetManyInFlightBytes / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
+    send_upto(i + 1);
     if (Status st = conn->check(r, "get"); !st.ok()) {
       if (r == nullptr) {  // connection gone: this key and the rest are unavailable
         out.resize(keys.size(), st.error());
