@@ -121,13 +121,18 @@ double other_cpu_ms(long pid) {
   return static_cast<double>(utime + stime) * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-long redis_pid(const tessera::testing::RedisServer& r) {
-  const std::string info = r.command({"INFO", "server"});
-  const size_t at = info.find("process_id:");
-  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + 11);
+// A numeric field of redis INFO (e.g. "process_id", "total_reads_processed"); 0 when absent.
+long redis_info(const tessera::testing::RedisServer& r, const char* section, const std::string& field) {
+  const std::string info = r.command({"INFO", section});
+  const size_t at = info.find(field + ":");
+  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + field.size() + 1);
 }
 
-void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters, long redis) {
+// Redis read events per call (total_reads_processed: one per batch of commands read from a
+// socket, so about the round trips) and CPU, besides the wall time.
+void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters,
+                   const tessera::testing::RedisServer& rs) {
+  const long redis = redis_info(rs, "server", "process_id");
   std::vector<std::string> hashes;
   for (int i = 0; i < keys; ++i) {
     hashes.push_back("page" + std::to_string(i));
@@ -137,6 +142,7 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
     }
   }
   std::vector<double> wall;
+  const long reads0 = redis_info(rs, "stats", "total_reads_processed");
   const double cpu0 = process_cpu_ms(), redis0 = other_cpu_ms(redis);
   for (int i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
@@ -148,20 +154,21 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
     }
   }
   const double cpu = (process_cpu_ms() - cpu0) / iters, redis_cpu = (other_cpu_ms(redis) - redis0) / iters;
+  const double reads = static_cast<double>(redis_info(rs, "stats", "total_reads_processed") - reads0 - 1) / iters;  // less INFO's own
   const Stats w = summarize(wall);
-  std::printf("| %s | %d x %.1f KB | %.2f | %.2f | %.2f | %.2f |\n", what, keys, static_cast<double>(blob.size()) / 1e3, w.p50,
-              w.p99, cpu, redis_cpu);
+  std::printf("| %s | %d x %.1f KB | %.1f | %.2f | %.2f | %.2f | %.2f |\n", what, keys, static_cast<double>(blob.size()) / 1e3,
+              reads, w.p50, w.p99, cpu, redis_cpu);
 }
 
 // Offload-sized pages (16 tokens) fetched by one get_many, as a worker's reload does.
-void get_many_table(Client& c, int keys, int iters, long redis) {
+void get_many_table(Client& c, int keys, int iters, const tessera::testing::RedisServer& redis) {
   const std::string small =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {5, 16, 4, 8}, 0x135, 7), {.codec = Codec::kZstd}).value();
   const std::string page =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {30, 16, 3, 64}, 0x135, 8), {.codec = Codec::kInt8}).value();
   std::printf("\nget_many with a cold L1 (L1 off, one Redis; %d iterations, ms)\n\n", iters);
-  std::printf("| page | keys x blob | wall p50 | wall p99 | CPU ms per call (client + kvstore threads) | redis-server CPU ms per call |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("| page | keys x blob | Redis read events per call | wall p50 | wall p99 | CPU ms per call (client + kvstore threads) | "
+              "redis-server CPU ms per call |\n|---|---|---|---|---|---|---|\n");
   get_many_rows("stories260K-sized, zstd", c, small, keys, iters, redis);
   get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters, redis);
 }
@@ -208,7 +215,7 @@ int main(int argc, char** argv) {
     sc.secret = "bench-secret";
     LocalService svc(std::move(sc));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
-    get_many_table(*c, args.get_many_keys, iters, redis_pid(*r));
+    get_many_table(*c, args.get_many_keys, iters, *r);
     return 0;
   }
   const KvShape shape{30, tokens, 3, 64};
@@ -284,7 +291,7 @@ int main(int argc, char** argv) {
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);
-    get_many_table(*c, args.get_many_keys, iters, redis_pid(*r));
+    get_many_table(*c, args.get_many_keys, iters, *r);
   }
   return 0;
 }

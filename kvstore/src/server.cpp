@@ -123,7 +123,7 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
     }
     case wire::Op::kGetMany: {
       // The hashes in order, each as get answers it (L1, then Redis: Store::get_many asks Redis
-      // for the L1 misses with one MGET per shard); a failure of any one fails the request. The
+      // for the L1 misses pipelined, per shard); a failure of any one fails the request. The
       // reply stops before the blob bytes would pass one message (max_message_bytes less 64 KiB
       // of envelope): it then answers a prefix of the hashes, at least one, and the client asks
       // again for the rest.

@@ -186,7 +186,7 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
         at.push_back(i - begin);
       }
     }
-    // The L1 misses: one MGET per shard (a shard that is down answers misses: L1 only).
+    // The L1 misses: pipelined GETs per shard (a shard that is down answers misses: L1 only).
     std::vector<Result<std::optional<std::string>>> got;
     if (!from_l2.empty()) got = l2_->get_many(from_l2);
     for (size_t j = 0; j < got.size(); ++j) {

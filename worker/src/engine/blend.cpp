@@ -22,13 +22,13 @@ Status check_input(const BlendInput& in, const KvPool& pool, int32_t vocab) {
       return bad("tokens[" + std::to_string(i) + "] = " + std::to_string(in.tokens[i]) + " is outside the vocabulary");
     }
   }
-  const int64_t end = in.end < 0 ? n : in.end;
-  if (end > n) return bad("end " + std::to_string(in.end) + " is past the " + std::to_string(n) + " tokens");
-  if (in.cached < 0 || in.cached >= end) return bad("cached " + std::to_string(in.cached) + " must be in [0, " + std::to_string(end) + ")");
+  const int64_t upto = in.end < 0 ? n : in.end;  // positions computed: [cached, upto)
+  if (upto > n) return bad("end " + std::to_string(in.end) + " is past the " + std::to_string(n) + " tokens");
+  if (in.cached < 0 || in.cached >= upto) return bad("cached " + std::to_string(in.cached) + " must be in [0, " + std::to_string(upto) + ")");
   const int64_t ps = pool.page_size();
-  if (static_cast<int64_t>(in.block_table.size()) * ps < end) {
+  if (static_cast<int64_t>(in.block_table.size()) * ps < upto) {
     return bad("block_table covers " + std::to_string(in.block_table.size() * static_cast<size_t>(ps)) + " positions, the prompt has " +
-               std::to_string(end));
+               std::to_string(upto));
   }
   for (size_t p = 0; p < in.block_table.size(); ++p) {
     if (in.block_table[p] < 0 || in.block_table[p] >= pool.num_pages()) {

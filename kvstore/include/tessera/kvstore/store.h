@@ -102,8 +102,8 @@ class Store {
   GetResult get_l1(const BlobKey& key);
   Result<GetResult> get(const BlobKey& key);
   // get() of several keys (the service's get_many), answered in order as get() answers each, but
-  // with one Redis round trip per shard for a window of kGetManyWindow keys' L1 misses (MGET,
-  // ShardedL2::get_many) instead of one per key. The answer is a prefix of `keys`, at least one
+  // with the L1 misses of each window of kGetManyWindow keys asked of Redis pipelined, per shard
+  // (ShardedL2::get_many), instead of one round trip per key. The answer is a prefix of `keys`, at least one
   // entry: it stops before a hit would bring the blob bytes past max_bytes (the caller asks again
   // for the rest). The window that passes max_bytes has been read whole: its hits past the cut
   // are promoted to L1 and counted as gets now (and again when asked for). Fails only on a bad key.
