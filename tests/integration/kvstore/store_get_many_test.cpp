@@ -59,7 +59,7 @@ class StoreGetMany : public ::testing::Test {
   std::unique_ptr<Store> make_store() const {
     StoreConfig cfg;
     auto shard = [](const RedisServer& r) {
-      return RedisConfig{.host = r.host(), .port = r.port(), .health_interval_ms = 100, .max_backoff_ms = 200};
+      return RedisConfig{.host = r.host(), .port = r.port(), .health_interval_ms = 500, .max_backoff_ms = 500};
     };
     cfg.redis = shard(*redis_[0]);
     cfg.redis_shards = {shard(*redis_[1])};
@@ -82,7 +82,7 @@ class StoreGetMany : public ::testing::Test {
   std::vector<std::unique_ptr<RedisServer>> redis_;
 };
 
-TEST_F(StoreGetMany, AnswersAsGetDoesWithOneMgetPerShard) {
+TEST_F(StoreGetMany, AnswersAsGetDoesWithPipelinedGetsPerShard) {
   auto writer = make_store();
   std::vector<std::string> blobs;
   std::vector<BlobKey> keys = put_pages(*writer, 40, blobs);
@@ -124,8 +124,10 @@ TEST_F(StoreGetMany, AnswersAsGetDoesWithOneMgetPerShard) {
   for (size_t s = 0; s < 2; ++s) {
     SCOPED_TRACE(redis_[s]->address());
     ASSERT_GE(misses[s], 8) << "too few keys on this shard to tell pipelining from round trips";
+    // Pipelined: about 2 read events (the first 16 GETs, then the rest); the stores' health
+    // checks (an INFO every 500 ms each) may add a couple. One round trip per key: misses[s].
+    EXPECT_LE(read_events(*redis_[s]), 2 + misses[s] / 4) << "GETs of " << misses[s] << " keys not pipelined";
     EXPECT_EQ(calls(*redis_[s], "get"), misses[s]);
-    EXPECT_LE(read_events(*redis_[s]), 3) << "GETs of " << misses[s] << " keys not pipelined";
   }
   EXPECT_EQ(reader->l2()->counters().mac_failures, 2u) << "key 5: once by get, once by get_many";
   // The L2 hits were promoted: asked again, everything found is in L1 and Redis is not asked
