@@ -114,7 +114,7 @@ std::vector<float> full_prefill(Engine& e, const std::vector<int32_t>& tokens, c
 // chunk's end to complete that last one), else an ordinary prefill chunk. Outcome counts summed;
 // logits of the last chunk.
 Result<BlendOutcome> blend_in_steps(Engine& e, const Prompt& p, const std::vector<int32_t>& table, float ratio, int32_t budget,
-                                    std::vector<float>& logits) {
+                                    std::vector<float>& logits, uint64_t salt = 0) {
   const auto n = static_cast<int32_t>(p.tokens.size());
   BlendOutcome sum;
   for (int32_t start = 0; start < n;) {
@@ -130,7 +130,7 @@ Result<BlendOutcome> blend_in_steps(Engine& e, const Prompt& p, const std::vecto
     if (reaches) {
       const int32_t upto = std::max(end, chunks.back().begin + chunks.back().length);
       auto b = e.backend().blend_prefill({.tokens = std::span(p.tokens).first(static_cast<size_t>(upto)), .cached = start,
-                                          .chunks = chunks, .block_table = table, .recompute_ratio = ratio,
+                                          .chunks = chunks, .block_table = table, .salt = salt, .recompute_ratio = ratio,
                                           .want_logits = end == n, .end = end});
       if (!b.ok()) return b.take_error();
       sum.reused_tokens += b->reused_tokens;
@@ -327,6 +327,14 @@ TEST_F(Stories, BlendOverSeveralStepsKeepsTheOneStepQuality) {
       EXPECT_EQ(r->reused_tokens, doc_tokens) << "every document token reused once";
       EXPECT_EQ(r->chunk_hits, 4) << "each document looked up once where it starts (the cache holds them)";
       EXPECT_EQ(r->chunk_misses, 0);
+      EXPECT_EQ(r->hit_tokens, doc_tokens);
+      // A cold cache (another salt): every document computed once, none counted as reused, also
+      // those a later step continues from the cache.
+      auto cold = blend_in_steps(*e, p, table, 0.0f, budget, split, 1000 + 100 * static_cast<uint64_t>(budget) + static_cast<uint64_t>(&p - prompts_.data()));
+      ASSERT_TRUE(cold.ok());
+      EXPECT_EQ(cold->chunk_misses, 4);
+      EXPECT_EQ(cold->chunk_hits, 0);
+      EXPECT_EQ(cold->hit_tokens, 0);
     }
     const Quality q = measure(*e, prompts_, 0.15f, 16, budget);
     print_row("stories260K", 0.15f, q, budget);

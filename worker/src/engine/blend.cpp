@@ -124,9 +124,10 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
       const uint64_t key = chunk_key(model_.fingerprint, in.salt, anchor_hash, tokens);
       std::shared_ptr<const ChunkKv> kv = chunk_cache_.find(key, tokens, anchor_hash);
       const bool hit = kv != nullptr;
-      if (hit) {
-        if (span.begin >= first) ++out.chunk_hits;  // a chunk continued from an earlier step was counted there
-      } else {
+      if (hit && span.begin >= first) {  // a chunk continued from an earlier step was counted there, whole
+        ++out.chunk_hits;
+        out.hit_tokens += span.length;
+      } else if (!hit) {
         TS_ASSIGN_OR_RETURN(kv, compute_chunk(anchor, anchor_hash, tokens));
         ++out.chunk_misses;
         blend_stats_.evictions += chunk_cache_.insert(key, kv);
@@ -149,7 +150,6 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
         }
         roles[static_cast<size_t>(i - first)] = c == 0 ? BlendRole::kExact : BlendRole::kReused;
         ++out.reused_tokens;
-        if (hit) ++out.hit_tokens;
       }
     }
   }

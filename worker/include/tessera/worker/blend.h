@@ -76,7 +76,8 @@ struct BlendInput {
 struct BlendOutcome {
   std::span<float> logits;        // [vocab] of the last token (want_logits), valid until the backend's next call
   int32_t reused_tokens = 0;      // positions of [cached, end) whose K/V came from chunk K/V (hits and this call's misses)
-  int32_t hit_tokens = 0;         // of those, from chunks already in the cache
+  int32_t hit_tokens = 0;         // tokens of the chunks found in the cache that start in [cached, end), whole
+                                  // (a chunk continued from an earlier call counted there; usage reused_tokens)
   int32_t recomputed_tokens = 0;  // reused tokens selected for recompute past the check layer
   int32_t computed_tokens = 0;    // tokens computed in every layer (not reused), cached prefix excluded
   int32_t chunk_hits = 0, chunk_misses = 0;  // lookups; a chunk continued from an earlier call counts only if it misses
