@@ -11,7 +11,7 @@
 namespace tessera::kvstore {
 namespace {
 
-constexpr uint64_t kGetManyInFlightBytes = uint64_t{1} << 20;  // get_many: replies in flight, about
+constexpr uint64_t kGetManyInFlightBytes = uint64_t{256} << 10;  // get_many: replies in flight, about
 
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
@@ -317,9 +317,11 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
   // ones are appended (written with the next read). The window holds about kGetManyInFlightBytes
-  // of replies (the mean value size so far decides; 16 before the first reply): many small values
-  // go in about one round trip, large ones are not all queued in Redis's output buffer at once.
-  size_t sent = 0, window = 16;
+  // of replies (the mean value size so far decides; 4 before the first reply): many small values
+  // go in a few round trips; values of kGetManyInFlightBytes or more one at a time (on loopback
+  // queueing several large replies cost Redis and the client more CPU than the round trips saved,
+  // docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output buffer at once.
+  size_t sent = 0, window = 4;
   uint64_t value_bytes = 0;
   auto send_upto = [&](size_t answered) {
     for (; sent < keys.size() && sent < answered + window; ++sent) {

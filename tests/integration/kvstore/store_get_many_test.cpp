@@ -124,7 +124,7 @@ TEST_F(StoreGetMany, AnswersAsGetDoesWithPipelinedGetsPerShard) {
   for (size_t s = 0; s < 2; ++s) {
     SCOPED_TRACE(redis_[s]->address());
     ASSERT_GE(misses[s], 8) << "too few keys on this shard to tell pipelining from round trips";
-    // Pipelined: about 2 read events (the first 16 GETs, then the rest); the stores' health
+    // Pipelined: about 2 read events (the first 4 GETs, then the rest); the stores' health
     // checks (an INFO every 500 ms each) may add a couple. One round trip per key: misses[s].
     EXPECT_LE(read_events(*redis_[s]), 2 + misses[s] / 4) << "GETs of " << misses[s] << " keys not pipelined";
     EXPECT_EQ(calls(*redis_[s], "get"), misses[s]);
