@@ -133,6 +133,9 @@ ROWS = [
           q("sum by (instance) (rate(tessera_scheduler_kv_offload_reloaded_tokens_total%s))" % RATE, "tokens {{instance}}"),
           q("sum by (instance) (rate(tessera_scheduler_kv_offload_reload_bytes_total%s))" % RATE, "bytes {{instance}}"),
           q("tessera_scheduler_kv_offload_directory_entries", "directory entries {{instance}}")]),
+        ("CacheBlend: blended chunks / s, fallbacks / s", "short",
+         [q("sum by (instance) (rate(tessera_scheduler_blend_steps_total%s))" % RATE, "blended chunks {{instance}}"),
+          q("sum by (instance) (rate(tessera_scheduler_blend_fallbacks_total%s))" % RATE, "fallbacks {{instance}}")]),
     ]),
     ("Workers", [
         ("Step time", "s", hq("tessera_worker_step_seconds", "worker", "{{worker}}", "worker=~\"$worker\"")),

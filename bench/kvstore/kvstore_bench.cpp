@@ -5,7 +5,9 @@
 //  2. put/get latency through a tessera-kvstore Server on loopback ZeroMQ with the C++ Client:
 //     L1 (memory) and L2 (Redis, L1 disabled so every get goes to Redis).
 //
-//   kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis]
+//  3. get_many of --get-many-keys page-sized blobs with a cold L1 (Redis only).
+//
+//   kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis] [--get-many-keys K] [--only-get-many]
 // Redis: a private redis-server on a free loopback port (tests/support RedisServer).
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "kv_error.h"
 #include "synthetic_kv.h"
@@ -94,6 +98,81 @@ void latency_rows(const char* tier, Client& c, const std::string& blob, int iter
               p.p99, g.p50, g.p99);
 }
 
+// get_many of `keys` page-sized blobs with a cold L1 (the service's L1 is off): every key is an
+// L1 miss fetched from Redis (before pipelining: one GET round trip each; now one MGET per shard).
+double process_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// utime + stime of another process (/proc/PID/stat), ms; 0 when unreadable.
+double other_cpu_ms(long pid) {
+  if (pid <= 0) return 0.0;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return 0.0;
+  char buf[1024] = {};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* p = std::strrchr(buf, ')');  // fields after the command name
+  if (n == 0 || p == nullptr) return 0.0;
+  unsigned long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2) return 0.0;
+  return static_cast<double>(utime + stime) * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// A numeric field of redis INFO (e.g. "process_id", "total_reads_processed"); 0 when absent.
+long redis_info(const tessera::testing::RedisServer& r, const char* section, const std::string& field) {
+  const std::string info = r.command({"INFO", section});
+  const size_t at = info.find(field + ":");
+  return at == std::string::npos ? 0 : std::atol(info.c_str() + at + field.size() + 1);
+}
+
+// Redis read events per call (total_reads_processed: one per batch of commands read from a
+// socket, so about the round trips) and CPU, besides the wall time.
+void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters,
+                   const tessera::testing::RedisServer& rs) {
+  const long redis = redis_info(rs, "server", "process_id");
+  std::vector<std::string> hashes;
+  for (int i = 0; i < keys; ++i) {
+    hashes.push_back("page" + std::to_string(i));
+    if (!c.put({0x135, "offload", hashes.back()}, blob).ok()) {
+      std::fprintf(stderr, "put failed\n");
+      std::exit(1);
+    }
+  }
+  std::vector<double> wall;
+  const long reads0 = redis_info(rs, "stats", "total_reads_processed");
+  const double cpu0 = process_cpu_ms(), redis0 = other_cpu_ms(redis);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    auto g = c.get_many(0x135, "offload", hashes);
+    wall.push_back(ms_since(t0));
+    if (!g.ok() || g->size() != hashes.size() || !g->back().found || g->back().tier != Tier::kL2) {
+      std::fprintf(stderr, "get_many failed (%s)\n", g.ok() ? "miss or not from L2" : g.error().to_string().c_str());
+      std::exit(1);
+    }
+  }
+  const double cpu = (process_cpu_ms() - cpu0) / iters, redis_cpu = (other_cpu_ms(redis) - redis0) / iters;
+  const double reads = static_cast<double>(redis_info(rs, "stats", "total_reads_processed") - reads0 - 1) / iters;  // less INFO's own
+  const Stats w = summarize(wall);
+  std::printf("| %s | %d x %.1f KB | %.1f | %.2f | %.2f | %.2f | %.2f |\n", what, keys, static_cast<double>(blob.size()) / 1e3,
+              reads, w.p50, w.p99, cpu, redis_cpu);
+}
+
+// Offload-sized pages (16 tokens) fetched by one get_many, as a worker's reload does.
+void get_many_table(Client& c, int keys, int iters, const tessera::testing::RedisServer& redis) {
+  const std::string small =
+      encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {5, 16, 4, 8}, 0x135, 7), {.codec = Codec::kZstd}).value();
+  const std::string page =
+      encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {30, 16, 3, 64}, 0x135, 8), {.codec = Codec::kInt8}).value();
+  std::printf("\nget_many with a cold L1 (L1 off, one Redis; %d iterations, ms)\n\n", iters);
+  std::printf("| page | keys x blob | Redis read events per call | wall p50 | wall p99 | CPU ms per call (client + kvstore threads) | "
+              "redis-server CPU ms per call |\n|---|---|---|---|---|---|---|\n");
+  get_many_rows("stories260K-sized, zstd", c, small, keys, iters, redis);
+  get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters, redis);
+}
+
 }  // namespace
 
 struct Args {
@@ -101,6 +180,8 @@ struct Args {
   uint32_t tokens = 200;
   DType dtype = DType::kF16;
   bool no_redis = false;
+  int get_many_keys = 64;
+  bool only_get_many = false;
 };
 
 int main(int argc, char** argv) {
@@ -113,6 +194,8 @@ int main(int argc, char** argv) {
               args.dtype = d == "f32" ? DType::kF32 : d == "bf16" ? DType::kBF16 : DType::kF16;
             });
   table.add(args.no_redis, {.name = "no-redis", .help = "skip the L2 (Redis) rows"});
+  table.add(args.get_many_keys, {.name = "get-many-keys", .help = "keys per get_many in the cold-L1 get_many rows", .min = 1, .max = 256});
+  table.add(args.only_get_many, {.name = "only-get-many", .help = "run only the cold-L1 get_many rows (needs Redis)"});
   table.describe("kvstore codecs (ratio, error, speed) and put/get latency through the service, L1 and L2");
   if (auto exit_code = config::parse_command_line(table, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
@@ -120,6 +203,21 @@ int main(int argc, char** argv) {
   const uint32_t tokens = args.tokens;
   const DType dtype = args.dtype;
   const bool redis = !args.no_redis;
+  if (args.only_get_many) {
+    auto r = tessera::testing::RedisServer::start();
+    if (r == nullptr) {
+      std::fprintf(stderr, "no redis-server\n");
+      return 1;
+    }
+    StoreConfig sc;
+    sc.l1.max_entries = 0;  // L1 off: every get goes to Redis
+    sc.redis = RedisConfig{.host = r->host(), .port = r->port()};
+    sc.secret = "bench-secret";
+    LocalService svc(std::move(sc));
+    auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
+    get_many_table(*c, args.get_many_keys, iters, *r);
+    return 0;
+  }
   const KvShape shape{30, tokens, 3, 64};
   const PackedKv kv = kvstore::testing::synthetic_kv(dtype, shape, 0x135, 42);
   std::printf("K/V: %u layers x %u tokens x %u kv heads x %u head_dim, %s, %.2f MB raw (K+V)\n\n", shape.n_layers,
@@ -193,6 +291,7 @@ int main(int argc, char** argv) {
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);
+    get_many_table(*c, args.get_many_keys, iters, *r);
   }
   return 0;
 }

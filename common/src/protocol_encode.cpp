@@ -324,6 +324,10 @@ struct Encoder {
         w.i32s(flat);
         w.key("blend_head");
         w.i32s(s.blend_head);
+        if (!s.blend_tail.empty()) {
+          w.key("blend_tail");
+          w.i32s(s.blend_tail);
+        }
         w.key("blend_ratio");
         w.f32(s.blend_ratio);
         w.key("blend_salt");

@@ -3,12 +3,15 @@
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <charconv>
 
 #include "tessera/common/log.h"
 
 namespace tessera::kvstore {
 namespace {
+
+constexpr uint64_t kGetManyInFlightBytes = uint64_t{256} << 10;  // get_many: replies in flight, about
 
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
@@ -298,6 +301,73 @@ Result<std::optional<std::string>> RedisL2::get(const BlobKey& key) {
   }
   hits_.fetch_add(1);
   return std::optional<std::string>(std::move(blob).value());
+}
+
+std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<const BlobKey> keys) {
+  std::vector<Result<std::optional<std::string>>> out;
+  out.reserve(keys.size());
+  if (keys.empty()) return out;
+  std::vector<std::string> names;
+  names.reserve(keys.size());
+  for (const BlobKey& k : keys) {
+    if (Status v = validate_key(k); !v.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), v.error());
+    names.push_back(signer_.redis_key(k));
+  }
+  auto conn = acquire();
+  if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
+  // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
+  // ones are appended (written with the next read). The window holds about kGetManyInFlightBytes
+  // of replies (the mean value size so far decides; 4 before the first reply): many small values
+  // go in a few round trips; values of kGetManyInFlightBytes or more one at a time (on loopback
+  // queueing several large replies cost Redis and the client more CPU than the round trips saved,
+  // docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output buffer at once.
+  size_t sent = 0, window = 4;
+  uint64_t value_bytes = 0;
+  auto send_upto = [&](size_t answered) {
+    for (; sent < keys.size() && sent < answered + window; ++sent) {
+      const char* argv[2] = {"GET", names[sent].data()};
+      const size_t lens[2] = {3, names[sent].size()};
+      redisAppendCommandArgv(conn->get(), 2, argv, lens);
+    }
+  };
+  send_upto(0);
+  for (size_t i = 0; i < keys.size(); ++i) {  // each reply as get() reads it, freed before the next
+    void* raw = nullptr;
+    if (redisGetReply(conn->get(), &raw) != REDIS_OK) raw = nullptr;
+    const Reply r(static_cast<redisReply*>(raw));
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
+    window = std::clamp<size_t>(kGetManyInFlightBytes / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
+    send_upto(i + 1);
+    if (Status st = conn->check(r, "get"); !st.ok()) {
+      if (r == nullptr) {  // connection gone: this key and the rest are unavailable
+        out.resize(keys.size(), st.error());
+        return out;
+      }
+      out.emplace_back(st.take_error());
+      continue;
+    }
+    if (r->type == REDIS_REPLY_NIL) {
+      misses_.fetch_add(1);
+      out.emplace_back(std::optional<std::string>());
+      continue;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+      errors_.fetch_add(1);
+      out.emplace_back(make_error(ErrorCode::kCorruptFile, "redis value for a kv key is not a string"));
+      continue;
+    }
+    bytes_read_.fetch_add(r->len);
+    auto blob = signer_.open(keys[i], std::string_view(r->str, r->len));
+    if (!blob.ok()) {
+      mac_failures_.fetch_add(1);
+      TS_LOG(kWarn) << "user=" << keys[i].user << " | rejected L2 value: " << blob.error().message;
+      out.emplace_back(blob.take_error());
+      continue;
+    }
+    hits_.fetch_add(1);
+    out.emplace_back(std::optional<std::string>(std::move(blob).value()));
+  }
+  return out;
 }
 
 Result<bool> RedisL2::exists(const BlobKey& key) {

@@ -122,25 +122,22 @@ Outgoing Server::Impl::handle(const wire::Request& req) {
       break;
     }
     case wire::Op::kGetMany: {
-      // The hashes in order (L1, then Redis, as get); a failure of any one fails the request. The
+      // The hashes in order, each as get answers it (L1, then Redis: Store::get_many asks Redis
+      // for the L1 misses pipelined, per shard); a failure of any one fails the request. The
       // reply stops before the blob bytes would pass one message (max_message_bytes less 64 KiB
       // of envelope): it then answers a prefix of the hashes, at least one, and the client asks
       // again for the rest.
       const size_t budget = config.max_message_bytes > (size_t{64} << 10) ? config.max_message_bytes - (size_t{64} << 10) : 0;
-      size_t bytes = 0;
-      std::vector<Blob> held;  // the blobs the reply's views point into
-      for (const std::string& h : req.hashes) {
-        auto g = store->get(BlobKey{req.key.fingerprint, req.key.user, h});
-        if (!g.ok()) return fail(g.error());
+      std::vector<BlobKey> keys;
+      keys.reserve(req.hashes.size());
+      for (const std::string& h : req.hashes) keys.push_back(BlobKey{req.key.fingerprint, req.key.user, h});
+      auto got = store->get_many(keys, budget);
+      if (!got.ok()) return fail(got.error());
+      for (const GetResult& g : *got) {  // *got holds the blobs the reply's views point into
         wire::ManyEntry e;
-        e.found = g->blob != nullptr;
-        e.tier = tier_name(g->tier);
-        if (e.found) {
-          if (!r.results.empty() && bytes + g->blob->size() > budget) break;
-          bytes += g->blob->size();
-          held.push_back(g->blob);
-          e.blob_view = *held.back();
-        }
+        e.found = g.blob != nullptr;
+        e.tier = tier_name(g.tier);
+        if (e.found) e.blob_view = *g.blob;
         r.results.push_back(std::move(e));
       }
       out.body = wire::encode_reply(r);

@@ -26,6 +26,22 @@ size_t ShardedL2::owner(const BlobKey& key) const {
 Status ShardedL2::put(const BlobKey& key, std::string_view blob, uint32_t ttl_s) { return route(key).put(key, blob, ttl_s); }
 Result<std::optional<std::string>> ShardedL2::get(const BlobKey& key) { return route(key).get(key); }
 Result<bool> ShardedL2::exists(const BlobKey& key) { return route(key).exists(key); }
+
+std::vector<Result<std::optional<std::string>>> ShardedL2::get_many(std::span<const BlobKey> keys) {
+  if (shards_.size() == 1) return shards_.front()->get_many(keys);
+  std::vector<std::vector<size_t>> of(shards_.size());  // per shard, indices into keys
+  for (size_t i = 0; i < keys.size(); ++i) of[owner(keys[i])].push_back(i);
+  std::vector<Result<std::optional<std::string>>> out(keys.size(), std::optional<std::string>());
+  std::vector<BlobKey> part;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (of[s].empty()) continue;
+    part.clear();
+    for (size_t i : of[s]) part.push_back(keys[i]);
+    auto got = shards_[s]->get_many(part);
+    for (size_t j = 0; j < of[s].size(); ++j) out[of[s][j]] = std::move(got[j]);
+  }
+  return out;
+}
 Result<bool> ShardedL2::remove(const BlobKey& key) { return route(key).remove(key); }
 
 Result<uint64_t> ShardedL2::remove_user(const std::string& user) {

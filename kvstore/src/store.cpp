@@ -1,5 +1,6 @@
 #include "tessera/kvstore/store.h"
 
+#include <algorithm>
 #include <random>
 
 #include "messages.h"  // wire::kMaxTtlSeconds
@@ -162,6 +163,57 @@ Result<GetResult> Store::get(const BlobKey& key) {
   }
   misses_.fetch_add(1);
   return GetResult{};
+}
+
+Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, size_t max_bytes) {
+  std::vector<GetResult> out;
+  out.reserve(keys.size());
+  size_t bytes = 0;
+  std::vector<BlobKey> from_l2;  // this window's L1 misses that may be asked of Redis
+  std::vector<size_t> at;        // parallel: their index in keys
+  for (size_t begin = 0; begin < keys.size(); begin += kGetManyWindow) {
+    const size_t end = std::min(keys.size(), begin + kGetManyWindow);
+    std::vector<GetResult> window(end - begin);
+    from_l2.clear();
+    at.clear();
+    for (size_t i = begin; i < end; ++i) {  // L1 first, in order; a bad key fails the whole call
+      TS_TRY(validate_key(keys[i]));
+      window[i - begin] = get_l1(keys[i]);
+      if (window[i - begin].blob != nullptr) continue;
+      l1_misses_.fetch_add(1);
+      if (l2_ != nullptr && !distrusted(keys[i])) {
+        from_l2.push_back(keys[i]);
+        at.push_back(i - begin);
+      }
+    }
+    // The L1 misses: pipelined GETs per shard (a shard that is down answers misses: L1 only).
+    std::vector<Result<std::optional<std::string>>> got;
+    if (!from_l2.empty()) got = l2_->get_many(from_l2);
+    for (size_t j = 0; j < got.size(); ++j) {
+      if (!got[j].ok() || !got[j]->has_value()) {
+        if (got[j].ok()) l2_misses_.fetch_add(1);  // MAC failures and outages are counted by RedisL2
+        continue;
+      }
+      auto blob = std::make_shared<const std::string>(std::move(*got[j].value()));
+      const Status promoted = l1_.put(from_l2[j], blob, Clock::now() + std::chrono::seconds(config_.default_ttl_s));
+      if (!promoted.ok()) {
+        TS_LOG(kDebug) << "user=" << from_l2[j].user << " | L2 hit not promoted: " << promoted.error().message;
+      }
+      l2_hits_.fetch_add(1);
+      get_bytes_.fetch_add(blob->size());
+      window[at[j]] = GetResult{std::move(blob), Tier::kL2};
+    }
+    for (GetResult& r : window) {  // the answer: a prefix within max_bytes, at least one
+      if (r.blob == nullptr) {
+        misses_.fetch_add(1);
+      } else {
+        if (!out.empty() && bytes + r.blob->size() > max_bytes) return out;
+        bytes += r.blob->size();
+      }
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
 }
 
 Result<PutResult> Store::put(const BlobKey& key, std::string blob, uint32_t ttl_s) {

@@ -188,6 +188,27 @@ void WorkerRegistry::publish() {
   if (compactions > kv_compactions_seen_) m_.kv_compactions->inc(static_cast<double>(compactions - kv_compactions_seen_));
   kv_compactions_seen_ = compactions;
   publish_offload();
+  publish_blend();
+}
+
+void WorkerRegistry::publish_blend() {
+  int64_t steps = 0, fallbacks = 0;
+  for (const auto& [name, w] : workers_) {
+    steps += w.batcher->stats().blend_steps;
+    fallbacks += w.batcher->stats().blend_fallbacks;
+  }
+  metrics::Registry& r = *m_.registry;
+  auto bump = [&](const char* name, const char* help, int64_t now, int64_t& seen) {
+    metrics::Counter& c = r.counter(name, help);
+    if (now > seen) c.inc(static_cast<double>(now - seen));
+    seen = now;
+  };
+  bump("tessera_scheduler_blend_steps_total",
+       "CacheBlend prefill chunks planned (a prompt longer than a step's token budget is blended over several)", steps,
+       blend_steps_seen_);
+  bump("tessera_scheduler_blend_fallbacks_total",
+       "requests with documents prefilled without CacheBlend (prompt log-probabilities asked; logged)", fallbacks,
+       blend_fallbacks_seen_);
 }
 
 void WorkerRegistry::publish_offload() {

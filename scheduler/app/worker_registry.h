@@ -120,10 +120,12 @@ class WorkerRegistry {
   uint64_t fingerprint64_ = 0;                  // the same, as RegisterWorker sent it
   int64_t preemptions_seen_ = 0;
   int64_t kv_evicted_seen_ = 0, kv_compactions_seen_ = 0;
+  int64_t blend_steps_seen_ = 0, blend_fallbacks_seen_ = 0;  // sums over the workers at the last publish
   KvEvents* kv_events_ = nullptr;
   scheduler::OffloadDirectory offload_;
   scheduler::OffloadStats offload_seen_;  // published so far (counters take the differences)
   void publish_offload();
+  void publish_blend();  // CacheBlend counters (sums of the batchers' stats)
 };
 
 }  // namespace tessera::scheduler_app

@@ -51,6 +51,26 @@ void add_kv_directives(Sequence& s, SeqPlan& out) {
   }
 }
 
+// CacheBlend: a request with documents is blended unless that is impossible: a preference prefix
+// (Intake refuses it) or prompt log-probabilities still to compute (every position's logits are
+// needed, and a blend computes only some rows in the later layers). Otherwise it is prefilled as
+// usual: the fallback.
+const char* blend_impossible(const Sequence& s) {
+  if (s.req.blend_chunks.empty()) return nullptr;
+  if (s.prefix_len > 0) return "a preference prefix";
+  if (s.lp_next < s.prompt_end) return "prompt log-probabilities";
+  return nullptr;
+}
+bool blendable(const Sequence& s) { return !s.req.blend_chunks.empty() && blend_impossible(s) == nullptr; }
+
+// Whether the chunk [start, end) of a blendable sequence reaches a document.
+bool reaches_document(const Sequence& s, int32_t start, int32_t end) {
+  for (const BlendChunk& c : s.req.blend_chunks) {
+    if (c.begin < end && c.begin + c.length > start) return true;
+  }
+  return false;
+}
+
 void schedule(Sequence& s, std::vector<Sequence*>& scheduled, int32_t start, int32_t count) {
   s.in_plan = true;
   s.reserved_decode = false;
@@ -100,11 +120,12 @@ void Batcher::schedule_running(Planner& p) {
       if (ensure_pages(p, s, s.cache_len() + 1, /*may_preempt_self=*/true)) schedule(s, p.scheduled, start, 1);
       continue;
     }
-    const int32_t want = std::min({s.len() - start, p.budget, config_.max_prefill_chunk});
+    const int32_t want = std::min({s.len() - start, p.budget, blendable(s) ? p.budget : config_.max_prefill_chunk});
     if (want <= 0) continue;
     const int32_t n = fit_chunk(p, s, start, want);
     if (n <= 0) continue;
     p.budget -= n;
+    plan_blend(s, start, n);
     schedule(s, p.scheduled, start, n);
   }
 }
@@ -146,10 +167,9 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   // Allocate pages for the first chunk (evicting or preempting strictly worse sequences), keeping
   // the admission headroom.
   q_->waiting.erase(&s);
-  // A request with documents (CacheBlend) may take the step's whole budget: it blends only when
-  // the rest of its prompt is one chunk.
-  const bool blendable = !s.req.blend_chunks.empty() && s.prefix_len == 0;
-  const int32_t want = std::min({s.len() - start, p.budget, blendable ? p.budget : config_.max_prefill_chunk});
+  // A request with documents (CacheBlend) may take the step's whole budget (the fewer steps its
+  // blend takes, the more of its reused tokens HKVD ranks together).
+  const int32_t want = std::min({s.len() - start, p.budget, blendable(s) ? p.budget : config_.max_prefill_chunk});
   const bool outranks = !q_->running.empty() && s.priority() > q_->running.back()->priority();
   const int32_t headroom = outranks ? 0 : config_.admission_headroom * static_cast<int32_t>(q_->running.size());
   const int32_t need = pages_for(start + std::max(want, 0), ps) - static_cast<int32_t>(s.block_table.size());
@@ -161,13 +181,12 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
     q_->waiting.insert(&s);
     return false;
   }
-  // CacheBlend: blend when the whole rest of the prompt is this chunk and a document lies in it;
-  // from then on only pages up to the end of the first document (exact K/V) are indexed.
-  if (blendable && start + n == s.len() &&
-      s.req.blend_chunks.back().begin + s.req.blend_chunks.back().length > start) {
-    s.blend_now = true;
-    s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
+  if (const char* why = blend_impossible(s); why != nullptr && !s.blend_fallback_counted) {
+    s.blend_fallback_counted = true;
+    ++stats_.blend_fallbacks;
+    TS_LOG(kWarn) << "req=" << s.req.id << " | documents prefilled without CacheBlend: " << why;
   }
+  plan_blend(s, start, n);
   // Copy-on-write and preference fill directives.
   if (u.cow) {
     p.copies.push_back(PageCopy{m.pages[static_cast<size_t>(u.keep)], s.block_table[static_cast<size_t>(u.keep)]});
@@ -196,6 +215,15 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
   TS_LOG(kDebug) << "req=" << s.req.id << " | admitted: cached " << u.use << " of " << s.len() << " positions"
                  << (u.cow ? ", copy-on-write" : "") << (u.fill ? ", preference fill" : "");
   return true;
+}
+
+// CacheBlend: blend the chunk [start, start + n) when it reaches a document; from the first blended
+// chunk on, only pages up to the end of the first document (exact K/V) are indexed.
+void Batcher::plan_blend(Sequence& s, int32_t start, int32_t n) {
+  if (!blendable(s) || !reaches_document(s, start, start + n)) return;
+  s.blend_now = true;
+  s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
+  ++stats_.blend_steps;
 }
 
 // Stage 5: pages for positions [0, end_pos). Free pages first, then LRU eviction of unlocked
@@ -236,6 +264,7 @@ void Batcher::preempt(Planner& p, Sequence& v) {
   TS_CHECK(!v.admitted_this_step) << "req=" << v.req.id << " would be preempted by a later admission";
   TS_CHECK(!v.compacted) << "req=" << v.req.id << " has a compacted cache and cannot be recomputed";
   ++v.preemptions;
+  v.blend_now = false;
   if (v.in_plan) {  // scheduled earlier in this step: take it back out
     p.scheduled.erase(std::find(p.scheduled.begin(), p.scheduled.end(), &v));
     p.budget += v.sched_count;
@@ -300,9 +329,14 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
       out.prompt_logprobs = true;
       out.next_token = end < s.prompt_end ? s.tokens[static_cast<size_t>(end)] : -1;
     }
-    if (s.blend_now) {
+    if (s.blend_now) {  // the documents from the first to the last this chunk reaches, whole
       s.blend_now = false;
-      out.blend_chunks = s.req.blend_chunks;
+      for (const BlendChunk& c : s.req.blend_chunks) {
+        if (c.begin >= end) break;
+        out.blend_chunks.push_back(c);
+      }
+      const int32_t last_end = out.blend_chunks.back().begin + out.blend_chunks.back().length;
+      if (last_end > end) out.blend_tail.assign(s.tokens.begin() + end, s.tokens.begin() + last_end);
       out.blend_head.assign(s.tokens.begin(), s.tokens.begin() + start);
       out.blend_ratio = s.req.recompute_ratio;
       out.blend_salt = fnv1a64(s.req.ns.tenant_salt);

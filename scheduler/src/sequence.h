@@ -52,9 +52,11 @@ struct Sequence {
 
   int32_t cache_len() const { return num_computed - evicted; }
 
-  // CacheBlend (docs/kv.md): the admission chunk is blended (the whole rest of the prompt in one
-  // step); pages past index_limit hold fused (approximate) K/V and are never indexed.
+  // CacheBlend (docs/kv.md): the chunk planned in this step is blended (it reaches a document
+  // past what the pages hold; a prompt longer than a step's budget is blended over several
+  // steps); pages past index_limit hold fused (approximate) K/V and are never indexed.
   bool blend_now = false;
+  bool blend_fallback_counted = false;  // a request with documents that cannot blend: counted and logged once
   int32_t index_limit = INT32_MAX;
   int32_t reused_prompt_tokens = 0;
 

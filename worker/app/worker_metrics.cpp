@@ -61,7 +61,8 @@ WorkerMetrics::WorkerMetrics(metrics::Registry& r, const WorkerMetricsInfo& info
                          base);
   // CacheBlend (docs/kv.md "CacheBlend"): the backend's cumulative counts, brought up to date
   // after each step (the compute thread owns the counts).
-  blend_prefills_ = &r.counter("tessera_worker_blend_prefills_total", "CacheBlend prefills run", base);
+  blend_prefills_ = &r.counter("tessera_worker_blend_prefills_total",
+                               "CacheBlend prefill chunks run (a prompt longer than a step's budget takes several)", base);
   const char* chunk_help = "CacheBlend document K/V lookups: hit = reused from the chunk cache, miss = computed standalone";
   blend_hits_ = &r.counter("tessera_worker_blend_chunks_total", chunk_help, with({{"result", "hit"}}));
   blend_misses_ = &r.counter("tessera_worker_blend_chunks_total", chunk_help, with({{"result", "miss"}}));

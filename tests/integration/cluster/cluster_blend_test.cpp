@@ -2,8 +2,9 @@
 // scheduler, worker and frontend on loopback with stories260K. Documents sent in one order fill
 // the worker's chunk cache; the same documents in another order reuse every one of them (usage
 // reused_tokens, the worker's hit counter) and the greedy answer agrees with a full prefill of
-// that prompt (recompute_ratio 1 in a namespace of its own); bad input is a 400 naming the field
-// and the cluster keeps serving.
+// that prompt (recompute_ratio 1 in a namespace of its own), also when the prompt is longer than a
+// step's token budget (blended over several steps); bad input is a 400 naming the field and the
+// cluster keeps serving.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -87,6 +88,39 @@ TEST(ClusterBlend, ReorderedDocumentsReuseTheirKvAndAgreeWithAFullPrefill) {
   EXPECT_EQ(reused(ask_chat({kDocs[3], kDocs[1]})), 0);
   const json again = ask_chat({kDocs[1], kDocs[3]});
   EXPECT_GT(reused(again), 20) << again.dump();
+}
+
+// A prompt longer than a step's token budget (here 24 tokens: the ~71-token prompt takes 3 steps)
+// is blended over several steps, each over the K/V the earlier ones left: the reordered documents
+// are still reused, the answer agrees with the full prefill as above, and nothing falls back.
+TEST(ClusterBlend, APromptLongerThanAStepsBudgetIsBlendedOverSeveralSteps) {
+  Cluster cluster({.scheduler_args = {"--max-step-tokens", "24", "--max-running", "4"}});
+  ASSERT_TRUE(cluster.ok()) << "cluster did not start";
+  const std::string ready = cluster.worker().wait_line("READY", std::chrono::milliseconds(5000));
+  const int wp = std::atoi(line_field(ready, "metrics").c_str());
+  ASSERT_GT(wp, 0) << ready;
+
+  const json cold = complete(cluster, ask({0, 1, 2, 3}));
+  const int64_t prompt = cold["usage"]["prompt_tokens"];
+  ASSERT_GT(prompt, 2 * 24) << "the prompt must need more than two steps";
+  // One blended chunk per step that reaches a document (the scheduler publishes on its tick).
+  auto blend_steps = [&] { return cluster.metric(cluster.metrics_port(), "tessera_scheduler_blend_steps_total"); };
+  EXPECT_TRUE(wait_until([&] { return blend_steps() >= 3.0; }, std::chrono::seconds(5))) << blend_steps();
+  const double steps = blend_steps();
+  EXPECT_EQ(cluster.metric(wp, "tessera_worker_blend_chunks_total", "result=\"miss\""), 4.0) << "each document computed once";
+
+  const json warm = complete(cluster, ask({2, 0, 3, 1}));
+  EXPECT_EQ(warm["usage"]["prompt_tokens"], prompt);
+  EXPECT_GT(reused(warm), prompt / 2) << "the reordered documents come from the chunk cache: " << warm.dump();
+  EXPECT_EQ(cluster.metric(wp, "tessera_worker_blend_chunks_total", "result=\"hit\""), 4.0) << "each looked up once";
+  EXPECT_TRUE(wait_until([&] { return blend_steps() >= 2 * steps; }, std::chrono::seconds(5))) << blend_steps();
+
+  const json full = complete(cluster, ask({2, 0, 3, 1}, 1.0f, "reference"));
+  EXPECT_EQ(reused(full), 0);
+  const std::string a = warm["choices"][0]["text"], b = full["choices"][0]["text"];
+  ASSERT_GE(b.size(), 8u) << b;
+  EXPECT_EQ(a.substr(0, 8), b.substr(0, 8)) << "blended over steps: " << a << "\nfull:               " << b;
+  EXPECT_EQ(cluster.metric(cluster.metrics_port(), "tessera_scheduler_blend_fallbacks_total"), 0.0);
 }
 
 TEST(ClusterBlend, BadDocumentsAre400NamingTheField) {

@@ -259,6 +259,11 @@ TEST_F(KvShards, APutThatMissedItsShardIsNeverUndoneByTheShardsOldValue) {
   auto got = cb->get(k);
   ASSERT_TRUE(got.ok()) << got.error().to_string();
   EXPECT_FALSE(got->found) << "b served the value from before a's put (" << got->blob.size() << " bytes)";
+  auto many = cb->get_many(kFp, "carol", {"pref", "never-put"});  // get_many distrusts the key as get does
+  ASSERT_TRUE(many.ok()) << many.error().to_string();
+  ASSERT_EQ(many->size(), 2u);
+  EXPECT_FALSE((*many)[0].found) << "get_many served the value from before a's put";
+  EXPECT_FALSE((*many)[1].found);
 
   // A later write wins, and b reads it from Redis again.
   auto c = start_node();

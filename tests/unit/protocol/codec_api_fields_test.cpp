@@ -145,3 +145,27 @@ TEST(ProtocolApiFields, PromptLogprobsOnEveryLink) {
 
 }  // namespace
 }  // namespace tessera::protocol
+
+namespace tessera::protocol {
+namespace {
+
+// CacheBlend over several steps: a chunk that cuts a document carries blend_tail (the rest of
+// it); omitted when empty.
+TEST(ProtocolApiFields, BlendTailRoundTripsAndIsOmittedWhenEmpty) {
+  StepPlan plan{.step_id = 4};
+  SeqPlan s{.request_id = 8, .tokens = {5, 6}, .start_pos = 2, .block_table = {0}, .slot_mapping = {2, 3}};
+  s.blend_chunks = {{1, 5}};
+  s.blend_head = {3, 4};
+  plan.seqs.push_back(s);
+  EXPECT_EQ(encode(StepPlanMsg{.id = 4, .plan = plan}).find("blend_tail"), std::string::npos) << "omitted when empty";
+  plan.seqs[0].blend_tail = {7, 8};
+  StepPlanMsg pm = round_trip(StepPlanMsg{.id = 4, .plan = plan});
+  ASSERT_EQ(pm.plan.seqs.size(), 1u);
+  EXPECT_EQ(pm.plan.seqs[0].blend_tail, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(pm.plan.seqs[0].blend_head, (std::vector<int32_t>{3, 4}));
+  ASSERT_EQ(pm.plan.seqs[0].blend_chunks.size(), 1u);
+  EXPECT_EQ(pm.plan.seqs[0].blend_chunks[0].length, 5);
+}
+
+}  // namespace
+}  // namespace tessera::protocol

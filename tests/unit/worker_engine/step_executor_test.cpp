@@ -59,9 +59,25 @@ class FakeBackend final : public Backend {
     return ok_status();
   }
 
+  // CacheBlend: logs "blend CACHED..END want W"; every position of [cached, end) inside a chunk
+  // counts as a hit; the row peaks at (token end - 1) + 1.
+  Result<BlendOutcome> blend_prefill(const BlendInput& in) override {
+    const int32_t end = in.end < 0 ? static_cast<int32_t>(in.tokens.size()) : in.end;
+    log.push_back("blend " + std::to_string(in.cached) + ".." + std::to_string(end) + " want " + std::to_string(in.want_logits) +
+                  " of " + std::to_string(in.tokens.size()));
+    BlendOutcome out;
+    for (const ChunkSpan& c : in.chunks) {
+      out.hit_tokens += std::max(0, std::min(c.begin + c.length, end) - std::max(c.begin, in.cached));
+    }
+    blend_row.assign(kVocab, 0.0f);
+    blend_row[static_cast<size_t>((in.tokens[static_cast<size_t>(end - 1)] + 1) % kVocab)] = 10.0f;
+    if (in.want_logits) out.logits = blend_row;
+    return out;
+  }
+
   BackendCaps caps;
   std::vector<std::string> log;
-  std::vector<float> logits;
+  std::vector<float> logits, blend_row;
 
  private:
   const Model& model_;
@@ -316,6 +332,51 @@ TEST_F(StepExecutorTest, DeviceGreedyOnlyWhenEveryRowIsPlainGreedy) {
   EXPECT_EQ(r->results[0].token, 11);
   EXPECT_EQ(r->results[1].token, 31);
   EXPECT_LT(r->results[1].logprob, 0.0f);
+}
+
+}  // namespace
+}  // namespace tessera::worker
+
+namespace tessera::worker {
+namespace {
+
+// A blend over several steps (docs/kv.md "CacheBlend"): a chunk that does not sample adds no
+// logits row (the other sequences sample their own rows), the tail completes the cut document,
+// and the sampled step reports the reused tokens of every step; a bad blend_tail is refused.
+TEST_F(StepExecutorTest, ABlendOverSeveralStepsSamplesOnceAndReportsAllItsReusedTokens) {
+  backend_.caps.chunk_blend = true;
+  std::vector<int32_t> prompt(16);
+  for (int32_t i = 0; i < 16; ++i) prompt[static_cast<size_t>(i)] = 20 + i;
+  auto part = [&](int32_t from, int32_t to) { return std::vector<int32_t>(prompt.begin() + from, prompt.begin() + to); };
+  StepPlan p1{.step_id = 1};
+  p1.seqs = {seq(1, part(0, 6), 0, {0, 1, 2, 3}, /*sample=*/false), seq(2, {5}, 0, {4})};
+  p1.seqs[0].blend_chunks = {{2, 6}};
+  p1.seqs[0].blend_tail = part(6, 8);
+  auto r1 = exec_.execute(p1);
+  ASSERT_TRUE(r1.ok()) << r1.error().to_string();
+  ASSERT_EQ(r1->results.size(), 1u);
+  EXPECT_EQ(r1->results[0].request_id, 2u);
+  EXPECT_EQ(r1->results[0].token, 6) << "request 2 samples its own row";
+  EXPECT_NE(std::find(backend_.log.begin(), backend_.log.end(), "blend 0..6 want 0 of 8"), backend_.log.end());
+
+  StepPlan p2{.step_id = 2};
+  p2.seqs = {seq(1, part(6, 16), 6, {0, 1, 2, 3})};
+  p2.seqs[0].blend_chunks = {{2, 6}, {8, 4}};
+  p2.seqs[0].blend_head = part(0, 6);
+  auto r2 = exec_.execute(p2);
+  ASSERT_TRUE(r2.ok()) << r2.error().to_string();
+  ASSERT_EQ(r2->results.size(), 1u);
+  EXPECT_EQ(r2->results[0].token, 36) << "the row of position 15";
+  EXPECT_EQ(r2->results[0].reused_tokens, 4 + 6) << "both steps' reused tokens";
+
+  StepPlan bad{.step_id = 3};
+  bad.seqs = {seq(3, part(0, 6), 0, {5, 6})};
+  bad.seqs[0].blend_chunks = {{2, 6}};
+  bad.seqs[0].blend_tail = part(6, 8);  // with sample: refused
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_tail has 2 tokens");
+  bad.seqs[0].sample = false;
+  bad.seqs[0].blend_tail = part(6, 7);  // one short of the document's end
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_tail has 1 tokens");
 }
 
 }  // namespace

@@ -22,11 +22,13 @@ Status check_input(const BlendInput& in, const KvPool& pool, int32_t vocab) {
       return bad("tokens[" + std::to_string(i) + "] = " + std::to_string(in.tokens[i]) + " is outside the vocabulary");
     }
   }
-  if (in.cached < 0 || in.cached >= n) return bad("cached " + std::to_string(in.cached) + " must be in [0, " + std::to_string(n) + ")");
+  const int64_t upto = in.end < 0 ? n : in.end;  // positions computed: [cached, upto)
+  if (upto > n) return bad("end " + std::to_string(in.end) + " is past the " + std::to_string(n) + " tokens");
+  if (in.cached < 0 || in.cached >= upto) return bad("cached " + std::to_string(in.cached) + " must be in [0, " + std::to_string(upto) + ")");
   const int64_t ps = pool.page_size();
-  if (static_cast<int64_t>(in.block_table.size()) * ps < n) {
+  if (static_cast<int64_t>(in.block_table.size()) * ps < upto) {
     return bad("block_table covers " + std::to_string(in.block_table.size() * static_cast<size_t>(ps)) + " positions, the prompt has " +
-               std::to_string(n));
+               std::to_string(upto));
   }
   for (size_t p = 0; p < in.block_table.size(); ++p) {
     if (in.block_table[p] < 0 || in.block_table[p] >= pool.num_pages()) {
@@ -101,7 +103,7 @@ Result<std::shared_ptr<const ChunkKv>> CpuBackend::compute_chunk(std::span<const
 
 Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
   TS_TRY(check_input(in, pool_, cfg_.vocab_size));
-  const auto n = static_cast<int32_t>(in.tokens.size());
+  const int32_t n = in.end < 0 ? static_cast<int32_t>(in.tokens.size()) : in.end;  // positions computed: [first, n)
   const int32_t ps = pool_.page_size();
   const float ratio = in.recompute_ratio >= 0.0f ? in.recompute_ratio : blend_cfg_.recompute_ratio;
   const int32_t first = in.cached;
@@ -116,21 +118,23 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
     std::vector<float> k(static_cast<size_t>(tf)), cs(static_cast<size_t>(cfg_.head_dim));
     for (size_t c = 0; c < in.chunks.size(); ++c) {
       const ChunkSpan& span = in.chunks[c];
-      if (span.begin + span.length <= first) continue;  // inside the cached prefix: exact already
+      if (span.begin + span.length <= first) continue;  // inside the cached prefix / an earlier step: in the pages
+      if (span.begin >= n) break;                       // a later step's
       const auto tokens = in.tokens.subspan(static_cast<size_t>(span.begin), static_cast<size_t>(span.length));
       const uint64_t key = chunk_key(model_.fingerprint, in.salt, anchor_hash, tokens);
       std::shared_ptr<const ChunkKv> kv = chunk_cache_.find(key, tokens, anchor_hash);
       const bool hit = kv != nullptr;
-      if (hit) {
+      if (hit && span.begin >= first) {  // a chunk continued from an earlier step was counted there, whole
         ++out.chunk_hits;
-      } else {
+        out.hit_tokens += span.length;
+      } else if (!hit) {
         TS_ASSIGN_OR_RETURN(kv, compute_chunk(anchor, anchor_hash, tokens));
         ++out.chunk_misses;
         blend_stats_.evictions += chunk_cache_.insert(key, kv);
       }
       // The chunk's K/V into the sequence's slots, K rotated from its standalone positions.
       const int32_t lo = std::max(span.begin, first);
-      for (int32_t i = lo; i < span.begin + span.length; ++i) {
+      for (int32_t i = lo; i < std::min(span.begin + span.length, n); ++i) {
         const int32_t j = i - span.begin;
         const int32_t delta = i - (kv->first_pos + j);
         const int64_t slot = static_cast<int64_t>(in.block_table[static_cast<size_t>(i / ps)]) * ps + i % ps;
@@ -146,13 +150,13 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
         }
         roles[static_cast<size_t>(i - first)] = c == 0 ? BlendRole::kExact : BlendRole::kReused;
         ++out.reused_tokens;
-        if (hit) ++out.hit_tokens;
       }
     }
   }
   int32_t recomputed = 0;
   const std::span<float> logits =
-      blend_layers(pool_, {.tokens = in.tokens.subspan(static_cast<size_t>(first)), .first = first, .block_table = in.block_table,
+      blend_layers(pool_, {.tokens = in.tokens.subspan(static_cast<size_t>(first), static_cast<size_t>(n - first)), .first = first,
+                           .block_table = in.block_table,
                            .role = roles, .ratio = ratio, .check_layer = blend_cfg_.check_layer, .want_logits = in.want_logits},
                    &recomputed);
   out.logits = logits;

@@ -15,16 +15,25 @@ std::span<float> BlendRows::append_to(std::span<const float> forward) {
   return merged;
 }
 
-int32_t BlendRows::reused_of(uint64_t request_id) const {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] == request_id) return reused[i];
-  }
-  return 0;
+int32_t BlendRows::take_reused(uint64_t request_id) {
+  const auto it = reused.find(request_id);
+  if (it == reused.end()) return 0;
+  const int32_t n = it->second;
+  reused.erase(it);
+  return n;
 }
 
 Status validate_blend(const SeqPlan& s) {
   const std::string who = "request " + std::to_string(s.request_id) + ": ";
-  if (!s.sample) return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks needs the prompt's last chunk (sample)");
+  if (!s.blend_tail.empty()) {  // a step that ends inside a document: the rest of that document
+    const BlendChunk& last = s.blend_chunks.back();
+    const int64_t end = s.start_pos + static_cast<int64_t>(s.tokens.size());
+    if (s.sample || last.begin >= end || end + static_cast<int64_t>(s.blend_tail.size()) != static_cast<int64_t>(last.begin) + last.length) {
+      return make_error(ErrorCode::kInvalidArgument, who + "blend_tail has " + std::to_string(s.blend_tail.size()) +
+                                                         " tokens; it must complete the last of blend_chunks, which the step's " +
+                                                         "tokens must cut, in a step that does not sample");
+    }
+  }
   if (uses_kv_policy(s) || s.prompt_logprobs) {
     return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks cannot be combined with K/V policy directives or prompt_logprobs");
   }
@@ -39,6 +48,8 @@ Status validate_blend(const SeqPlan& s) {
 }
 
 Status run_blends(Backend& backend, const StepPlan& plan, std::vector<SeqInput>& batch, BlendRows* out) {
+  out->ids.clear();
+  out->rows.clear();
   bool any = false;
   for (const SeqPlan& s : plan.seqs) any = any || !s.blend_chunks.empty();
   if (!any) return ok_status();
@@ -53,16 +64,19 @@ Status run_blends(Backend& backend, const StepPlan& plan, std::vector<SeqInput>&
     }
     tokens.assign(s.blend_head.begin(), s.blend_head.end());
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    const auto end = static_cast<int32_t>(tokens.size());
+    tokens.insert(tokens.end(), s.blend_tail.begin(), s.blend_tail.end());
     chunks.clear();
     for (const BlendChunk& c : s.blend_chunks) chunks.push_back({.begin = c.begin, .length = c.length});
     auto r = backend.blend_prefill({.tokens = tokens, .cached = s.start_pos, .chunks = chunks, .block_table = s.block_table,
-                                    .salt = s.blend_salt, .recompute_ratio = s.blend_ratio, .want_logits = true});
+                                    .salt = s.blend_salt, .recompute_ratio = s.blend_ratio, .want_logits = s.sample, .end = end});
     if (!r.ok()) {
       return make_error(r.error().code, "step " + std::to_string(plan.step_id) + ": request " + std::to_string(s.request_id) +
                                             ": " + r.error().message);
     }
+    out->reused[s.request_id] += r->hit_tokens;  // summed over the request's blended steps
+    if (!s.sample) continue;
     out->ids.push_back(s.request_id);
-    out->reused.push_back(r->hit_tokens);
     out->rows.insert(out->rows.end(), r->logits.begin(), r->logits.end());
   }
   batch = std::move(rest);

@@ -96,6 +96,7 @@ PromptLogprobs score_prompt(const SeqPlan& s, std::span<const float> rows, int32
 struct StepExecutor::State {
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers;  // live request states
   std::unordered_map<uint64_t, H2oState> h2o;                       // H2O statistic per request (kv_directives.h)
+  BlendRows blend;                                                  // CacheBlend rows; reused tokens across steps
   FillHandler fill_handler;                                         // may be empty
   OffloadHandler* offload = nullptr;                                // not owned; may be null
   std::vector<SeqInput> batch;                                      // reused
@@ -132,6 +133,7 @@ void StepExecutor::set_offload_handler(OffloadHandler* handler) { state_->offloa
 size_t StepExecutor::num_request_states() const { return state_->samplers.size(); }
 void StepExecutor::reset_requests() {
   state_->samplers.clear();
+  state_->blend.reused.clear();
   state_->h2o.clear();
 }
 std::vector<std::string> StepExecutor::capabilities() const {
@@ -284,6 +286,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
   for (uint64_t id : plan.released) {
     st.samplers.erase(id);
     st.h2o.erase(id);
+    st.blend.reused.erase(id);
   }
   for (const PageCopy& c : plan.copies) TS_TRY(backend_.copy_page(c.src, c.dst));
   StepResult result;
@@ -321,7 +324,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
 
   // 4c. CacheBlend prefills (blend_step.cpp), each on its own; their logits rows come after the
   // forward's. They leave the ragged batch.
-  BlendRows blended;
+  BlendRows& blended = st.blend;
   TS_TRY(run_blends(backend_, plan, batch, &blended));
 
   // 5. The forward: device argmax when every sampled row is plain greedy and the backend can.
@@ -343,7 +346,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     size_t blend_row = logits.size() / static_cast<size_t>(vocab) - blended.ids.size();
     for (const SeqPlan& s : plan.seqs) {
       if (!s.blend_chunks.empty()) {
-        sample_rows.push_back(blend_row++);
+        if (s.sample) sample_rows.push_back(blend_row++);
       } else if (s.prompt_logprobs) {
         TS_CHECK_LE((row + s.tokens.size()) * static_cast<size_t>(vocab), logits.size());
         result.prompt_logprobs.push_back(score_prompt(s, logits.subspan(row * static_cast<size_t>(vocab)), vocab));
@@ -411,7 +414,7 @@ Result<StepResult> StepExecutor::execute(const StepPlan& plan) {
     if (s.h2o_recent >= 0) victims = st.h2o[s.request_id].victims(s);
     result.results.push_back({.request_id = p.request_id, .token = p.out.token, .logprob = p.out.logprob,
                               .top = std::move(p.out.top), .victims = std::move(victims),
-                              .reused_tokens = blended.reused_of(s.request_id)});
+                              .reused_tokens = blended.take_reused(s.request_id)});
   }
   if (st.offload != nullptr) result.offloaded = st.offload->take_offloaded();
   result.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

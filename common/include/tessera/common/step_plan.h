@@ -131,13 +131,17 @@ struct SeqPlan {
   // last one), the log-probability of that next token from p's logits (StepResult::prompt_logprobs).
   bool prompt_logprobs = false;
   int32_t next_token = -1;  // the prompt token after this chunk (-1: none, e.g. the last chunk)
-  // CacheBlend: non-empty = this chunk is the rest of the prompt [start_pos, end), prefilled by
-  // reusing the chunks' cached K/V with selective recompute (worker capability "chunk_blend").
-  // blend_head holds the sequence's tokens [0, start_pos) (already in the pages); blend_chunks
-  // are positions in the whole sequence; blend_ratio < 0 = the worker's default recompute ratio.
-  // All omitted from the wire when empty.
+  // CacheBlend: non-empty = this chunk [start_pos, start_pos + tokens) of the prompt is prefilled
+  // by reusing the chunks' cached K/V with selective recompute (worker capability "chunk_blend");
+  // a prompt longer than a step's budget is blended over several such chunks, each over the K/V
+  // the earlier ones left. blend_head holds the sequence's tokens [0, start_pos) (already in the
+  // pages); blend_chunks are positions in the whole sequence, from its first document to the last
+  // one this chunk reaches; blend_tail = the tokens after this chunk up to the end of that last
+  // document when the chunk ends inside it (empty otherwise; never with sample);
+  // blend_ratio < 0 = the worker's default recompute ratio. All omitted from the wire when empty.
   std::vector<BlendChunk> blend_chunks{};
   std::vector<int32_t> blend_head{};
+  std::vector<int32_t> blend_tail{};
   float blend_ratio = -1.0f;
   uint64_t blend_salt = 0;  // the request's K/V namespace (tenant, cache_salt): chunk K/V are shared only within it
 };

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,10 @@ class RedisL2 {
   Status put(const BlobKey& key, std::string_view blob, uint32_t ttl_s = 0);
   // nullopt on a miss; kPermissionDenied on a MAC failure; kUnavailable when down.
   Result<std::optional<std::string>> get(const BlobKey& key);
+  // get() of several keys in one round trip (the GETs pipelined on one connection), one answer
+  // per key in order, each as get() answers it (a miss, kPermissionDenied for a MAC failure);
+  // when Redis is down, or the connection fails, the keys not yet answered get that kUnavailable.
+  std::vector<Result<std::optional<std::string>>> get_many(std::span<const BlobKey> keys);
   Result<bool> exists(const BlobKey& key);
   Result<bool> remove(const BlobKey& key);
   Result<uint64_t> remove_user(const std::string& user);  // keys deleted

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ class ShardedL2 {
 
   Status put(const BlobKey& key, std::string_view blob, uint32_t ttl_s = 0);
   Result<std::optional<std::string>> get(const BlobKey& key);
+  // RedisL2::get_many over the shards: one pipelined round trip per shard that owns some of the keys, answers
+  // in the keys' order; a shard that is down answers its keys with kUnavailable.
+  std::vector<Result<std::optional<std::string>>> get_many(std::span<const BlobKey> keys);
   Result<bool> exists(const BlobKey& key);
   Result<bool> remove(const BlobKey& key);
   Result<uint64_t> remove_user(const std::string& user);  // keys deleted over every shard

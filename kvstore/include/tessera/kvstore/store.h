@@ -50,10 +50,12 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +101,14 @@ class Store {
 
   GetResult get_l1(const BlobKey& key);
   Result<GetResult> get(const BlobKey& key);
+  // get() of several keys (the service's get_many), answered in order as get() answers each, but
+  // with the L1 misses of each window of kGetManyWindow keys asked of Redis pipelined, per shard
+  // (ShardedL2::get_many), instead of one round trip per key. The answer is a prefix of `keys`, at least one
+  // entry: it stops before a hit would bring the blob bytes past max_bytes (the caller asks again
+  // for the rest). The window that passes max_bytes has been read whole: its hits past the cut
+  // are promoted to L1 and counted as gets now (and again when asked for). Fails only on a bad key.
+  static constexpr size_t kGetManyWindow = 64;
+  Result<std::vector<GetResult>> get_many(std::span<const BlobKey> keys, size_t max_bytes = SIZE_MAX);
   Result<PutResult> put(const BlobKey& key, std::string blob, uint32_t ttl_s = 0);
   Result<Tier> exists(const BlobKey& key);
   Result<bool> remove(const BlobKey& key);

@@ -92,6 +92,8 @@ struct BatcherStats {
   int64_t kv_compactions = 0;      // K/V policy compactions (docs/kv.md)
   int64_t kv_evicted_tokens = 0;   // positions dropped from sequences' caches by a K/V policy
   int64_t kv_moved_tokens = 0;     // positions moved inside a cache by compactions
+  int64_t blend_steps = 0;         // CacheBlend: prefill chunks planned as blends (a long prompt takes several)
+  int64_t blend_fallbacks = 0;     // requests with documents prefilled without CacheBlend (docs/kv.md)
 };
 
 // A prefix pinned in the radix index (Batcher::pin): its pages are never evicted until unpin().
@@ -195,6 +197,7 @@ class Batcher {
   bool admit_one(Planner& p, Sequence& s);
   bool ensure_pages(Planner& p, Sequence& s, int32_t end_pos, bool may_preempt_self);
   int32_t fit_chunk(Planner& p, Sequence& s, int32_t start, int32_t want);
+  void plan_blend(Sequence& s, int32_t start, int32_t n);  // CacheBlend: mark the chunk blended when it reaches a document
   void preempt(Planner& p, Sequence& victim);
   void build_plan(Planner& p, StepPlan& plan);
   // ---- K/V policies (src/kv_compaction.cpp) ----

@@ -52,24 +52,35 @@ struct ChunkSpan {
   int32_t length = 0;
 };
 
-// One blended prefill of one sequence. Spans must stay valid during the call.
+// One blended prefill of one sequence, or one step of it. Spans must stay valid during the call.
+//
+// Several steps (a prompt longer than a step's token budget): each call computes positions
+// [cached, end) over the K/V the earlier calls left in the pages (exact or fused), as a chunked
+// prefill does; `tokens` then runs past `end` to the end of the last chunk that `end` cuts, so the
+// chunk is looked up whole (its cache key is its full content). The first chunk stays exact and
+// every other reused token is reused; HKVD selects the recompute_ratio share among the reused
+// tokens of each call (a single call selects among all of them), so the result is the one-call
+// blend with a per-call selection — identical at ratios 0 and 1.
 struct BlendInput {
-  std::span<const int32_t> tokens;       // the whole prompt, at cache indices 0 .. size - 1
-  int32_t cached = 0;                    // tokens [0, cached) already hold exact K/V in the pages (a radix hit)
-  std::span<const ChunkSpan> chunks;     // the reusable documents: in order, disjoint, non-empty, inside tokens
-  std::span<const int32_t> block_table;  // pages covering every position of tokens
+  std::span<const int32_t> tokens;       // the prompt from cache index 0, at least to `end`
+  int32_t cached = 0;                    // tokens [0, cached) already hold K/V in the pages (a radix hit, earlier steps)
+  std::span<const ChunkSpan> chunks;     // the reusable documents: in order, disjoint, non-empty, inside tokens;
+                                         // from the prompt's first document on (its anchor is what precedes it)
+  std::span<const int32_t> block_table;  // pages covering positions [0, end)
   uint64_t salt = 0;                     // the request's K/V namespace (tenant, cache_salt)
   float recompute_ratio = -1.0f;         // < 0: the backend's BlendConfig::recompute_ratio
-  bool want_logits = true;               // the last token's logits
+  bool want_logits = true;               // the logits of position end - 1
+  int32_t end = -1;                      // positions [cached, end) are computed; -1: tokens.size()
 };
 
 struct BlendOutcome {
   std::span<float> logits;        // [vocab] of the last token (want_logits), valid until the backend's next call
-  int32_t reused_tokens = 0;      // prompt tokens whose K/V came from chunk K/V (hits and this call's misses)
-  int32_t hit_tokens = 0;         // of those, from chunks already in the cache
+  int32_t reused_tokens = 0;      // positions of [cached, end) whose K/V came from chunk K/V (hits and this call's misses)
+  int32_t hit_tokens = 0;         // tokens of the chunks found in the cache that start in [cached, end), whole
+                                  // (a chunk continued from an earlier call counted there; usage reused_tokens)
   int32_t recomputed_tokens = 0;  // reused tokens selected for recompute past the check layer
   int32_t computed_tokens = 0;    // tokens computed in every layer (not reused), cached prefix excluded
-  int32_t chunk_hits = 0, chunk_misses = 0;
+  int32_t chunk_hits = 0, chunk_misses = 0;  // lookups; a chunk continued from an earlier call counts only if it misses
 };
 
 // Cumulative counters (worker metrics).
