@@ -57,6 +57,7 @@ struct Options {
   std::optional<kernels::Isa> isa;
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   bool mla_decompressed = false;  // latent-attention models: per-head K/V pages instead of the latent
+  bool weight_repack = true;
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -97,7 +98,8 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size, .dtype = o.kv_dtype,
                                                 .mla_decompressed = o.mla_decompressed},
                                        .threads = o.threads,
-                                       .isa = o.isa});
+                                       .isa = o.isa,
+                                       .weight_repack = o.weight_repack});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
   std::string grammar_text;
@@ -244,6 +246,8 @@ void declare_options(config::Options& t, Options& o) {
         kernels::kv_dtype_name(o.kv_dtype), [&o](const std::string& v) { o.kv_dtype = kernels::parse_kv_dtype(v).value(); });
   t.add(o.mla_decompressed, {.name = "mla-decompressed",
                              .help = "latent-attention models (DeepSeek-V2): cache per-head K/V instead of the latent (for comparison)"});
+  t.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL matmul weights at load into 16-row interleaved blocks for the AVX-512 kernels (same bytes; the mmap'ed originals' pages are dropped); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
+        o.weight_repack ? "on" : "off", [&o](const std::string& v) { o.weight_repack = v == "on"; });
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",
@@ -271,7 +275,8 @@ int main(int argc, char** argv) {
   auto engine = Engine::create(**model, {.pool = {.num_pages = (positions + page_size - 1) / page_size, .page_size = page_size,
                                                   .dtype = o.kv_dtype, .mla_decompressed = o.mla_decompressed},
                                          .threads = o.threads,
-                                         .isa = o.isa});
+                                         .isa = o.isa,
+                                         .weight_repack = o.weight_repack});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "tessera/kernels/attention.h"
 #include "tessera/kernels/matmul.h"
+#include "tessera/kernels/packed_weights.h"
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/worker/blend.h"
 #include "tessera/worker/engine.h"
@@ -27,10 +29,11 @@ T* grow(std::vector<T>& v, size_t n) {
 
 // The matmul of weight w over T activation rows (row t at in + t * in_stride) into out (row t at
 // out + t * out_stride): the one MatmulArgs builder of the layer steps and the MoE MLP.
+// packed: w's load-time packed copy (CpuBackend::packed_for), or null.
 inline kernels::MatmulArgs matmul_args(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride,
-                                       int64_t T) {
+                                       int64_t T, const kernels::PackedWeights* packed = nullptr) {
   return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
-                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
+                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride, .w_packed = packed};
 }
 
 // Scratch of the mixture-of-experts MLP (moe_ffn.cpp), grown on demand and reused.
@@ -93,6 +96,15 @@ class CpuBackend final : public Backend {
   // Over the MLA latent cache: builds every layer's absorbed attn_kv_b (mla_absorbed) now, at
   // load, rather than on the first step that needs it; returns its bytes (0 for other models).
   size_t prepare_mla();
+  // Load-time weight repack (repack.cpp): a packed copy (kernels/packed_weights.h) of every
+  // dense matmul weight (attention, dense MLP, output) whose type and kernel path have one;
+  // the file pages of the originals the forward pass no longer reads are dropped (madvise) so
+  // the resident set does not double (the tied embedding keeps its rows for the lookup).
+  struct RepackStats {
+    int32_t tensors = 0;
+    size_t packed_bytes = 0, dropped_bytes = 0;
+  };
+  RepackStats repack_weights();
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }
@@ -105,6 +117,8 @@ class CpuBackend final : public Backend {
   // thread_share of the threads (created on first use) and its kernel path.
   kernels::ThreadPool* pool_for(const Tensor& w);
   kernels::Isa isa_for(const Tensor& w) const;
+  // w's packed copy (repack_weights), or null.
+  const kernels::PackedWeights* packed_for(const Tensor& w) const;
 
   // The per-layer steps shared by the forward pass (run) and CacheBlend's layer loop
   // (blend_layers), over T rows of stride dim (layer_step.cpp): a family feature added here
@@ -172,7 +186,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<kernels::ThreadPool> threads_;
   std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
-  std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
+  std::vector<MlaAbsorbed> mla_absorbed_;
+  std::map<std::pair<const void*, int64_t>, kernels::PackedWeights> packed_;  // (data, rows) -> packed copy  // per layer, MLA latent cache only (mla.cpp)
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;

@@ -41,6 +41,10 @@ struct EngineOptions {
   int32_t threads = 0;               // 0 = std::thread::hardware_concurrency()
   std::optional<kernels::Isa> isa;   // kernel path; default kernels::detect_isa()
   BlendConfig blend;                 // CacheBlend (blend.h): Backend::blend_prefill
+  // Repack the dense matmul weights at create() into the kernels' 16-row interleaved layout
+  // (kernels/packed_weights.h; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL on the AVX-512 path), dropping
+  // the mmap'ed originals' pages it no longer reads. Results are bit-identical either way.
+  bool weight_repack = true;
 };
 
 class StepExecutor;
