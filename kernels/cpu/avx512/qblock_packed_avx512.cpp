@@ -64,66 +64,91 @@ struct TokX {
   const float* xsum;
 };
 
+// The per-format constants of a group walk.
+template <class F>
+struct Consts {
+  __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10), table = _mm512_setzero_si512();
+  Consts() {
+    if constexpr (F::kTable) {
+      alignas(16) uint8_t t[16];
+      for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kIQ4NLValues[i] + 128);
+      table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
+    }
+  }
+};
+
+// Block b of a group for RN tokens, into their float accumulators acc[j] (the block's oracle lane).
+template <class F, int RN>
+__attribute__((always_inline)) inline void block(const Consts<F>& c, const uint8_t* grp, int64_t b, const TokX* x,
+                                                 __m512* const* acc) {
+  constexpr int64_t kPair = 2 * (kPackedQsBytes + F::kMeta);
+  const uint8_t* pb = grp + (b >> 1) * kPair;
+  const uint8_t* qs = pb + (b & 1) * kPackedQsBytes;
+  const uint8_t* meta = pb + 2 * kPackedQsBytes + (b & 1) * F::kMeta;
+  __m512i s0[RN], s1[RN];
+  for (int j = 0; j < RN; ++j) {
+    s0[j] = _mm512_set1_epi32(x[j].neg_off[b]);
+    s1[j] = _mm512_setzero_si512();
+  }
+  __m512i qh = _mm512_setzero_si512();
+  if constexpr (F::kFifth) qh = _mm512_load_si512(meta + (F::kMin ? 64 : 32));
+  for (int m = 0; m < 4; ++m) {
+    const __m512i v = _mm512_load_si512(qs + 64 * m);
+    __m512i lo = _mm512_and_si512(v, c.low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), c.low4);
+    if constexpr (F::kFifth) {  // vector m's bits sit at bit m of each byte, vector 4 + m's at bit 4 + m
+      lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - m), c.bit4));
+      hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, m), c.bit4));
+    }
+    if constexpr (F::kTable) {
+      lo = _mm512_shuffle_epi8(c.table, lo);
+      hi = _mm512_shuffle_epi8(c.table, hi);
+    }
+    for (int j = 0; j < RN; ++j) {
+      const int8_t* xb = x[j].q + b * 32;
+      s0[j] = _mm512_dpbusd_epi32(s0[j], lo, _mm512_set1_epi32(load_i32(xb + 4 * m)));
+      s1[j] = _mm512_dpbusd_epi32(s1[j], hi, _mm512_set1_epi32(load_i32(xb + 16 + 4 * m)));
+    }
+  }
+  const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(meta)));
+  __m512 mins = _mm512_setzero_ps();
+  if constexpr (F::kMin) mins = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(meta + 32)));
+  for (int j = 0; j < RN; ++j) {
+    const __m512 xdv = _mm512_set1_ps(x[j].d[b]);
+    __m512& l = *acc[j];
+    l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[j], s1[j])), _mm512_mul_ps(d, xdv), l);
+    if constexpr (F::kMin) l = _mm512_fmadd_ps(_mm512_set1_ps(x[j].xsum[b]), _mm512_mul_ps(mins, xdv), l);
+  }
+}
+
 // Tokens x[0 .. RN) x the 16 rows of one group (live lanes); y[j] = token j's output at the group's first row.
 template <class F, int RN>
 void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y, __mmask16 live, bool prefetch) {
-  constexpr int64_t kPair = 2 * (kPackedQsBytes + F::kMeta);
-  constexpr int kLines = static_cast<int>(kPair / 64), kEvenLines = (kLines + 1) / 2;
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
-  __m512i table = _mm512_setzero_si512();
-  if constexpr (F::kTable) {
-    alignas(16) uint8_t t[16];
-    for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kIQ4NLValues[i] + 128);
-    table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(t)));
-  }
+  constexpr int64_t kChunk = 4 * 2 * (kPackedQsBytes + F::kMeta);  // 8 blocks
+  const Consts<F> c;
   __m512 acc[RN][8];
   for (int j = 0; j < RN; ++j) {
     for (int a = 0; a < 8; ++a) acc[j][a] = _mm512_setzero_ps();
   }
-  for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-    for (int i = 0; i < 8; ++i) {  // unrolled: acc[j][i] stays in a register
-      const int64_t b = b0 + i;
-      if (b >= nb) break;
-      const uint8_t* pb = grp + (b >> 1) * kPair;
-      const uint8_t* qs = pb + (b & 1) * kPackedQsBytes;
-      const uint8_t* meta = pb + 2 * kPackedQsBytes + (b & 1) * F::kMeta;
-      if (prefetch) {
-        const int first = (b & 1) ? kEvenLines : 0, last = (b & 1) ? kLines : kEvenLines;
-        for (int l = first; l < last; ++l) _mm_prefetch(reinterpret_cast<const char*>(pb) + kPrefetchAhead + 64 * l, _MM_HINT_T0);
-      }
-      __m512i s0[RN], s1[RN];
-      for (int j = 0; j < RN; ++j) {
-        s0[j] = _mm512_set1_epi32(x[j].neg_off[b]);
-        s1[j] = _mm512_setzero_si512();
-      }
-      __m512i qh = _mm512_setzero_si512();
-      if constexpr (F::kFifth) qh = _mm512_load_si512(meta + (F::kMin ? 64 : 32));
-      for (int m = 0; m < 4; ++m) {
-        const __m512i v = _mm512_load_si512(qs + 64 * m);
-        __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        if constexpr (F::kFifth) {  // vector m's bits sit at bit m of each byte, vector 4 + m's at bit 4 + m
-          lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(qh, 4 - m), bit4));
-          hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_srli_epi32(qh, m), bit4));
-        }
-        if constexpr (F::kTable) {
-          lo = _mm512_shuffle_epi8(table, lo);
-          hi = _mm512_shuffle_epi8(table, hi);
-        }
-        for (int j = 0; j < RN; ++j) {
-          const int8_t* xb = x[j].q + b * 32;
-          s0[j] = _mm512_dpbusd_epi32(s0[j], lo, _mm512_set1_epi32(load_i32(xb + 4 * m)));
-          s1[j] = _mm512_dpbusd_epi32(s1[j], hi, _mm512_set1_epi32(load_i32(xb + 16 + 4 * m)));
-        }
-      }
-      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(meta)));
-      __m512 mins = _mm512_setzero_ps();
-      if constexpr (F::kMin) mins = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(meta + 32)));
-      for (int j = 0; j < RN; ++j) {
-        const __m512 xdv = _mm512_set1_ps(x[j].d[b]);
-        __m512& l = acc[j][i];
-        l = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[j], s1[j])), _mm512_mul_ps(d, xdv), l);
-        if constexpr (F::kMin) l = _mm512_fmadd_ps(_mm512_set1_ps(x[j].xsum[b]), _mm512_mul_ps(mins, xdv), l);
-      }
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    if (prefetch) {
+      const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + kPrefetchAhead;
+#pragma GCC unroll 16
+      for (int64_t l = 0; l < kChunk; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      __m512* a[RN];
+      for (int j = 0; j < RN; ++j) a[j] = &acc[j][i];
+      block<F, RN>(c, grp, b + i, x, a);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // the tail (< 8 blocks)
+    if (b + i < nb) {
+      __m512* a[RN];
+      for (int j = 0; j < RN; ++j) a[j] = &acc[j][i];
+      block<F, RN>(c, grp, b + i, x, a);
     }
   }
   for (int j = 0; j < RN; ++j) {

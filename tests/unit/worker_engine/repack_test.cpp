@@ -19,12 +19,12 @@
 namespace tessera::worker {
 namespace {
 
-struct Run {
+struct Generated {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
 };
 
-Run generate_with(const Model& model, bool repack) {
+Generated generate_with(const Model& model, bool repack) {
   auto engine = Engine::create(model, {.pool = {.num_pages = 8, .page_size = 16}, .threads = 2, .weight_repack = repack});
   EXPECT_TRUE(engine.ok()) << engine.error().to_string();
   if (!engine.ok()) return {};
@@ -55,9 +55,9 @@ TEST_P(WeightRepack, OnAndOffGenerateIdentically) {
   auto model = load_model(path);
   std::filesystem::remove(path);  // mmapped: readable until the model is gone
   ASSERT_TRUE(model.ok()) << model.error().to_string();
-  const Run on = generate_with(**model, true);
-  const Run off = generate_with(**model, false);
-  const Run on_again = generate_with(**model, true);
+  const Generated on = generate_with(**model, true);
+  const Generated off = generate_with(**model, false);
+  const Generated on_again = generate_with(**model, true);
   ASSERT_EQ(on.tokens.size(), 40u);
   EXPECT_EQ(on.tokens, off.tokens) << dtype;
   EXPECT_EQ(on.logprobs, off.logprobs) << dtype;  // bit for bit
