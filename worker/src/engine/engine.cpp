@@ -187,8 +187,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
     const CpuBackend::RepackStats st = impl->backend.repack_weights();
     if (st.tensors > 0) {
       TS_LOG(kInfo) << "weight repack: " << st.tensors << " tensors into 16-row interleaved blocks, "
-                    << (st.packed_bytes >> 20) << " MiB; " << (st.dropped_bytes >> 20)
-                    << " MiB of the file's pages dropped (--weight-repack, docs/models.md)";
+                    << static_cast<double>(st.packed_bytes) / (1 << 20) << " MiB; "
+                    << static_cast<double>(st.dropped_bytes) / (1 << 20) << " MiB of the file's pages dropped (--weight-repack, docs/models.md)";
     }
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
