@@ -98,8 +98,8 @@ class CpuBackend final : public Backend {
   size_t prepare_mla();
   // Load-time weight repack (repack.cpp): a packed copy (kernels/packed_weights.h) of every
   // dense matmul weight (attention, dense MLP, output) whose type and kernel path have one;
-  // the file pages of the originals the forward pass no longer reads are dropped (madvise) so
-  // the resident set does not double (the tied embedding keeps its rows for the lookup).
+  // the file pages of the originals are dropped (madvise) so the resident set does not double
+  // (a tied embedding's rows are read back from the file as they are looked up).
   struct RepackStats {
     int32_t tensors = 0;
     size_t packed_bytes = 0, dropped_bytes = 0;

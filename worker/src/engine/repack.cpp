@@ -27,10 +27,11 @@ CpuBackend::RepackStats CpuBackend::repack_weights() {
     ++st.tensors;
     st.packed_bytes += p.bytes();
     packed_.emplace(std::make_pair(w.data, w.rows), std::move(p));
-    // The tied embedding's rows are still looked up (embed()); everything else is read from the
-    // packed copy only. Dropping file pages is always safe: touched again, they are read back.
+    // The matmuls read the packed copy only. Dropping file pages is always safe: touched again,
+    // they are read back from the file; so the tied embedding's pages go too, and embed() faults
+    // in just the rows it looks up.
     const size_t n = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, w.cols);
-    if (w.data == model_.tok_embeddings.data || !model_.file_mapped(w.data, n)) return;
+    if (!model_.file_mapped(w.data, n)) return;
     const auto begin = reinterpret_cast<uintptr_t>(w.data), end = begin + n;
     const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
     if (last > first && ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) == 0) {
