@@ -186,8 +186,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<kernels::ThreadPool> threads_;
   std::vector<std::unique_ptr<kernels::ThreadPool>> share_pools_;  // [n]: n threads, for thread shares < 1
   Scratch s_;
-  std::vector<MlaAbsorbed> mla_absorbed_;
-  std::map<std::pair<const void*, int64_t>, kernels::PackedWeights> packed_;  // (data, rows) -> packed copy  // per layer, MLA latent cache only (mla.cpp)
+  std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
+  std::map<std::pair<const void*, int64_t>, kernels::PackedWeights> packed_;  // (data, rows) -> packed copy
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;
