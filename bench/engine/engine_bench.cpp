@@ -60,6 +60,7 @@ struct Options {
   kernels::KvDtype kv_dtype = kernels::KvDtype::kF32;
   bool mla_decompressed = false;  // latent-attention models: per-head K/V pages instead of the latent
   int mla_expand_rows = 0;        // latent cache: rows from which a sequence's step expands K/V (0 = default)
+  bool weight_repack = true;
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -100,7 +101,8 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
   auto engine = Engine::create(model, {.pool = {.num_pages = n * pages_per_seq, .page_size = page_size, .dtype = o.kv_dtype,
                                                 .mla_decompressed = o.mla_decompressed},
                                        .threads = o.threads,
-                                       .isa = o.isa});
+                                       .isa = o.isa,
+                                       .weight_repack = o.weight_repack});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
   std::string grammar_text;
@@ -253,6 +255,8 @@ void declare_options(config::Options& t, Options& o) {
                             .help = "latent cache: rows of one sequence in a step from which attention runs on per-head K/V "
                                     "expanded from the latent (0 = the engine's default; a large value = always absorbed)",
                             .min = 0, .max = 1 << 30});
+  t.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL matmul weights at load into 16-row interleaved blocks for the AVX-512 kernels (same bytes; the mmap'ed originals' pages are dropped); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
+        o.weight_repack ? "on" : "off", [&o](const std::string& v) { o.weight_repack = v == "on"; });
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         o.isa ? kernels::isa_name(*o.isa) : "auto",
@@ -281,7 +285,8 @@ int main(int argc, char** argv) {
                                                   .dtype = o.kv_dtype, .mla_decompressed = o.mla_decompressed},
                                          .threads = o.threads,
                                          .isa = o.isa,
-                                         .mla_expand_rows = o.mla_expand_rows});
+                                         .mla_expand_rows = o.mla_expand_rows,
+                                         .weight_repack = o.weight_repack});
   if (!engine.ok()) return fail(engine.error().to_string());
   Engine& e = **engine;
 

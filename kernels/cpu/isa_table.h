@@ -8,6 +8,10 @@
 #include "tessera/common/dtype.h"
 #include "tessera/kernels/kv_format.h"
 
+namespace tessera::kernels {
+class PackedWeights;
+}
+
 namespace tessera::kernels::cpu {
 
 // Float-weight GEMM job: y[t, r] = sum_c w[r, c] * x[t, c] for rows [r0, r1), tokens [t0, t1).
@@ -33,6 +37,7 @@ struct GemmQ8Job {
   const float* xd = nullptr;
   float* y = nullptr;
   int64_t y_stride = 0;
+  const PackedWeights* packed = nullptr;  // set: the weights' packed copy (qblock_packed.h), w unused
 };
 
 // Attention of n_rows query rows that share one kv head of one sequence (see attention.h for

@@ -5,9 +5,11 @@
 
 #include "isa_table.h"
 #include "qblock_gemv.h"
+#include "qblock_packed.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
+#include "tessera/kernels/packed_weights.h"
 #include "tessera/kernels/thread_pool.h"
 
 namespace tessera::kernels {
@@ -126,6 +128,12 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
               : gemv && a.w_type == DType::kQ8_0  ? k.gemm_q8_0
               : gemv                              ? cpu::gemv_qblock_avx512
                                                   : cpu::gemm_qblock_avx512;
+      const PackedWeights* pw = a.w_packed;
+      if (qblock_tiles && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
+        TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
+        p.qjob.packed = pw;
+        p.qfn = cpu::gemm_qblock_packed_avx512;
+      }
     }
     p.split = plan_split(a.rows, a.n, threads);
     p.first_task = tasks;

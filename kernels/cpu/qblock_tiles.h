@@ -16,6 +16,11 @@
 // batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
 // Fewer than kQBlockBatchMinN tokens (decode): qblock_gemv.h's GEMV (Q8_0: gemm_q8_0), rows in order,
 // bit-identical too: interleaving 16 rows for one token would not pay. On AVX2 the same formats
+// Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
+// stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
+// reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
+// bit-identical too. (Interleaving 16 rows per call for one token would not pay; interleaved once
+// at load it does: qblock_packed.h, used when MatmulArgs::w_packed is given.) On AVX2 the same formats
 // have 8-row interleaved batch tiles (avx2/qblock_tiles_avx2.cpp, quant_gemm.h's tiles hook).
 // Thread-safety: called concurrently for disjoint (rows, tokens) tiles of one job; scratch is
 // thread_local.

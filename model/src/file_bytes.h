@@ -29,6 +29,7 @@ class FileBytes {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  bool mapped() const { return mapped_; }  // a read-only private file mapping (not a heap copy)
 
  private:
   FileBytes() = default;

@@ -49,6 +49,13 @@ class LoadedModel final : public Model {
   }
   ModelConfig& mutable_config() { return config_; }
   void retain(std::shared_ptr<const FileBytes> file) { files_.push_back(std::move(file)); }
+  bool file_mapped(const void* p, size_t n) const override {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (const auto& f : files_) {
+      if (f->mapped() && b >= f->data() && b + n <= f->data() + f->size()) return true;
+    }
+    return false;
+  }
   // A zero-initialized, 64-byte aligned buffer owned by this model.
   uint8_t* allocate(size_t bytes);
 

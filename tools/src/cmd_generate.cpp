@@ -29,6 +29,7 @@ struct Args {
   bool json = false;
   bool ignore_eos = false;
   std::optional<kernels::Isa> isa;  // nullopt = the best this CPU runs
+  bool weight_repack = true;
 };
 
 void declare_options(config::Options& o, Args& a) {
@@ -52,6 +53,8 @@ void declare_options(config::Options& o, Args& a) {
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         a.isa ? kernels::isa_name(*a.isa) : "auto",
         [&a](const std::string& v) { a.isa = v == "auto" ? std::nullopt : kernels::parse_isa(v); });
+  o.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL matmul weights at load into 16-row interleaved blocks for the AVX-512 kernels (same bytes; the mmap'ed originals' pages are dropped); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
+        a.weight_repack ? "on" : "off", [&a](const std::string& v) { a.weight_repack = v == "on"; });
   o.add(a.json, {.name = "json", .help = "print one JSON object: text, token ids, logprobs, timings"});
 }
 
@@ -104,7 +107,8 @@ int run_generate(const std::vector<std::string>& argv) {
   auto engine = worker::Engine::create(
       **model, {.pool = {.num_pages = static_cast<int32_t>((positions + page_size - 1) / page_size), .page_size = page_size},
                 .threads = a.threads,
-                .isa = a.isa});
+                .isa = a.isa,
+                .weight_repack = a.weight_repack});
   if (!engine.ok()) {
     std::fprintf(stderr, "tessera generate: %s\n", engine.error().to_string().c_str());
     return 1;

@@ -112,6 +112,7 @@ Result<std::unique_ptr<ServingBackend>> create_backend(const std::string& resolv
   eo.threads = options.threads;
   eo.blend = options.blend;
   eo.blend.cache_bytes = options.blend_cache_mb << 20;
+  eo.weight_repack = options.weight_repack;
   TS_ASSIGN_OR_RETURN(auto engine, worker::Engine::create(model, eo));
   return std::unique_ptr<ServingBackend>(new CpuServing(std::move(engine)));
 }

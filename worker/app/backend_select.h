@@ -39,6 +39,7 @@ struct BackendOptions {
   int32_t eos = -1;                            // sim: the token never generated (main sets it)
   worker::BlendConfig blend;                   // cpu: CacheBlend (docs/kv.md); cache_bytes from blend_cache_mb
   int64_t blend_cache_mb = 64;
+  bool weight_repack = true;                   // cpu: EngineOptions::weight_repack
 };
 
 class ServingBackend {

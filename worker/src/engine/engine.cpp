@@ -188,6 +188,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const Model& model, const EngineO
   if (const size_t bytes = impl->backend.prepare_mla(); bytes > 0) {  // at load: an out-of-memory shows here, not mid-serving
     TS_LOG(kInfo) << "MLA latent cache: absorbed attn_kv_b in f32, " << (bytes >> 20) << " MiB (docs/models.md)";
   }
+  if (options.weight_repack) {
+    const CpuBackend::RepackStats st = impl->backend.repack_weights();
+    if (st.tensors > 0) {
+      TS_LOG(kInfo) << "weight repack: " << st.tensors << " tensors into 16-row interleaved blocks, "
+                    << static_cast<double>(st.packed_bytes) / (1 << 20) << " MiB; "
+                    << static_cast<double>(st.dropped_bytes) / (1 << 20) << " MiB of the file's pages dropped (--weight-repack, docs/models.md)";
+    }
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "tessera/kernels/attention.h"
 #include "tessera/kernels/matmul.h"
+#include "tessera/kernels/packed_weights.h"
 #include "tessera/kernels/thread_pool.h"
 #include "tessera/worker/blend.h"
 #include "tessera/worker/engine.h"
@@ -27,10 +29,11 @@ T* grow(std::vector<T>& v, size_t n) {
 
 // The matmul of weight w over T activation rows (row t at in + t * in_stride) into out (row t at
 // out + t * out_stride): the one MatmulArgs builder of the layer steps and the MoE MLP.
+// packed: w's load-time packed copy (CpuBackend::packed_for), or null.
 inline kernels::MatmulArgs matmul_args(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride,
-                                       int64_t T) {
+                                       int64_t T, const kernels::PackedWeights* packed = nullptr) {
   return kernels::MatmulArgs{.w_type = w.dtype, .w = w.data, .rows = w.rows, .cols = w.cols, .x = in,
-                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride};
+                             .x_stride = in_stride, .n = T, .y = out, .y_stride = out_stride, .w_packed = packed};
 }
 
 // Scratch of the mixture-of-experts MLP (moe_ffn.cpp), grown on demand and reused.
@@ -106,6 +109,15 @@ class CpuBackend final : public Backend {
   // The most scratch the expanded form may use for one sequence's context (about 12,000 tokens
   // of V2-Lite); longer contexts take the absorbed form.
   static constexpr int64_t kMlaExpandMaxBytes = int64_t{512} << 20;
+  // Load-time weight repack (repack.cpp): a packed copy (kernels/packed_weights.h) of every
+  // dense matmul weight (attention, dense MLP, output) whose type and kernel path have one;
+  // the file pages of the originals are dropped (madvise) so the resident set does not double
+  // (a tied embedding's rows are read back from the file as they are looked up).
+  struct RepackStats {
+    int32_t tensors = 0;
+    size_t packed_bytes = 0, dropped_bytes = 0;
+  };
+  RepackStats repack_weights();
 
   KvPool& pool() { return pool_; }
   kernels::Isa isa() const { return isa_; }
@@ -129,6 +141,8 @@ class CpuBackend final : public Backend {
       for (int64_t t = 0; t < T; ++t) fn(t);
     }
   }
+  // w's packed copy (repack_weights), or null.
+  const kernels::PackedWeights* packed_for(const Tensor& w) const;
 
   // The per-layer steps shared by the forward pass (run) and CacheBlend's layer loop
   // (blend_layers), over T rows of stride dim (layer_step.cpp): a family feature added here
@@ -212,6 +226,7 @@ class CpuBackend final : public Backend {
   Scratch s_;
   std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
   int32_t mla_expand_rows_ = kMlaExpandRowsDefault;
+  std::map<std::pair<const void*, int64_t>, kernels::PackedWeights> packed_;  // (data, rows) -> packed copy
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;

@@ -18,7 +18,7 @@ void add_bias(const Tensor& b, float* out, int64_t width, int64_t T) {
 }  // namespace
 
 void CpuBackend::linear(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T) {
-  kernels::matmul(matmul_args(w, in, in_stride, out, out_stride, T), pool_for(w), isa_for(w));
+  kernels::matmul(matmul_args(w, in, in_stride, out, out_stride, T, packed_for(w)), pool_for(w), isa_for(w));
 }
 
 void CpuBackend::embed(std::span<const int32_t> tokens, float* x) {
@@ -40,9 +40,9 @@ void CpuBackend::attention_qkv(const LayerWeights& w, const float* xn, int64_t T
   if (c.is_mla()) {
     mla_qkv(w, xn, T, cs, q, k, v);
   } else {
-    const kernels::MatmulArgs qkv[3] = {matmul_args(w.wq, xn, dim, q, q_dim, T),
-                                        matmul_args(w.wk, xn, dim, k, kv_dim, T),
-                                        matmul_args(w.wv, xn, dim, v, kv_dim, T)};
+    const kernels::MatmulArgs qkv[3] = {matmul_args(w.wq, xn, dim, q, q_dim, T, packed_for(w.wq)),
+                                        matmul_args(w.wk, xn, dim, k, kv_dim, T, packed_for(w.wk)),
+                                        matmul_args(w.wv, xn, dim, v, kv_dim, T, packed_for(w.wv))};
     const Tensor* const ws[3] = {&w.wq, &w.wk, &w.wv};
     bool same = true;  // one parallel region when the placements agree (the usual case)
     for (const Tensor* t : ws) same = same && pool_for(*t) == pool_for(w.wq) && isa_for(*t) == isa_for(w.wq);
@@ -91,8 +91,8 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
   if (c.layer_is_moe(layer)) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
     moe_ffn(c, w, xn, T, o, moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
   } else {
-    const kernels::MatmulArgs gate_up[2] = {matmul_args(w.w_gate, xn, dim, gate, hidden, T),
-                                            matmul_args(w.w_up, xn, dim, up, hidden, T)};
+    const kernels::MatmulArgs gate_up[2] = {matmul_args(w.w_gate, xn, dim, gate, hidden, T, packed_for(w.w_gate)),
+                                            matmul_args(w.w_up, xn, dim, up, hidden, T, packed_for(w.w_up))};
     if (pool_for(w.w_gate) == pool_for(w.w_up) && isa_for(w.w_gate) == isa_for(w.w_up)) {
       kernels::matmul_batch(gate_up, pool_for(w.w_gate), isa_for(w.w_gate));
     } else {
@@ -136,7 +136,7 @@ std::span<float> CpuBackend::logits_of(const float* x, std::span<const int32_t> 
   });
   float* out = grow(logits, static_cast<size_t>(n * c.vocab_size));
   kernels::matmul({.w_type = model_.output.dtype, .w = model_.output.data, .rows = c.vocab_size, .cols = dim, .x = xr,
-                   .x_stride = dim, .n = n, .y = out, .y_stride = c.vocab_size},
+                   .x_stride = dim, .n = n, .y = out, .y_stride = c.vocab_size, .w_packed = packed_for(model_.output)},
                   pool_for(model_.output), isa_for(model_.output));
   if (c.final_softcap > 0.0f) kernels::softcap(out, n * c.vocab_size, c.final_softcap);
   return {out, static_cast<size_t>(n * c.vocab_size)};

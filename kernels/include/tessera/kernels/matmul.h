@@ -13,7 +13,10 @@
 // Contract (checked with TS_CHECK; the caller validates shapes and dtypes first):
 // - W is row-major [rows, cols], blocked along cols for Q8_0 (cols % 32 == 0);
 // - X rows are `x_stride` floats apart, Y rows `y_stride` floats apart; Y must not alias X;
-// - the pool, when given, is used for the parallel region (nullptr = the calling thread).
+// - the pool, when given, is used for the parallel region (nullptr = the calling thread);
+// - w_packed, when given (packed_weights.h: pack_for_matmul of these very weights, on the ISA
+//   matmul runs), is what the kernel reads instead of w (same results, bit for bit); it is
+//   ignored on another ISA. The caller keeps it alive for the call.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 namespace tessera::kernels {
 
 class ThreadPool;
+class PackedWeights;
 
 struct MatmulArgs {
   DType w_type = DType::kF32;
@@ -36,6 +40,7 @@ struct MatmulArgs {
   int64_t n = 0;            // number of activation rows (tokens)
   float* y = nullptr;       // [n, rows] outputs, row t at y + t * y_stride (overwritten)
   int64_t y_stride = 0;
+  const PackedWeights* w_packed = nullptr;  // optional packed copy of w (borrowed)
 };
 
 bool matmul_supports(DType w_type);

@@ -18,6 +18,7 @@
 // after load and safe to read from many threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -218,6 +219,14 @@ class Model {
   uint64_t fingerprint = 0;
 
   int64_t parameter_count() const;
+  // Whether [p, p + n) lies in a read-only file mapping of this model (mmap'ed loading): pages
+  // there may be dropped (madvise MADV_DONTNEED) and are read back from the file when touched
+  // again. False for converted or heap-loaded tensors.
+  virtual bool file_mapped(const void* p, size_t n) const {
+    (void)p;
+    (void)n;
+    return false;
+  }
 
  protected:
   ModelConfig config_;

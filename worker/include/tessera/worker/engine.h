@@ -45,6 +45,10 @@ struct EngineOptions {
   // in a step (a prefill chunk) attends over per-head K/V expanded from its latent rows, fewer
   // rows (decode) take the absorbed form (docs/models.md). 0 = the measured default; >= 0.
   int32_t mla_expand_rows = 0;
+  // Repack the dense matmul weights at create() into the kernels' 16-row interleaved layout
+  // (kernels/packed_weights.h; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL on the AVX-512 path), dropping
+  // the mmap'ed originals' pages it no longer reads. Results are bit-identical either way.
+  bool weight_repack = true;
 };
 
 class StepExecutor;

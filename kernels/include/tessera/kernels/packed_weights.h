@@ -1,0 +1,63 @@
+// Weights repacked once, at load, into the layout a matmul kernel streams fastest.
+//
+// pack_for_matmul() copies a [rows, cols] weight matrix of a 32-value block format (Q4_0, Q4_1,
+// Q5_0, Q5_1, IQ4_NL) into 16-row interleaved groups for the AVX-512 VNNI kernels: per group
+// of 16 rows and per block of 32 columns, the 16 rows' quant bytes as 4 zmm vectors (lane l of
+// vector m = bytes 4m..4m+3 of row l's qs: `& 0x0F` gives values 4m..4m+3, `>> 4` values
+// 16+4m..16+4m+3, i.e. the dword operands vpdpbusd takes with the activations broadcast), then
+// the rows' fp16 scales contiguous (and their fp16 mins, Q4_1 / Q5_1, and their 32 fifth bits,
+// Q5_0 / Q5_1, regrouped so one shift and one mask put each value's bit at 0x10). Blocks go in
+// pairs [qs b][qs b+1][meta b][meta b+1] so every vector load is 64-byte aligned. The data
+// stay 4-bit (5-bit): the same bytes as the file, plus padding to a whole group (the last
+// group's missing rows are zero) and to a whole pair of blocks.
+// MatmulArgs::w_packed hands one to matmul(), which then reads only the packed copy (for every
+// batch size, on the ISA it was packed for; results bit-identical to the unpacked path).
+//
+// Ownership: a PackedWeights owns its (64-byte aligned) buffer; move-only; immutable once made,
+// so many threads may read it. It does not refer to the weights it was made from.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tessera/common/dtype.h"
+#include "tessera/kernels/isa.h"
+
+namespace tessera::kernels {
+
+class PackedWeights {
+ public:
+  PackedWeights() = default;  // empty: no packed path
+  PackedWeights(PackedWeights&&) noexcept = default;
+  PackedWeights& operator=(PackedWeights&&) noexcept = default;
+
+  bool empty() const { return buf_ == nullptr; }
+  DType dtype() const { return dtype_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  Isa isa() const { return isa_; }
+  size_t bytes() const { return static_cast<size_t>(n_groups() * group_bytes_); }
+  int64_t n_groups() const { return (rows_ + 15) / 16; }
+  int64_t group_bytes() const { return group_bytes_; }  // one group of 16 rows, a multiple of 64
+  const uint8_t* group(int64_t g) const { return buf_.get() + g * group_bytes_; }
+
+ private:
+  friend PackedWeights pack_for_matmul(DType, const void*, int64_t, int64_t, Isa);
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Free> buf_;
+  DType dtype_ = DType::kF32;
+  int64_t rows_ = 0, cols_ = 0, group_bytes_ = 0;
+  Isa isa_ = Isa::kScalar;
+};
+
+// Whether pack_for_matmul(t, ..., isa) gives a packed copy (the format has a packed kernel on
+// that ISA and the CPU runs it).
+bool packed_matmul_supports(DType t, Isa isa);
+// The packed copy of w ([rows, cols], dtype_row_bytes(t, cols) bytes per row, cols % 32 == 0),
+// or an empty PackedWeights when !packed_matmul_supports(t, isa). Reads w once; O(rows * cols).
+PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols, Isa isa);
+
+}  // namespace tessera::kernels
