@@ -8,12 +8,15 @@
 // row-interleaved layout (lane l of a vector = row l), then each token's block dot for all 16
 // rows is 8 vpdpbusd with broadcast activation bytes, and one convert + multiply + FMA per
 // block per 16 rows: ~4x fewer instructions than one row at a time (quant_gemm.h's dots).
+// Where the CPU has AMX-INT8, batches of 8 or more tokens take AMX tiles instead for every 16
+// rows (avx512/qblock_amx.cpp, qblock_amx_gemm below): one TDPBSSD per block and 16 x 16.
 //
 // Numerics: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
 // integers per block, and per row lane the oracle's fma order (block i into accumulator i % 8,
 // fixed final reduction; quant_gemm.h; Q4_1 / Q5_1 add fma(block sum of x, m * xd) after each
 // block, the activation sums taken from the same integers) — so greedy tokens do not depend on the ISA or on the
-// batch. Q8_0 sums in one accumulator (Q8_0 has no cross-ISA bit-identity; matmul_test bounds).
+// batch. Q8_0's VNNI tiles sum in one fma accumulator (Q8_0 has no cross-ISA bit-identity;
+// matmul_test bounds), its AMX tiles in the scalar gemm_q8_0's order (bit-identical to it).
 // Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
 // stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
 // reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
@@ -39,8 +42,21 @@ inline bool qblock_tiles_support(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL;
 }
 
+// Batches of at least this many tokens take the AMX tiles where they are available.
+inline constexpr int64_t kQBlockAmxMinN = 8;
+
 // AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
-// kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0.
+// kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0. With AMX
+// (kquant_amx_available(), quant_gemm.h), every 16 rows x up to 32 tokens of a batch of at
+// least kQBlockAmxMinN tokens go to qblock_amx_gemm first.
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+
+// AMX-INT8 tiles (avx512/qblock_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
+// [t0, t0 + n_tokens) (1..32) of a gemm_qblock_avx512 job, any of the six formats, one TDPBSSD
+// per 32-value block and 16 x 16 (rows x tokens); the float part runs the scalar oracle's
+// operations in its order, so the results are bit-identical to the scalar path: Q4_0 .. IQ4_NL
+// to quant_gemm.h's dots, and Q8_0 to the scalar gemm_q8_0 (the AVX-512 VNNI Q8_0 tiles are
+// not: one fma accumulator). Only where kquant_amx_available().
+void qblock_amx_gemm(const GemmQ8Job& job, int64_t r0, int64_t n_row_tiles, int64_t t0, int n_tokens);
 
 }  // namespace tessera::kernels::cpu

@@ -123,6 +123,53 @@ TEST(IsaCap, EnvironmentCapsDetection) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
 
+// The 32-value formats' batches on AVX-512: with AMX its tiles (16 rows x 16/32 tokens,
+// qblock_amx.cpp) and the VNNI kernels beside them, without AMX (kernels_quant_no_amx_test, or a
+// CPU without it) the VNNI kernels alone. Every token count 1..40 (32- and 16-token AMX tiles, a
+// partly filled one, tails under 8 tokens on the VNNI kernels), 16 and 50 rows (rows past the
+// last 16 on the VNNI kernels), 27 blocks per row (two steps of 8 blocks and a tail of 3),
+// strided x and y: bit-identical to the scalar path. Q8_0 (no cross-ISA identity on its VNNI
+// tiles: one fma accumulator) is exact where the AMX tiles compute it — rows in full 16-row tiles
+// of batches of at least 8 tokens (but not a tail of under 8 after 32) — and within f32 rounding elsewhere.
+TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 path on this CPU";
+  const int64_t cols = 32 * 27, x_stride = cols + 3;
+  const bool amx = amx_tiles_enabled();
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ8_0}) {
+    for (int64_t rows : {16, 50}) {
+      const size_t rb = dtype_row_bytes(t, cols);
+      const auto wf = random_floats(static_cast<size_t>(rows * cols), 300 + static_cast<uint64_t>(rows));
+      std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, w.data() + static_cast<size_t>(r) * rb, cols);
+      const int64_t y_stride = rows + 2;
+      for (int64_t n = 1; n <= 40; ++n) {
+        const auto x = random_floats(static_cast<size_t>(n * x_stride), 400 + static_cast<uint64_t>(n));
+        std::vector<float> ys(static_cast<size_t>(n * y_stride), -7.0f), yv = ys;
+        const MatmulArgs a{.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = x_stride,
+                           .n = n, .y = ys.data(), .y_stride = y_stride};
+        matmul(a, nullptr, Isa::kScalar);
+        MatmulArgs v = a;
+        v.y = yv.data();
+        matmul(v, nullptr, Isa::kAvx512);
+        const std::string what = std::string(dtype_name(t)) + " rows=" + std::to_string(rows) + " n=" + std::to_string(n);
+        if (t != DType::kQ8_0) {
+          EXPECT_EQ(yv, ys) << what;
+          continue;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          const bool amx_token = amx && n >= 8 && (i < 32 || n >= 40);  // chunks of 32, a last one of >= 8
+          const int64_t exact_rows = amx_token ? rows / 16 * 16 : 0;
+          const float* s = ys.data() + i * y_stride;
+          const float* g = yv.data() + i * y_stride;
+          for (int64_t r = 0; r < exact_rows; ++r) ASSERT_EQ(g[r], s[r]) << what << " token " << i << " row " << r;
+          EXPECT_LT(nmse(g, s, static_cast<size_t>(rows)), 1e-10) << what << " token " << i;
+          for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(g[r], -7.0f) << what;
+        }
+      }
+    }
+  }
+}
+
 // Q, K and V projections of the same activations in one call share one activation quantization
 // and give the same results as three separate calls.
 TEST(QuantMatmul, BatchOfMixedTypesEqualsSeparateCalls) {

@@ -28,5 +28,9 @@ std::optional<Isa> parse_isa(std::string_view name);
 bool isa_supported(Isa isa);    // this CPU can run the path (and TESSERA_ISA allows it)
 Isa detect_isa();               // the best supported path
 std::optional<Isa> isa_cap();   // TESSERA_ISA, when set
+// Whether the AVX-512 path uses its AMX-INT8 tiles (K-quant and 32-value block GEMMs): the CPU
+// has AMX-TILE and AMX-INT8, the kernel grants the tile state, TESSERA_ISA allows AVX-512 and
+// TESSERA_KQUANT_AMX is not 0 (read once).
+bool amx_tiles_enabled();
 
 }  // namespace tessera::kernels
