@@ -174,6 +174,9 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
     const int32_t* xb = &act.xb[static_cast<size_t>(kStep * (st % groups) * NH * 8 * 16)];
     auto a_tile = [&](int k) { return kQ8 ? w0 + k * F::kBytes + 2 : unp + 32 * k; };
     const size_t a_stride = kQ8 ? rb : 32 * kStep;
+    // _tile_loadd's asm names no memory operand: keep the stores it reads (unpacked weights,
+    // the B layout) before it.
+    asm volatile("" ::: "memory");
     if constexpr (NH == 2) {
       for (int k = 0; k < nblk; k += 2) {
         _tile_loadd(4, a_tile(k), a_stride);
@@ -222,22 +225,26 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
     const auto& dw = dw_buf[st & 1];
     const auto& mw = mw_buf[st & 1];
     for (int h = 0; h < NH; ++h) {
+      // Loops to the constant kStep with a break: unrolled, so dxv / xsv stay in registers.
       __m512 dxv[kStep], xsv[kStep];
-      for (int k = 0; k < nblk; ++k) {
+      for (int k = 0; k < kStep; ++k) {
+        if (k >= nblk) break;
         dxv[k] = _mm512_loadu_ps(&act.dx[static_cast<size_t>(((b0 + k) * NH + h) * 16)]);
         if constexpr (F::kMin) xsv[k] = _mm512_loadu_ps(&act.xs[static_cast<size_t>(((b0 + k) * NH + h) * 16)]);
       }
       for (int i = 0; i < 16; ++i) {
         if constexpr (kQ8) {  // acc + s * (d_w * d_x): mul and add rounded apart, as gemm_q8_0
           __m512 a = _mm512_load_ps(acc[h][0][i]);
-          for (int k = 0; k < nblk; ++k) {
+          for (int k = 0; k < kStep; ++k) {
+            if (k >= nblk) break;
             const __m512 sc = _mm512_mul_round_ps(_mm512_set1_ps(dw[k][i]), dxv[k], kRound);
             const __m512 s = _mm512_cvt_roundepi32_ps(_mm512_load_si512(cbuf[k][h][i]), kRound);
             a = _mm512_add_round_ps(a, _mm512_mul_round_ps(s, sc, kRound), kRound);
           }
           _mm512_store_ps(acc[h][0][i], a);
         } else {  // block b0 + k into lane (b0 + k) % 8 = k
-          for (int k = 0; k < nblk; ++k) {
+          for (int k = 0; k < kStep; ++k) {
+            if (k >= nblk) break;
             __m512 l = _mm512_load_ps(acc[h][k][i]);
             const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf[k][h][i]));
             l = _mm512_fmadd_ps(s, _mm512_mul_ps(_mm512_set1_ps(dw[k][i]), dxv[k]), l);
