@@ -8,7 +8,7 @@
 // row-interleaved layout (lane l of a vector = row l), then each token's block dot for all 16
 // rows is 8 vpdpbusd with broadcast activation bytes, and one convert + multiply + FMA per
 // block per 16 rows: ~4x fewer instructions than one row at a time (quant_gemm.h's dots).
-// Where the CPU has AMX-INT8, batches of 8 or more tokens take AMX tiles instead for every 16
+// Where the CPU has AMX-INT8, batches of 12 or more tokens take AMX tiles instead for every 16
 // rows (avx512/qblock_amx.cpp, qblock_amx_gemm below): one TDPBSSD per block and 16 x 16.
 //
 // Numerics: Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL are bit-identical to the scalar oracle (quant_dot.cpp): the same
@@ -26,6 +26,7 @@
 // thread_local.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "isa_table.h"
@@ -42,8 +43,17 @@ inline bool qblock_tiles_support(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kIQ4_NL;
 }
 
-// Batches of at least this many tokens take the AMX tiles where they are available.
-inline constexpr int64_t kQBlockAmxMinN = 8;
+// With AMX, a batch's tokens go to the AMX tiles in chunks of qblock_amx_chunk(remaining tokens):
+// 32 (a 16-row x 32-token tile pair) while at least 28 remain, else 16 while at least
+// kQBlockAmxMinN remain, 0 (the VNNI kernels take the rest) below that. An AMX tile costs the
+// same however few of its 16 tokens are real, the VNNI kernels cost per token: measured on a
+// Sapphire Rapids guest, 16 rows x 12 tokens is about where they break even.
+inline constexpr int64_t kQBlockAmxMinN = 12;
+inline int qblock_amx_chunk(int64_t remaining) {
+  if (remaining >= 28) return static_cast<int>(std::min<int64_t>(32, remaining));
+  if (remaining >= kQBlockAmxMinN) return static_cast<int>(std::min<int64_t>(16, remaining));
+  return 0;
+}
 
 // AVX-512 VNNI; activations of avx512_kernels().quantize_q8. Q8_0 jobs with fewer than
 // kQBlockBatchMinN tokens in [t0, t1) go to avx512_kernels().gemm_q8_0. With AMX

@@ -14,10 +14,13 @@
 //   reduced as reduce_lanes() (quant_gemm.h), for Q8_0 acc + s * (d_w * d_x) with no fma
 //   (scalar_kernels.cpp gemm_q8_0) — so the results are bit-identical to the scalar path.
 //
-// Steps s = (row tile, group of 8 blocks) run as a software pipeline: unpack step s + 2, tile
-// ops of step s + 1, float finish of step s, so a tile load never waits on the vector stores
-// that unpacked its rows (not forwarded from the store buffer) and the finish's loads never wait
-// on the tile stores just before. Each token's 16 results are written as one vector.
+// A software pipeline over steps s = (row tile, group of 8 blocks), each cut into chunks of 2
+// blocks (32 tokens) or 4 (16): the tile ops run two chunks ahead of the float finish, and a
+// step is unpacked two steps ahead, so a tile load never waits on the vector stores that
+// unpacked its rows (not forwarded from the store buffer), the vector work runs while the tile
+// unit computes, and the C tiles go through a 4-chunk ring that stays in L1 (a whole step's
+// C tiles, 32 KiB, with the accumulators spilled out of L1: 1.25x slower). Each token's 16
+// results are written as one vector.
 #include <immintrin.h>
 
 // GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
@@ -129,7 +132,9 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
   alignas(64) uint8_t unp_buf[2][16 * 32 * kStep];   // not Q8_0: [row][block][32 values]
   alignas(64) float dw_buf[2][kStep][16];            // the 16 rows' scales per block
   alignas(64) float mw_buf[2][kStep][16];            // and mins (Q4_1, Q5_1)
-  alignas(64) int32_t cbuf_buf[2][kStep][NH][16][16];
+  constexpr int kChunk = NH == 2 ? 2 : 4;             // blocks per chunk of tile ops
+  constexpr int kFin = kQ8 ? 2 : 1;                    // chunks per finish call
+  alignas(64) int32_t cbuf_buf[4 * kChunk][NH][16][16];  // a ring of 4 chunks' C tiles
   alignas(64) float acc[NH][kLanes][16][16];          // [half][lane][row][token]
   const int64_t steps = n_row_tiles * groups;
   const __m512i row_off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -166,90 +171,92 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
       }
     }
   };
-  auto tile_ops = [&](int64_t st) {
+  // Blocks [k0, k0 + kChunk) of step st: tile ops (C tiles 0..3, stored to cbuf) ...
+  auto tile_chunk = [&](int64_t st, int k0, int32_t (*cbuf)[NH][16][16]) {
     const int nblk = blocks_of(st);
+    if (k0 >= nblk) return;
     const uint8_t* w0 = first_block(st);
     const uint8_t* unp = unp_buf[st & 1];
-    auto& cbuf = cbuf_buf[st & 1];
     const int32_t* xb = &act.xb[static_cast<size_t>(kStep * (st % groups) * NH * 8 * 16)];
     auto a_tile = [&](int k) { return kQ8 ? w0 + k * F::kBytes + 2 : unp + 32 * k; };
     const size_t a_stride = kQ8 ? rb : 32 * kStep;
     // _tile_loadd's asm names no memory operand: keep the stores it reads (unpacked weights,
     // the B layout) before it.
     asm volatile("" ::: "memory");
+    const int k = k0;
     if constexpr (NH == 2) {
-      for (int k = 0; k < nblk; k += 2) {
-        _tile_loadd(4, a_tile(k), a_stride);
-        TS_AMX_BLOCK(k, 0, 0, 4, 6)
-        TS_AMX_BLOCK(k, 1, 1, 4, 7)
-        if (k + 1 < nblk) {
-          _tile_loadd(5, a_tile(k + 1), a_stride);
-          TS_AMX_BLOCK(k + 1, 0, 2, 5, 6)
-          TS_AMX_BLOCK(k + 1, 1, 3, 5, 7)
-        }
-        _tile_stored(0, cbuf[k][0], 64);
-        _tile_stored(1, cbuf[k][1], 64);
-        if (k + 1 < nblk) {
-          _tile_stored(2, cbuf[k + 1][0], 64);
-          _tile_stored(3, cbuf[k + 1][1], 64);
-        }
+      _tile_loadd(4, a_tile(k), a_stride);
+      TS_AMX_BLOCK(k, 0, 0, 4, 6)
+      TS_AMX_BLOCK(k, 1, 1, 4, 7)
+      if (k + 1 < nblk) {
+        _tile_loadd(5, a_tile(k + 1), a_stride);
+        TS_AMX_BLOCK(k + 1, 0, 2, 5, 6)
+        TS_AMX_BLOCK(k + 1, 1, 3, 5, 7)
+      }
+      _tile_stored(0, cbuf[0][0], 64);
+      _tile_stored(1, cbuf[0][1], 64);
+      if (k + 1 < nblk) {
+        _tile_stored(2, cbuf[1][0], 64);
+        _tile_stored(3, cbuf[1][1], 64);
       }
     } else {
-      for (int k = 0; k < nblk; k += 4) {
-        _tile_loadd(4, a_tile(k), a_stride);
-        TS_AMX_BLOCK(k, 0, 0, 4, 6)
-        if (k + 1 < nblk) {
-          _tile_loadd(5, a_tile(k + 1), a_stride);
-          TS_AMX_BLOCK(k + 1, 0, 1, 5, 7)
-        }
-        if (k + 2 < nblk) {
-          _tile_loadd(4, a_tile(k + 2), a_stride);
-          TS_AMX_BLOCK(k + 2, 0, 2, 4, 6)
-        }
-        if (k + 3 < nblk) {
-          _tile_loadd(5, a_tile(k + 3), a_stride);
-          TS_AMX_BLOCK(k + 3, 0, 3, 5, 7)
-        }
-        _tile_stored(0, cbuf[k][0], 64);
-        if (k + 1 < nblk) _tile_stored(1, cbuf[k + 1][0], 64);
-        if (k + 2 < nblk) _tile_stored(2, cbuf[k + 2][0], 64);
-        if (k + 3 < nblk) _tile_stored(3, cbuf[k + 3][0], 64);
+      _tile_loadd(4, a_tile(k), a_stride);
+      TS_AMX_BLOCK(k, 0, 0, 4, 6)
+      if (k + 1 < nblk) {
+        _tile_loadd(5, a_tile(k + 1), a_stride);
+        TS_AMX_BLOCK(k + 1, 0, 1, 5, 7)
       }
+      if (k + 2 < nblk) {
+        _tile_loadd(4, a_tile(k + 2), a_stride);
+        TS_AMX_BLOCK(k + 2, 0, 2, 4, 6)
+      }
+      if (k + 3 < nblk) {
+        _tile_loadd(5, a_tile(k + 3), a_stride);
+        TS_AMX_BLOCK(k + 3, 0, 3, 5, 7)
+      }
+      _tile_stored(0, cbuf[0][0], 64);
+      if (k + 1 < nblk) _tile_stored(1, cbuf[1][0], 64);
+      if (k + 2 < nblk) _tile_stored(2, cbuf[2][0], 64);
+      if (k + 3 < nblk) _tile_stored(3, cbuf[3][0], 64);
     }
   };
-  // The scalar oracle's float arithmetic for step st's blocks, per row, 16 tokens per vector.
-  auto finish = [&](int64_t st) {
-    const int nblk = blocks_of(st);
+  // ... and the scalar oracle's float arithmetic for blocks [k0, k0 + kFin * kChunk) (their C
+  // tiles consecutive from cbuf), per row, 16 tokens per vector.
+  auto finish_chunk = [&](int64_t st, int k0, const int32_t (*cbuf)[NH][16][16]) {
+    constexpr int kBlocks = kFin * kChunk;
+    const int nblk = std::min(blocks_of(st), k0 + kBlocks);
+    if (k0 >= nblk) return;
     const int64_t b0 = kStep * (st % groups);
-    const auto& cbuf = cbuf_buf[st & 1];
     const auto& dw = dw_buf[st & 1];
     const auto& mw = mw_buf[st & 1];
     for (int h = 0; h < NH; ++h) {
-      // Loops to the constant kStep with a break: unrolled, so dxv / xsv stay in registers.
-      __m512 dxv[kStep], xsv[kStep];
-      for (int k = 0; k < kStep; ++k) {
-        if (k >= nblk) break;
-        dxv[k] = _mm512_loadu_ps(&act.dx[static_cast<size_t>(((b0 + k) * NH + h) * 16)]);
-        if constexpr (F::kMin) xsv[k] = _mm512_loadu_ps(&act.xs[static_cast<size_t>(((b0 + k) * NH + h) * 16)]);
+      // Loops to the constant kBlocks with a break: unrolled, so dxv / xsv stay in registers.
+      __m512 dxv[kBlocks], xsv[kBlocks];
+      for (int j = 0; j < kBlocks; ++j) {
+        if (k0 + j >= nblk) break;
+        dxv[j] = _mm512_loadu_ps(&act.dx[static_cast<size_t>(((b0 + k0 + j) * NH + h) * 16)]);
+        if constexpr (F::kMin) xsv[j] = _mm512_loadu_ps(&act.xs[static_cast<size_t>(((b0 + k0 + j) * NH + h) * 16)]);
       }
       for (int i = 0; i < 16; ++i) {
         if constexpr (kQ8) {  // acc + s * (d_w * d_x): mul and add rounded apart, as gemm_q8_0
           __m512 a = _mm512_load_ps(acc[h][0][i]);
-          for (int k = 0; k < kStep; ++k) {
-            if (k >= nblk) break;
-            const __m512 sc = _mm512_mul_round_ps(_mm512_set1_ps(dw[k][i]), dxv[k], kRound);
-            const __m512 s = _mm512_cvt_roundepi32_ps(_mm512_load_si512(cbuf[k][h][i]), kRound);
+          for (int j = 0; j < kBlocks; ++j) {
+            if (k0 + j >= nblk) break;
+            const __m512 sc = _mm512_mul_round_ps(_mm512_set1_ps(dw[k0 + j][i]), dxv[j], kRound);
+            const __m512 s = _mm512_cvt_roundepi32_ps(_mm512_load_si512(cbuf[j][h][i]), kRound);
             a = _mm512_add_round_ps(a, _mm512_mul_round_ps(s, sc, kRound), kRound);
           }
           _mm512_store_ps(acc[h][0][i], a);
-        } else {  // block b0 + k into lane (b0 + k) % 8 = k
-          for (int k = 0; k < kStep; ++k) {
+        } else {  // block b0 + k into lane (b0 + k) % 8
+          for (int j = 0; j < kBlocks; ++j) {
+            const int k = k0 + j;
             if (k >= nblk) break;
-            __m512 l = _mm512_load_ps(acc[h][k][i]);
-            const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf[k][h][i]));
-            l = _mm512_fmadd_ps(s, _mm512_mul_ps(_mm512_set1_ps(dw[k][i]), dxv[k]), l);
-            if constexpr (F::kMin) l = _mm512_fmadd_ps(xsv[k], _mm512_mul_ps(_mm512_set1_ps(mw[k][i]), dxv[k]), l);
-            _mm512_store_ps(acc[h][k][i], l);
+            float* lane = acc[h][(b0 + k) & 7][i];
+            __m512 l = _mm512_load_ps(lane);
+            const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf[j][h][i]));
+            l = _mm512_fmadd_ps(s, _mm512_mul_ps(_mm512_set1_ps(dw[k][i]), dxv[j]), l);
+            if constexpr (F::kMin) l = _mm512_fmadd_ps(xsv[j], _mm512_mul_ps(_mm512_set1_ps(mw[k][i]), dxv[j]), l);
+            _mm512_store_ps(lane, l);
           }
         }
       }
@@ -280,9 +287,16 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
       }
     }
   };
+  // Chunk q = (step q / cps, blocks from (q % cps) * kChunk), its C tiles in ring slot q % 4:
+  // the tile ops of chunk q + 2, then the finish of chunk q (Q8_0: of chunks q - 1 and q, so
+  // its one accumulator per row is loaded and stored half as often).
+  constexpr int cps = kStep / kChunk;
+  const int64_t n_chunks = steps * cps;
+  auto tile_q = [&](int64_t q) { tile_chunk(q / cps, static_cast<int>(q % cps) * kChunk, cbuf_buf + (q & 3) * kChunk); };
   unpack(0);
-  tile_ops(0);
   if (steps > 1) unpack(1);
+  tile_q(0);
+  if (n_chunks > 1) tile_q(1);
   for (int64_t st = 0; st < steps; ++st) {
     if (st % groups == 0) {
       for (auto& half : acc) {
@@ -291,8 +305,11 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
         }
       }
     }
-    if (st + 1 < steps) tile_ops(st + 1);
-    finish(st);
+    for (int c = 0; c < cps; ++c) {
+      const int64_t q = st * cps + c;
+      if (q + 2 < n_chunks) tile_q(q + 2);
+      if ((c + 1) % kFin == 0) finish_chunk(st, (c + 1 - kFin) * kChunk, cbuf_buf + ((q + 1 - kFin) & 3) * kChunk);
+    }
     if (st + 2 < steps) unpack(st + 2);
     if (st % groups == groups - 1) write(r0 + 16 * (st / groups));
   }

@@ -322,12 +322,12 @@ void gemm_any(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1
 }  // namespace
 
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  // With AMX: every 16 rows in chunks of 32 tokens (a last one of at least kQBlockAmxMinN), the
-  // rest (rows past the last 16, a shorter token tail) below.
+  // With AMX: every 16 rows in token chunks of qblock_amx_chunk(), the rest (rows past the last
+  // 16, a token tail under kQBlockAmxMinN) below.
   const int64_t n16 = (r1 - r0) / 16;
   if (n16 > 0 && t1 - t0 >= kQBlockAmxMinN && kquant_amx_available()) {
     int64_t t = t0;
-    for (; t1 - t >= kQBlockAmxMinN; t += 32) qblock_amx_gemm(job, r0, n16, t, static_cast<int>(std::min<int64_t>(32, t1 - t)));
+    for (int c; (c = qblock_amx_chunk(t1 - t)) > 0; t += c) qblock_amx_gemm(job, r0, n16, t, c);
     if (t < t1) gemm_qblock_avx512(job, r0, r0 + 16 * n16, t, t1);
     if (r0 + 16 * n16 < r1) gemm_qblock_avx512(job, r0 + 16 * n16, r1, t0, t1);
     return;

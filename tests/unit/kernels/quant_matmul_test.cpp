@@ -13,6 +13,7 @@
 //   arithmetic does not depend on how rows and tokens are split).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -126,11 +127,11 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),
 // The 32-value formats' batches on AVX-512: with AMX its tiles (16 rows x 16/32 tokens,
 // qblock_amx.cpp) and the VNNI kernels beside them, without AMX (kernels_quant_no_amx_test, or a
 // CPU without it) the VNNI kernels alone. Every token count 1..40 (32- and 16-token AMX tiles, a
-// partly filled one, tails under 8 tokens on the VNNI kernels), 16 and 50 rows (rows past the
+// partly filled one, tails under 12 tokens on the VNNI kernels), 16 and 50 rows (rows past the
 // last 16 on the VNNI kernels), 27 blocks per row (two steps of 8 blocks and a tail of 3),
 // strided x and y: bit-identical to the scalar path. Q8_0 (no cross-ISA identity on its VNNI
 // tiles: one fma accumulator) is exact where the AMX tiles compute it — rows in full 16-row tiles
-// of batches of at least 8 tokens (but not a tail of under 8 after 32) — and within f32 rounding elsewhere.
+// of the tokens in AMX chunks — and within f32 rounding elsewhere.
 TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 path on this CPU";
   const int64_t cols = 32 * 27, x_stride = cols + 3;
@@ -156,9 +157,17 @@ TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
           EXPECT_EQ(yv, ys) << what;
           continue;
         }
+        // The AMX tiles' token chunks (qblock_tiles.h qblock_amx_chunk): 32 while >= 28 tokens
+        // remain, else 16 while >= 12 remain.
+        int64_t amx_tokens = 0;
+        while (amx) {
+          const int64_t left = n - amx_tokens;
+          const int64_t c = left >= 28 ? std::min<int64_t>(32, left) : left >= 12 ? std::min<int64_t>(16, left) : 0;
+          if (c == 0) break;
+          amx_tokens += c;
+        }
         for (int64_t i = 0; i < n; ++i) {
-          const bool amx_token = amx && n >= 8 && (i < 32 || n >= 40);  // chunks of 32, a last one of >= 8
-          const int64_t exact_rows = amx_token ? rows / 16 * 16 : 0;
+          const int64_t exact_rows = i < amx_tokens ? rows / 16 * 16 : 0;
           const float* s = ys.data() + i * y_stride;
           const float* g = yv.data() + i * y_stride;
           for (int64_t r = 0; r < exact_rows; ++r) ASSERT_EQ(g[r], s[r]) << what << " token " << i << " row " << r;
