@@ -16,7 +16,7 @@
 // fixed final reduction; quant_gemm.h; Q4_1 / Q5_1 add fma(block sum of x, m * xd) after each
 // block, the activation sums taken from the same integers) — so greedy tokens do not depend on the ISA or on the
 // batch. Q8_0's VNNI tiles sum in one fma accumulator (Q8_0 has no cross-ISA bit-identity;
-// matmul_test bounds), its AMX tiles in the scalar gemm_q8_0's order (bit-identical to it).
+// matmul_test bounds); its AMX tiles sum in the same order (bit-identical to those tiles).
 // Fewer than kQBlockBatchMinN tokens (decode): a GEMV one weight row at a time (the stream
 // stays sequential; 2 KiB software prefetch), two blocks per zmm, the 16 blocks' integer sums
 // reduced into one vector before the float work, the oracle's 8 fma lanes held permuted —
@@ -63,10 +63,11 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
 
 // AMX-INT8 tiles (avx512/qblock_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
 // [t0, t0 + n_tokens) (1..32) of a gemm_qblock_avx512 job, any of the six formats, one TDPBSSD
-// per 32-value block and 16 x 16 (rows x tokens); the float part runs the scalar oracle's
-// operations in its order, so the results are bit-identical to the scalar path: Q4_0 .. IQ4_NL
-// to quant_gemm.h's dots, and Q8_0 to the scalar gemm_q8_0 (the AVX-512 VNNI Q8_0 tiles are
-// not: one fma accumulator). Only where kquant_amx_available().
+// per 32-value block and 16 x 16 (rows x tokens); the float part runs the operations of the
+// path it stands in for, in its order: Q4_0 .. IQ4_NL bit-identical to the scalar oracle
+// (quant_gemm.h's dots), Q8_0 bit-identical to the VNNI Q8_0 batch tiles (one fma accumulator in
+// block order; not to the scalar gemm_q8_0), so no format's result for a token depends on
+// which tokens share its batch. Only where kquant_amx_available().
 void qblock_amx_gemm(const GemmQ8Job& job, int64_t r0, int64_t n_row_tiles, int64_t t0, int n_tokens);
 
 }  // namespace tessera::kernels::cpu

@@ -11,8 +11,9 @@
 // - C = the 16 x 16 exact int32 block dots; AVX-512 then runs the scalar oracle's float
 //   arithmetic per weight row with the 16 tokens in one vector: for Q4_0 .. IQ4_NL block b into
 //   lane b % 8 by fma(s, d_w * d_x) (Q4_1 / Q5_1 then fma(sum x, m_w * d_x)) and the lanes
-//   reduced as reduce_lanes() (quant_gemm.h), for Q8_0 acc + s * (d_w * d_x) with no fma
-//   (scalar_kernels.cpp gemm_q8_0) — so the results are bit-identical to the scalar path.
+//   reduced as reduce_lanes() (quant_gemm.h) — bit-identical to the scalar path; for Q8_0
+//   acc = fma(s, d_w * d_x, acc) in block order, bit-identical to its VNNI batch tiles
+//   (qblock_tiles_avx512.cpp), so a Q8_0 token's result does not depend on its batch.
 //
 // A software pipeline over steps s = (row tile, group of 8 blocks), each cut into chunks of 2
 // blocks (32 tokens) or 4 (16): the tile ops run two chunks ahead of the float finish, and a
@@ -238,13 +239,12 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
         if constexpr (F::kMin) xsv[j] = _mm512_loadu_ps(&act.xs[static_cast<size_t>(((b0 + k0 + j) * NH + h) * 16)]);
       }
       for (int i = 0; i < 16; ++i) {
-        if constexpr (kQ8) {  // acc + s * (d_w * d_x): mul and add rounded apart, as gemm_q8_0
+        if constexpr (kQ8) {  // fma(s, d_w * d_x, acc) in block order, as the VNNI Q8_0 tiles
           __m512 a = _mm512_load_ps(acc[h][0][i]);
           for (int j = 0; j < kBlocks; ++j) {
             if (k0 + j >= nblk) break;
-            const __m512 sc = _mm512_mul_round_ps(_mm512_set1_ps(dw[k0 + j][i]), dxv[j], kRound);
-            const __m512 s = _mm512_cvt_roundepi32_ps(_mm512_load_si512(cbuf[j][h][i]), kRound);
-            a = _mm512_add_round_ps(a, _mm512_mul_round_ps(s, sc, kRound), kRound);
+            const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(cbuf[j][h][i]));
+            a = _mm512_fmadd_ps(s, _mm512_mul_ps(_mm512_set1_ps(dw[k0 + j][i]), dxv[j]), a);
           }
           _mm512_store_ps(acc[h][0][i], a);
         } else {  // block b0 + k into lane (b0 + k) % 8

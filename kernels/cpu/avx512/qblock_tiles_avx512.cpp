@@ -328,7 +328,13 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
   if (n16 > 0 && t1 - t0 >= kQBlockAmxMinN && kquant_amx_available()) {
     int64_t t = t0;
     for (int c; (c = qblock_amx_chunk(t1 - t)) > 0; t += c) qblock_amx_gemm(job, r0, n16, t, c);
-    if (t < t1) gemm_qblock_avx512(job, r0, r0 + 16 * n16, t, t1);
+    if (t < t1) {  // Q8_0: the batch tiles even for 1..3 tokens, so no token's result depends on its batch
+      if (job.w_type == DType::kQ8_0) {
+        gemm_packed<Q8_0>(job, r0, r0 + 16 * n16, t, t1);
+      } else {
+        gemm_qblock_avx512(job, r0, r0 + 16 * n16, t, t1);
+      }
+    }
     if (r0 + 16 * n16 < r1) gemm_qblock_avx512(job, r0 + 16 * n16, r1, t0, t1);
     return;
   }

@@ -124,18 +124,17 @@ TEST(IsaCap, EnvironmentCapsDetection) {
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
 
-// The 32-value formats' batches on AVX-512: with AMX its tiles (16 rows x 16/32 tokens,
+// The 32-value formats' batches on AVX-512 (amx_tiles_enabled()): with AMX its tiles (16 rows x 16/32 tokens,
 // qblock_amx.cpp) and the VNNI kernels beside them, without AMX (kernels_quant_no_amx_test, or a
 // CPU without it) the VNNI kernels alone. Every token count 1..40 (32- and 16-token AMX tiles, a
 // partly filled one, tails under 12 tokens on the VNNI kernels), 16 and 50 rows (rows past the
 // last 16 on the VNNI kernels), 27 blocks per row (two steps of 8 blocks and a tail of 3),
-// strided x and y: bit-identical to the scalar path. Q8_0 (no cross-ISA identity on its VNNI
-// tiles: one fma accumulator) is exact where the AMX tiles compute it — rows in full 16-row tiles
-// of the tokens in AMX chunks — and within f32 rounding elsewhere.
+// strided x and y: bit-identical to the scalar path. Q8_0 (no cross-ISA identity: its VNNI
+// tiles sum in one fma accumulator, and so do its AMX tiles) is within f32 rounding of the scalar
+// path and bit-identical between its AMX and VNNI batch tiles.
 TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 path on this CPU";
   const int64_t cols = 32 * 27, x_stride = cols + 3;
-  const bool amx = amx_tiles_enabled();
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ8_0}) {
     for (int64_t rows : {16, 50}) {
       const size_t rb = dtype_row_bytes(t, cols);
@@ -143,7 +142,10 @@ TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
       std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
       for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, w.data() + static_cast<size_t>(r) * rb, cols);
       const int64_t y_stride = rows + 2;
-      for (int64_t n = 1; n <= 40; ++n) {
+      std::vector<int64_t> ns;
+      for (int64_t n = 1; n <= 40; ++n) ns.push_back(n);
+      ns.insert(ns.end(), {48, 100});  // several token blocks of matmul (48): 32 + 16 chunks at t0 > 0
+      for (int64_t n : ns) {
         const auto x = random_floats(static_cast<size_t>(n * x_stride), 400 + static_cast<uint64_t>(n));
         std::vector<float> ys(static_cast<size_t>(n * y_stride), -7.0f), yv = ys;
         const MatmulArgs a{.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = x_stride,
@@ -157,22 +159,27 @@ TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
           EXPECT_EQ(yv, ys) << what;
           continue;
         }
-        // The AMX tiles' token chunks (qblock_tiles.h qblock_amx_chunk): 32 while >= 28 tokens
-        // remain, else 16 while >= 12 remain.
-        int64_t amx_tokens = 0;
-        while (amx) {
-          const int64_t left = n - amx_tokens;
-          const int64_t c = left >= 28 ? std::min<int64_t>(32, left) : left >= 12 ? std::min<int64_t>(16, left) : 0;
-          if (c == 0) break;
-          amx_tokens += c;
-        }
+        // Q8_0 batches of 4 or more tokens (AMX or VNNI tiles): bit for bit the same however the
+        // batch is cut (here: against 4-token batches, which never take the AMX tiles), and
+        // within f32 rounding of the scalar path.
         for (int64_t i = 0; i < n; ++i) {
-          const int64_t exact_rows = i < amx_tokens ? rows / 16 * 16 : 0;
-          const float* s = ys.data() + i * y_stride;
-          const float* g = yv.data() + i * y_stride;
-          for (int64_t r = 0; r < exact_rows; ++r) ASSERT_EQ(g[r], s[r]) << what << " token " << i << " row " << r;
-          EXPECT_LT(nmse(g, s, static_cast<size_t>(rows)), 1e-10) << what << " token " << i;
-          for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(g[r], -7.0f) << what;
+          EXPECT_LT(nmse(yv.data() + i * y_stride, ys.data() + i * y_stride, static_cast<size_t>(rows)), 1e-10) << what << " token " << i;
+          for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(yv[static_cast<size_t>(i * y_stride + r)], -7.0f) << what;
+        }
+        for (int64_t b = 0; n >= 4 && b < n; b += 4) {
+          const int64_t first = std::min<int64_t>(b, n - 4);
+          std::vector<float> y4(static_cast<size_t>(4 * y_stride));
+          MatmulArgs q = v;
+          q.x = x.data() + first * x_stride;
+          q.n = 4;
+          q.y = y4.data();
+          matmul(q, nullptr, Isa::kAvx512);
+          for (int64_t i = 0; i < 4; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              ASSERT_EQ(yv[static_cast<size_t>((first + i) * y_stride + r)], y4[static_cast<size_t>(i * y_stride + r)])
+                  << what << " token " << first + i << " row " << r;
+            }
+          }
         }
       }
     }
