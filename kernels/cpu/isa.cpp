@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "quant_gemm.h"
 #include "tessera/common/check.h"
 
 namespace tessera::kernels {
@@ -61,6 +62,11 @@ Isa detect_isa() {
   if (isa_supported(Isa::kAvx512)) return Isa::kAvx512;
   if (isa_supported(Isa::kAvx2)) return Isa::kAvx2;
   return Isa::kScalar;
+}
+
+bool amx_tiles_enabled() {
+  // kquant_amx_available() lives in an AVX-512 translation unit: ask only where that path runs.
+  return isa_supported(Isa::kAvx512) && cpu::kquant_amx_available();
 }
 
 }  // namespace tessera::kernels

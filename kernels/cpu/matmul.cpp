@@ -128,8 +128,12 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
               : gemv && a.w_type == DType::kQ8_0  ? k.gemm_q8_0
               : gemv                              ? cpu::gemv_qblock_avx512
                                                   : cpu::gemm_qblock_avx512;
+      // Packed weights (load-time repack) serve decode and, where the AMX tiles do not apply
+      // (no AMX, or fewer than kQBlockAmxMinN tokens), batches too; AMX batches read the original
+      // layout (its pages fault back in from the file if the repack dropped them).
       const PackedWeights* pw = a.w_packed;
-      if (qblock_tiles && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
+      const bool amx_batch = a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled();
+      if (qblock_tiles && !amx_batch && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
         TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
         p.qjob.packed = pw;
         p.qfn = cpu::gemm_qblock_packed_avx512;

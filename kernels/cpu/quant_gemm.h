@@ -97,7 +97,8 @@ QuantTileFn qblock_tiles_avx2(DType t);
 QuantTileFn kquant_tiles_avx2(DType t);
 // Its AMX-INT8 part (avx512/kquant_amx.cpp): rows [r0, r0 + 16 * n_row_tiles) x tokens
 // [t0, t0 + n_tokens) (16 or 32) of a Q4_K / Q5_K / Q6_K job, bit-identical too. Available when the CPU has
-// AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once).
+// AMX and the kernel grants the tile state, unless TESSERA_KQUANT_AMX=0 (read once); the same
+// switch governs the 32-value formats' AMX tiles (qblock_tiles.h qblock_amx_gemm).
 bool kquant_amx_available();
 // quantize_row_q8_K with AVX-512 (kquant_tiles_avx512.cpp), bit-identical.
 void quantize_row_q8_K_avx512(const float* x, BlockQ8_K* y, int64_t cols);

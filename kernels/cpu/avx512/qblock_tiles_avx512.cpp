@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qblock_gemv.h"
+#include "qblock_formats.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -23,97 +24,15 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-inline uint16_t load_u16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// The 16 nibble bytes at q0 and q1 as 64 values 0..15: [lo(q0), hi(q0), lo(q1), hi(q1)].
-inline __m512i nibble_pair(const uint8_t* q0, const uint8_t* q1) {
-  const __m256i both = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)),
-                                        _mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  const __m512i z = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(both));
-  return _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
-}
-
-// 0x10 in byte j where bit j of the blocks' 32-bit qh words (q0's, then q1's) is set.
-inline __m512i fifth_pair(const uint8_t* qh0, const uint8_t* qh1) {
-  const __mmask64 m = static_cast<__mmask64>(load_u32(qh0)) | (static_cast<__mmask64>(load_u32(qh1)) << 32);
-  return _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10));
-}
-
-// Per format: block bytes, whether the float sums follow the scalar oracle's order, and the
-// signed weights of the same block index in two rows (b0 -> bytes 0..31, b1 -> 32..63).
-struct Q4_0 {
-  static constexpr int kBytes = sizeof(BlockQ4_0);
-  static constexpr bool kOracleOrder = true;
-  static constexpr bool kMin = false;  // Q4_1 / Q5_1: the fp16 min m at byte 2, x's block sum times m * xd
-  static constexpr int kOffset = 8;  // values() = uvalues() - kOffset
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 2, b1 + 2); }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_sub_epi8(nibble_pair(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
-  }
-};
-struct Q5_0 {
-  static constexpr int kBytes = sizeof(BlockQ5_0);
-  static constexpr bool kOracleOrder = true;
-  static constexpr bool kMin = false;
-  static constexpr int kOffset = 16;
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
-  }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
-    const __m512i v = _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
-    return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
-  }
-};
-struct Q4_1 {
-  static constexpr int kBytes = sizeof(BlockQ4_1);
-  static constexpr bool kOracleOrder = true;
-  static constexpr bool kMin = true;
-  static constexpr int kOffset = 0;  // unsigned values 0..15
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
-};
-struct Q5_1 {
-  static constexpr int kBytes = sizeof(BlockQ5_1);
-  static constexpr bool kOracleOrder = true;
-  static constexpr bool kMin = true;
-  static constexpr int kOffset = 0;  // unsigned values 0..31
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_or_si512(nibble_pair(b0 + 8, b1 + 8), fifth_pair(b0 + 4, b1 + 4));
-  }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return uvalues(b0, b1); }
-};
-struct IQ4_NL {
-  static constexpr int kBytes = sizeof(BlockIQ4_NL);
-  static constexpr bool kOracleOrder = true;
-  static constexpr bool kMin = false;
-  static constexpr int kOffset = 128;
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_add_epi8(values(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
-    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
-    return _mm512_shuffle_epi8(table, nibble_pair(b0 + 2, b1 + 2));
-  }
-};
-// Q8_0 has no bit-identity contract across ISAs (its tiles sum 2 blocks per vector already).
-struct Q8_0 {
-  static constexpr int kBytes = sizeof(BlockQ8_0);
-  static constexpr bool kOracleOrder = false;
-  static constexpr bool kMin = false;
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)), 1);
-  }
-};
+using qblock_avx512::IQ4_NL;
+using qblock_avx512::load_u16;
+using qblock_avx512::load_u32;
+using qblock_avx512::Q4_0;
+using qblock_avx512::Q4_1;
+using qblock_avx512::Q5_0;
+using qblock_avx512::Q5_1;
+using qblock_avx512::Q8_0;
+using qblock_avx512::transpose16x8;
 
 // ---- 16 weight rows interleaved ----------------------------------------------------------
 // The weights of 16 rows are unpacked once per task into a row-interleaved layout: for block b,
@@ -136,29 +55,6 @@ struct Packed16 {
   const int32_t* xsum;  // [tokens of the task][nb]: each block's activation sum (Q4_1, Q5_1)
   int64_t t0;           // the task's first token (xsum's row 0)
 };
-
-// out[k] lane l = dword k of row l, for rows given as r[i] = [row i | row i + 8] (8 dwords
-// each): an 8 x 8 dword transpose inside both 256-bit halves at once.
-inline void transpose16x8(const __m512i r[8], __m512i out[8]) {
-  __m512i t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  // u[0..3]: rows 0-3 (and 8-11), dwords {0,4}, {1,5}, {2,6}, {3,7} per 128-bit lane pair; u[4..7]: rows 4-7.
-  for (int h = 0; h < 2; ++h) {
-    const __m512i* a = t + 4 * h;
-    u[4 * h + 0] = _mm512_unpacklo_epi64(a[0], a[2]);
-    u[4 * h + 1] = _mm512_unpackhi_epi64(a[0], a[2]);
-    u[4 * h + 2] = _mm512_unpacklo_epi64(a[1], a[3]);
-    u[4 * h + 3] = _mm512_unpackhi_epi64(a[1], a[3]);
-  }
-  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-  for (int k = 0; k < 4; ++k) {
-    out[k] = _mm512_permutex2var_epi64(u[k], lo, u[4 + k]);
-    out[k + 4] = _mm512_permutex2var_epi64(u[k], hi, u[4 + k]);
-  }
-}
 
 template <class F>
 void pack16(const GemmQ8Job& g, int64_t r, int rows, int64_t nb, VecI* w, VecI* init, VecF* d, VecF* mins) {
@@ -285,6 +181,22 @@ void gemm_any(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1
 }  // namespace
 
 void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  // With AMX: every 16 rows in token chunks of qblock_amx_chunk(), the rest (rows past the last
+  // 16, a token tail under kQBlockAmxMinN) below.
+  const int64_t n16 = (r1 - r0) / 16;
+  if (n16 > 0 && t1 - t0 >= kQBlockAmxMinN && kquant_amx_available()) {
+    int64_t t = t0;
+    for (int c; (c = qblock_amx_chunk(t1 - t)) > 0; t += c) qblock_amx_gemm(job, r0, n16, t, c);
+    if (t < t1) {  // Q8_0: the batch tiles even for 1..3 tokens, so no token's result depends on its batch
+      if (job.w_type == DType::kQ8_0) {
+        gemm_packed<Q8_0>(job, r0, r0 + 16 * n16, t, t1);
+      } else {
+        gemm_qblock_avx512(job, r0, r0 + 16 * n16, t, t1);
+      }
+    }
+    if (r0 + 16 * n16 < r1) gemm_qblock_avx512(job, r0 + 16 * n16, r1, t0, t1);
+    return;
+  }
   switch (job.w_type) {
     case DType::kQ4_0: gemm_any<Q4_0>(job, r0, r1, t0, t1); return;
     case DType::kQ5_0: gemm_any<Q5_0>(job, r0, r1, t0, t1); return;

@@ -13,6 +13,7 @@
 //   arithmetic does not depend on how rows and tokens are split).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -180,6 +181,68 @@ TEST(QuantMatmul, Q8_0DecodeRowLengthsNearScalar) {
 
 INSTANTIATE_TEST_SUITE_P(AllFormats, QuantMatmul, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// The 32-value formats' batches on AVX-512 (amx_tiles_enabled()): with AMX its tiles (16 rows x 16/32 tokens,
+// qblock_amx.cpp) and the VNNI kernels beside them, without AMX (kernels_quant_no_amx_test, or a
+// CPU without it) the VNNI kernels alone. Every token count 1..40 (32- and 16-token AMX tiles, a
+// partly filled one, tails under 12 tokens on the VNNI kernels), 16 and 50 rows (rows past the
+// last 16 on the VNNI kernels), 27 blocks per row (two steps of 8 blocks and a tail of 3),
+// strided x and y: bit-identical to the scalar path. Q8_0 (no cross-ISA identity: its VNNI
+// tiles sum in one fma accumulator, and so do its AMX tiles) is within f32 rounding of the scalar
+// path and bit-identical between its AMX and VNNI batch tiles.
+TEST(QuantMatmul, QBlockBatchesMatchTheScalarPathExactly) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 path on this CPU";
+  const int64_t cols = 32 * 27, x_stride = cols + 3;
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ8_0}) {
+    for (int64_t rows : {16, 50}) {
+      const size_t rb = dtype_row_bytes(t, cols);
+      const auto wf = random_floats(static_cast<size_t>(rows * cols), 300 + static_cast<uint64_t>(rows));
+      std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, w.data() + static_cast<size_t>(r) * rb, cols);
+      const int64_t y_stride = rows + 2;
+      std::vector<int64_t> ns;
+      for (int64_t n = 1; n <= 40; ++n) ns.push_back(n);
+      ns.insert(ns.end(), {48, 100});  // several token blocks of matmul (48): 32 + 16 chunks at t0 > 0
+      for (int64_t n : ns) {
+        const auto x = random_floats(static_cast<size_t>(n * x_stride), 400 + static_cast<uint64_t>(n));
+        std::vector<float> ys(static_cast<size_t>(n * y_stride), -7.0f), yv = ys;
+        const MatmulArgs a{.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = x_stride,
+                           .n = n, .y = ys.data(), .y_stride = y_stride};
+        matmul(a, nullptr, Isa::kScalar);
+        MatmulArgs v = a;
+        v.y = yv.data();
+        matmul(v, nullptr, Isa::kAvx512);
+        const std::string what = std::string(dtype_name(t)) + " rows=" + std::to_string(rows) + " n=" + std::to_string(n);
+        if (t != DType::kQ8_0) {
+          EXPECT_EQ(yv, ys) << what;
+          continue;
+        }
+        // Q8_0 batches of 4 or more tokens (AMX or VNNI tiles): bit for bit the same however the
+        // batch is cut (here: against 4-token batches, which never take the AMX tiles), and
+        // within f32 rounding of the scalar path.
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_LT(nmse(yv.data() + i * y_stride, ys.data() + i * y_stride, static_cast<size_t>(rows)), 1e-10) << what << " token " << i;
+          for (int64_t r = rows; r < y_stride; ++r) ASSERT_EQ(yv[static_cast<size_t>(i * y_stride + r)], -7.0f) << what;
+        }
+        for (int64_t b = 0; n >= 4 && b < n; b += 4) {
+          const int64_t first = std::min<int64_t>(b, n - 4);
+          std::vector<float> y4(static_cast<size_t>(4 * y_stride));
+          MatmulArgs q = v;
+          q.x = x.data() + first * x_stride;
+          q.n = 4;
+          q.y = y4.data();
+          matmul(q, nullptr, Isa::kAvx512);
+          for (int64_t i = 0; i < 4; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              ASSERT_EQ(yv[static_cast<size_t>((first + i) * y_stride + r)], y4[static_cast<size_t>(i * y_stride + r)])
+                  << what << " token " << first + i << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 // Q, K and V projections of the same activations in one call share one activation quantization
 // and give the same results as three separate calls.

@@ -36,5 +36,9 @@ std::optional<Isa> isa_cap();   // TESSERA_ISA, when set
 // TESSERA_ISA as set now: ok when unset, empty or a kernel path; else kInvalidArgument with
 // "TESSERA_ISA=<value> is not a kernel path; accepted values: scalar, avx2, avx512 (or unset)".
 Status check_isa_env();
+// Whether the AVX-512 path uses its AMX-INT8 tiles (K-quant and 32-value block GEMMs): the CPU
+// has AMX-TILE and AMX-INT8, the kernel grants the tile state, TESSERA_ISA allows AVX-512 and
+// TESSERA_KQUANT_AMX is not 0 (read once).
+bool amx_tiles_enabled();
 
 }  // namespace tessera::kernels
