@@ -133,8 +133,9 @@ idle_pids=()
 trap 'for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; true' EXIT
 start_idle() {  # start_idle FUNCTION LOG: FUNCTION (exported) in the background; sets idle_pid
   mkdir -p "$(dirname "$2")"
-  # setsid: its own process group (its pid), so the EXIT trap ends the whole build.
-  "${idle_prio[@]}" setsid bash -c "$1" >"$2" 2>&1 &
+  # setsid: its own process group (its pid, as the script runs without job control), so the EXIT
+  # trap ends the whole build; -w: should setsid have to fork, it still waits and passes the status.
+  "${idle_prio[@]}" setsid -w bash -c "$1" >"$2" 2>&1 &
   idle_pid=$!
   idle_pids+=("$idle_pid")
   echo "tests/run.sh: [${SECONDS} s] $1 started in the background (${idle_prio[*]}; log: $2)"

@@ -171,8 +171,15 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
   size_t bytes = 0;
   std::vector<BlobKey> from_l2;  // this window's L1 misses that may be asked of Redis
   std::vector<size_t> at;        // parallel: their index in keys
-  for (size_t begin = 0; begin < keys.size(); begin += kGetManyWindow) {
-    const size_t end = std::min(keys.size(), begin + kGetManyWindow);
+  size_t largest = 0;  // the largest blob answered so far in this call
+  for (size_t begin = 0, end = 0; begin < keys.size(); begin = end) {
+    // A window holds up to kGetManyWindow keys, but no more than the rest of the byte budget
+    // takes at the largest blob seen so far (plus one: the answer's last blob may pass it), so a
+    // call for many large blobs does not fetch and hold far more than it answers; with nothing
+    // seen yet the first window is one key (misses hold nothing: after them, whole windows).
+    size_t n = begin == 0 ? 1 : kGetManyWindow;
+    if (largest > 0) n = std::min(n, (max_bytes > bytes ? (max_bytes - bytes) / largest : 0) + 1);
+    end = std::min(keys.size(), begin + n);
     std::vector<GetResult> window(end - begin);
     from_l2.clear();
     at.clear();
@@ -209,6 +216,7 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
       } else {
         if (!out.empty() && bytes + r.blob->size() > max_bytes) return out;
         bytes += r.blob->size();
+        largest = std::max(largest, r.blob->size());
       }
       out.push_back(std::move(r));
     }

@@ -92,7 +92,8 @@ __attribute__((always_inline)) inline void block(const Consts<F>& c, const uint8
     s1[j] = _mm512_setzero_si512();
   }
   __m512i qh = _mm512_setzero_si512();
-  if constexpr (F::kFifth) qh = _mm512_load_si512(meta + (F::kMin ? 64 : 32));
+  // Q5_0: qh sits at 32 mod 64 within the block pair (meta = 32 bytes of scales + 64 of qh), so unaligned.
+  if constexpr (F::kFifth) qh = _mm512_loadu_si512(meta + (F::kMin ? 64 : 32));
   for (int m = 0; m < 4; ++m) {
     const __m512i v = _mm512_load_si512(qs + 64 * m);
     __m512i lo = _mm512_and_si512(v, c.low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), c.low4);

@@ -111,8 +111,9 @@ class CpuBackend final : public Backend {
   static constexpr int64_t kMlaExpandMaxBytes = int64_t{512} << 20;
   // Load-time weight repack (repack.cpp): a packed copy (kernels/packed_weights.h) of every
   // dense matmul weight (attention, dense MLP, output) whose type and kernel path have one;
-  // the file pages of the originals are dropped (madvise) so the resident set does not double
-  // (a tied embedding's rows are read back from the file as they are looked up).
+  // without AMX the file pages of the originals are dropped (madvise) so the resident set does
+  // not double (a tied embedding's rows are read back from the file as they are looked up); with
+  // AMX prefill batches read the originals, so they stay.
   struct RepackStats {
     int32_t tensors = 0;
     size_t packed_bytes = 0, dropped_bytes = 0;

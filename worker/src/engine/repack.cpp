@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "engine_impl.h"
+#include "tessera/kernels/isa.h"
 
 namespace tessera::worker {
 
@@ -27,9 +28,11 @@ CpuBackend::RepackStats CpuBackend::repack_weights() {
     ++st.tensors;
     st.packed_bytes += p.bytes();
     packed_.emplace(std::make_pair(w.data, w.rows), std::move(p));
-    // The matmuls read the packed copy only. Dropping file pages is always safe: touched again,
-    // they are read back from the file; so the tied embedding's pages go too, and embed() faults
-    // in just the rows it looks up.
+    // Without AMX the matmuls read the packed copy only; with AMX, batches of kQBlockAmxMinN
+    // tokens or more (prefill) run the AMX tiles over the original layout, so its pages stay.
+    // Dropping file pages is always safe: touched again, they are read back from the file; so
+    // the tied embedding's pages go too, and embed() faults in just the rows it looks up.
+    if (kernels::amx_tiles_enabled()) return;
     const size_t n = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, w.cols);
     if (!model_.file_mapped(w.data, n)) return;
     const auto begin = reinterpret_cast<uintptr_t>(w.data), end = begin + n;

@@ -15,8 +15,9 @@
 // - X rows are `x_stride` floats apart, Y rows `y_stride` floats apart; Y must not alias X;
 // - the pool, when given, is used for the parallel region (nullptr = the calling thread);
 // - w_packed, when given (packed_weights.h: pack_for_matmul of these very weights, on the ISA
-//   matmul runs), is what the kernel reads instead of w (same results, bit for bit); it is
-//   ignored on another ISA. The caller keeps it alive for the call.
+//   matmul runs), is what the kernel reads instead of w (same results, bit for bit) — except
+//   for batches the AMX tiles take (amx_tiles_enabled(), >= 12 tokens), which read w; it is
+//   ignored on another ISA. The caller keeps it alive for the call, and w stays readable.
 #pragma once
 
 #include <cstdint>

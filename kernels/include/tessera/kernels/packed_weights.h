@@ -10,8 +10,10 @@
 // pairs [qs b][qs b+1][meta b][meta b+1] so every vector load is 64-byte aligned. The data
 // stay 4-bit (5-bit): the same bytes as the file, plus padding to a whole group (the last
 // group's missing rows are zero) and to a whole pair of blocks.
-// MatmulArgs::w_packed hands one to matmul(), which then reads only the packed copy (for every
-// batch size, on the ISA it was packed for; results bit-identical to the unpacked path).
+// MatmulArgs::w_packed hands one to matmul(), which then reads the packed copy (on the ISA it
+// was packed for; results bit-identical to the unpacked path) for decode, and for batches too
+// except where the AMX tiles take them (kernels::amx_tiles_enabled() and at least
+// kQBlockAmxMinN = 12 tokens): those read the original layout.
 //
 // Ownership: a PackedWeights owns its (64-byte aligned) buffer; move-only; immutable once made,
 // so many threads may read it. It does not refer to the weights it was made from.

@@ -105,8 +105,10 @@ class Store {
   // with the L1 misses of each window of kGetManyWindow keys asked of Redis pipelined, per shard
   // (ShardedL2::get_many), instead of one round trip per key. The answer is a prefix of `keys`, at least one
   // entry: it stops before a hit would bring the blob bytes past max_bytes (the caller asks again
-  // for the rest). The window that passes max_bytes has been read whole: its hits past the cut
-  // are promoted to L1 and counted as gets now (and again when asked for). Fails only on a bad key.
+  // for the rest). Windows shrink to what the rest of max_bytes holds at the largest blob seen so
+  // far (the first window is one key), so a call reads about one blob past the cut, not a window
+  // of them; what it read past the cut is promoted to L1 and counted as gets now (and again when
+  // asked for). Fails only on a bad key.
   static constexpr size_t kGetManyWindow = 64;
   Result<std::vector<GetResult>> get_many(std::span<const BlobKey> keys, size_t max_bytes = SIZE_MAX);
   Result<PutResult> put(const BlobKey& key, std::string blob, uint32_t ttl_s = 0);
