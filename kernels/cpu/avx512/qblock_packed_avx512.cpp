@@ -27,8 +27,12 @@ namespace {
 
 // Bytes ahead of the 8-block chunk being read that the kernel prefetches (one prefetch per
 // line). Measured on SmolLM2-135M Q4_0 decode at 1 thread: none 165 tok per CPU-s, 512 B 223,
-// 1 KiB 232, 1.5-3 KiB 237-281 (noise +-15 % at load 12), 4 KiB 256.
-constexpr int64_t kPrefetchAhead = 2048;
+// 1 KiB 232, 1.5-3 KiB 237-281 (noise +-15 % at load 12), 4 KiB 256. Long rows want less: on an
+// idle machine (2026-11-24 12:55 UTC, 1 thread, tg48) Llama-3.2-1B Q4_0 (64 blocks per row, the
+// weights streamed from memory) ran 14.6 tok/s at 2 KiB, 16.6-17.0 at 256-512 B, 13.2 at 6 KiB,
+// while SmolLM2 Q4_0 (18 blocks, cache-resident) at 2 threads lost 5 % at 512 B. So 2 KiB up to
+// kShortRowBlocks blocks per row, 512 B past it.
+constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 512, kShortRowBlocks = 32;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -131,10 +135,11 @@ void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y
   for (int j = 0; j < RN; ++j) {
     for (int a = 0; a < 8; ++a) acc[j][a] = _mm512_setzero_ps();
   }
+  const int64_t ahead = nb <= kShortRowBlocks ? kPrefetchShort : kPrefetchLong;
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
     if (prefetch) {
-      const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + kPrefetchAhead;
+      const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + ahead;
 #pragma GCC unroll 16
       for (int64_t l = 0; l < kChunk; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
     }
