@@ -73,6 +73,15 @@ struct LocalService {
   }
 };
 
+// A store with L1 off, so every get goes to the Redis server r.
+StoreConfig l2_only(const tessera::testing::RedisServer& r) {
+  StoreConfig sc;
+  sc.l1.max_entries = 0;
+  sc.redis = RedisConfig{.host = r.host(), .port = r.port()};
+  sc.secret = "bench-secret";
+  return sc;
+}
+
 void latency_rows(const char* tier, Client& c, const std::string& blob, int iters) {
   std::vector<double> put, get;
   for (int i = 0; i < iters; ++i) {
@@ -209,11 +218,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no redis-server\n");
       return 1;
     }
-    StoreConfig sc;
-    sc.l1.max_entries = 0;  // L1 off: every get goes to Redis
-    sc.redis = RedisConfig{.host = r->host(), .port = r->port()};
-    sc.secret = "bench-secret";
-    LocalService svc(std::move(sc));
+    LocalService svc(l2_only(*r));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     get_many_table(*c, args.get_many_keys, iters, *r);
     return 0;
@@ -283,11 +288,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no redis-server; skipping L2 rows\n");
       return 0;
     }
-    StoreConfig sc;
-    sc.l1.max_entries = 0;  // L1 off: every get goes to Redis
-    sc.redis = RedisConfig{.host = r->host(), .port = r->port()};
-    sc.secret = "bench-secret";
-    LocalService svc(std::move(sc));
+    LocalService svc(l2_only(*r));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);

@@ -44,8 +44,6 @@ struct Q4_0 {
   static constexpr int kBytes = sizeof(BlockQ4_0);
   static constexpr bool kOracleOrder = true;
   static constexpr bool kMin = false;  // Q4_1 / Q5_1: the fp16 min m at byte 2, x's block sum times m * xd
-  static constexpr int kOffset = 8;  // values() = uvalues() - kOffset
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 2, b1 + 2); }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_sub_epi8(nibble_pair(b0 + 2, b1 + 2), _mm512_set1_epi8(8));
   }
@@ -54,10 +52,6 @@ struct Q5_0 {
   static constexpr int kBytes = sizeof(BlockQ5_0);
   static constexpr bool kOracleOrder = true;
   static constexpr bool kMin = false;
-  static constexpr int kOffset = 16;
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
-  }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     const __m512i v = _mm512_or_si512(nibble_pair(b0 + 6, b1 + 6), fifth_pair(b0 + 2, b1 + 2));
     return _mm512_sub_epi8(v, _mm512_set1_epi8(16));
@@ -67,28 +61,20 @@ struct Q4_1 {
   static constexpr int kBytes = sizeof(BlockQ4_1);
   static constexpr bool kOracleOrder = true;
   static constexpr bool kMin = true;
-  static constexpr int kOffset = 0;  // unsigned values 0..15
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return nibble_pair(b0 + 4, b1 + 4); }  // 0..15
 };
 struct Q5_1 {
   static constexpr int kBytes = sizeof(BlockQ5_1);
   static constexpr bool kOracleOrder = true;
   static constexpr bool kMin = true;
-  static constexpr int kOffset = 0;  // unsigned values 0..31
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
+  static __m512i values(const uint8_t* b0, const uint8_t* b1) {  // 0..31
     return _mm512_or_si512(nibble_pair(b0 + 8, b1 + 8), fifth_pair(b0 + 4, b1 + 4));
   }
-  static __m512i values(const uint8_t* b0, const uint8_t* b1) { return uvalues(b0, b1); }
 };
 struct IQ4_NL {
   static constexpr int kBytes = sizeof(BlockIQ4_NL);
   static constexpr bool kOracleOrder = true;
   static constexpr bool kMin = false;
-  static constexpr int kOffset = 128;
-  static __m512i uvalues(const uint8_t* b0, const uint8_t* b1) {
-    return _mm512_add_epi8(values(b0, b1), _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
   static __m512i values(const uint8_t* b0, const uint8_t* b1) {
     const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIQ4NLValues)));
     return _mm512_shuffle_epi8(table, nibble_pair(b0 + 2, b1 + 2));

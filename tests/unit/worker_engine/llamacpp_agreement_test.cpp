@@ -34,6 +34,8 @@
 #include "tessera/worker/engine.h"
 #include "tessera/worker/kv_pool.h"
 
+#include "synth_file.h"
+
 namespace tessera::worker {
 namespace {
 
@@ -123,25 +125,11 @@ std::vector<float> teacher_forced_logits(const Model& model, const std::vector<i
   return out;
 }
 
-
 struct Measured {
   int32_t greedy_equal = 0, positions = 0;
   double max_delta = 0.0, sum_delta = 0.0, max_kl = 0.0, sum_kl = 0.0;
   int64_t n_delta = 0;
 };
-
-std::unique_ptr<Model> synth_and_load(const std::string& shape, const std::string& dtype, const std::string& dir) {
-  SynthOptions o;
-  o.like = shape;
-  o.out_path = dir + "/" + shape + "." + dtype + ".gguf";
-  EXPECT_TRUE(parse_synth_dtype(dtype, &o).ok()) << dtype;
-  const Status st = synth_model(o);
-  EXPECT_TRUE(st.ok()) << st.error().to_string();
-  auto m = load_model(o.out_path);
-  EXPECT_TRUE(m.ok()) << m.error().to_string();
-  std::filesystem::remove(o.out_path);  // mmapped: stays readable until the model is gone
-  return m.ok() ? std::move(*m) : nullptr;
-}
 
 // llama.cpp c392e5094 runs multi-head latent attention decompressed (per-head K/V in its
 // cache), so DeepSeek fixtures are checked on Tessera's decompressed layout (mla_decompressed);

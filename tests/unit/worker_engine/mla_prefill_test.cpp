@@ -19,23 +19,12 @@
 #include "tessera/testing/paths.h"
 #include "tessera/worker/engine.h"
 
+#include "synth_file.h"
+
 namespace tessera::worker {
 namespace {
 
 constexpr int32_t kPage = 8;
-
-std::unique_ptr<Model> synth_and_load(const std::string& shape, const std::string& dtype, const std::string& dir) {
-  SynthOptions o;
-  o.like = shape;
-  o.out_path = dir + "/" + shape + "." + dtype + ".gguf";
-  EXPECT_TRUE(parse_synth_dtype(dtype, &o).ok()) << dtype;
-  const Status st = synth_model(o);
-  EXPECT_TRUE(st.ok()) << st.error().to_string();
-  auto m = load_model(o.out_path);
-  EXPECT_TRUE(m.ok()) << m.error().to_string();
-  std::filesystem::remove(o.out_path);  // mmapped: stays readable until the model is gone
-  return m.ok() ? std::move(*m) : nullptr;
-}
 
 std::vector<int32_t> prompt(int32_t n, int32_t mul) {
   std::vector<int32_t> t = {1};

@@ -13,8 +13,9 @@
 #include <vector>
 
 #include "tessera/model/model.h"
-#include "tessera/model/model_synth.h"
 #include "tessera/worker/engine.h"
+
+#include "synth_file.h"
 
 namespace tessera::worker {
 namespace {
@@ -44,20 +45,14 @@ class WeightRepack : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(WeightRepack, OnAndOffGenerateIdentically) {
   const std::string dtype = GetParam();
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("tessera_repack_" + dtype + "_" + std::to_string(::getpid()) + ".gguf")).string();
-  SynthOptions o;
-  o.like = "smollm2-135m-reduced";
-  o.out_path = path;
-  ASSERT_TRUE(parse_synth_dtype(dtype, &o).ok()) << dtype;
-  const Status st = synth_model(o);
-  ASSERT_TRUE(st.ok()) << st.error().to_string();
-  auto model = load_model(path);
-  std::filesystem::remove(path);  // mmapped: readable until the model is gone
-  ASSERT_TRUE(model.ok()) << model.error().to_string();
-  const Generated on = generate_with(**model, true);
-  const Generated off = generate_with(**model, false);
-  const Generated on_again = generate_with(**model, true);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tessera_repack_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto model = synth_and_load("smollm2-135m-reduced", dtype, dir.string());
+  std::filesystem::remove_all(dir);
+  ASSERT_NE(model, nullptr);
+  const Generated on = generate_with(*model, true);
+  const Generated off = generate_with(*model, false);
+  const Generated on_again = generate_with(*model, true);
   ASSERT_EQ(on.tokens.size(), 40u);
   EXPECT_EQ(on.tokens, off.tokens) << dtype;
   EXPECT_EQ(on.logprobs, off.logprobs) << dtype;  // bit for bit
