@@ -2,6 +2,8 @@
 // qblock_packed.h). Plain byte moves, no arithmetic on the values.
 #include "tessera/kernels/packed_weights.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -53,8 +55,14 @@ PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols
   const int64_t nb = cols / 32, pair = cpu::packed_pair_bytes(f), group = cpu::packed_group_bytes(f, cols);
   const int64_t groups = (rows + 15) / 16;
   const size_t total = static_cast<size_t>(groups * group);
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(64, total));
+  // Large copies on 2 MiB boundaries and transparent huge pages (advisory): a decode step
+  // streams every weight once, and 4 KiB pages cost a TLB miss per 4 KiB read.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = total >= kHuge;
+  const size_t alloc = huge ? (total + kHuge - 1) / kHuge * kHuge : (total + 63) / 64 * 64;
+  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(huge ? kHuge : 64, alloc));
   TS_CHECK(buf != nullptr) << "pack_for_matmul: cannot allocate " << total << " bytes";
+  if (huge) (void)::madvise(buf, alloc, MADV_HUGEPAGE);
   std::memset(buf, 0, total);
   p.buf_.reset(buf);
   p.dtype_ = t;
