@@ -43,7 +43,11 @@ class KvOffloadCluster : public ::testing::Test {
         .num_pages = 40,  // 640 tokens: a few long prompts evict each other
         .num_workers = 2,
         .worker_args = {"--kvstore", kv_->endpoint(), "--kv-offload", "true", "--kv-offload-codec", "zstd",
-                        "--kv-offload-dtype", "f32"}});
+                        "--kv-offload-dtype", "f32",
+                        // A put that times out is a page not offloaded (a warning, and the test's
+                        // count falls short): on a loaded CI machine 2 s (the default) was once
+                        // not enough for one of ~16 puts.
+                        "--kvstore-timeout-ms", "20000"}});
     ASSERT_TRUE(cluster_->ok());
   }
 
