@@ -1,6 +1,7 @@
 // Hugging Face model directories: config.json + model.safetensors, or shards listed in
 // model.safetensors.index.json ("weight_map": {tensor: file}). HF stores Q/K for RoPE by
-// halves (rotate_half), so rope_layout = kHalves.
+// halves (rotate_half), so rope_layout = kHalves; rope_scaling: read_rope_scaling.
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "loaded_model.h"
 #include "safetensors.h"
+#include "synth.h"
 #include "tessera/common/log.h"
 
 namespace tessera::loaders {
@@ -241,6 +243,51 @@ Status read_hf_moe(const Config& cfg, ModelConfig& c, const std::string& model_t
   return ok_status();
 }
 
+// config.json's rope_scaling, as transformers' ROPE_INIT_FUNCTIONS read it (`rope_type`, or
+// `type` in older files): llama3 -> the per-frequency divisors convert_hf_to_gguf.py writes as
+// rope_freqs.weight; linear -> positions / factor; default -> nothing; dynamic (NTK) changes
+// the frequencies only past original_max_position_embeddings (= max_position_embeddings here)
+// and is treated as none; anything else (yarn, longrope, ...) is refused by name rather than
+// computed differently.
+Status read_rope_scaling(const json& rs, ModelConfig& c, const std::string& config_path) {
+  if (!rs.is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": key rope_scaling is not an object");
+  const Config r(rs, config_path + " rope_scaling");
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (r.has(key)) {
+      TS_ASSIGN_OR_RETURN(type, r.string(key));
+      break;
+    }
+  }
+  if (type == "default") return ok_status();
+  if (type == "dynamic") {
+    TS_LOG(kInfo) << config_path << ": rope_scaling dynamic (NTK) changes nothing below max_position_embeddings ("
+                  << c.max_seq_len << "), the longest context served";
+    return ok_status();
+  }
+  if (type != "llama3" && type != "linear") {
+    return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling type '" + type +
+                                                   "' is not supported (default, linear, llama3, dynamic)");
+  }
+  TS_ASSIGN_OR_RETURN(const float factor, r.real("factor", 0.0f));
+  if (!(std::isfinite(factor) && factor >= 1.0f)) {
+    return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling factor must be a number >= 1");
+  }
+  if (type == "linear") {
+    c.rope_freq_scale = 1.0f / factor;
+    return ok_status();
+  }
+  TS_ASSIGN_OR_RETURN(const float low, r.real("low_freq_factor", 1.0f));
+  TS_ASSIGN_OR_RETURN(const float high, r.real("high_freq_factor", 4.0f));
+  TS_ASSIGN_OR_RETURN(const int32_t old_ctx, r.int32("original_max_position_embeddings", 8192));
+  if (!(low > 0.0f && high > low && old_ctx > 0)) {
+    return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling llama3 needs 0 < low_freq_factor < "
+                                                             "high_freq_factor and original_max_position_embeddings > 0");
+  }
+  c.rope_freq_factors = llama3_rope_factors(c.rope_theta, c.head_dim, factor, low, high, old_ctx);
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::string& config_text,
@@ -273,9 +320,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   TS_ASSIGN_OR_RETURN(c.head_dim, cfg.int32("head_dim", c.dim / c.n_heads));
   c.rope_layout = RopeLayout::kHalves;
   TS_TRY(read_hf_moe(cfg, c, model_type, config_path));
-  if (cfg.has("rope_scaling")) {
-    TS_LOG(kWarn) << config_path << ": rope_scaling is not implemented yet and is ignored";
-  }
+  if (auto rs = cj.find("rope_scaling"); rs != cj.end() && !rs->is_null()) TS_TRY(read_rope_scaling(*rs, c, config_path));
   TS_TRY(validate_config(c, config_path));
 
   TensorMap tensors;

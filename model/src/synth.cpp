@@ -200,8 +200,9 @@ void synth_values(uint64_t seed, const std::string& name, int kind, size_t n, fl
   }
 }
 
-std::vector<float> llama3_rope_factors(float theta, int32_t head_dim, float factor) {
-  constexpr double kLow = 1.0, kHigh = 4.0, kOld = 8192.0;
+std::vector<float> llama3_rope_factors(float theta, int32_t head_dim, float factor, double low_freq_factor,
+                                       double high_freq_factor, double old_context) {
+  const double kLow = low_freq_factor, kHigh = high_freq_factor, kOld = old_context;
   const double low_wavelen = kOld / kLow, high_wavelen = kOld / kHigh;
   std::vector<float> out;
   for (int32_t i = 0; i < head_dim; i += 2) {

@@ -2,6 +2,7 @@
 // F16, BF16) from the stories260K weights must load to the same values.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -209,6 +210,93 @@ TEST(HfDirectoryQwen2, BiasesLoadAsF32AndMissingBiasIsNamed) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::kCorruptFile);
   EXPECT_NE(bad.error().message.find("missing tensor blk.2.attn_k.bias"), std::string::npos) << bad.error().message;
+  std::filesystem::remove_all(dir);
+}
+
+// transformers' _compute_llama3_parameters (modeling_rope_utils.py), transcribed: the scaled
+// inverse frequencies; Tessera stores each frequency's divisor (inv_freq / scaled).
+std::vector<double> hf_llama3_divisors(double theta, int head_dim, double factor, double low, double high, double old) {
+  std::vector<double> out;
+  for (int i = 0; i < head_dim; i += 2) {
+    const double inv_freq = 1.0 / std::pow(theta, static_cast<double>(i) / head_dim);
+    const double wavelen = 2.0 * M_PI / inv_freq;
+    double scaled = inv_freq;
+    if (wavelen > old / low) {
+      scaled = inv_freq / factor;
+    } else if (wavelen >= old / high) {
+      const double smooth = (old / wavelen - low) / (high - low);
+      scaled = (1.0 - smooth) * inv_freq / factor + smooth * inv_freq;
+    }
+    out.push_back(inv_freq / scaled);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Model>> load_with_rope_scaling(const std::string& dir, const std::string& rope_scaling) {
+  std::string config = config_json(true);
+  config.insert(config.rfind('}'), R"(, "rope_scaling": )" + rope_scaling);
+  config.replace(config.find("10000.0"), 7, "500000.0");
+  testutil::write_text(dir + "/config.json", config);
+  return load_model(dir);
+}
+
+TEST(HfDirectoryRopeScaling, Llama3LinearDynamicAndRefusals) {
+  const std::string dir = testing::make_temp_dir("tessera-hf-rope");
+  testutil::write_bytes(dir + "/model.safetensors", testutil::safetensors_bytes(hf_tensors("F32", false)));
+  {
+    // Llama 3.2's values, on head_dim 8 with theta 5e5: wavelengths 6.3, 167 (kept), 4443
+    // (smoothed: between 8192/4 and 8192/1), 118,000 (divided by the factor).
+    auto r = load_with_rope_scaling(dir, R"({"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})");
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    const ModelConfig& c = (*r)->config();
+    const std::vector<double> want = hf_llama3_divisors(5e5, 8, 32.0, 1.0, 4.0, 8192.0);
+    ASSERT_EQ(c.rope_freq_factors.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(c.rope_freq_factors[i], want[i], 1e-5 * want[i]) << i;
+    EXPECT_EQ(c.rope_freq_factors[0], 1.0f);
+    EXPECT_GT(c.rope_freq_factors[2], 1.0f);
+    EXPECT_LT(c.rope_freq_factors[2], 32.0f);
+    EXPECT_EQ(c.rope_freq_factors[3], 32.0f);
+    EXPECT_EQ(c.rope_freq_scale, 1.0f);
+  }
+  {
+    // Older configs name it "type"; other factors.
+    auto r = load_with_rope_scaling(dir, R"({"type": "llama3", "factor": 8.0, "low_freq_factor": 2.0,
+      "high_freq_factor": 8.0, "original_max_position_embeddings": 4096})");
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    const std::vector<double> want = hf_llama3_divisors(5e5, 8, 8.0, 2.0, 8.0, 4096.0);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR((*r)->config().rope_freq_factors[i], want[i], 1e-5 * want[i]) << i;
+  }
+  {
+    auto r = load_with_rope_scaling(dir, R"({"rope_type": "linear", "factor": 4.0})");
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ((*r)->config().rope_freq_scale, 0.25f);
+    EXPECT_TRUE((*r)->config().rope_freq_factors.empty());
+  }
+  for (const char* plain : {R"({"rope_type": "default"})", R"({"type": "dynamic", "factor": 2.0})"}) {
+    auto r = load_with_rope_scaling(dir, plain);
+    ASSERT_TRUE(r.ok()) << plain << ": " << r.error().to_string();
+    EXPECT_EQ((*r)->config().rope_freq_scale, 1.0f) << plain;
+    EXPECT_TRUE((*r)->config().rope_freq_factors.empty()) << plain;
+  }
+  struct Bad {
+    const char* rope_scaling;
+    ErrorCode code;
+    const char* message;
+  };
+  for (const Bad& b : {Bad{R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})",
+                           ErrorCode::kUnsupported, "rope_scaling type 'yarn' is not supported"},
+                       Bad{R"({"rope_type": "longrope"})", ErrorCode::kUnsupported, "'longrope'"},
+                       Bad{R"({"rope_type": "llama3", "factor": 0.5})", ErrorCode::kCorruptFile, "factor must be"},
+                       Bad{R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0})",
+                           ErrorCode::kCorruptFile, "low_freq_factor"},
+                       Bad{R"({"rope_type": 3})", ErrorCode::kCorruptFile, "rope_type"},
+                       Bad{R"([1, 2])", ErrorCode::kCorruptFile, "rope_scaling is not an object"}}) {
+    auto r = load_with_rope_scaling(dir, b.rope_scaling);
+    ASSERT_FALSE(r.ok()) << b.rope_scaling;
+    EXPECT_EQ(r.error().code, b.code) << b.rope_scaling;
+    EXPECT_NE(r.error().message.find(b.message), std::string::npos) << r.error().message;
+  }
   std::filesystem::remove_all(dir);
 }
 
