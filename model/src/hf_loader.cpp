@@ -52,10 +52,15 @@ class Config {
     return static_cast<int32_t>(it->get<int64_t>());
   }
   Result<float> real(const char* key, float fallback) const {
+    TS_ASSIGN_OR_RETURN(const double v, real64(key, fallback));
+    return static_cast<float>(v);
+  }
+  // As the converters (Python floats) read it, for values computed on before rounding to f32.
+  Result<double> real64(const char* key, double fallback) const {
     auto it = j_.find(key);
     if (it == j_.end() || it->is_null()) return fallback;
     if (!it->is_number()) return make_error(ErrorCode::kCorruptFile, path_ + ": key " + key + " is not a number");
-    return it->get<float>();
+    return it->get<double>();
   }
   Result<bool> boolean(const char* key, bool fallback) const {
     auto it = j_.find(key);
@@ -128,7 +133,18 @@ std::string canonical_name(const std::string& hf) {
       {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
-      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"}};
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+      // DeepSeek-V2/V3 (modeling_deepseek.py): latent attention, ungated shared experts, V3's bias.
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+      {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+      {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+      {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"}};
   auto it = kLayer.find(hf.substr(dot + 1));
   if (it == kLayer.end()) {
     const std::string e = expert_name(hf.substr(dot + 1));
@@ -182,6 +198,7 @@ Result<std::vector<std::string>> shard_files(const std::string& dir) {
 // the same shape and dtype.
 Status stack_experts(LoadedModel& model, TensorMap& tensors, const ModelConfig& c, const std::string& dir) {
   for (int32_t l = 0; l < c.n_layers; ++l) {
+    if (!c.layer_is_moe(l)) continue;  // DeepSeek's leading dense layers
     for (const char* proj : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
       const std::string base = "blk." + std::to_string(l) + "." + proj;
       std::vector<const RawTensor*> parts;
@@ -210,11 +227,91 @@ Status stack_experts(LoadedModel& model, TensorMap& tensors, const ModelConfig& 
   return ok_status();
 }
 
+// DeepSeek-V2 / V2-Lite / V3 (`deepseek_v2`, `deepseek_v3`), as convert_hf_to_gguf.py maps them
+// to llama.cpp's deepseek2 keys: latent attention (kv_lora_rank, q_lora_rank null for Lite,
+// key = qk_nope_head_dim + qk_rope_head_dim, v_head_dim), RoPE on adjacent pairs (the HF code
+// de-interleaves q_pe/k_pe before rotate_half, i.e. the weights are in NORM order, as llama.cpp
+// reads them), first_k_dense_replace dense layers, then routed experts (softmax for V2, sigmoid
+// with e_score_correction_bias and optional groups for V3's noaux_tc) and n_shared_experts
+// ungated shared experts. routed_scaling_factor and norm_topk_prob are kept as the converter
+// writes them (expert_weights_scale, expert_weights_norm): the released configs that
+// renormalize (V3) also scale, as llama.cpp computes.
+Status read_hf_deepseek(const Config& cfg, ModelConfig& c, const std::string& config_path) {
+  auto refuse = [&](const std::string& what) {
+    return make_error(ErrorCode::kUnsupported, config_path + ": " + what + " is not supported");
+  };
+  auto wrong = [&](const std::string& what) { return make_error(ErrorCode::kCorruptFile, config_path + ": " + what); };
+  c.architecture = "deepseek2";
+  c.family = "deepseek2";
+  c.rope_layout = RopeLayout::kInterleaved;
+  TS_ASSIGN_OR_RETURN(c.kv_lora_rank, cfg.int32("kv_lora_rank"));
+  TS_ASSIGN_OR_RETURN(c.q_lora_rank, cfg.int32("q_lora_rank", 0));
+  TS_ASSIGN_OR_RETURN(const int32_t nope, cfg.int32("qk_nope_head_dim"));
+  TS_ASSIGN_OR_RETURN(c.rope_dim, cfg.int32("qk_rope_head_dim"));
+  TS_ASSIGN_OR_RETURN(c.v_head_dim, cfg.int32("v_head_dim"));
+  if (c.kv_lora_rank <= 0 || c.kv_lora_rank > 65536) return wrong("kv_lora_rank is out of range [1, 65536]");
+  if (c.q_lora_rank > 65536) return wrong("q_lora_rank is out of range [0, 65536]");
+  if (nope <= 0 || nope > 4096 || c.rope_dim <= 0 || c.rope_dim > 4096 || c.rope_dim % 2 != 0) {
+    return wrong("qk_nope_head_dim must be positive and qk_rope_head_dim positive and even");
+  }
+  c.head_dim = nope + c.rope_dim;
+  if (c.v_head_dim <= 0 || c.v_head_dim > c.head_dim) {
+    return refuse("v_head_dim " + std::to_string(c.v_head_dim) + " above the key length " + std::to_string(c.head_dim) +
+                  " (the K/V cache pads V to the key length)");
+  }
+  c.n_kv_heads = c.n_heads;  // the decompressed K/V: one per head
+  TS_ASSIGN_OR_RETURN(c.n_experts, cfg.int32("n_routed_experts"));
+  TS_ASSIGN_OR_RETURN(c.n_experts_used, cfg.int32("num_experts_per_tok"));
+  TS_ASSIGN_OR_RETURN(c.expert_hidden_dim, cfg.int32("moe_intermediate_size"));
+  TS_ASSIGN_OR_RETURN(const int32_t shared, cfg.int32("n_shared_experts", 0));
+  if (shared > 64) return wrong("n_shared_experts is out of range [0, 64]");
+  c.shared_expert_hidden_dim = shared * c.expert_hidden_dim;
+  TS_ASSIGN_OR_RETURN(c.n_dense_lead, cfg.int32("first_k_dense_replace", 0));
+  if (c.n_dense_lead > c.n_layers) return wrong("first_k_dense_replace is above num_hidden_layers");
+  TS_ASSIGN_OR_RETURN(const int32_t freq, cfg.int32("moe_layer_freq", 1));
+  if (freq != 1) return refuse("moe_layer_freq " + std::to_string(freq) + " (MoE layers not every layer)");
+  TS_ASSIGN_OR_RETURN(c.expert_weights_norm, cfg.boolean("norm_topk_prob", false));
+  TS_ASSIGN_OR_RETURN(c.expert_weights_scale, cfg.real("routed_scaling_factor", 1.0f));
+  if (!(std::isfinite(c.expert_weights_scale) && c.expert_weights_scale > 0.0f)) return wrong("routed_scaling_factor must be positive");
+  std::string scoring = "softmax", method = "greedy";
+  if (cfg.has("scoring_func")) {
+    TS_ASSIGN_OR_RETURN(scoring, cfg.string("scoring_func"));
+  }
+  if (cfg.has("topk_method")) {
+    TS_ASSIGN_OR_RETURN(method, cfg.string("topk_method"));
+  }
+  if (scoring != "softmax" && scoring != "sigmoid") return refuse("scoring_func '" + scoring + "'");
+  c.expert_sigmoid = scoring == "sigmoid";
+  TS_ASSIGN_OR_RETURN(c.n_expert_groups, cfg.int32("n_group", 1));
+  TS_ASSIGN_OR_RETURN(c.n_expert_groups_used, cfg.int32("topk_group", c.n_expert_groups));
+  if (method == "greedy") {
+    c.n_expert_groups = c.n_expert_groups_used = 1;  // greedy ignores n_group
+  } else if (method != "group_limited_greedy" && method != "noaux_tc") {
+    return refuse("topk_method '" + method + "'");
+  }
+  if (c.n_experts <= 0 || c.n_experts > 4096) return wrong("n_routed_experts is out of range [1, 4096]");
+  if (c.n_expert_groups < 1 || c.n_experts % c.n_expert_groups != 0 ||
+      (c.n_expert_groups > 1 && c.n_experts / c.n_expert_groups < 2)) {
+    return wrong("n_group " + std::to_string(c.n_expert_groups) + " does not split " + std::to_string(c.n_experts) +
+                 " experts into groups of at least 2");
+  }
+  if (c.n_expert_groups_used < 1 || c.n_expert_groups_used > c.n_expert_groups ||
+      c.n_experts_used > c.n_expert_groups_used * (c.n_experts / c.n_expert_groups)) {
+    return wrong("topk_group " + std::to_string(c.n_expert_groups_used) + " of " + std::to_string(c.n_expert_groups) +
+                 " groups cannot hold " + std::to_string(c.n_experts_used) + " chosen experts");
+  }
+  if (c.n_expert_groups > 1 && !c.expert_sigmoid) {
+    return refuse("topk_method '" + method + "' with " + std::to_string(c.n_expert_groups) + " groups and softmax scores");
+  }
+  return ok_status();
+}
+
 // Mixture-of-experts and Qwen3 settings of config.json, as the GGUF converter maps them:
 // mixtral (num_local_experts, renormalized top-k, experts of intermediate_size), qwen2_moe
 // (num_experts, moe_intermediate_size, a gated shared expert of shared_expert_intermediate_size),
 // qwen3_moe (num_experts, moe_intermediate_size, norm_topk_prob), qwen3 (Q/K norms).
 Status read_hf_moe(const Config& cfg, ModelConfig& c, const std::string& model_type, const std::string& config_path) {
+  if (model_type == "deepseek_v2" || model_type == "deepseek_v3") return read_hf_deepseek(cfg, c, config_path);
   if (model_type == "qwen3" || model_type == "qwen3_moe") c.qk_norm = true;
   if (model_type == "mixtral") {
     c.architecture = "llama";
@@ -243,6 +340,37 @@ Status read_hf_moe(const Config& cfg, ModelConfig& c, const std::string& model_t
   return ok_status();
 }
 
+// DeepSeek's YaRN (DeepseekV2YarnRotaryEmbedding), as llama.cpp computes it: ggml's rope_yarn with
+// beta_fast 32, beta_slow 1 over original_max_position_embeddings, and attention scaled by
+// mscale^2 with mscale = 1 + 0.1 * mscale_all_dim * ln(factor) (yarn_log_multiplier). HF also
+// multiplies cos/sin by yarn_mscale(mscale) / yarn_mscale(mscale_all_dim), which llama.cpp
+// does not: only configs where that ratio is 1 (mscale == mscale_all_dim, as V2, V2-Lite and V3
+// ship) are read; other betas are refused too.
+Status read_deepseek_yarn(const Config& r, ModelConfig& c, const std::string& config_path) {
+  TS_ASSIGN_OR_RETURN(const float factor, r.real("factor", 0.0f));
+  TS_ASSIGN_OR_RETURN(const int32_t orig, r.int32("original_max_position_embeddings"));
+  TS_ASSIGN_OR_RETURN(const float beta_fast, r.real("beta_fast", 32.0f));
+  TS_ASSIGN_OR_RETURN(const float beta_slow, r.real("beta_slow", 1.0f));
+  TS_ASSIGN_OR_RETURN(const double mscale, r.real64("mscale", 1.0));
+  TS_ASSIGN_OR_RETURN(const double mscale_all_dim, r.real64("mscale_all_dim", 0.0));
+  if (!(std::isfinite(factor) && factor >= 1.0f) || orig <= 0) {
+    return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling yarn needs factor >= 1 and "
+                                                             "original_max_position_embeddings > 0");
+  }
+  if (beta_fast != 32.0f || beta_slow != 1.0f || mscale != mscale_all_dim) {
+    return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling yarn with beta_fast " + std::to_string(beta_fast) +
+                                                   ", beta_slow " + std::to_string(beta_slow) + ", mscale " +
+                                                   std::to_string(mscale) + " != mscale_all_dim " +
+                                                   std::to_string(mscale_all_dim) +
+                                                   " is not supported (32, 1 and mscale == mscale_all_dim are)");
+  }
+  c.rope_yarn = true;
+  c.yarn_orig_ctx = orig;
+  c.yarn_log_mul = static_cast<float>(0.1 * mscale_all_dim);  // convert_hf_to_gguf.py's yarn_log_multiplier
+  c.rope_freq_scale = 1.0f / factor;
+  return ok_status();
+}
+
 // config.json's rope_scaling, as transformers' ROPE_INIT_FUNCTIONS read it (`rope_type`, or
 // `type` in older files): llama3 -> the per-frequency divisors convert_hf_to_gguf.py writes as
 // rope_freqs.weight; linear -> positions / factor; default -> nothing; dynamic (NTK) changes
@@ -265,6 +393,7 @@ Status read_rope_scaling(const json& rs, ModelConfig& c, const std::string& conf
                   << c.max_seq_len << "), the longest context served";
     return ok_status();
   }
+  if (type == "yarn" && c.is_mla()) return read_deepseek_yarn(r, c, config_path);
   if (type != "llama3" && type != "linear") {
     return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling type '" + type +
                                                    "' is not supported (default, linear, llama3, dynamic)");
@@ -301,10 +430,12 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   auto model = std::make_unique<LoadedModel>(ModelFormat::kSafetensors, dir);
   ModelConfig& c = model->mutable_config();
   TS_ASSIGN_OR_RETURN(const std::string model_type, cfg.string("model_type"));
-  static const std::set<std::string> kTypes = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe"};
+  static const std::set<std::string> kTypes = {"llama",     "mistral",   "qwen2",       "qwen3",      "mixtral",
+                                               "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"};
   if (kTypes.count(model_type) == 0) {
     return make_error(ErrorCode::kUnsupported, config_path + ": model_type '" + model_type +
-                                                   "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe)");
+                                                   "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
+                                                   "deepseek_v2, deepseek_v3)");
   }
   TS_ASSIGN_OR_RETURN(c.dim, cfg.int32("hidden_size"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, cfg.int32("intermediate_size"));
@@ -321,6 +452,10 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   c.rope_layout = RopeLayout::kHalves;
   TS_TRY(read_hf_moe(cfg, c, model_type, config_path));
   if (auto rs = cj.find("rope_scaling"); rs != cj.end() && !rs->is_null()) TS_TRY(read_rope_scaling(*rs, c, config_path));
+  if (c.is_mla()) {  // as the GGUF loader: kq_scale = mscale^2 / sqrt(key_length)
+    const float mscale = 1.0f + c.yarn_log_mul * std::log(1.0f / c.rope_freq_scale);
+    c.attn_scale = mscale * mscale / std::sqrt(static_cast<float>(c.head_dim));
+  }
   TS_TRY(validate_config(c, config_path));
 
   TensorMap tensors;
@@ -330,6 +465,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
     for (const auto& [name, t] : st.tensors) {
       const std::string canonical = canonical_name(name);
       if (canonical.empty()) continue;
+      if (canonical.rfind("blk.", 0) == 0 && std::stoll(canonical.substr(4)) >= c.n_layers) continue;  // V3's MTP layer
       TS_ASSIGN_OR_RETURN(DType dt, dtype_of(path, name, t.dtype));
       RawTensor raw{.name = name + " (" + path + ")", .dtype = dt, .shape = t.shape, .data = t.data, .nbytes = t.nbytes};
       if (!tensors.emplace(canonical, std::move(raw)).second) {
