@@ -168,10 +168,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "tessera-worker: --kv-offload-codec: %s\n", codec.error().to_string().c_str());
       return 1;
     }
-    if (pref_store == nullptr || !executor.backend().capabilities().kv_fill) {
-      std::fprintf(stderr, "tessera-worker: --kv-offload needs --kvstore and a backend with kv_fill (cpu, and not over a DeepSeek "
-                           "latent K/V cache); the %s backend%s\n",
-                   std::string(executor.backend().name()).c_str(), pref_store == nullptr ? " has no --kvstore" : " lacks kv_fill");
+    if (pref_store == nullptr || !executor.backend().capabilities().kv_pages) {
+      std::fprintf(stderr, "tessera-worker: --kv-offload needs --kvstore and a backend that reads and writes K/V pages "
+                           "(cpu); the %s backend%s\n",
+                   std::string(executor.backend().name()).c_str(),
+                   pref_store == nullptr ? " has no --kvstore" : " cannot read or write K/V pages");
       return 1;
     }
     worker::OffloadOptions oo;

@@ -12,8 +12,11 @@
 #include <variant>
 #include <vector>
 
+#include <filesystem>
+
 #include "tessera/common/protocol.h"
 #include "tessera/kvstore/store.h"
+#include "tessera/model/model_synth.h"
 #include "tessera/testing/paths.h"
 #include "tessera/worker/engine.h"
 #include "tessera/worker/kv_offload.h"
@@ -254,6 +257,81 @@ TEST_F(KvOffloadTest, ExecutorAdvertisesAndRequiresTheCapability) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ErrorCode::kOutOfRange);
   e->executor().set_offload_handler(nullptr);
+}
+
+// The same round trips over a DeepSeek-V2 (multi-head latent attention) engine: its pool holds
+// one latent row per token and layer (geometry: 1 head of kv_lora_rank + rope values), which is
+// what a page blob carries, with a V region of zeros.
+class KvOffloadMlaTest : public KvOffloadTest {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = tessera::testing::make_temp_dir("tessera-offload-mla");
+    const std::string path = dir_ + "/deepseek-v2-reduced.gguf";
+    ASSERT_TRUE(synth_model({.like = "deepseek-v2-reduced", .dtype = DType::kF32, .out_path = path, .seed = 5}).ok());
+    auto m = load_model(path);
+    ASSERT_TRUE(m.ok()) << m.error().to_string();
+    ASSERT_TRUE((*m)->config().is_mla());
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+    std::filesystem::remove_all(dir_);
+  }
+  // K (the latent rows) and V of `kv` as page_kv lays them out: the V half must be zero.
+  static void expect_zero_v(const std::vector<float>& kv) {
+    const size_t half = kv.size() / 2;
+    EXPECT_TRUE(std::all_of(kv.begin() + static_cast<ptrdiff_t>(half), kv.end(), [](float x) { return x == 0.0f; }));
+    EXPECT_TRUE(std::any_of(kv.begin(), kv.begin() + static_cast<ptrdiff_t>(half), [](float x) { return x != 0.0f; }));
+  }
+  static size_t latent_k_bytes() {  // f32 K region of the three pages
+    const ModelConfig& c = model_->config();
+    return size_t{3} * kPage * static_cast<size_t>(c.n_layers) * static_cast<size_t>(c.kv_lora_rank + c.rope_dim) * 4;
+  }
+  static inline std::string dir_;
+};
+
+TEST_F(KvOffloadMlaTest, LatentPagesReloadBitExactWithZstd) {
+  const PoolGeometry g = engine()->executor().backend().geometry();
+  EXPECT_EQ(g.n_kv_heads, 1);
+  EXPECT_EQ(g.head_dim, model_->config().kv_lora_rank + model_->config().rope_dim);
+  EXPECT_TRUE(engine()->executor().backend().capabilities().kv_pages);
+  EXPECT_FALSE(engine()->executor().backend().capabilities().kv_fill) << "no per-head V for preference alpha";
+  RoundTrip rt = round_trip({.codec = {.codec = kvstore::Codec::kZstd}, .blob_dtype = DType::kF32});
+  EXPECT_EQ(rt.reload.pages, 3);
+  ASSERT_EQ(rt.original.size(), rt.reloaded.size());
+  expect_zero_v(rt.original);
+  EXPECT_EQ(rt.original, rt.reloaded) << "zstd from f32 must round-trip the latent rows bit for bit";
+  const auto la = tail_logits(*rt.a, tokens_, {0, 1, 2, 3});
+  const auto lb = tail_logits(*rt.b, tokens_, {5, 6, 7, 8});
+  ASSERT_FALSE(la.empty());
+  EXPECT_EQ(la, lb);
+}
+
+TEST_F(KvOffloadMlaTest, LossyCodecsStoreTheLatentOnceWithinTolerance) {
+  for (const kvstore::Codec codec : {kvstore::Codec::kInt8, kvstore::Codec::kTiered}) {
+    RoundTrip rt = round_trip({.codec = {.codec = codec}});
+    EXPECT_EQ(rt.reload.pages, 3) << static_cast<int>(codec);
+    // int8 of the f16 latent is ~1 byte per value (tiered codes the latent at K's fine step:
+    // ~1.5 bytes); a second copy as V would double either.
+    const size_t bound = latent_k_bytes() * (codec == kvstore::Codec::kInt8 ? 35 : 50) / 100;
+    EXPECT_LT(static_cast<size_t>(rt.reload.kv_bytes), bound) << "codec " << static_cast<int>(codec);
+    ASSERT_EQ(rt.original.size(), rt.reloaded.size());
+    expect_zero_v(rt.reloaded);
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < rt.original.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(rt.reloaded[i])) << i;
+      err += std::pow(static_cast<double>(rt.original[i]) - rt.reloaded[i], 2);
+      ref += std::pow(static_cast<double>(rt.original[i]), 2);
+    }
+    EXPECT_LE(std::sqrt(err / ref), 0.02) << "latent relative RMS error, codec " << static_cast<int>(codec);
+    const auto la = tail_logits(*rt.a, tokens_, {0, 1, 2, 3});
+    const auto lb = tail_logits(*rt.b, tokens_, {5, 6, 7, 8});
+    ASSERT_EQ(la.size(), lb.size());
+    const auto vocab = static_cast<ptrdiff_t>(model_->config().vocab_size);
+    EXPECT_EQ(std::max_element(la.end() - vocab, la.end()) - la.end(), std::max_element(lb.end() - vocab, lb.end()) - lb.end())
+        << "greedy token after the reloaded prefix, codec " << static_cast<int>(codec);
+  }
 }
 
 TEST(KvOffloadWire, PlanAndResultFieldsRoundTrip) {

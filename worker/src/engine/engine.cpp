@@ -229,10 +229,11 @@ PoolGeometry CpuBackend::geometry() const {
 
 BackendCaps CpuBackend::capabilities() const {
   BackendCaps c;  // every sampling option on the host (the defaults), no limits
-  // K/V page reads and writes (preference injection, K/V offload) carry per-head K and V rows:
-  // not over the MLA latent cache (one plane of latent rows; preference alpha scales V, which the
-  // latent layout does not have). The decompressed layout has them.
+  // Preference injection needs per-head K and V rows: not over the MLA latent cache (one plane of
+  // latent rows; preference alpha scales V, which the latent layout does not have). K/V offload
+  // only moves rows as stored, latent ones too.
   c.kv_fill = pool_.planes() == 2;
+  c.kv_pages = true;  // offload moves latent rows as they are
   c.prompt_logprobs = true;
   // Not for multi-head latent attention: K/V moves re-rotate whole K rows with the plain RoPE and
   // the H2O statistic and CacheBlend's layer loop have no latent-attention path.

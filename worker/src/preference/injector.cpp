@@ -327,11 +327,12 @@ Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> 
   const Model& model = backend.model();
   const ModelConfig& c = model.config();
   const PoolGeometry pool = backend.geometry();
+  const bool latent = c.is_mla();  // one plane: read_kv gives v as a copy of k; the blob keeps V zero
   kvstore::PackedKv kv;
   kv.fingerprint = model.fingerprint;
   kv.dtype = DType::kF32;
-  kv.shape = {static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(num_tokens), static_cast<uint32_t>(c.n_kv_heads),
-              static_cast<uint32_t>(c.head_dim)};
+  kv.shape = {static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(num_tokens), static_cast<uint32_t>(pool.n_kv_heads),
+              static_cast<uint32_t>(pool.head_dim)};
   kv.k.resize(kv.region_bytes());
   kv.v.resize(kv.region_bytes());
   const auto row = static_cast<size_t>(pool.token_floats());
@@ -342,7 +343,7 @@ Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> 
     for (int32_t p = 0; p < num_tokens; ++p) {
       const size_t off = kv.row_offset(static_cast<uint32_t>(l), static_cast<uint32_t>(p));
       std::memcpy(kv.k.data() + off, k.data() + static_cast<size_t>(p) * row, row * sizeof(float));
-      std::memcpy(kv.v.data() + off, v.data() + static_cast<size_t>(p) * row, row * sizeof(float));
+      if (!latent) std::memcpy(kv.v.data() + off, v.data() + static_cast<size_t>(p) * row, row * sizeof(float));
     }
   }
   return kv;

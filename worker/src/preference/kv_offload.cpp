@@ -103,7 +103,7 @@ struct KvOffloader::Impl {
     const ModelConfig& c = model.config();
     const PoolGeometry pool = backend.geometry();
     const kvstore::KvShape want{static_cast<uint32_t>(c.n_layers), static_cast<uint32_t>(pool.page_size),
-                                static_cast<uint32_t>(c.n_kv_heads), static_cast<uint32_t>(c.head_dim)};
+                                static_cast<uint32_t>(pool.n_kv_heads), static_cast<uint32_t>(pool.head_dim)};
     if (kv.shape != want || kv.fingerprint != model.fingerprint || kv.dtype != DType::kF32) return false;
     const auto row = static_cast<size_t>(pool.token_floats());
     std::vector<int64_t> slots(static_cast<size_t>(pool.page_size));

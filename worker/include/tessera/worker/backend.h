@@ -77,6 +77,10 @@ const char* where_name(Where w);
 struct BackendCaps {
   // "kv_fill": read_kv/write_kv work, so KvFill directives (preference K/V injection) can run.
   bool kv_fill = false;
+  // read_kv/write_kv move the pool's rows as stored (geometry()'s heads: per-head K and V, or the
+  // one latent row of a multi-head latent attention cache), so K/V offload can spill and reload
+  // pages. Implied by kv_fill; set without it for a latent cache. Not advertised (a local check).
+  bool kv_pages = false;
   // "kv_policy" (with kv_fill): SeqInput::rope_offset and key_mass work, so StreamingLLM and
   // H2O plans (moves through read_kv/write_kv, re-based RoPE, attention mass) can run.
   bool kv_scores = false;

@@ -147,7 +147,9 @@ class PreferenceInjector {
 
 // Reads positions [0, num_tokens) of `pages` from the pool as unscaled-or-not f32 K/V, in the
 // blob layout (kvstore::PackedKv, dtype f32). For the injector, tests and tools. The Backend
-// form needs capability kv_fill (kUnsupported otherwise).
+// form needs capability kv_pages (kUnsupported otherwise); its shape is the pool's
+// (geometry()): over a multi-head latent attention cache one head of the latent row in K and a
+// V region of zeros (the latent row has no V; every codec but `none` stores zeros in a few bytes).
 kvstore::PackedKv read_pages(const KvPool& pool, const Model& model, std::span<const int32_t> pages, int32_t num_tokens);
 Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> pages, int32_t num_tokens);
 
