@@ -144,17 +144,18 @@ Status load_vocab(const Meta& m, VocabSpec& v, int32_t n_vocab_rows, const std::
 
 // Family features from <arch>.* keys, with llama.cpp's defaults (src/llama-model.cpp, load_hparams).
 Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a) {
-  // Linear RoPE scaling (positions * 1 / factor); YaRN and LongRoPE change the rotation in ways
-  // not implemented here: refuse rather than compute something else.
+  // Linear RoPE scaling (positions * 1 / factor) and llama.cpp's YaRN (ggml rope_yarn, every
+  // architecture); other kinds change the rotation in ways not implemented here: refuse rather
+  // than compute something else.
   TS_ASSIGN_OR_RETURN(std::string scaling, m.string(a + "rope.scaling.type", std::string("none")));
-  if (scaling == "yarn" && c.architecture == "deepseek2") {
-    c.rope_yarn = true;  // llama.cpp's YaRN (ggml rope_yarn); implemented for the MLA attention only
+  if (scaling == "yarn") {
+    c.rope_yarn = true;
     TS_ASSIGN_OR_RETURN(c.yarn_orig_ctx, m.int32(a + "rope.scaling.original_context_length", c.max_seq_len));
     TS_ASSIGN_OR_RETURN(c.yarn_log_mul, m.real(a + "rope.scaling.yarn_log_multiplier", 0.0f));
     if (c.yarn_orig_ctx <= 0) return m.wrong(a + "rope.scaling.original_context_length", "must be positive");
   } else if (scaling != "none" && scaling != "linear") {
     return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "rope.scaling.type = '" + scaling +
-                                                   "' is not supported (none, linear; Llama 3 scaling comes as rope_freqs.weight)");
+                                                   "' is not supported (none, linear, yarn; Llama 3 scaling comes as rope_freqs.weight)");
   }
   TS_ASSIGN_OR_RETURN(float factor, m.real(a + "rope.scaling.factor", 0.0f));
   if (factor == 0.0f) {

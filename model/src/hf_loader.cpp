@@ -371,12 +371,41 @@ Status read_deepseek_yarn(const Config& r, ModelConfig& c, const std::string& co
   return ok_status();
 }
 
+// transformers' _compute_yarn_parameters (Qwen2.5 / Qwen3 long context: {"type": "yarn", "factor",
+// "original_max_position_embeddings"}), which is llama.cpp's rope_yarn for these families:
+// ramp between the corrected dimensions of beta_fast 32 / beta_slow 1 (floor / ceil), cos and
+// sin scaled by attention_factor = 0.1 ln(factor) + 1. Other betas, another attention factor or
+// DeepSeek's mscale keys outside DeepSeek: refused by name.
+Status read_yarn(const Config& r, ModelConfig& c, const std::string& config_path) {
+  TS_ASSIGN_OR_RETURN(const float factor, r.real("factor", 0.0f));
+  TS_ASSIGN_OR_RETURN(const int32_t orig, r.int32("original_max_position_embeddings", c.max_seq_len));
+  TS_ASSIGN_OR_RETURN(const double beta_fast, r.real64("beta_fast", 32.0));
+  TS_ASSIGN_OR_RETURN(const double beta_slow, r.real64("beta_slow", 1.0));
+  if (!(std::isfinite(factor) && factor >= 1.0f) || orig <= 0) {
+    return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling yarn needs factor >= 1 and "
+                                                             "original_max_position_embeddings > 0");
+  }
+  const double default_attention = 0.1 * std::log(static_cast<double>(factor)) + 1.0;
+  TS_ASSIGN_OR_RETURN(const double attention, r.real64("attention_factor", default_attention));
+  TS_ASSIGN_OR_RETURN(const bool truncate, r.boolean("truncate", true));
+  if (beta_fast != 32.0 || beta_slow != 1.0 || std::fabs(attention - default_attention) > 1e-6 || r.has("mscale") ||
+      r.has("mscale_all_dim") || !truncate) {
+    return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling yarn with other beta_fast/beta_slow than 32/1, "
+                                                             "an attention_factor other than 0.1 ln(factor) + 1, mscale keys or "
+                                                             "truncate false is not supported");
+  }
+  c.rope_yarn = true;
+  c.yarn_orig_ctx = orig;
+  c.rope_freq_scale = 1.0f / factor;
+  return ok_status();
+}
+
 // config.json's rope_scaling, as transformers' ROPE_INIT_FUNCTIONS read it (`rope_type`, or
 // `type` in older files): llama3 -> the per-frequency divisors convert_hf_to_gguf.py writes as
-// rope_freqs.weight; linear -> positions / factor; default -> nothing; dynamic (NTK) changes
-// the frequencies only past original_max_position_embeddings (= max_position_embeddings here)
-// and is treated as none; anything else (yarn, longrope, ...) is refused by name rather than
-// computed differently.
+// rope_freqs.weight; linear -> positions / factor; yarn -> read_yarn / read_deepseek_yarn;
+// default -> nothing; dynamic (NTK) changes the frequencies only past
+// original_max_position_embeddings (= max_position_embeddings here) and is treated as none;
+// anything else (longrope, ...) is refused by name rather than computed differently.
 Status read_rope_scaling(const json& rs, ModelConfig& c, const std::string& config_path) {
   if (!rs.is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": key rope_scaling is not an object");
   const Config r(rs, config_path + " rope_scaling");
@@ -393,10 +422,10 @@ Status read_rope_scaling(const json& rs, ModelConfig& c, const std::string& conf
                   << c.max_seq_len << "), the longest context served";
     return ok_status();
   }
-  if (type == "yarn" && c.is_mla()) return read_deepseek_yarn(r, c, config_path);
+  if (type == "yarn") return c.is_mla() ? read_deepseek_yarn(r, c, config_path) : read_yarn(r, c, config_path);
   if (type != "llama3" && type != "linear") {
     return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling type '" + type +
-                                                   "' is not supported (default, linear, llama3, dynamic)");
+                                                   "' is not supported (default, linear, llama3, dynamic, yarn)");
   }
   TS_ASSIGN_OR_RETURN(const float factor, r.real("factor", 0.0f));
   if (!(std::isfinite(factor) && factor >= 1.0f)) {

@@ -112,6 +112,7 @@ uint64_t compute_fingerprint(const Model& model) {
   if (c.sliding_window != plain.sliding_window) h.value(c.sliding_window * 16 + c.swa_every);
   if (c.post_norms) h.value<uint8_t>(1);
   if (c.qk_norm) h.value<uint8_t>(2);
+  if (c.rope_yarn && !c.is_mla()) h.value(c.yarn_orig_ctx * 2 + 1);  // YaRN outside DeepSeek (hashed below there)
   if (c.is_mla()) {
     for (int32_t v : {c.kv_lora_rank, c.q_lora_rank, c.rope_dim, c.v_head_dim, c.n_dense_lead, c.yarn_orig_ctx}) h.value(v);
     for (float v : {c.expert_weights_scale, c.yarn_log_mul}) h.value(std::bit_cast<uint32_t>(v));

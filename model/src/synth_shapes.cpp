@@ -44,6 +44,13 @@ const std::vector<SynthShape>& synth_shapes() {
     add({.like = "qwen2.5-0.5b-reduced", .architecture = "qwen2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
          .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
          .rms_eps = 1e-6f, .tied = true, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2.5"});
+    // Qwen2.5 with YaRN (the long-context setting: rope_scaling yarn, factor 4) on the reduced
+    // shape; an original context of 512 puts the ramp among the faster rotations, so that the
+    // 88 positions of the agreement test see it.
+    add({.like = "qwen2.5-0.5b-yarn-reduced", .architecture = "qwen2", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
+         .rms_eps = 1e-6f, .tied = true, .attn_bias = true, .weight_std = 0.08f, .family = "qwen2.5", .yarn_factor = 4.0f,
+         .yarn_orig_ctx = 512});
     add({.like = "gemma2-2b-reduced", .architecture = "gemma2", .dim = 256, .hidden_dim = 256, .n_layers = 26,
          .n_heads = 4, .n_kv_heads = 2, .vocab_size = 1024, .context_length = 8192, .rms_eps = 1e-6f, .tied = true,
          .head_dim = 128, .sliding_window = 16, .attn_softcap = 1.0f, .final_softcap = 3.0f, .weight_std = 0.08f,

@@ -99,10 +99,13 @@ std::string tiny_llama(const std::string& dir, const std::string& key, const std
 }
 
 TEST_F(FamilyTest, UnsupportedRopeScalingIsRefusedByName) {
-  auto m = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "yarn"));
+  auto m = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "longrope"));
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.error().code, ErrorCode::kUnsupported);
-  EXPECT_NE(m.error().message.find("llama.rope.scaling.type = 'yarn'"), std::string::npos) << m.error().to_string();
+  EXPECT_NE(m.error().message.find("llama.rope.scaling.type = 'longrope'"), std::string::npos) << m.error().to_string();
+  auto yarn = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "yarn"));  // every family (llama.cpp's rope_yarn)
+  ASSERT_TRUE(yarn.ok()) << yarn.error().to_string();
+  EXPECT_TRUE((*yarn)->config().rope_yarn);
   auto lin = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "linear"));
   ASSERT_TRUE(lin.ok()) << lin.error().to_string();
   EXPECT_FLOAT_EQ((*lin)->config().rope_freq_scale, 1.0f);  // no factor key: scale 1

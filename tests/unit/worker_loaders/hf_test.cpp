@@ -284,8 +284,24 @@ TEST(HfDirectoryRopeScaling, Llama3LinearDynamicAndRefusals) {
     ErrorCode code;
     const char* message;
   };
-  for (const Bad& b : {Bad{R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})",
-                           ErrorCode::kUnsupported, "rope_scaling type 'yarn' is not supported"},
+  {
+    // Qwen2.5's long-context setting: llama.cpp's rope_yarn with the converter's keys.
+    auto r = load_with_rope_scaling(dir, R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_TRUE((*r)->config().rope_yarn);
+    EXPECT_EQ((*r)->config().yarn_orig_ctx, 32768);
+    EXPECT_EQ((*r)->config().rope_freq_scale, 0.25f);
+    auto d = load_with_rope_scaling(dir, R"({"rope_type": "yarn", "factor": 2.0})");  // original: max_position_embeddings
+    ASSERT_TRUE(d.ok()) << d.error().to_string();
+    EXPECT_EQ((*d)->config().yarn_orig_ctx, 512);
+  }
+  for (const Bad& b : {Bad{R"({"rope_type": "yarn", "factor": 4.0, "beta_fast": 16})", ErrorCode::kUnsupported,
+                           "rope_scaling yarn with other beta_fast"},
+                       Bad{R"({"rope_type": "yarn", "factor": 4.0, "attention_factor": 1.0})", ErrorCode::kUnsupported,
+                           "attention_factor"},
+                       Bad{R"({"rope_type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 0.707})",
+                           ErrorCode::kUnsupported, "mscale keys"},
+                       Bad{R"({"rope_type": "yarn", "factor": 0.5})", ErrorCode::kCorruptFile, "factor >= 1"},
                        Bad{R"({"rope_type": "longrope"})", ErrorCode::kUnsupported, "'longrope'"},
                        Bad{R"({"rope_type": "llama3", "factor": 0.5})", ErrorCode::kCorruptFile, "factor must be"},
                        Bad{R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0})",

@@ -237,8 +237,9 @@ BackendCaps CpuBackend::capabilities() const {
   c.prompt_logprobs = true;
   // Not for multi-head latent attention: K/V moves re-rotate whole K rows with the plain RoPE and
   // the H2O statistic and CacheBlend's layer loop have no latent-attention path.
-  c.kv_scores = !cfg_.is_mla();
-  c.chunk_blend = !cfg_.is_mla();
+  // Nor for YaRN: the re-rotations use the plain RoPE table.
+  c.kv_scores = !cfg_.is_mla() && !cfg_.rope_yarn;
+  c.chunk_blend = !cfg_.is_mla() && !cfg_.rope_yarn;
   return c;
 }
 

@@ -23,20 +23,25 @@ float yarn_corr_dim(int n_dims, int n_ctx_orig, float n_rot, float base) {
 }  // namespace
 
 void mla_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, float* cos_sin) {
-  const int n_dims = c.rope_dim;
-  const float freq_scale = c.rope_freq_scale;
-  const float ext_factor = c.rope_yarn ? 1.0f : 0.0f;
   // llama.cpp's build_deepseek2 passes attn_factor / (1 + 0.1 ln(1 / freq_scale)) to the RoPE;
   // ggml's rope_yarn multiplies it back when ext_factor != 0.
-  float mscale = 1.0f / (1.0f + 0.1f * std::log(1.0f / freq_scale));
+  yarn_rope_table(c, positions, n, c.rope_dim, 1.0f / (1.0f + 0.1f * std::log(1.0f / c.rope_freq_scale)), cos_sin);
+}
+
+void yarn_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, int n_dims, float attn_factor, float* cos_sin) {
+  const float freq_scale = c.rope_freq_scale;
+  const float ext_factor = c.rope_yarn ? 1.0f : 0.0f;
+  float mscale = attn_factor;
   if (ext_factor != 0.0f) mscale *= 1.0f + 0.1f * std::log(1.0f / freq_scale);
+  const float* factors = c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data();
   const int n_ctx_orig = c.yarn_orig_ctx > 0 ? c.yarn_orig_ctx : c.max_seq_len;
   const float low = std::max(0.0f, std::floor(yarn_corr_dim(n_dims, n_ctx_orig, 32.0f, c.rope_theta)));
   const float high = std::min(static_cast<float>(n_dims - 1), std::ceil(yarn_corr_dim(n_dims, n_ctx_orig, 1.0f, c.rope_theta)));
   for (int64_t t = 0; t < n; ++t) {
     for (int i0 = 0; i0 < n_dims; i0 += 2) {
-      const double extrap = static_cast<double>(positions[t]) *
-                            std::pow(static_cast<double>(c.rope_theta), -static_cast<double>(i0) / static_cast<double>(n_dims));
+      double extrap = static_cast<double>(positions[t]) *
+                      std::pow(static_cast<double>(c.rope_theta), -static_cast<double>(i0) / static_cast<double>(n_dims));
+      if (factors != nullptr) extrap /= static_cast<double>(factors[i0 / 2]);  // ggml: theta_extrap / freq_factor
       double theta = static_cast<double>(freq_scale) * extrap;
       if (ext_factor != 0.0f) {
         const float y = (static_cast<float>(i0 / 2) - low) / std::max(0.001f, high - low);

@@ -127,6 +127,7 @@ Result<std::vector<float>> reference_forward(const Model& model, std::span<const
   if (c.is_mla() || c.n_dense_lead > 0 || c.expert_weights_scale != 1.0f) {  // checked against llama.cpp only
     return make_error(ErrorCode::kUnsupported, "reference_forward: DeepSeek-V2 (latent attention) is not implemented");
   }
+  if (c.rope_yarn) return make_error(ErrorCode::kUnsupported, "reference_forward: YaRN RoPE scaling is not implemented");
   for (int32_t t : tokens) {
     if (t < 0 || t >= c.vocab_size) return make_error(ErrorCode::kOutOfRange, "reference_forward: token " + std::to_string(t));
   }
