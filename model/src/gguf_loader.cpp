@@ -157,6 +157,8 @@ Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a)
     return make_error(ErrorCode::kUnsupported, m.file().path + ": GGUF " + a + "rope.scaling.type = '" + scaling +
                                                    "' is not supported (none, linear, yarn; Llama 3 scaling comes as rope_freqs.weight)");
   }
+  TS_ASSIGN_OR_RETURN(c.rope_attn_factor, m.real(a + "rope.scaling.attn_factor", 1.0f));
+  if (!(std::isfinite(c.rope_attn_factor) && c.rope_attn_factor > 0.0f)) return m.wrong(a + "rope.scaling.attn_factor", "must be positive");
   TS_ASSIGN_OR_RETURN(float factor, m.real(a + "rope.scaling.factor", 0.0f));
   if (factor == 0.0f) {
     TS_ASSIGN_OR_RETURN(factor, m.real(a + "rope.scale_linear", 0.0f));
@@ -196,14 +198,14 @@ Status read_rope_freqs(const RawTensor& t, ModelConfig& c, const std::string& pa
   const int64_t n = c.head_dim / 2;
   const int64_t count = t.shape.empty() ? 0 : t.shape.back();
   if (t.dtype != DType::kF32 || count != n || t.nbytes != static_cast<size_t>(n) * 4) {
-    return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor rope_freqs.weight must be " + std::to_string(n) +
+    return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor " + t.name + " must be " + std::to_string(n) +
                                                    " f32 values (head_dim / 2)");
   }
   c.rope_freq_factors.resize(static_cast<size_t>(n));
   std::memcpy(c.rope_freq_factors.data(), t.data, static_cast<size_t>(n) * 4);
   for (float f : c.rope_freq_factors) {
     if (!(std::isfinite(f) && f > 0.0f)) {
-      return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor rope_freqs.weight holds a non-positive factor");
+      return make_error(ErrorCode::kCorruptFile, path + ": GGUF tensor " + t.name + " holds a non-positive factor");
     }
   }
   return ok_status();
@@ -409,14 +411,22 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
                                       .nbytes = t.nbytes});
   }
   // Llama 3.x RoPE scaling: the frequency factors tensor (llama.cpp's rope_freqs, one per
-  // rotated pair; every layer uses it). Phi-3 128k's LongRoPE factors are not supported.
-  for (const char* longrope : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
-    if (tensors.count(longrope) != 0) {
-      return make_error(ErrorCode::kUnsupported, path + ": GGUF tensor " + longrope +
-                                                     " (LongRoPE, Phi-3 128k context) is not supported");
-    }
+  // rotated pair; every layer uses it). Phi-3 128k / Phi-3.5's LongRoPE: two such tensors, of
+  // which llama.cpp's build_rope_factors takes the long ones when the context served exceeds
+  // rope.scaling.original_context_length, else the short ones. Tessera serves the model's whole
+  // context (the scheduler's --max-context only caps it), so: long when context_length does.
+  const auto lf = tensors.find("rope_factors_long.weight"), sf = tensors.find("rope_factors_short.weight");
+  const bool longrope = lf != tensors.end() || sf != tensors.end();
+  if (longrope && (lf == tensors.end() || sf == tensors.end() || tensors.count("rope_freqs.weight") != 0)) {
+    return make_error(ErrorCode::kCorruptFile, path + ": GGUF LongRoPE needs both rope_factors_long.weight and "
+                                                      "rope_factors_short.weight, and no rope_freqs.weight");
   }
   if (auto f = tensors.find("rope_freqs.weight"); f != tensors.end()) TS_TRY(read_rope_freqs(f->second, c, path));
+  if (longrope) {
+    TS_ASSIGN_OR_RETURN(const int32_t orig, m.int32(a + "rope.scaling.original_context_length", c.max_seq_len));
+    TS_TRY(read_rope_freqs(c.max_seq_len > orig ? lf->second : sf->second, c, path));
+    c.rope_longrope_long = c.max_seq_len > orig;
+  }
   TS_ASSIGN_OR_RETURN(std::string name, m.string("general.name", std::string()));
   c.family = family_of(c, name);
   auto emb = tensors.find("token_embd.weight");

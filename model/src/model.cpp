@@ -106,7 +106,7 @@ uint64_t compute_fingerprint(const Model& model) {
   if (!c.rope_freq_factors.empty()) {
     for (float f : c.rope_freq_factors) h.value(std::bit_cast<uint32_t>(f));
   }
-  for (float v : {c.rope_freq_scale, c.embedding_scale, c.attn_scale, c.attn_softcap, c.final_softcap}) {
+  for (float v : {c.rope_freq_scale, c.embedding_scale, c.attn_scale, c.attn_softcap, c.final_softcap, c.rope_attn_factor}) {
     if (v != 0.0f && v != 1.0f) h.value(std::bit_cast<uint32_t>(v));
   }
   if (c.sliding_window != plain.sliding_window) h.value(c.sliding_window * 16 + c.swa_every);

@@ -183,7 +183,7 @@ uint32_t file_type(DType t, SynthMix mix) {
 struct PlannedTensor {
   std::string name;
   std::vector<uint64_t> ne;
-  int kind;  // 0 matrix, 1 norm, 2 bias, 3 rope_freqs
+  int kind;  // 0 matrix, 1 norm, 2 bias, 3 rope_freqs, 4 / 5 LongRoPE long / short factors
   DType dtype;
 };
 
@@ -371,6 +371,10 @@ Status synth_model(const SynthOptions& o) {
   auto vec = [&](const std::string& name, uint64_t n, int kind) { plan.push_back({name, {n}, kind, DType::kF32}); };
   matrix("token_embd.weight", dim, static_cast<uint64_t>(s.vocab_size));
   if (s.llama3_rope_factor > 0.0f) vec("rope_freqs.weight", static_cast<uint64_t>(head_dim / 2), 3);
+  if (s.longrope_orig_ctx > 0) {
+    vec("rope_factors_long.weight", static_cast<uint64_t>(head_dim / 2), 4);
+    vec("rope_factors_short.weight", static_cast<uint64_t>(head_dim / 2), 5);
+  }
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", dim, 1);
@@ -483,6 +487,12 @@ Status synth_model(const SynthOptions& o) {
     w.set_f32(a + "rope.scaling.yarn_log_multiplier", s.yarn_log_mul);
   }
   if (s.sliding_window > 0) w.set_u32(a + "attention.sliding_window", static_cast<uint32_t>(s.sliding_window));
+  if (s.longrope_orig_ctx > 0) {  // convert_hf_to_gguf.py's Phi3MiniModel: sqrt(1 + ln(scale) / ln(original))
+    const double scale = static_cast<double>(s.context_length) / s.longrope_orig_ctx;
+    const double attn = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.longrope_orig_ctx))) : 1.0;
+    w.set_u32(a + "rope.scaling.original_context_length", static_cast<uint32_t>(s.longrope_orig_ctx));
+    w.set_f32(a + "rope.scaling.attn_factor", static_cast<float>(attn));
+  }
   if (s.n_experts > 0) {
     w.set_u32(a + "expert_count", static_cast<uint32_t>(s.n_experts));
     w.set_u32(a + "expert_used_count", static_cast<uint32_t>(s.n_experts_used));
@@ -516,6 +526,13 @@ Status synth_model(const SynthOptions& o) {
     values.resize(static_cast<size_t>(n));
     if (t.kind == 3) {  // rope_freqs.weight
       values = llama3_rope_factors(s.rope_theta, head_dim, s.llama3_rope_factor);
+    } else if (t.kind == 4 || t.kind == 5) {  // LongRoPE: 1 + top * (i / (n - 1))^2
+      const float top = t.kind == 4 ? 60.0f : 2.0f;
+      const auto n_f = static_cast<float>(values.size());
+      for (size_t k = 0; k < values.size(); ++k) {
+        const float x = static_cast<float>(k) / std::max(1.0f, n_f - 1.0f);
+        values[k] = 1.0f + top * x * x;
+      }
     } else {
       synth_values(o.seed, t.name, t.kind, values.size(), values.data(), s.weight_std);
     }

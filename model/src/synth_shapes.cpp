@@ -58,6 +58,13 @@ const std::vector<SynthShape>& synth_shapes() {
     add({.like = "phi3-mini-reduced", .architecture = "phi3", .dim = 256, .hidden_dim = 512, .n_layers = 2, .n_heads = 4,
          .n_kv_heads = 4, .vocab_size = 1024, .context_length = 4096, .sliding_window = 16, .weight_std = 0.08f,
          .family = "phi3"});
+    // Phi-3.5-mini / Phi-3 128k: LongRoPE (long and short factors, attention factor) on the
+    // reduced shape with Phi-3.5's window of 262144 (none in effect); an original context of
+    // 128 makes both programs take the long factors (llama.cpp: when its context, 256 in the
+    // agreement dumps, exceeds it).
+    add({.like = "phi3-mini-128k-reduced", .architecture = "phi3", .dim = 256, .hidden_dim = 512, .n_layers = 2,
+         .n_heads = 4, .n_kv_heads = 4, .vocab_size = 1024, .context_length = 131072, .sliding_window = 262144,
+         .weight_std = 0.08f, .family = "phi3", .longrope_orig_ctx = 128});
     add({.like = "mistral-7b-reduced", .architecture = "llama", .dim = 256, .hidden_dim = 768, .n_layers = 2,
          .n_heads = 4, .n_kv_heads = 1, .vocab_size = 1024, .context_length = 32768, .rope_theta = 1000000.0f,
          .weight_std = 0.08f, .family = "mistral"});

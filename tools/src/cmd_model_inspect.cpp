@@ -82,12 +82,17 @@ std::vector<std::string> features(const Model& m) {
   std::vector<std::string> out;
   char buf[160];
   if (!c.rope_freq_factors.empty()) {
-    std::snprintf(buf, sizeof buf, "RoPE frequency factors (rope_freqs, %zu values, %.3g..%.3g)", c.rope_freq_factors.size(),
+    const char* source = c.rope_attn_factor != 1.0f ? (c.rope_longrope_long ? "LongRoPE long" : "LongRoPE short") : "rope_freqs";
+    std::snprintf(buf, sizeof buf, "RoPE frequency factors (%s, %zu values, %.3g..%.3g)", source, c.rope_freq_factors.size(),
                   *std::min_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()),
                   *std::max_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()));
     out.emplace_back(buf);
   }
   if (c.rope_freq_scale != 1.0f && !c.rope_yarn) out.push_back("linear RoPE scaling x" + std::to_string(c.rope_freq_scale));
+  if (c.rope_attn_factor != 1.0f) {
+    std::snprintf(buf, sizeof buf, "RoPE attention factor %.4g", static_cast<double>(c.rope_attn_factor));
+    out.emplace_back(buf);
+  }
   if (c.attn_bias) out.emplace_back("Q/K/V biases");
   // Phi-3's fused tensors are loaded as adjacent row views of one tensor.
   auto adjacent = [](const Tensor& a, const Tensor& b) {

@@ -90,6 +90,20 @@ TEST_F(FamilyTest, Qwen25AndMistralAndSmol) {
   EXPECT_TRUE(s->config().tied_embeddings);
 }
 
+TEST_F(FamilyTest, Phi3LongRopeTakesTheLongFactorsForTheWholeContext) {
+  const auto m = synth_load("phi3-mini-128k-reduced");
+  ASSERT_TRUE(m);
+  const ModelConfig& c = m->config();
+  EXPECT_EQ(c.architecture, "phi3");
+  EXPECT_TRUE(c.rope_longrope_long) << "context 131072 > original 128";
+  ASSERT_EQ(c.rope_freq_factors.size(), 32u);
+  EXPECT_FLOAT_EQ(c.rope_freq_factors.front(), 1.0f);
+  EXPECT_FLOAT_EQ(c.rope_freq_factors.back(), 61.0f);  // the long factors synth writes (short: up to 3)
+  // convert_hf_to_gguf.py's attention factor: sqrt(1 + ln(131072 / 128) / ln(128)).
+  EXPECT_FLOAT_EQ(c.rope_attn_factor, static_cast<float>(std::sqrt(1.0 + std::log(1024.0) / std::log(128.0))));
+  EXPECT_FALSE(c.rope_yarn);
+}
+
 // A minimal llama GGUF with extra metadata, for the refusals.
 std::string tiny_llama(const std::string& dir, const std::string& key, const std::string& value) {
   loaders::GgufWriter w = testing::tiny_llama_writer();
@@ -109,6 +123,21 @@ TEST_F(FamilyTest, UnsupportedRopeScalingIsRefusedByName) {
   auto lin = load_model(tiny_llama(dir_, "llama.rope.scaling.type", "linear"));
   ASSERT_TRUE(lin.ok()) << lin.error().to_string();
   EXPECT_FLOAT_EQ((*lin)->config().rope_freq_scale, 1.0f);  // no factor key: scale 1
+}
+
+TEST_F(FamilyTest, LongRopeNeedsBothFactorTensorsAndNoRopeFreqs) {
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"rope_factors_long.weight"},
+                                                std::vector<std::string>{"rope_factors_short.weight"},
+                                                std::vector<std::string>{"rope_factors_long.weight", "rope_factors_short.weight",
+                                                                         "rope_freqs.weight"}}) {
+    loaders::GgufWriter w = testing::tiny_llama_writer();
+    for (const char* n : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) w.add_tensor(n, 0, {32, 32});
+    for (const std::string& n : extra) w.add_tensor(n, 0, {4});
+    auto m = load_model(testing::write_zeros(w, dir_ + "/longrope.gguf"));
+    ASSERT_FALSE(m.ok()) << extra.size();
+    EXPECT_EQ(m.error().code, ErrorCode::kCorruptFile);
+    EXPECT_NE(m.error().message.find("LongRoPE needs both"), std::string::npos) << m.error().message;
+  }
 }
 
 }  // namespace

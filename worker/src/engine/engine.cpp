@@ -149,6 +149,7 @@ Status check_plain_llama(const ModelConfig& c, const std::string& backend) {
   else if (c.qk_norm) missing = "per-head Q/K RMSNorm";
   else if (c.is_mla()) missing = "multi-head latent attention";
   else if (c.rope_yarn) missing = "YaRN RoPE scaling";
+  else if (c.rope_attn_factor != 1.0f) missing = "a RoPE attention factor (LongRoPE)";
   else if (c.ffn_act != FfnActivation::kSilu) missing = "the GeGLU MLP";
   else if (c.is_moe()) missing = "a mixture-of-experts MLP (" + std::to_string(c.n_experts) + " experts)";
   if (missing.empty()) return ok_status();
@@ -237,9 +238,10 @@ BackendCaps CpuBackend::capabilities() const {
   c.prompt_logprobs = true;
   // Not for multi-head latent attention: K/V moves re-rotate whole K rows with the plain RoPE and
   // the H2O statistic and CacheBlend's layer loop have no latent-attention path.
-  // Nor for YaRN: the re-rotations use the plain RoPE table.
-  c.kv_scores = !cfg_.is_mla() && !cfg_.rope_yarn;
-  c.chunk_blend = !cfg_.is_mla() && !cfg_.rope_yarn;
+  // Nor for YaRN or a RoPE attention factor (LongRoPE): the re-rotations use the plain table.
+  const bool plain_rope = !cfg_.rope_yarn && cfg_.rope_attn_factor == 1.0f;
+  c.kv_scores = !cfg_.is_mla() && plain_rope;
+  c.chunk_blend = !cfg_.is_mla() && plain_rope;
   return c;
 }
 

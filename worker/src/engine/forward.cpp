@@ -84,8 +84,8 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
   embed(tokens, x);
   if (c.is_mla()) {
     mla_rope_table(c, s.positions.data(), T, cs);  // rope_dim < head_dim values per row
-  } else if (c.rope_yarn) {
-    yarn_rope_table(c, s.positions.data(), T, static_cast<int>(hd), 1.0f, cs);  // llama.cpp's yarn_attn_factor 1
+  } else if (c.rope_yarn || c.rope_attn_factor != 1.0f) {  // llama.cpp's yarn_attn_factor 1 x rope.scaling.attn_factor
+    yarn_rope_table(c, s.positions.data(), T, static_cast<int>(hd), c.rope_attn_factor, cs);
   } else {
     kernels::rope_table(s.positions.data(), T, hd, c.rope_theta, cs,
                         c.rope_freq_factors.empty() ? nullptr : c.rope_freq_factors.data(), c.rope_freq_scale);

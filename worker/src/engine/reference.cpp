@@ -41,7 +41,7 @@ void rotate(float* v, int64_t hd, int32_t pos, const ModelConfig& cfg, bool inte
     double ang = pos * std::pow(static_cast<double>(cfg.rope_theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
     if (!cfg.rope_freq_factors.empty()) ang /= static_cast<double>(cfg.rope_freq_factors[static_cast<size_t>(i)]);
     ang *= static_cast<double>(cfg.rope_freq_scale);
-    const float c = static_cast<float>(std::cos(ang)), s = static_cast<float>(std::sin(ang));
+    const float c = static_cast<float>(std::cos(ang)) * cfg.rope_attn_factor, s = static_cast<float>(std::sin(ang)) * cfg.rope_attn_factor;
     const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
     const float v0 = v[a], v1 = v[b];
     v[a] = v0 * c - v1 * s;

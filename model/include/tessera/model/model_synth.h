@@ -61,6 +61,10 @@ struct SynthShape {
   int32_t kv_lora_rank = 0, q_lora_rank = 0, rope_dim = 0, v_head_dim = 0, n_dense_lead = 0, n_shared_experts = 0;
   float expert_weights_scale = 1.0f, yarn_factor = 0.0f, yarn_log_mul = 0.0f;
   int32_t yarn_orig_ctx = 0;
+  // Phi-3 128k / Phi-3.5 LongRoPE (longrope_orig_ctx > 0): rope_factors_long/short.weight
+  // (head_dim / 2 values each, long rising to 61, short to 3), rope.scaling.attn_factor as
+  // convert_hf_to_gguf.py computes it and rope.scaling.original_context_length.
+  int32_t longrope_orig_ctx = 0;
   // DeepSeek-V3 routing: sigmoid gating, a selection bias per MoE layer (exp_probs_b.bias),
   // renormalized weights; groups (expert_group_count / expert_group_used_count) when > 1.
   bool v3_routing = false;
