@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "loaded_model.h"
+#include "half.h"
 #include "safetensors.h"
 #include "synth.h"
 #include "tessera/common/log.h"
@@ -144,7 +145,13 @@ std::string canonical_name(const std::string& hf) {
       {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
       {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
-      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"}};
+      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+      // Gemma 2: the norms around attention and MLP (remapped from ffn_norm below: Gemma's
+      // post_attention_layernorm is the attention output's norm); Phi-3's fused tensors.
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"}};
   auto it = kLayer.find(hf.substr(dot + 1));
   if (it == kLayer.end()) {
     const std::string e = expert_name(hf.substr(dot + 1));
@@ -306,6 +313,118 @@ Status read_hf_deepseek(const Config& cfg, ModelConfig& c, const std::string& co
   return ok_status();
 }
 
+// Gemma's RMSNorm multiplies by (1 + w): every norm weight becomes 1 + w in f32 (as transformers
+// computes it; convert_hf_to_gguf.py adds 1 in the file's dtype), in a buffer owned by `model`.
+Status fold_gemma_norms(LoadedModel& model, TensorMap& tensors, const std::string& dir) {
+  for (auto& [name, t] : tensors) {
+    if (!name.ends_with("norm.weight")) continue;
+    const int64_t n = t.shape.empty() ? 0 : t.shape.back();
+    if (t.shape.size() != 1 || n <= 0) return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not a vector");
+    auto* out = reinterpret_cast<float*>(model.allocate(static_cast<size_t>(n) * sizeof(float)));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* p = t.data + static_cast<size_t>(i) * dtype_row_bytes(t.dtype, 1);
+      float v = 0.0f;
+      switch (t.dtype) {
+        case DType::kF32: std::memcpy(&v, p, 4); break;
+        case DType::kF16: v = fp16_to_f32(load_u16(p)); break;
+        case DType::kBF16: v = bf16_to_f32(load_u16(p)); break;
+        default: return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not F32, F16 or BF16");
+      }
+      out[i] = 1.0f + v;
+    }
+    t = RawTensor{.name = t.name + " (1 + w)", .dtype = DType::kF32, .shape = t.shape,
+                  .data = reinterpret_cast<const uint8_t*>(out), .nbytes = static_cast<size_t>(n) * sizeof(float)};
+  }
+  return ok_status();
+}
+
+// Gemma 2 (`gemma2`), as convert_hf_to_gguf.py maps it and transformers computes it: embeddings
+// × sqrt(hidden_size), queries scaled by 1/sqrt(query_pre_attn_scalar), attention and final
+// logits soft-capped, a sliding window on every other layer (the even ones), pre- and post-norms
+// around attention and MLP whose weights are stored as w - 1 (the norm multiplies by 1 + w:
+// fold_gemma_norms), GeGLU with the tanh GELU; tied embeddings.
+Status read_hf_gemma2(const Config& cfg, ModelConfig& c, const std::string& config_path) {
+  c.architecture = "gemma2";
+  c.family = "gemma2";
+  TS_ASSIGN_OR_RETURN(const int32_t qpas, cfg.int32("query_pre_attn_scalar", c.head_dim));
+  if (qpas <= 0) return make_error(ErrorCode::kCorruptFile, config_path + ": query_pre_attn_scalar must be positive");
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(qpas));
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  TS_ASSIGN_OR_RETURN(c.attn_softcap, cfg.real("attn_logit_softcapping", 0.0f));
+  TS_ASSIGN_OR_RETURN(c.final_softcap, cfg.real("final_logit_softcapping", 0.0f));
+  TS_ASSIGN_OR_RETURN(c.sliding_window, cfg.int32("sliding_window", 4096));
+  c.swa_every = 2;
+  c.post_norms = true;
+  std::string act = "gelu_pytorch_tanh";
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    if (cfg.has(key)) {
+      TS_ASSIGN_OR_RETURN(act, cfg.string(key));
+      break;
+    }
+  }
+  if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+    return make_error(ErrorCode::kUnsupported, config_path + ": hidden_activation '" + act +
+                                                   "' is not supported (gelu_pytorch_tanh)");
+  }
+  c.ffn_act = FfnActivation::kGeluTanh;
+  for (float cap : {c.attn_softcap, c.final_softcap}) {
+    if (!(std::isfinite(cap) && cap >= 0.0f)) {
+      return make_error(ErrorCode::kCorruptFile, config_path + ": *_logit_softcapping must be a non-negative number");
+    }
+  }
+  return ok_status();
+}
+
+// Phi-3 / Phi-3.5 (`phi3`): fused qkv_proj and gate_up_proj (row views, as from GGUF), a sliding
+// window when the config has one, and LongRoPE (rope_scaling type longrope / su: long_factor and
+// short_factor, head_dim / 2 each; original_max_position_embeddings) read as
+// convert_hf_to_gguf.py writes it: the long factors when max_position_embeddings exceeds the
+// original context (Tessera serves the whole context), attention factor
+// sqrt(1 + ln(scale) / ln(original)).
+Status read_hf_phi3(const json& cj, const Config& cfg, ModelConfig& c, const std::string& config_path) {
+  c.architecture = "phi3";
+  c.family = "phi3";
+  TS_ASSIGN_OR_RETURN(c.sliding_window, cfg.int32("sliding_window", 0));
+  auto rs = cj.find("rope_scaling");
+  if (rs == cj.end() || rs->is_null()) return ok_status();
+  if (!rs->is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": key rope_scaling is not an object");
+  const Config r(*rs, config_path + " rope_scaling");
+  std::string type;
+  for (const char* key : {"type", "rope_type"}) {
+    if (r.has(key)) {
+      TS_ASSIGN_OR_RETURN(type, r.string(key));
+      break;
+    }
+  }
+  if (type != "longrope" && type != "su") return ok_status();  // read_rope_scaling decides
+  TS_ASSIGN_OR_RETURN(const int32_t orig, cfg.int32("original_max_position_embeddings"));
+  if (orig <= 0) return make_error(ErrorCode::kCorruptFile, config_path + ": original_max_position_embeddings must be positive");
+  if (r.has("long_mscale") || r.has("short_mscale")) {
+    return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling long_mscale / short_mscale (Phi-3-small) is not supported");
+  }
+  const bool long_factors = c.max_seq_len > orig;
+  const char* key = long_factors ? "long_factor" : "short_factor";
+  auto f = rs->find(key);
+  for (const char* k : {"long_factor", "short_factor"}) {
+    auto arr = rs->find(k);
+    if (arr == rs->end() || !arr->is_array() || arr->size() != static_cast<size_t>(c.head_dim / 2)) {
+      return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling " + k + " must be an array of head_dim / 2 = " +
+                                                     std::to_string(c.head_dim / 2) + " numbers");
+    }
+  }
+  c.rope_freq_factors.clear();
+  for (const json& v : *f) {
+    if (!v.is_number() || !(v.get<double>() > 0.0) || !std::isfinite(v.get<double>())) {
+      return make_error(ErrorCode::kCorruptFile, config_path + ": rope_scaling " + key + " holds a non-positive or non-numeric value");
+    }
+    c.rope_freq_factors.push_back(v.get<float>());
+  }
+  const double scale = static_cast<double>(c.max_seq_len) / orig;
+  c.rope_attn_factor = scale > 1.0 ? static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)))) : 1.0f;
+  c.rope_longrope_long = long_factors;
+  return ok_status();
+}
+
 // Mixture-of-experts and Qwen3 settings of config.json, as the GGUF converter maps them:
 // mixtral (num_local_experts, renormalized top-k, experts of intermediate_size), qwen2_moe
 // (num_experts, moe_intermediate_size, a gated shared expert of shared_expert_intermediate_size),
@@ -459,12 +578,12 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   auto model = std::make_unique<LoadedModel>(ModelFormat::kSafetensors, dir);
   ModelConfig& c = model->mutable_config();
   TS_ASSIGN_OR_RETURN(const std::string model_type, cfg.string("model_type"));
-  static const std::set<std::string> kTypes = {"llama",     "mistral",   "qwen2",       "qwen3",      "mixtral",
-                                               "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3"};
+  static const std::set<std::string> kTypes = {"llama",     "mistral",   "qwen2",       "qwen3",       "mixtral", "qwen2_moe",
+                                               "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma2", "phi3"};
   if (kTypes.count(model_type) == 0) {
     return make_error(ErrorCode::kUnsupported, config_path + ": model_type '" + model_type +
                                                    "' is not supported (llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, "
-                                                   "deepseek_v2, deepseek_v3)");
+                                                   "deepseek_v2, deepseek_v3, gemma2, phi3)");
   }
   TS_ASSIGN_OR_RETURN(c.dim, cfg.int32("hidden_size"));
   TS_ASSIGN_OR_RETURN(c.hidden_dim, cfg.int32("intermediate_size"));
@@ -480,7 +599,12 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   TS_ASSIGN_OR_RETURN(c.head_dim, cfg.int32("head_dim", c.dim / c.n_heads));
   c.rope_layout = RopeLayout::kHalves;
   TS_TRY(read_hf_moe(cfg, c, model_type, config_path));
-  if (auto rs = cj.find("rope_scaling"); rs != cj.end() && !rs->is_null()) TS_TRY(read_rope_scaling(*rs, c, config_path));
+  if (model_type == "gemma2") TS_TRY(read_hf_gemma2(cfg, c, config_path));
+  if (model_type == "phi3") TS_TRY(read_hf_phi3(cj, cfg, c, config_path));
+  const bool longrope = model_type == "phi3" && !c.rope_freq_factors.empty();  // read_hf_phi3 read rope_scaling
+  if (auto rs = cj.find("rope_scaling"); rs != cj.end() && !rs->is_null() && !longrope) {
+    TS_TRY(read_rope_scaling(*rs, c, config_path));
+  }
   if (c.is_mla()) {  // as the GGUF loader: kq_scale = mscale^2 / sqrt(key_length)
     const float mscale = 1.0f + c.yarn_log_mul * std::log(1.0f / c.rope_freq_scale);
     c.attn_scale = mscale * mscale / std::sqrt(static_cast<float>(c.head_dim));
@@ -492,8 +616,11 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
     const std::string path = fb->path();
     TS_ASSIGN_OR_RETURN(SafetensorsFile st, parse_safetensors(*fb));
     for (const auto& [name, t] : st.tensors) {
-      const std::string canonical = canonical_name(name);
+      std::string canonical = canonical_name(name);
       if (canonical.empty()) continue;
+      if (model_type == "gemma2" && name.ends_with(".post_attention_layernorm.weight")) {  // the attention output's norm
+        canonical = canonical.substr(0, canonical.size() - std::string("ffn_norm.weight").size()) + "post_attention_norm.weight";
+      }
       if (canonical.rfind("blk.", 0) == 0 && std::stoll(canonical.substr(4)) >= c.n_layers) continue;  // V3's MTP layer
       TS_ASSIGN_OR_RETURN(DType dt, dtype_of(path, name, t.dtype));
       RawTensor raw{.name = name + " (" + path + ")", .dtype = dt, .shape = t.shape, .data = t.data, .nbytes = t.nbytes};
@@ -506,6 +633,7 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   c.attn_bias = tensors.count("blk.0.attn_q.bias") != 0;
   c.tied_embeddings = tie || tensors.count("output.weight") == 0;
   if (c.is_moe()) TS_TRY(stack_experts(*model, tensors, c, dir));
+  if (model_type == "gemma2") TS_TRY(fold_gemma_norms(*model, tensors, dir));
   TS_TRY(assemble_model(*model, tensors, dir, options));
   return std::unique_ptr<Model>(std::move(model));
 }
