@@ -45,6 +45,26 @@ struct ScaleIdx {
 constexpr ScaleIdx<32> kIdx32;  // Q4_K / Q5_K: one scale per 32 values
 constexpr ScaleIdx<16> kIdx16;  // Q6_K: one scale per 16 values
 
+// The unsigned formats' two-chunk step: vpdpbusd gives chunk c's dword k = the dot of its values
+// 64c + 4k .. + 3 (their scale group's), and vpackssdw of chunks c and c + 1 puts, per 128-bit
+// lane L, dwords 4L .. 4L + 3 of chunk c in words 0..3 and of chunk c + 1 in words 4..7; int16
+// lane l of this table is the scale index of the dword in word l, for chunks 2p and 2p + 1.
+template <int kPerScale>
+struct PackedScaleIdx {
+  alignas(64) std::array<std::array<int16_t, 32>, 2> idx{};
+  constexpr PackedScaleIdx() {
+    for (int p = 0; p < 2; ++p) {
+      for (int l = 0; l < 32; ++l) {
+        const int lane = l / 8, w = l % 8, chunk = 2 * p + w / 4, dword = 4 * lane + w % 4;
+        idx[p][l] = static_cast<int16_t>((64 * chunk + 4 * dword) / kPerScale);
+      }
+    }
+  }
+  __m512i get(int p) const { return _mm512_load_si512(idx[p].data()); }
+};
+constexpr PackedScaleIdx<32> kPackedIdx32;
+constexpr PackedScaleIdx<16> kPackedIdx16;
+
 // Q4_K / Q5_K: the 8 scales (int16 lanes 0..7) and 8 mins (8..15) of a block, ggml's unpacking
 // of the 12 packed bytes (q4k_scale_min).
 inline __m512i q4k_scales_mins(const uint8_t* s) {
@@ -79,6 +99,7 @@ struct Q4K {
   static __m512i scales(const Block& q) { return q4k_scales_mins(q.scales); }
   static __m256i mterm(__m512i sm) { return q4k_mins_dup(sm); }
   static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx32.get(c), sm); }
+  static __m512i packed_scale(__m512i sm, int p) { return _mm512_permutexvar_epi16(kPackedIdx32.get(p), sm); }
   static __m512i unpack(const Block& q, int c) { return nibbles64(q.qs + 32 * c); }
   static constexpr int kScaleOffset = 0;  // dword at this block offset: d | dmin << 16
   static constexpr bool kDHigh = false;   // d in the dword's high half (no min)
@@ -107,6 +128,7 @@ struct Q6K {
   }
   static __m256i mterm(__m512i sc) { return _mm512_castsi512_si256(sc); }  // offset = scales . bsums
   static __m512i chunk_scale(__m512i sc, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sc); }
+  static __m512i packed_scale(__m512i sc, int p) { return _mm512_permutexvar_epi16(kPackedIdx16.get(p), sc); }
   // Chunk c = 2h + k: ql[64h ..) low (k = 0) or high (k = 1) nibbles, two bits of qh[32h ..)
   // at 4..5 (shifted by 4 / 2 for k = 0, 0 / -2 for k = 1: quant_dot.cpp's layout).
   static __m512i unpack(const Block& q, int c) {
@@ -152,6 +174,7 @@ struct Q2K {
   }
   static __m256i mterm(__m512i sm) { return _mm512_extracti64x4_epi64(sm, 1); }
   static __m512i chunk_scale(__m512i sm, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sm); }
+  static __m512i packed_scale(__m512i sm, int p) { return _mm512_permutexvar_epi16(kPackedIdx16.get(p), sm); }
   static __m512i unpack(const Block& q, int c) { return crumbs64(q.qs, c); }
   static constexpr int kScaleOffset = 80;  // d | dmin << 16
   static constexpr bool kDHigh = false;
@@ -171,6 +194,7 @@ struct Q3K {
   }
   static __m256i mterm(__m512i sc) { return _mm512_castsi512_si256(sc); }
   static __m512i chunk_scale(__m512i sc, int c) { return _mm512_permutexvar_epi16(kIdx16.get(c), sc); }
+  static __m512i packed_scale(__m512i sc, int p) { return _mm512_permutexvar_epi16(kPackedIdx16.get(p), sc); }
   // The hmask bit of value 128h + 32k + l is bit 4h + k of hmask[l]; chunk c = 2h + k / 2.
   static __m512i unpack(const Block& q, int c) {
     const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.hmask)));
@@ -270,7 +294,21 @@ void tile(const QuantGemmJob& g, int64_t r, int64_t t) {
       const __m512i sm = F::scales(q);
       __m512i s[RN];
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
+      if constexpr (!F::kSigned) {
+        // Two chunks per step: vpdpbusd (4 values per dword, |dot| <= 4 * 63 * 128 < 2^15),
+        // vpackssdw (exact), then vpdpwssd against the scales: the same integers as vpmaddubsw
+        // + vpdpwssd per chunk, one multiply uop fewer per token and chunk pair.
+        for (int p = 0; p < 2; ++p) {
+          const __m512i v0 = F::unpack(q, 2 * p), v1 = F::unpack(q, 2 * p + 1);
+          const __m512i sc = F::packed_scale(sm, p);
+          for (int j = 0; j < RN; ++j) {
+            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v0, _mm512_loadu_si512(x[j][b].qs + 128 * p));
+            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v1, _mm512_loadu_si512(x[j][b].qs + 128 * p + 64));
+            s[j] = _mm512_dpwssd_epi32(s[j], _mm512_packs_epi32(d0, d1), sc);
+          }
+        }
+      }
+      for (int c = 0; c < 4 && F::kSigned; ++c) {
         const __m512i wv = F::unpack(q, c);
         const __m512i sc = F::chunk_scale(sm, c);
         if constexpr (F::kSigned) {

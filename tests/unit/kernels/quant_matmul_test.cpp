@@ -313,5 +313,54 @@ TEST(QuantMatmul, KQuantExtremeScalesMatchScalar) {
   }
 }
 
+// The few-token tiles (1 to 5 tokens: an expert's share of a batched decode step) at the
+// extremes: blocks of arbitrary bytes, the first rows with every value at its maximum, and
+// activations whose Q8_K values reach -127 and 127 in every 4-value group of the first tokens.
+// The unsigned formats' tiles sum 4 products per int32 and pack them to int16 (vpdpbusd,
+// vpackssdw: |4 * 63 * 127| < 2^15 for Q6_K), so these must stay exact: each SIMD path equals
+// the scalar one bit for bit, with and without a thread pool.
+TEST(QuantMatmul, KQuantFewTokenTilesMatchScalarAtExtremes) {
+  const int64_t cols = 512, rows = 45;
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  for (const DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ2_K, DType::kQ3_K}) {
+    const size_t rb = dtype_row_bytes(t, cols);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+    for (auto& b : w) b = static_cast<uint8_t>(rng());
+    const size_t block = rb / static_cast<size_t>(cols / 256);
+    for (size_t off = 0; off < w.size(); off += block) {  // finite fp16 scales wherever the format keeps them
+      const uint16_t d = 0x1C00, dmin = 0x1800;
+      const size_t at = t == DType::kQ6_K ? 208 : t == DType::kQ2_K ? 80 : t == DType::kQ3_K ? 108 : 0;
+      std::memcpy(&w[off + at], &d, 2);
+      if (t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ2_K) std::memcpy(&w[off + at + 2], &dmin, 2);
+      if (off < 8 * rb) {  // rows 0..7: every value byte at its maximum (scales stay arbitrary for Q6_K / Q3_K: signed)
+        const size_t end = t == DType::kQ6_K ? 192 : t == DType::kQ3_K ? 96 : t == DType::kQ2_K ? 80 : block;
+        const size_t begin = t == DType::kQ6_K || t == DType::kQ3_K ? 0 : t == DType::kQ2_K ? 16 : 4;
+        std::memset(&w[off + begin], 0xFF, end - begin);
+      }
+    }
+    for (int64_t n = 1; n <= 5; ++n) {
+      auto x = random_floats(static_cast<size_t>(n * cols), 500 + static_cast<uint64_t>(n));
+      for (int64_t i = 0; i < cols; ++i) {  // token 0: +-1 alternating by 4 values; token 1: all -1
+        x[static_cast<size_t>(i)] = (i / 4) % 2 == 0 ? 1.0f : -1.0f;
+        if (n > 1) x[static_cast<size_t>(cols + i)] = -1.0f;
+      }
+      std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+      matmul({.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n,
+              .y = want.data(), .y_stride = rows},
+             nullptr, Isa::kScalar);
+      for (Isa isa : testing::simd_isas()) {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::fill(got.begin(), got.end(), -7.0f);
+          matmul({.w_type = t, .w = w.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n,
+                  .y = got.data(), .y_stride = rows},
+                 p, isa);
+          EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa) << " n=" << n << (p ? " pool" : "");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels

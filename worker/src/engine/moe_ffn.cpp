@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "engine_impl.h"
+#include "tessera/kernels/activation.h"
 #include "tessera/kernels/matmul.h"
 #include "tessera/kernels/moe.h"
 #include "tessera/common/half.h"
@@ -11,12 +12,13 @@
 namespace tessera::worker {
 namespace {
 
-// silu(gate) * up over `rows` rows of `cols`, in place into gate; rows in parallel when many.
-void swiglu(float* gate, const float* up, int64_t rows, int64_t cols, kernels::ThreadPool* tp) {
+// silu(gate) * up over `rows` rows of `cols`, in place into gate, on the SIMD path of `isa`
+// (activation.h, as the dense MLP); rows in parallel when many.
+void swiglu(float* gate, const float* up, int64_t rows, int64_t cols, kernels::ThreadPool* tp, kernels::Isa isa) {
   if (rows >= 4) {
-    tp->parallel_for(rows, [&](int64_t r) { kernels::silu_mul(gate + r * cols, cols, up + r * cols, cols, gate + r * cols, cols, 1, cols); });
+    tp->parallel_for(rows, [&](int64_t r) { kernels::swiglu(gate + r * cols, cols, up + r * cols, cols, gate + r * cols, cols, 1, cols, isa); });
   } else {
-    kernels::silu_mul(gate, cols, up, cols, gate, cols, rows, cols);
+    kernels::swiglu(gate, cols, up, cols, gate, cols, rows, cols, isa);
   }
 }
 
@@ -95,8 +97,8 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
     list.push_back(matmul_args(expert_matrix(w.ffn_up_exps, E, e), xg + r0 * dim, dim, up + r0 * ff, ff, n));
   }
   kernels::matmul_batch(list, tp, isa);
-  swiglu(gate, up, pairs, ff, tp);
-  if (sh > 0) swiglu(sh_gate, sh_up, T, sh, tp);
+  swiglu(gate, up, pairs, ff, tp, isa);
+  if (sh > 0) swiglu(sh_gate, sh_up, T, sh, tp, isa);
   round_like_mul_mat_id(w.ffn_down_exps.dtype, gate, pairs * ff);
 
   // 4. Down projections (experts and the shared one) in one region; the shared one, the
