@@ -32,7 +32,7 @@ namespace {
 // weights streamed from memory) ran 14.6 tok/s at 2 KiB, 16.6-17.0 at 256-512 B, 13.2 at 6 KiB,
 // while SmolLM2 Q4_0 (18 blocks, cache-resident) at 2 threads lost 5 % at 512 B. So 2 KiB up to
 // kShortRowBlocks blocks per row, 512 B past it.
-constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 512, kShortRowBlocks = 32;
+constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 2048, kShortRowBlocks = 32;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -135,16 +135,24 @@ void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y
   for (int j = 0; j < RN; ++j) {
     for (int a = 0; a < 8; ++a) acc[j][a] = _mm512_setzero_ps();
   }
-  const int64_t ahead = nb <= kShortRowBlocks ? kPrefetchShort : kPrefetchLong;
+  constexpr int kLines = static_cast<int>(kChunk / 64);
+  const bool short_rows = nb <= kShortRowBlocks;
+  const int64_t ahead = short_rows ? kPrefetchShort : kPrefetchLong;
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
-    if (prefetch) {
-      const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + ahead;
-#pragma GCC unroll 16
-      for (int64_t l = 0; l < kChunk; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
-    }
+    const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + ahead;
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
+      if (prefetch) {  // block i's share of the chunk's lines, spread over the blocks
+#pragma GCC unroll 8
+        for (int l = i * kLines / 8; l < (i + 1) * kLines / 8; ++l) {
+          if (short_rows) {
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+          } else {
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+          }
+        }
+      }
       __m512* a[RN];
       for (int j = 0; j < RN; ++j) a[j] = &acc[j][i];
       block<F, RN>(c, grp, b + i, x, a);
