@@ -100,12 +100,18 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
     // qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
     const bool qblock_tiles = isa == Isa::kAvx512 && (a.w_type == DType::kQ8_0 || cpu::qblock_tiles_support(a.w_type));
-    if (cpu::quant_gemm_supports(a.w_type) && !qblock_tiles) {
+    const PackedWeights* pw = a.w_packed;
+    const bool packed = pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type;
+    // On AVX2 a packed copy serves every batch size (avx2/qblock_packed_avx2.cpp; prefill ~3 % slower
+    // per CPU-s than quant_gemm's 8-row tiles over the original layout, SmolLM2 Q4_0 pp128, but the
+    // repack may then drop the file's pages: one copy of the weights in memory).
+    const bool packed_avx2 = packed && isa == Isa::kAvx2;
+    if (cpu::quant_gemm_supports(a.w_type) && !qblock_tiles && !packed_avx2) {
       p.gjob = {.w_type = a.w_type, .w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride,
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};
       cpu::quant_gemm_plan(&p.gjob, isa);
       p.quant_gemm = true;
-    } else if (a.w_type != DType::kQ8_0 && !qblock_tiles) {
+    } else if (a.w_type != DType::kQ8_0 && !qblock_tiles && !packed_avx2) {
       p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,
                 .y_stride = a.y_stride};
       p.ffn = a.w_type == DType::kF32 ? k.gemm_f32 : a.w_type == DType::kF16 ? k.gemm_f16 : k.gemm_bf16;
@@ -131,12 +137,11 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
       // Packed weights (load-time repack) serve decode and, where the AMX tiles do not apply
       // (no AMX, or fewer than kQBlockAmxMinN tokens), batches too; AMX batches read the original
       // layout (its pages fault back in from the file if the repack dropped them).
-      const PackedWeights* pw = a.w_packed;
       const bool amx_batch = a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled();
-      if (qblock_tiles && !amx_batch && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
+      if ((qblock_tiles && !amx_batch && packed) || packed_avx2) {
         TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
         p.qjob.packed = pw;
-        p.qfn = cpu::gemm_qblock_packed_avx512;
+        p.qfn = packed_avx2 ? cpu::gemm_qblock_packed_avx2 : cpu::gemm_qblock_packed_avx512;
       }
     }
     p.split = plan_split(a.rows, a.n, threads);

@@ -43,7 +43,7 @@ uint32_t regroup_fifth(uint32_t qh) {
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool packed_matmul_supports(DType t, Isa isa) {
-  return isa == Isa::kAvx512 && isa_supported(isa) && cpu::packed_format(t).ok;
+  return (isa == Isa::kAvx512 || isa == Isa::kAvx2) && isa_supported(isa) && cpu::packed_format(t).ok;
 }
 
 PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols, Isa isa) {

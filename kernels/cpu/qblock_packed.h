@@ -1,5 +1,5 @@
 // Private: the layout of PackedWeights (tessera/kernels/packed_weights.h) shared by the packer
-// (packed_weights.cpp) and its AVX-512 VNNI kernel (avx512/qblock_packed_avx512.cpp).
+// (packed_weights.cpp) and its kernels (avx512/qblock_packed_avx512.cpp, avx2/qblock_packed_avx2.cpp).
 //
 // Per group of 16 rows, blocks in pairs: [qs b][qs b+1][meta b][meta b+1] (an odd last block
 // has a zero partner). qs: 4 x 64 bytes, uint32 [4][16]: [m][l] = bytes 4m..4m+3 of row l's qs.
@@ -45,5 +45,7 @@ inline int packed_fifth_source(int v, int k) { return 4 * v + k; }
 // tokens): the Q8_0-path activations of avx512_kernels().quantize_q8, bit-identical to the
 // scalar oracle.
 void gemm_qblock_packed_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+// The same on AVX2 (avx2/qblock_packed_avx2.cpp) with avx2_kernels().quantize_q8's activations.
+void gemm_qblock_packed_avx2(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 }  // namespace tessera::kernels::cpu

@@ -25,14 +25,33 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-// Bytes ahead of the 8-block chunk being read that the kernel prefetches (one prefetch per
-// line). Measured on SmolLM2-135M Q4_0 decode at 1 thread: none 165 tok per CPU-s, 512 B 223,
-// 1 KiB 232, 1.5-3 KiB 237-281 (noise +-15 % at load 12), 4 KiB 256. Long rows want less: on an
-// idle machine (2026-11-24 12:55 UTC, 1 thread, tg48) Llama-3.2-1B Q4_0 (64 blocks per row, the
-// weights streamed from memory) ran 14.6 tok/s at 2 KiB, 16.6-17.0 at 256-512 B, 13.2 at 6 KiB,
-// while SmolLM2 Q4_0 (18 blocks, cache-resident) at 2 threads lost 5 % at 512 B. So 2 KiB up to
-// kShortRowBlocks blocks per row, 512 B past it.
-constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 512, kShortRowBlocks = 32;
+// Software prefetch, the lines of each 8-block chunk spread over its blocks (a few before each
+// block: a burst of 36+ prefetches per chunk stalls on the L1 fill buffers). Rows of up to
+// kShortRowBlocks blocks (the 135M-shaped models, mostly cache-resident): into L1, 2 KiB ahead
+// (SmolLM2-135M Q4_0 decode at 1 thread, load 9-14: none 165 tok per CPU-s, 512 B 223, 1 KiB
+// 232, 2 KiB 237-281, 4 KiB 256). Longer rows (streamed from memory): into L2, 3 KiB ahead.
+// Measured on this kernel's loop over a 640 MiB buffer of 2048-column groups (1 thread, load
+// 5, GB of weights per CPU-second, medians of 15-21 passes): the former burst into L1 512 B
+// ahead 14.7-16.0, the same burst 2 KiB ahead 13.5, into L2 2-8 KiB ahead 12.6-14.4; spread
+// into L1 512 B-2 KiB ahead 15.4-15.7, spread into L2 2 KiB 16.4-17.4, 3 KiB 16.0-17.7, 4 KiB
+// 15.1-15.5, 6 KiB 14.7 (a plain read loop: 18.8). Llama-3.2-1B Q4_0 decode at 1 thread, tok
+// per CPU-s in alternation: spread into L2 1 / 2 / 3 / 4 KiB ahead 21.1-21.7 / 21.6-22.1 /
+// 22.0-22.5 / 20.8-21.3.
+constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 3072, kShortRowBlocks = 32;
+
+// Before block i (0..7) of a chunk of kLines lines starting at pf (already `ahead` bytes on):
+// that block's share of the lines.
+template <int kLines>
+__attribute__((always_inline)) inline void prefetch_share(const char* pf, int i, bool to_l1) {
+#pragma GCC unroll 8
+  for (int l = i * kLines / 8; l < (i + 1) * kLines / 8; ++l) {
+    if (to_l1) {
+      _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+    } else {
+      _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+    }
+  }
+}
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -135,16 +154,14 @@ void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y
   for (int j = 0; j < RN; ++j) {
     for (int a = 0; a < 8; ++a) acc[j][a] = _mm512_setzero_ps();
   }
-  const int64_t ahead = nb <= kShortRowBlocks ? kPrefetchShort : kPrefetchLong;
+  const bool short_rows = nb <= kShortRowBlocks;
+  const int64_t ahead = short_rows ? kPrefetchShort : kPrefetchLong;
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
-    if (prefetch) {
-      const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + ahead;
-#pragma GCC unroll 16
-      for (int64_t l = 0; l < kChunk; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
-    }
+    const char* pf = reinterpret_cast<const char*>(grp) + (b >> 1) * (kChunk / 4) + ahead;
 #pragma GCC unroll 8
     for (int i = 0; i < 8; ++i) {
+      if (prefetch) prefetch_share<static_cast<int>(kChunk / 64)>(pf, i, short_rows);
       __m512* a[RN];
       for (int j = 0; j < RN; ++j) a[j] = &acc[j][i];
       block<F, RN>(c, grp, b + i, x, a);

@@ -3,7 +3,8 @@
 // for every shape, batch size and thread split. Ragged shapes: rows not a multiple of 16 (the
 // last group's missing rows are padding), odd block counts (the last pair of blocks has a zero
 // partner), cols 32 .. 4096; tokens 1, 2, 3 (decode) and 5, 17 (batches); strided x and y, with
-// y's padding left alone.
+// y's padding left alone. On the AVX-512 kernel and on the AVX2 one, each where the CPU (and
+// TESSERA_ISA) allows.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -23,11 +24,8 @@ using testing::random_floats;
 
 const DType kPackable[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL};
 
-class PackedMatmul : public ::testing::TestWithParam<DType> {};
-
-TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
-  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
-  const DType t = GetParam();
+void check_packed_matmul(DType t, Isa isa) {
+  SCOPED_TRACE(isa_name(isa));
   ThreadPool pool(3);
   struct Shape {
     int64_t rows, cols;
@@ -38,7 +36,7 @@ TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
     const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 3 + static_cast<uint64_t>(s.rows * s.cols));
     std::vector<uint8_t> w(rb * static_cast<size_t>(s.rows));
     for (int64_t r = 0; r < s.rows; ++r) quantize_row(t, wf.data() + r * s.cols, w.data() + static_cast<size_t>(r) * rb, s.cols);
-    const PackedWeights packed = pack_for_matmul(t, w.data(), s.rows, s.cols, Isa::kAvx512);
+    const PackedWeights packed = pack_for_matmul(t, w.data(), s.rows, s.cols, isa);
     ASSERT_FALSE(packed.empty());
     EXPECT_EQ(packed.bytes() % 64, 0u);
     EXPECT_EQ(packed.n_groups(), (s.rows + 15) / 16);
@@ -56,12 +54,21 @@ TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
         a = base;
         a.y = y.data();
         a.w_packed = &packed;
-        matmul(a, p, Isa::kAvx512);
+        matmul(a, p, isa);
         const std::string what = std::string(dtype_name(t)) + " rows=" + std::to_string(s.rows) +
                                  " cols=" + std::to_string(s.cols) + " n=" + std::to_string(n) + (p ? " pool" : "");
         ASSERT_EQ(y, oracle) << what;  // the padding (-7) included
       }
     }
+  }
+}
+
+class PackedMatmul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 here (or TESSERA_ISA caps it)";
+  for (const Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (isa_supported(isa)) check_packed_matmul(GetParam(), isa);
   }
 }
 
@@ -71,7 +78,6 @@ INSTANTIATE_TEST_SUITE_P(Packable, PackedMatmul, ::testing::ValuesIn(kPackable),
 // With w_packed the kernel reads the packed copy only: packed from other weights, the result is
 // theirs (so the test above did run the packed path).
 TEST(PackedMatmul, ReadsThePackedCopy) {
-  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   const DType t = DType::kQ4_0;
   const int64_t rows = 33, cols = 352, n = 2;
   const size_t rb = dtype_row_bytes(t, cols);
@@ -81,16 +87,23 @@ TEST(PackedMatmul, ReadsThePackedCopy) {
     quantize_row(t, f1.data() + r * cols, w1.data() + r * rb, cols);
     quantize_row(t, f2.data() + r * cols, w2.data() + r * rb, cols);
   }
-  const PackedWeights p2 = pack_for_matmul(t, w2.data(), rows, cols, Isa::kAvx512);
   const auto x = random_floats(static_cast<size_t>(n * cols), 9);
-  std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+  std::vector<float> want(static_cast<size_t>(n * rows));
   matmul({.w_type = t, .w = w2.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = want.data(),
           .y_stride = rows},
          nullptr, Isa::kScalar);
-  matmul({.w_type = t, .w = w1.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = got.data(),
-          .y_stride = rows, .w_packed = &p2},
-         nullptr, Isa::kAvx512);
-  EXPECT_EQ(got, want);
+  int ran = 0;
+  for (const Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    if (!isa_supported(isa)) continue;
+    const PackedWeights p2 = pack_for_matmul(t, w2.data(), rows, cols, isa);
+    std::vector<float> got(want.size());
+    matmul({.w_type = t, .w = w1.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = got.data(),
+            .y_stride = rows, .w_packed = &p2},
+           nullptr, isa);
+    EXPECT_EQ(got, want) << isa_name(isa);
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no AVX2 here (or TESSERA_ISA caps it)";
 }
 
 // No packed path: an empty PackedWeights, which matmul ignores.
@@ -99,7 +112,7 @@ TEST(PackedMatmul, OtherTypesAndIsasGiveNothingToPack) {
   EXPECT_TRUE(pack_for_matmul(DType::kQ8_0, w.data(), 4, 64, Isa::kAvx512).empty());
   EXPECT_TRUE(pack_for_matmul(DType::kQ4_K, w.data(), 1, 256, Isa::kAvx512).empty());
   EXPECT_TRUE(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kScalar).empty());
-  EXPECT_TRUE(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kAvx2).empty());
+  EXPECT_EQ(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kAvx2).empty(), !isa_supported(Isa::kAvx2));
   EXPECT_FALSE(packed_matmul_supports(DType::kF32, Isa::kAvx512));
 }
 

@@ -1,7 +1,8 @@
 // Weights repacked once, at load, into the layout a matmul kernel streams fastest.
 //
 // pack_for_matmul() copies a [rows, cols] weight matrix of a 32-value block format (Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL) into 16-row interleaved groups for the AVX-512 VNNI kernels: per group
+// Q5_0, Q5_1, IQ4_NL) into 16-row interleaved groups for the AVX-512 VNNI kernel (and the AVX2
+// one, which reads each group as two halves of 8 rows; packed with Isa::kAvx2): per group
 // of 16 rows and per block of 32 columns, the 16 rows' quant bytes as 4 zmm vectors (lane l of
 // vector m = bytes 4m..4m+3 of row l's qs: `& 0x0F` gives values 4m..4m+3, `>> 4` values
 // 16+4m..16+4m+3, i.e. the dword operands vpdpbusd takes with the activations broadcast), then
@@ -12,7 +13,7 @@
 // group's missing rows are zero) and to a whole pair of blocks.
 // MatmulArgs::w_packed hands one to matmul(), which then reads the packed copy (on the ISA it
 // was packed for; results bit-identical to the unpacked path) for decode, and for batches too
-// except where the AMX tiles take them (kernels::amx_tiles_enabled() and at least
+// except where the AMX tiles take them (AVX-512 with kernels::amx_tiles_enabled() and at least
 // kQBlockAmxMinN = 12 tokens): those read the original layout.
 //
 // Ownership: a PackedWeights owns its (64-byte aligned) buffer; move-only; immutable once made,
