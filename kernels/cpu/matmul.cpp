@@ -6,6 +6,7 @@
 #include "isa_table.h"
 #include "qblock_gemv.h"
 #include "qblock_packed.h"
+#include "qblock_packed_q8.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -133,10 +134,15 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
       // layout (its pages fault back in from the file if the repack dropped them).
       const PackedWeights* pw = a.w_packed;
       const bool amx_batch = a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled();
-      if (qblock_tiles && !amx_batch && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
+      if (qblock_tiles && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
         TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
-        p.qjob.packed = pw;
-        p.qfn = cpu::gemm_qblock_packed_avx512;
+        const bool q8 = a.w_type == DType::kQ8_0;
+        if (!amx_batch) {
+          p.qjob.packed = pw;
+          p.qfn = q8 ? cpu::gemm_q8_0_packed_avx512 : cpu::gemm_qblock_packed_avx512;
+        } else if (q8) {
+          p.qjob.packed = pw;  // AMX reads w; the token tail under kQBlockAmxMinN reads the packed copy
+        }
       }
     }
     p.split = plan_split(a.rows, a.n, threads);
