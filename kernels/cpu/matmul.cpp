@@ -131,17 +131,17 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
                                                   : cpu::gemm_qblock_avx512;
       // Packed weights (load-time repack) serve decode and, where the AMX tiles do not apply
       // (no AMX, or fewer than kQBlockAmxMinN tokens), batches too; AMX batches read the original
-      // layout (its pages fault back in from the file if the repack dropped them).
+      // layout (its pages fault back in from the file if the repack dropped them), except Q8_0's.
       const PackedWeights* pw = a.w_packed;
       const bool amx_batch = a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled();
       if (qblock_tiles && pw != nullptr && !pw->empty() && pw->isa() == isa && pw->dtype() == a.w_type) {
         TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
-        const bool q8 = a.w_type == DType::kQ8_0;
-        if (!amx_batch) {
+        if (a.w_type == DType::kQ8_0) {  // AMX batches too: its own AMX tiles read the packed copy
           p.qjob.packed = pw;
-          p.qfn = q8 ? cpu::gemm_q8_0_packed_avx512 : cpu::gemm_qblock_packed_avx512;
-        } else if (q8) {
-          p.qjob.packed = pw;  // AMX reads w; the token tail under kQBlockAmxMinN reads the packed copy
+          p.qfn = cpu::gemm_q8_0_packed_avx512;
+        } else if (!amx_batch) {
+          p.qjob.packed = pw;
+          p.qfn = cpu::gemm_qblock_packed_avx512;
         }
       }
     }

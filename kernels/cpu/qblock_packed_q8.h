@@ -8,7 +8,7 @@
 //   d:  fp16 [16]: the rows' block scales.
 // Missing rows of the last group are zeros. The size is the file's (34 bytes per row and block)
 // plus that padding. A block's qs are exactly an AMX B tile (8 rows x 64 bytes, row k = dword k
-// of 16 columns = weight rows), should the AMX tiles read this copy one day.
+// of 16 columns = weight rows): the AMX tiles read this copy too (TDPBSUD: signed activations).
 //
 // With signed activations x, vpdpbusd(init, w + 128, x) = sum(w * x) + 128 * sum(x) + init, so
 // init = -128 * (the sum of the activations of the dword, or of the block) gives the exact
@@ -49,10 +49,16 @@ inline void pack_q8_0_group(const uint8_t* src, size_t row_bytes, int n_rows, in
 // Rows [r0, r1) (r0 % 16 == 0) x tokens [t0, t1) of a Q8_0 job whose `packed` is set; the
 // activations of avx512_kernels().quantize_q8. Bit-identical to the unpacked AVX-512 paths the
 // job would otherwise take: t1 - t0 < kQBlockBatchMinN (decode) as avx512_kernels().gemm_q8_0
-// (tile_q8's order), more as the VNNI batch tiles (gemm_packed<Q8_0>, and so the AMX tiles).
+// (tile_q8's order), more as the VNNI batch tiles (gemm_packed<Q8_0>, and so the AMX tiles);
+// kQBlockAmxMinN tokens or more on the AMX tiles below where kquant_amx_available().
 void gemm_q8_0_packed_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 // The same in the batch tiles' order for any number of tokens: the token tail of an AMX batch
 // (qblock_tiles.h gemm_qblock_avx512), so no token's result depends on its batch.
 void gemm_q8_0_packed_tiles_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
+// AMX-INT8 (avx512/qblock_amx_q8_packed.cpp): tokens in chunks of qblock_amx_chunk() (16 rows x
+// up to 32 tokens, one TDPBSUD per block: the packed block is the B tile), the tail under
+// kQBlockAmxMinN by gemm_q8_0_packed_tiles_avx512; the batch tiles' order. Only where
+// kquant_amx_available().
+void gemm_q8_0_packed_amx(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 
 }  // namespace tessera::kernels::cpu

@@ -131,8 +131,8 @@ TEST(PackedMatmul, Q8_0BitIdenticalToTheUnpackedAvx512Path) {
   }
 }
 
-// Packed from other weights, the Q8_0 result is theirs wherever the packed copy is read: decode
-// and VNNI batches (without AMX, every batch).
+// Packed from other weights, the Q8_0 result is theirs: every path reads the packed copy (decode,
+// the VNNI batch tiles, and with AMX its packed-copy tiles).
 TEST(PackedMatmul, Q8_0ReadsThePackedCopy) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   const DType t = DType::kQ8_0;
@@ -145,7 +145,7 @@ TEST(PackedMatmul, Q8_0ReadsThePackedCopy) {
     quantize_row(t, f2.data() + r * cols, w2.data() + r * rb, cols);
   }
   const PackedWeights p2 = pack_for_matmul(t, w2.data(), rows, cols, Isa::kAvx512);
-  for (const int64_t n : {1, 5}) {
+  for (const int64_t n : {1, 5, 17, 40}) {
     const auto x = random_floats(static_cast<size_t>(n * cols), 9);
     std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
     matmul({.w_type = t, .w = w2.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = want.data(),
