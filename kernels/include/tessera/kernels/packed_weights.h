@@ -16,8 +16,8 @@
 // MatmulArgs::w_packed hands one to matmul(), which then reads the packed copy (on the ISA it
 // was packed for; results bit-identical to the unpacked path) for decode, and for batches too
 // except where the AMX tiles take them (kernels::amx_tiles_enabled() and at least
-// kQBlockAmxMinN = 12 tokens): those read the original layout (a Q8_0 batch's token tail
-// under 12, past its AMX chunks, reads the packed copy).
+// kQBlockAmxMinN = 12 tokens): those read the original layout — except Q8_0's, whose AMX tiles
+// read the packed copy too (every Q8_0 path does).
 //
 // Ownership: a PackedWeights owns its (64-byte aligned) buffer; move-only; immutable once made,
 // so many threads may read it. It does not refer to the weights it was made from.
