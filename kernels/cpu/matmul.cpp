@@ -6,6 +6,7 @@
 #include "isa_table.h"
 #include "qblock_gemv.h"
 #include "qblock_packed.h"
+#include "qblock_packed_q8.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -136,12 +137,21 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
                                                   : cpu::gemm_qblock_avx512;
       // Packed weights (load-time repack) serve decode and, where the AMX tiles do not apply
       // (no AMX, or fewer than kQBlockAmxMinN tokens), batches too; AMX batches read the original
-      // layout (its pages fault back in from the file if the repack dropped them).
+      // layout (its pages fault back in from the file if the repack dropped them), except Q8_0's.
       const bool amx_batch = a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled();
-      if ((qblock_tiles && !amx_batch && packed) || packed_avx2) {
+      if (packed_avx2) {
         TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
         p.qjob.packed = pw;
-        p.qfn = packed_avx2 ? cpu::gemm_qblock_packed_avx2 : cpu::gemm_qblock_packed_avx512;
+        p.qfn = cpu::gemm_qblock_packed_avx2;
+      } else if (qblock_tiles && packed) {
+        TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
+        if (a.w_type == DType::kQ8_0) {  // AMX batches too: its own AMX tiles read the packed copy
+          p.qjob.packed = pw;
+          p.qfn = cpu::gemm_q8_0_packed_avx512;
+        } else if (!amx_batch) {
+          p.qjob.packed = pw;
+          p.qfn = cpu::gemm_qblock_packed_avx512;
+        }
       }
     }
     p.split = plan_split(a.rows, a.n, threads);

@@ -4,10 +4,12 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "qblock_packed.h"
+#include "qblock_packed_q8.h"
 #include "tessera/common/check.h"
 
 namespace tessera::kernels {
@@ -43,16 +45,20 @@ uint32_t regroup_fifth(uint32_t qh) {
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool packed_matmul_supports(DType t, Isa isa) {
-  return (isa == Isa::kAvx512 || isa == Isa::kAvx2) && isa_supported(isa) && cpu::packed_format(t).ok;
+  if (!isa_supported(isa)) return false;
+  if (isa == Isa::kAvx512) return cpu::packed_format(t).ok || t == DType::kQ8_0;
+  return isa == Isa::kAvx2 && cpu::packed_format(t).ok;  // no AVX2 kernel over packed Q8_0
 }
 
 PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols, Isa isa) {
   PackedWeights p;
   if (!packed_matmul_supports(t, isa) || rows <= 0) return p;
   TS_CHECK_EQ(cols % 32, 0);
+  const bool q8 = t == DType::kQ8_0;  // its own layout: qblock_packed_q8.h
   const cpu::PackedFormat f = cpu::packed_format(t);
-  const BlockOffsets o = block_offsets(t);
-  const int64_t nb = cols / 32, pair = cpu::packed_pair_bytes(f), group = cpu::packed_group_bytes(f, cols);
+  const BlockOffsets o = q8 ? BlockOffsets{} : block_offsets(t);
+  const int64_t nb = cols / 32, pair = cpu::packed_pair_bytes(f);
+  const int64_t group = q8 ? cpu::packed_q8_group_bytes(cols) : cpu::packed_group_bytes(f, cols);
   const int64_t groups = (rows + 15) / 16;
   const size_t total = static_cast<size_t>(groups * group);
   // Large copies on 2 MiB boundaries and transparent huge pages (advisory): a decode step
@@ -74,6 +80,11 @@ PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols
   const auto* src = static_cast<const uint8_t*>(w);
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* dst = buf + g * group;
+    if (q8) {
+      const int n_rows = static_cast<int>(std::min<int64_t>(16, rows - g * 16));
+      cpu::pack_q8_0_group(src + static_cast<size_t>(g * 16) * row_bytes, row_bytes, n_rows, cols, dst);
+      continue;
+    }
     for (int l = 0; l < 16 && g * 16 + l < rows; ++l) {
       const uint8_t* row = src + static_cast<size_t>(g * 16 + l) * row_bytes;
       for (int64_t b = 0; b < nb; ++b) {

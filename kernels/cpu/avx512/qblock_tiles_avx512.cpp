@@ -16,6 +16,7 @@
 
 #include "qblock_gemv.h"
 #include "qblock_formats.h"
+#include "qblock_packed_q8.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
 #include "tessera/common/check.h"
@@ -188,7 +189,9 @@ void gemm_qblock_avx512(const GemmQ8Job& job, int64_t r0, int64_t r1, int64_t t0
     int64_t t = t0;
     for (int c; (c = qblock_amx_chunk(t1 - t)) > 0; t += c) qblock_amx_gemm(job, r0, n16, t, c);
     if (t < t1) {  // Q8_0: the batch tiles even for 1..3 tokens, so no token's result depends on its batch
-      if (job.w_type == DType::kQ8_0) {
+      if (job.w_type == DType::kQ8_0 && job.packed != nullptr) {
+        gemm_q8_0_packed_tiles_avx512(job, r0, r0 + 16 * n16, t, t1);  // the same order, no pack16
+      } else if (job.w_type == DType::kQ8_0) {
         gemm_packed<Q8_0>(job, r0, r0 + 16 * n16, t, t1);
       } else {
         gemm_qblock_avx512(job, r0, r0 + 16 * n16, t, t1);

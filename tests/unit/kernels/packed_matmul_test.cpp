@@ -1,6 +1,6 @@
 // matmul over PackedWeights (packed_weights.h: the load-time 16-row interleaved copy of Q4_0,
 // Q4_1, Q5_0, Q5_1, IQ4_NL weights) vs the scalar oracle on the unpacked weights: bit-identical
-// for every shape, batch size and thread split. Ragged shapes: rows not a multiple of 16 (the
+// for every shape, batch size and thread split (Q8_0: vs the unpacked AVX-512 path). Ragged shapes: rows not a multiple of 16 (the
 // last group's missing rows are padding), odd block counts (the last pair of blocks has a zero
 // partner), cols 32 .. 4096; tokens 1, 2, 3 (decode) and 5, 17 (batches); strided x and y, with
 // y's padding left alone. On the AVX-512 kernel and on the AVX2 one, each where the CPU (and
@@ -106,10 +106,75 @@ TEST(PackedMatmul, ReadsThePackedCopy) {
   if (ran == 0) GTEST_SKIP() << "no AVX2 here (or TESSERA_ISA caps it)";
 }
 
+// Q8_0 (qblock_packed_q8.h) has no bit-identity with the scalar oracle; packed, it is
+// bit-identical to the unpacked AVX-512 path: decode (1..3 tokens) in gemm_q8_0's order, batches
+// in the VNNI batch tiles' (and, with AMX, 12+ tokens on the AMX tiles with the token tail on
+// the packed copy), including a token block's 1-token tail (n = 49: 48 + 1).
+TEST(PackedMatmul, Q8_0BitIdenticalToTheUnpackedAvx512Path) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  const DType t = DType::kQ8_0;
+  ThreadPool pool(3);
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape s : {Shape{1, 32}, Shape{7, 96}, Shape{16, 576}, Shape{33, 352}, Shape{40, 1536}, Shape{257, 544}}) {
+    const size_t rb = dtype_row_bytes(t, s.cols);
+    const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 5 + static_cast<uint64_t>(s.rows * s.cols));
+    std::vector<uint8_t> w(rb * static_cast<size_t>(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) quantize_row(t, wf.data() + r * s.cols, w.data() + static_cast<size_t>(r) * rb, s.cols);
+    const PackedWeights packed = pack_for_matmul(t, w.data(), s.rows, s.cols, Isa::kAvx512);
+    ASSERT_FALSE(packed.empty());
+    EXPECT_EQ(packed.bytes() % 64, 0u);
+    EXPECT_EQ(packed.bytes(), static_cast<size_t>((s.rows + 15) / 16 * ((s.cols / 32 + 1) / 2) * 1088));
+    for (const int64_t n : {1, 2, 3, 4, 5, 12, 17, 33, 49}) {
+      const int64_t x_stride = s.cols + 3, y_stride = s.rows + 5;
+      const auto x = random_floats(static_cast<size_t>(n * x_stride), 70 + static_cast<uint64_t>(n), -2.0f, 2.0f);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        MatmulArgs a{.w_type = t, .w = w.data(), .rows = s.rows, .cols = s.cols, .x = x.data(), .x_stride = x_stride,
+                     .n = n, .y = nullptr, .y_stride = y_stride};
+        std::vector<float> want(static_cast<size_t>(n * y_stride), -7.0f), got(want.size(), -7.0f);
+        a.y = want.data();
+        matmul(a, p, Isa::kAvx512);
+        a.y = got.data();
+        a.w_packed = &packed;
+        matmul(a, p, Isa::kAvx512);
+        ASSERT_EQ(got, want) << "rows=" << s.rows << " cols=" << s.cols << " n=" << n << (p ? " pool" : "");
+      }
+    }
+  }
+}
+
+// Packed from other weights, the Q8_0 result is theirs: every path reads the packed copy (decode,
+// the VNNI batch tiles, and with AMX its packed-copy tiles).
+TEST(PackedMatmul, Q8_0ReadsThePackedCopy) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  const DType t = DType::kQ8_0;
+  const int64_t rows = 33, cols = 352;
+  const size_t rb = dtype_row_bytes(t, cols);
+  std::vector<uint8_t> w1(rb * rows), w2(rb * rows);
+  const auto f1 = random_floats(static_cast<size_t>(rows * cols), 1), f2 = random_floats(static_cast<size_t>(rows * cols), 2);
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(t, f1.data() + r * cols, w1.data() + r * rb, cols);
+    quantize_row(t, f2.data() + r * cols, w2.data() + r * rb, cols);
+  }
+  const PackedWeights p2 = pack_for_matmul(t, w2.data(), rows, cols, Isa::kAvx512);
+  for (const int64_t n : {1, 5, 17, 40}) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 9);
+    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+    matmul({.w_type = t, .w = w2.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = want.data(),
+            .y_stride = rows},
+           nullptr, Isa::kAvx512);
+    matmul({.w_type = t, .w = w1.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = got.data(),
+            .y_stride = rows, .w_packed = &p2},
+           nullptr, Isa::kAvx512);
+    EXPECT_EQ(got, want) << "n=" << n;
+  }
+}
+
 // No packed path: an empty PackedWeights, which matmul ignores.
 TEST(PackedMatmul, OtherTypesAndIsasGiveNothingToPack) {
   const std::vector<uint8_t> w(dtype_row_bytes(DType::kQ8_0, 64) * 4);
-  EXPECT_TRUE(pack_for_matmul(DType::kQ8_0, w.data(), 4, 64, Isa::kAvx512).empty());
+  EXPECT_TRUE(pack_for_matmul(DType::kQ8_0, w.data(), 4, 64, Isa::kAvx2).empty());
   EXPECT_TRUE(pack_for_matmul(DType::kQ4_K, w.data(), 1, 256, Isa::kAvx512).empty());
   EXPECT_TRUE(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kScalar).empty());
   EXPECT_EQ(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kAvx2).empty(), !isa_supported(Isa::kAvx2));

@@ -60,7 +60,7 @@ TEST_P(WeightRepack, OnAndOffGenerateIdentically) {
   EXPECT_EQ(on_again.logprobs, off.logprobs) << dtype;
 }
 
-INSTANTIATE_TEST_SUITE_P(PackableTypes, WeightRepack, ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"));
+INSTANTIATE_TEST_SUITE_P(PackableTypes, WeightRepack, ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0"));
 
 }  // namespace
 }  // namespace tessera::worker

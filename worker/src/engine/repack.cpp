@@ -29,10 +29,11 @@ CpuBackend::RepackStats CpuBackend::repack_weights() {
     st.packed_bytes += p.bytes();
     packed_.emplace(std::make_pair(w.data, w.rows), std::move(p));
     // Without AMX the matmuls read the packed copy only; with AMX, batches of kQBlockAmxMinN
-    // tokens or more (prefill) run the AMX tiles over the original layout, so its pages stay.
+    // tokens or more (prefill) run the AMX tiles over the original layout, so its pages stay
+    // (not Q8_0's: its AMX tiles read the packed copy too).
     // Dropping file pages is always safe: touched again, they are read back from the file; so
     // the tied embedding's pages go too, and embed() faults in just the rows it looks up.
-    if (kernels::amx_tiles_enabled()) return;
+    if (kernels::amx_tiles_enabled() && w.dtype != DType::kQ8_0) return;
     const size_t n = static_cast<size_t>(w.rows) * dtype_row_bytes(w.dtype, w.cols);
     if (!model_.file_mapped(w.data, n)) return;
     const auto begin = reinterpret_cast<uintptr_t>(w.data), end = begin + n;

@@ -1,8 +1,8 @@
 // Weights repacked once, at load, into the layout a matmul kernel streams fastest.
 //
 // pack_for_matmul() copies a [rows, cols] weight matrix of a 32-value block format (Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL) into 16-row interleaved groups for the AVX-512 VNNI kernel (and the AVX2
-// one, which reads each group as two halves of 8 rows; packed with Isa::kAvx2): per group
+// Q5_0, Q5_1, IQ4_NL; Q8_0 on AVX-512 only) into 16-row interleaved groups for the AVX-512 VNNI
+// kernels (and the AVX2 one, which reads each group as two halves of 8 rows; packed with Isa::kAvx2): per group
 // of 16 rows and per block of 32 columns, the 16 rows' quant bytes as 4 zmm vectors (lane l of
 // vector m = bytes 4m..4m+3 of row l's qs: `& 0x0F` gives values 4m..4m+3, `>> 4` values
 // 16+4m..16+4m+3, i.e. the dword operands vpdpbusd takes with the activations broadcast), then
@@ -11,10 +11,14 @@
 // pairs [qs b][qs b+1][meta b][meta b+1] so every vector load is 64-byte aligned. The data
 // stay 4-bit (5-bit): the same bytes as the file, plus padding to a whole group (the last
 // group's missing rows are zero) and to a whole pair of blocks.
+// Q8_0 (qblock_packed_q8.h) likewise: per group and block, the 16 rows' 32 int8 values as 8 zmm
+// vectors (lane l of vector k = bytes 4k..4k+3 of row l, each xor 0x80: unsigned for vpdpbusd),
+// then the 16 fp16 scales, blocks in pairs: 34 bytes per row and block, as in the file.
 // MatmulArgs::w_packed hands one to matmul(), which then reads the packed copy (on the ISA it
 // was packed for; results bit-identical to the unpacked path) for decode, and for batches too
-// except where the AMX tiles take them (AVX-512 with kernels::amx_tiles_enabled() and at least
-// kQBlockAmxMinN = 12 tokens): those read the original layout.
+// except where the AMX tiles take them (kernels::amx_tiles_enabled() and at least
+// kQBlockAmxMinN = 12 tokens): those read the original layout — except Q8_0's, whose AMX tiles
+// read the packed copy too (every Q8_0 path does).
 //
 // Ownership: a PackedWeights owns its (64-byte aligned) buffer; move-only; immutable once made,
 // so many threads may read it. It does not refer to the weights it was made from.
