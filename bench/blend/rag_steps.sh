@@ -15,8 +15,8 @@ for budget in $budgets; do
     --kvstore false --worker-threads 1 --num-pages 1024 --insecure true --max-step-tokens "$budget" \
     >"$out/up-$budget.log" 2>&1 &
   up=$!
-  for _ in $(seq 600); do  # up to 60 s for the cluster to answer
-    curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
+  for _ in $(seq 600); do  # up to 60 s for the cluster (every worker registered)
+    grep -q "tessera up: cluster ready" "$out/up-$budget.log" && break
     sleep 0.1
   done
   worker=$(pgrep -f "tessera-worker.*$((port + 11))" | head -1)
