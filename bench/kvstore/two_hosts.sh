@@ -41,7 +41,10 @@ case "$cmd" in
         [ -x "$nfq" ] || { echo "no sch_netem and no nfq_delay binary given" >&2; exit 1; }
         for ns in $A $B; do
           ip netns exec $ns iptables -A OUTPUT -d 10.88.0.0/24 -j NFQUEUE --queue-num 7
-          ip netns exec $ns setsid "$nfq" 7 "$half" >"/tmp/nfq_delay-$ns.log" 2>&1 < /dev/null &
+          # Real-time priority: on a busy machine a late wake-up would add to the delay.
+          rt=()
+          chrt -f 50 true 2>/dev/null && rt=(chrt -f 50)
+          ip netns exec $ns setsid "${rt[@]}" "$nfq" 7 "$half" >"/tmp/nfq_delay-$ns.log" 2>&1 < /dev/null &
           echo $! >"/tmp/nfq_delay-$ns.pid"
         done
         echo "delay: nfq_delay ${half}us per direction (no sch_netem)"
