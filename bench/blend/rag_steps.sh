@@ -12,7 +12,7 @@ mkdir -p "$out"
 port=29500
 for budget in $budgets; do
   "$bin/tessera" up --model "$model" --http-port $port --zmq-port $((port + 1)) --scheduler-port $((port + 10)) \
-    --kvstore false --worker-threads 1 --num-pages 1024 --insecure true --max-step-tokens "$budget" \
+    --kvstore false --worker-threads 1 --num-pages 1024 --insecure true --max-step-tokens "$budget" --max-running 4 \
     >"$out/up-$budget.log" 2>&1 &
   up=$!
   for _ in $(seq 600); do  # up to 60 s for the cluster (every worker registered)
