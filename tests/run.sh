@@ -130,7 +130,10 @@ cmake --build "$build_dir" -j "$jobs"
 idle_prio=(nice -n 19)
 chrt --idle 0 true 2>/dev/null && idle_prio=(chrt --idle 0 nice -n 19)
 idle_pids=()
-trap 'for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; true' EXIT
+fuzz_pids=()  # fuzzers running in the background (each the fuzzer itself: run_fuzzer execs it)
+trap 'for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; for p in "${fuzz_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; true' EXIT
+trap 'exit 130' INT  # Ctrl-C: exit through the EXIT trap (background jobs ignore SIGINT here)
+trap 'exit 143' TERM
 start_idle() {  # start_idle FUNCTION LOG: FUNCTION (exported) in the background; sets idle_pid
   mkdir -p "$(dirname "$2")"
   # setsid: its own process group (its pid, as the script runs without job control), so the EXIT
@@ -307,7 +310,7 @@ if [[ -n "$fuzz_pid" ]]; then
   run_fuzzer() {  # 15 s of one target; its output goes to $fuzz_dir/fuzz-TARGET.log
     local target=$1 max_len=65536  # messages and request bodies; model files need room for a whole tiny model
     [[ $target == gguf || $target == safetensors ]] && max_len=1300000
-    TESSERA_SHARED_DIR="$shared" "$fuzz_dir/bin/${target}_fuzz" -max_total_time=15 -max_len=$max_len -print_final_stats=1 \
+    TESSERA_SHARED_DIR="$shared" exec "$fuzz_dir/bin/${target}_fuzz" -max_total_time=15 -max_len=$max_len -print_final_stats=1 \
       -artifact_prefix="$fuzz_dir/crash-$target-" "$corpus/$target" >"$fuzz_dir/fuzz-$target.log" 2>&1
   }
   fuzz_failed=()
@@ -318,6 +321,7 @@ if [[ -n "$fuzz_pid" ]]; then
       echo "tests/run.sh: fuzzing $target for 15 s"
       run_fuzzer "$target" &
       pids+=($!)
+      fuzz_pids+=($!)
     done
     for j in "${!batch[@]}"; do
       status=0

@@ -8,7 +8,12 @@
 //  3. get_many of --get-many-keys page-sized blobs with a cold L1 (Redis only).
 //
 //   kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis] [--get-many-keys K] [--only-get-many]
-// Redis: a private redis-server on a free loopback port (tests/support RedisServer).
+//                 [--redis HOST:PORT] [--get-many-inflight-kb KB]
+// Redis: a private redis-server on a free loopback port (tests/support RedisServer), or with
+// --redis (get_many rows only) a running one, e.g. on another host (docs/BENCHMARKS.md "get_many
+// across hosts"; its INFO is read with redis-cli). --get-many-inflight-kb sets the store's
+// RedisConfig::get_many_inflight_bytes (0 = one GET round trip per key, the unpipelined
+// baseline); benchmark-only, tessera-kvstore has no such option.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -73,11 +78,31 @@ struct LocalService {
   }
 };
 
+// The Redis server the L2 rows use: a private one (tests/support) or a running one (--redis).
+struct RedisTarget {
+  std::string host;
+  int port = 0;
+  const tessera::testing::RedisServer* local = nullptr;
+  // One command's reply as text (INFO only is needed).
+  std::string command(const std::vector<std::string>& argv) const {
+    if (local != nullptr) return local->command(argv);
+    std::string cmd = "redis-cli -h " + host + " -p " + std::to_string(port);
+    for (const std::string& a : argv) cmd += " " + a;
+    std::string out;
+    if (std::FILE* f = popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+      pclose(f);
+    }
+    return out;
+  }
+};
+
 // A store with L1 off, so every get goes to the Redis server r.
-StoreConfig l2_only(const tessera::testing::RedisServer& r) {
+StoreConfig l2_only(const RedisTarget& r, uint64_t get_many_inflight_bytes = RedisConfig{}.get_many_inflight_bytes) {
   StoreConfig sc;
   sc.l1.max_entries = 0;
-  sc.redis = RedisConfig{.host = r.host(), .port = r.port()};
+  sc.redis = RedisConfig{.host = r.host, .port = r.port, .get_many_inflight_bytes = get_many_inflight_bytes};
   sc.secret = "bench-secret";
   return sc;
 }
@@ -131,7 +156,7 @@ double other_cpu_ms(long pid) {
 }
 
 // A numeric field of redis INFO (e.g. "process_id", "total_reads_processed"); 0 when absent.
-long redis_info(const tessera::testing::RedisServer& r, const char* section, const std::string& field) {
+long redis_info(const RedisTarget& r, const char* section, const std::string& field) {
   const std::string info = r.command({"INFO", section});
   const size_t at = info.find(field + ":");
   return at == std::string::npos ? 0 : std::atol(info.c_str() + at + field.size() + 1);
@@ -139,8 +164,7 @@ long redis_info(const tessera::testing::RedisServer& r, const char* section, con
 
 // Redis read events per call (total_reads_processed: one per batch of commands read from a
 // socket, so about the round trips) and CPU, besides the wall time.
-void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters,
-                   const tessera::testing::RedisServer& rs) {
+void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters, const RedisTarget& rs) {
   const long redis = redis_info(rs, "server", "process_id");
   std::vector<std::string> hashes;
   for (int i = 0; i < keys; ++i) {
@@ -170,7 +194,7 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
 }
 
 // Offload-sized pages (16 tokens) fetched by one get_many, as a worker's reload does.
-void get_many_table(Client& c, int keys, int iters, const tessera::testing::RedisServer& redis) {
+void get_many_table(Client& c, int keys, int iters, const RedisTarget& redis) {
   const std::string small =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {5, 16, 4, 8}, 0x135, 7), {.codec = Codec::kZstd}).value();
   const std::string page =
@@ -191,6 +215,8 @@ struct Args {
   bool no_redis = false;
   int get_many_keys = 64;
   bool only_get_many = false;
+  std::string redis;              // HOST:PORT of a running redis-server (get_many rows); "" = a private one
+  int get_many_inflight_kb = 256; // RedisConfig::get_many_inflight_bytes / 1024; 0 = one round trip per key
 };
 
 int main(int argc, char** argv) {
@@ -205,6 +231,13 @@ int main(int argc, char** argv) {
   table.add(args.no_redis, {.name = "no-redis", .help = "skip the L2 (Redis) rows"});
   table.add(args.get_many_keys, {.name = "get-many-keys", .help = "keys per get_many in the cold-L1 get_many rows", .min = 1, .max = 256});
   table.add(args.only_get_many, {.name = "only-get-many", .help = "run only the cold-L1 get_many rows (needs Redis)"});
+  table.add(args.redis, {.name = "redis", .help = "HOST:PORT of a running redis-server for the get_many rows (implies --only-get-many; "
+                                                  "INFO read with redis-cli); default: a private one on loopback"});
+  table.add(args.get_many_inflight_kb,
+            {.name = "get-many-inflight-kb",
+             .help = "get_many rows: KiB of Redis replies in flight per shard (RedisConfig::get_many_inflight_bytes); "
+                     "0 = one GET round trip per key (unpipelined baseline)",
+             .min = 0, .max = 1 << 20});
   table.describe("kvstore codecs (ratio, error, speed) and put/get latency through the service, L1 and L2");
   if (auto exit_code = config::parse_command_line(table, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
@@ -212,15 +245,29 @@ int main(int argc, char** argv) {
   const uint32_t tokens = args.tokens;
   const DType dtype = args.dtype;
   const bool redis = !args.no_redis;
+  const uint64_t inflight = static_cast<uint64_t>(args.get_many_inflight_kb) << 10;
+  if (!args.redis.empty()) {
+    auto hp = parse_host_port(args.redis);
+    if (!hp.ok()) {
+      std::fprintf(stderr, "--redis: %s\n", hp.error().to_string().c_str());
+      return 1;
+    }
+    const RedisTarget target{.host = hp->first, .port = hp->second};
+    LocalService svc(l2_only(target, inflight));
+    auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
+    get_many_table(*c, args.get_many_keys, iters, target);
+    return 0;
+  }
   if (args.only_get_many) {
     auto r = tessera::testing::RedisServer::start();
     if (r == nullptr) {
       std::fprintf(stderr, "no redis-server\n");
       return 1;
     }
-    LocalService svc(l2_only(*r));
+    const RedisTarget target{.host = r->host(), .port = r->port(), .local = r.get()};
+    LocalService svc(l2_only(target, inflight));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
-    get_many_table(*c, args.get_many_keys, iters, *r);
+    get_many_table(*c, args.get_many_keys, iters, target);
     return 0;
   }
   const KvShape shape{30, tokens, 3, 64};
@@ -288,11 +335,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "no redis-server; skipping L2 rows\n");
       return 0;
     }
-    LocalService svc(l2_only(*r));
+    const RedisTarget target{.host = r->host(), .port = r->port(), .local = r.get()};
+    LocalService svc(l2_only(target, inflight));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);
-    get_many_table(*c, args.get_many_keys, iters, *r);
+    get_many_table(*c, args.get_many_keys, iters, target);
   }
   return 0;
 }

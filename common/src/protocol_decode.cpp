@@ -253,6 +253,7 @@ Status decode_plan(const MapView& m, StepPlan* p) {
     for (size_t i = 0; i < blend.size(); i += 2) sp.blend_chunks.push_back(BlendChunk{blend[i], blend[i + 1]});
     TS_TRY(opt(s, "blend_head", &sp.blend_head));
     TS_TRY(opt(s, "blend_tail", &sp.blend_tail));
+    TS_TRY(opt(s, "blend_head_from", &sp.blend_head_from));
     TS_TRY(opt(s, "blend_ratio", &sp.blend_ratio));
     TS_TRY(opt(s, "blend_salt", &sp.blend_salt));
     p->seqs.push_back(std::move(sp));

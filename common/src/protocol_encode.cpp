@@ -328,6 +328,10 @@ struct Encoder {
           w.key("blend_tail");
           w.i32s(s.blend_tail);
         }
+        if (s.blend_head_from != 0) {
+          w.key("blend_head_from");
+          w.i64(s.blend_head_from);
+        }
         w.key("blend_ratio");
         w.f32(s.blend_ratio);
         w.key("blend_salt");

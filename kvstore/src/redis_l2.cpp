@@ -11,8 +11,6 @@
 namespace tessera::kvstore {
 namespace {
 
-constexpr uint64_t kGetManyInFlightBytes = uint64_t{256} << 10;  // get_many: replies in flight, about
-
 timeval to_timeval(int ms) { return timeval{ms / 1000, (ms % 1000) * 1000}; }
 
 struct ReplyDeleter {
@@ -316,12 +314,14 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   auto conn = acquire();
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
-  // ones are appended (written with the next read). The window holds about kGetManyInFlightBytes
-  // of replies (the mean value size so far decides; 4 before the first reply): many small values
-  // go in a few round trips; values of kGetManyInFlightBytes or more one at a time (on loopback
+  // ones are appended (written with the next read). The window holds about
+  // config_.get_many_inflight_bytes of replies (the mean value size so far decides; 4 before the
+  // first reply; 0 bytes: one GET per round trip): many small values go in a few round trips;
+  // values of get_many_inflight_bytes or more one at a time (on loopback
   // queueing several large replies cost Redis and the client more CPU than the round trips saved,
   // docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output buffer at once.
-  size_t sent = 0, window = 4;
+  const uint64_t inflight = config_.get_many_inflight_bytes;
+  size_t sent = 0, window = inflight == 0 ? 1 : 4;
   uint64_t value_bytes = 0;
   auto send_upto = [&](size_t answered) {
     for (; sent < keys.size() && sent < answered + window; ++sent) {
@@ -336,7 +336,7 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
     if (redisGetReply(conn->get(), &raw) != REDIS_OK) raw = nullptr;
     const Reply r(static_cast<redisReply*>(raw));
     if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
-    window = std::clamp<size_t>(kGetManyInFlightBytes / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
+    window = std::clamp<size_t>(inflight / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
     send_upto(i + 1);
     if (Status st = conn->check(r, "get"); !st.ok()) {
       if (r == nullptr) {  // connection gone: this key and the rest are unavailable

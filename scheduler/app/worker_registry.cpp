@@ -29,6 +29,9 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
   bc.max_waiting = limits_.max_waiting;
   bc.max_pinned_pages = limits_.max_pinned_pages;
   if (reg.eos_id >= 0) bc.eos_ids = {reg.eos_id};
+  // CacheBlend over several steps only with a worker that says it can (an older one refuses a
+  // blended chunk that does not sample: it gets one-step blends or plain prefills).
+  bc.blend_steps = std::find(reg.capabilities.begin(), reg.capabilities.end(), "blend_steps") != reg.capabilities.end();
   auto batcher = scheduler::Batcher::create(bc);
   if (!batcher.ok()) return batcher.take_error();
   TS_TRY(router_.add_worker(name));
@@ -207,7 +210,7 @@ void WorkerRegistry::publish_blend() {
        "CacheBlend prefill chunks planned (a prompt longer than a step's token budget is blended over several)", steps,
        blend_steps_seen_);
   bump("tessera_scheduler_blend_fallbacks_total",
-       "requests with documents prefilled without CacheBlend (prompt log-probabilities asked; logged)", fallbacks,
+       "requests with documents prefilled without CacheBlend (prompt log-probabilities asked, or a worker without blend_steps and a prompt longer than a step; logged)", fallbacks,
        blend_fallbacks_seen_);
 }
 

@@ -91,7 +91,13 @@ void Batcher::advance(Sequence& s, StepOutcome& out, const SeqResult* sampled) {
   // same prefix share them as early as possible. Decode pages are indexed on finish/preemption.
   if (s.num_computed <= s.prompt_end) cache_prefix(s);
   if (sampled == nullptr) return;
-  s.reused_prompt_tokens += sampled->reused_tokens;
+  // The worker reports a prompt's reused tokens once, with its first sampled token (summed over
+  // the blended steps); a sequence resumed after a preemption blends its prompt again and reports
+  // them again: counted once, from its first sample.
+  if (!s.reused_counted) {
+    s.reused_counted = true;
+    s.reused_prompt_tokens = sampled->reused_tokens;
+  }
   if (s.req.kv_policy.type == KvPolicyType::kH2O) s.victims = sampled->victims;
   if (sampled->token < 0) {
     out.finished.push_back(finish(s, FinishReason::kError, -1, "worker sampled no token"));

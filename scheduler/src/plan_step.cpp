@@ -59,7 +59,7 @@ const char* blend_impossible(const Sequence& s) {
   if (s.req.blend_chunks.empty()) return nullptr;
   if (s.prefix_len > 0) return "a preference prefix";
   if (s.lp_next < s.prompt_end) return "prompt log-probabilities";
-  return nullptr;
+  return s.blend_refused;
 }
 bool blendable(const Sequence& s) { return !s.req.blend_chunks.empty() && blend_impossible(s) == nullptr; }
 
@@ -221,6 +221,15 @@ bool Batcher::admit_one(Planner& p, Sequence& s) {
 // chunk on, only pages up to the end of the first document (exact K/V) are indexed.
 void Batcher::plan_blend(Sequence& s, int32_t start, int32_t n) {
   if (!blendable(s) || !reaches_document(s, start, start + n)) return;
+  if (!config_.blend_steps && start + n < s.len()) {  // such a worker refuses a blend that does not sample
+    s.blend_refused = "the worker blends only in one step (no capability blend_steps) and the prompt needs several";
+    if (!s.blend_fallback_counted) {
+      s.blend_fallback_counted = true;
+      ++stats_.blend_fallbacks;
+      TS_LOG(kWarn) << "req=" << s.req.id << " | documents prefilled without CacheBlend: " << s.blend_refused;
+    }
+    return;
+  }
   s.blend_now = true;
   s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
   ++stats_.blend_steps;
@@ -337,7 +346,17 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
       }
       const int32_t last_end = out.blend_chunks.back().begin + out.blend_chunks.back().length;
       if (last_end > end) out.blend_tail.assign(s.tokens.begin() + end, s.tokens.begin() + last_end);
-      out.blend_head.assign(s.tokens.begin(), s.tokens.begin() + start);
+      // The head: the anchor, and from the document this chunk continues (else its start) on; a
+      // worker without blend_steps gets all of [0, start).
+      const int32_t anchor = out.blend_chunks.front().begin;
+      int32_t from = start;
+      for (const BlendChunk& c : out.blend_chunks) {
+        if (c.begin < start && c.begin + c.length > start) from = c.begin;
+      }
+      if (!config_.blend_steps || from <= anchor) from = 0;
+      out.blend_head.assign(s.tokens.begin(), s.tokens.begin() + (from == 0 ? start : anchor));
+      if (from != 0) out.blend_head.insert(out.blend_head.end(), s.tokens.begin() + from, s.tokens.begin() + start);
+      out.blend_head_from = from;
       out.blend_ratio = s.req.recompute_ratio;
       out.blend_salt = fnv1a64(s.req.ns.tenant_salt);
     }

@@ -57,8 +57,12 @@ struct Sequence {
   // steps); pages past index_limit hold fused (approximate) K/V and are never indexed.
   bool blend_now = false;
   bool blend_fallback_counted = false;  // a request with documents that cannot blend: counted and logged once
+  // Set when a chunk reaching a document could not be blended by a worker without multi-step
+  // blends (BatcherConfig::blend_steps): the rest of the prompt is prefilled as usual, for good.
+  const char* blend_refused = nullptr;
   int32_t index_limit = INT32_MAX;
-  int32_t reused_prompt_tokens = 0;
+  int32_t reused_prompt_tokens = 0;  // as the first sample reported it (reused_counted)
+  bool reused_counted = false;
 
   // Prompt log-probabilities (req.sampling.prompt_logprobs >= 0): the next prompt position whose
   // log-probability is missing (prompt_end: all there, or none asked), and those gathered so far

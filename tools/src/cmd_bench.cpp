@@ -67,6 +67,11 @@ void declare_bench_options(config::Options& o, BenchArgs& c) {
                                  .help = "rag: the blend mode's recompute_ratio; < 0 = the worker's "
                                          "--blend-recompute-ratio",
                                  .env = "TESSERA_BENCH_RECOMPUTE_RATIO", .min = -1, .max = 1});
+  o.add(c.load.scheduler_metrics_port,
+        {.name = "scheduler-metrics-port",
+         .help = "rag: the scheduler's /metrics port on --host (tessera up: scheduler-port + 2): report blended prefill "
+                 "steps and CacheBlend fallbacks per request (tessera_scheduler_blend_*); 0 = not read",
+         .env = "TESSERA_BENCH_SCHEDULER_METRICS_PORT", .min = 0, .max = 65535});
   o.add(c.load.cpu_pids, {.name = "cpu-pids",
                           .help = "comma-separated pids of local processes (e.g. the workers) whose CPU time is summed "
                                   "over each run and reported per request (\"\" = none)",

@@ -36,7 +36,8 @@ TEST(ClusterBenchRag, ThreeModesAgainstOneClusterReportTtftAndReuse) {
                 {"bench", "--port", std::to_string(cluster.http_port()), "--workload", "rag", "--rag-pool", "4",
                  "--rag-k", "2", "--rag-doc-words", "20", "--prompt-words", "6", "--num-requests",
                  std::to_string(kRequests), "--concurrency", "2", "--max-tokens", std::to_string(kMaxTokens),
-                 "--progress-s", "0", "--cpu-pids", std::to_string(cluster.worker().pid()), "--json", report},
+                 "--progress-s", "0", "--cpu-pids", std::to_string(cluster.worker().pid()), "--json", report,
+                 "--scheduler-metrics-port", std::to_string(cluster.metrics_port())},
                 log);
   // The table on stdout: a header, then one line per mode in order.
   const std::string header = bench.wait_line("mode ", milliseconds(120000));
@@ -79,6 +80,13 @@ TEST(ClusterBenchRag, ThreeModesAgainstOneClusterReportTtftAndReuse) {
   EXPECT_EQ(none["cached_prompt_tokens"], 0) << "a unique cache_salt per request shares nothing";
   EXPECT_EQ(prefix["prompt_tokens"], none["prompt_tokens"]) << "the same prompts";
   EXPECT_DOUBLE_EQ(none["ttft_p50_speedup_vs_none"].get<double>(), 1.0);
+  // The scheduler's counters over the measured requests: every blend request blended (in one step
+  // or more), no fallback; the other modes send no documents.
+  ASSERT_TRUE(blend["blend_steps_per_request"].is_number()) << blend.dump();
+  EXPECT_GE(blend["blend_steps_per_request"].get<double>(), 1.0);
+  EXPECT_EQ(blend["blend_fallbacks_per_request"].get<double>(), 0.0);
+  EXPECT_EQ(prefix["blend_steps_per_request"].get<double>(), 0.0);
+  EXPECT_EQ(none["blend_steps_per_request"].get<double>(), 0.0);
 }
 
 TEST(ClusterBenchRag, BadOptionsExit2NamingThem) {

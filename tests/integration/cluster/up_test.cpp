@@ -402,9 +402,10 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
   EXPECT_EQ(up.wait_exit(milliseconds(30000)), 0);
 }
 
-// The worker's K/V offload and CacheBlend options and the scheduler's offload options, given to
-// `tessera up`, reach the children (docs/kv.md): the worker runs its offloader (its series in
-// /metrics) with the codec given; options not given are not passed (a [worker] section applies).
+// The worker's K/V offload and CacheBlend options and the scheduler's offload options and step
+// budget, given to `tessera up`, reach the children (docs/kv.md): the worker runs its offloader
+// (its series in /metrics) with the codec given; options not given are not passed (a [worker]
+// section applies).
 TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
   const int base = free_port_block();
   ASSERT_GT(base, 0);
@@ -414,7 +415,7 @@ TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
               std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
               std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
               "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
-              "--kv-offload-min-pages", "2"},
+              "--kv-offload-min-pages", "2", "--max-step-tokens", "96"},
              dir + "/up.log");
   ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << dir << "/up.log";
   const std::string worker = cmdline(worker_pid(up.pid(), "worker0"));
@@ -424,6 +425,7 @@ TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
   EXPECT_EQ(worker.find("--blend-recompute-ratio"), std::string::npos) << "not given, not passed: " << worker;
   const std::string sched = cmdline(child_pid(up.pid(), "tessera-scheduler", "--worker-endpoint"));
   EXPECT_NE(sched.find(" --kv-offload-min-pages 2 "), std::string::npos) << sched;
+  EXPECT_NE(sched.find(" --max-step-tokens 96 "), std::string::npos) << "CacheBlend's step budget: " << sched;
   auto m = http::request({.port = base + 2 + 10, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
   ASSERT_TRUE(m.ok()) << m.error().to_string();
   EXPECT_NE(m->body.find("tessera_worker_kv_offload_pages_total"), std::string::npos) << "the offloader runs";

@@ -167,5 +167,22 @@ TEST(ProtocolApiFields, BlendTailRoundTripsAndIsOmittedWhenEmpty) {
   EXPECT_EQ(pm.plan.seqs[0].blend_chunks[0].length, 5);
 }
 
+// A compact head (workers with capability blend_steps): blend_head_from round-trips and is
+// omitted when 0 (the whole head), so older workers never see it.
+TEST(ProtocolApiFields, BlendHeadFromRoundTripsAndIsOmittedWhenZero) {
+  StepPlan plan{.step_id = 5};
+  SeqPlan s{.request_id = 9, .tokens = {5, 6}, .start_pos = 12, .block_table = {0}, .slot_mapping = {12, 13}};
+  s.blend_chunks = {{1, 4}, {5, 9}};
+  s.blend_head = {3, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+  plan.seqs.push_back(s);
+  EXPECT_EQ(encode(StepPlanMsg{.id = 5, .plan = plan}).find("blend_head_from"), std::string::npos) << "omitted when 0";
+  plan.seqs[0].blend_head = {3, 9, 9, 9, 9, 9, 9, 9};
+  plan.seqs[0].blend_head_from = 5;
+  StepPlanMsg pm = round_trip(StepPlanMsg{.id = 5, .plan = plan});
+  ASSERT_EQ(pm.plan.seqs.size(), 1u);
+  EXPECT_EQ(pm.plan.seqs[0].blend_head_from, 5);
+  EXPECT_EQ(pm.plan.seqs[0].blend_head.size(), 8u);
+}
+
 }  // namespace
 }  // namespace tessera::protocol

@@ -14,6 +14,7 @@ namespace tessera::scheduler {
 namespace {
 
 constexpr int32_t kPs = 4;
+constexpr int32_t kReused = 15;
 
 // 32 tokens: anchor [0, 2), documents [2, 9), [9, 17), [17, 25), question [25, 32).
 Request request(uint64_t id, bool documents = true, int32_t prompt_logprobs = -1) {
@@ -35,7 +36,10 @@ StepResult answer(const StepPlan& plan) {
   StepResult r;
   r.step_id = plan.step_id;
   for (const SeqPlan& s : plan.seqs) {
-    if (s.sample) r.results.push_back({.request_id = s.request_id, .token = 7, .logprob = -0.5f, .top = {}});
+    if (s.sample) {  // a blended prompt reports its reused tokens (kReused) with its sample, as the worker does
+      r.results.push_back({.request_id = s.request_id, .token = 7, .logprob = -0.5f, .top = {}});
+      r.results.back().reused_tokens = s.blend_chunks.empty() ? 0 : kReused;
+    }
     if (!s.prompt_logprobs) continue;
     PromptLogprobs pl{.request_id = s.request_id, .first_pos = s.start_pos + 1, .logprobs = {}, .top = {}};
     const size_t rows = s.tokens.size() - (s.next_token >= 0 ? 0 : 1);
@@ -62,9 +66,9 @@ std::vector<SeqPlan> drive(Batcher& b, int max_steps = 40) {
   return seen;
 }
 
-std::unique_ptr<Batcher> make(int32_t budget) {
-  return Batcher::create(BatcherConfig{.page_size = kPs, .num_pages = 64, .max_context = 64, .max_step_tokens = budget,
-                                       .max_prefill_chunk = 4, .max_running = 4})
+std::unique_ptr<Batcher> make(int32_t budget, bool blend_steps = true, int32_t num_pages = 64) {
+  return Batcher::create(BatcherConfig{.page_size = kPs, .num_pages = num_pages, .max_context = 64, .max_step_tokens = budget,
+                                       .max_prefill_chunk = 4, .max_running = 4, .blend_steps = blend_steps})
       .value();
 }
 
@@ -81,11 +85,13 @@ TEST(BatcherBlend, APromptLongerThanTheBudgetIsBlendedOverSeveralSteps) {
   struct Want {
     int32_t start, count;
     size_t chunks;
-    int32_t tail_end;  // 0: no tail
+    int32_t tail_end;   // 0: no tail
+    int32_t head_from;  // the head: the anchor [0, 2), then [head_from, start); 0: all of [0, start)
   };
-  // [0, 12) cuts the 2nd document (tail to 17); [12, 24) reaches the 3rd and cuts it (tail to 25);
-  // [24, 32) ends in the question: every document, no tail, samples.
-  const Want want[] = {{0, 12, 2, 17}, {12, 12, 3, 25}, {24, 8, 3, 0}};
+  // [0, 12) cuts the 2nd document (tail to 17); [12, 24) continues it (head from 9), reaches the
+  // 3rd and cuts it (tail to 25); [24, 32) continues that one (head from 17) and ends in the
+  // question: every document, no tail, samples.
+  const Want want[] = {{0, 12, 2, 17, 0}, {12, 12, 3, 25, 9}, {24, 8, 3, 0, 17}};
   for (size_t i = 0; i < 3; ++i) {
     SCOPED_TRACE(i);
     const SeqPlan& s = seen[i];
@@ -98,7 +104,15 @@ TEST(BatcherBlend, APromptLongerThanTheBudgetIsBlendedOverSeveralSteps) {
     }
     const int32_t end = want[i].start + want[i].count;
     EXPECT_EQ(s.blend_tail, want[i].tail_end > 0 ? slice(r.prompt, end, want[i].tail_end) : std::vector<int32_t>{});
-    EXPECT_EQ(s.blend_head, slice(r.prompt, 0, want[i].start));
+    // Only what the step's lookups read (the anchor and the document it continues), not the
+    // whole head again on every step.
+    std::vector<int32_t> head = slice(r.prompt, 0, want[i].head_from == 0 ? want[i].start : 2);
+    if (want[i].head_from > 0) {
+      const std::vector<int32_t> rest = slice(r.prompt, want[i].head_from, want[i].start);
+      head.insert(head.end(), rest.begin(), rest.end());
+    }
+    EXPECT_EQ(s.blend_head, head);
+    EXPECT_EQ(s.blend_head_from, want[i].head_from);
     EXPECT_FLOAT_EQ(s.blend_ratio, 0.25f);
     EXPECT_EQ(s.sample, i == 2);
   }
@@ -124,6 +138,68 @@ TEST(BatcherBlend, AChunkReachingNoDocumentIsAnOrdinaryPrefill) {
   EXPECT_TRUE(seen[1].blend_chunks.empty());
   EXPECT_TRUE(seen[1].sample);
   EXPECT_EQ(b->stats().blend_steps, 1);
+}
+
+// A worker without the capability blend_steps (built before blends over several steps) refuses a
+// blended chunk that does not sample: a prompt that fits the step is blended in one step with the
+// whole head; one that does not is prefilled as usual, counted once as a fallback.
+TEST(BatcherBlend, AWorkerWithoutBlendStepsGetsOneStepBlendsOrPlainPrefills) {
+  {
+    auto b = make(12, /*blend_steps=*/false);
+    ASSERT_TRUE(b->submit(request(1)).ok());
+    const std::vector<SeqPlan> seen = drive(*b);
+    ASSERT_GE(seen.size(), 4u);
+    for (const SeqPlan& s : seen) EXPECT_TRUE(s.blend_chunks.empty()) << "step at " << s.start_pos;
+    EXPECT_EQ(b->stats().blend_steps, 0);
+    EXPECT_EQ(b->stats().blend_fallbacks, 1);
+  }
+  {
+    auto b = make(40, /*blend_steps=*/false);
+    const Request r = request(1);
+    ASSERT_TRUE(b->submit(r).ok());
+    const std::vector<SeqPlan> seen = drive(*b);
+    ASSERT_GE(seen.size(), 2u);
+    EXPECT_EQ(seen[0].start_pos, 0);
+    EXPECT_EQ(seen[0].tokens.size(), 32u);
+    EXPECT_EQ(seen[0].blend_chunks.size(), 3u);
+    EXPECT_TRUE(seen[0].sample);
+    EXPECT_TRUE(seen[0].blend_tail.empty());
+    EXPECT_EQ(seen[0].blend_head_from, 0);
+    EXPECT_EQ(b->stats().blend_steps, 1);
+    EXPECT_EQ(b->stats().blend_fallbacks, 0);
+  }
+}
+
+// A preempted sequence blends its prompt again when it resumes and the worker reports the reused
+// tokens again with that sample: usage counts them once.
+TEST(BatcherBlend, ReusedTokensAreCountedOnceAcrossAPreemption) {
+  // 18 pages of 4. Request 1 is blended in one step, request 2 (other tokens, same documents'
+  // layout) in two (8 tokens, then 24); both decode until request 1's growth finds no free page
+  // and preempts request 2 (the later arrival), which resumes when request 1 is done.
+  auto b = make(40, true, /*num_pages=*/18);
+  Request first = request(1), second = request(2);
+  first.max_tokens = second.max_tokens = 9;
+  std::iota(second.prompt.begin(), second.prompt.end(), 200);
+  ASSERT_TRUE(b->submit(first).ok());
+  ASSERT_TRUE(b->submit(second).ok());
+  std::vector<FinishEvent> finished;
+  for (int i = 0; i < 60 && b->has_work(); ++i) {
+    auto plan = b->step();
+    ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+    auto out = b->apply(answer(*plan));
+    ASSERT_TRUE(out.ok()) << out.error().to_string();
+    ASSERT_TRUE(b->check().ok()) << b->check().error().to_string();
+    finished.insert(finished.end(), out->finished.begin(), out->finished.end());
+  }
+  EXPECT_EQ(b->stats().preemptions, 1);
+  ASSERT_EQ(finished.size(), 2u);
+  EXPECT_EQ(b->stats().blend_steps, 4) << "request 1 once, request 2 in two steps and once more after its preemption";
+  for (const FinishEvent& f : finished) {
+    SCOPED_TRACE(f.request_id);
+    EXPECT_EQ(f.reason, FinishReason::kLength);
+    EXPECT_EQ(f.usage.reused_prompt_tokens, kReused) << "reported with each prefill's sample, counted once";
+    EXPECT_EQ(f.usage.preemptions, f.request_id == 2 ? 1 : 0);
+  }
 }
 
 TEST(BatcherBlend, PromptLogprobsFallBackToAnOrdinaryPrefillCountedOnce) {

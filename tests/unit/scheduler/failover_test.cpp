@@ -228,6 +228,21 @@ TEST_F(FailoverTest, RequeuesAreBoundedAndNeedALiveWorker) {
       });
 }
 
+// CacheBlend over several steps is planned only for a worker that announces blend_steps at
+// registration; an older one (chunk_blend without it, or no list) gets one-step blends only.
+TEST_F(FailoverTest, MultiStepBlendsOnlyForWorkersAnnouncingBlendSteps) {
+  protocol::RegisterWorker newer = worker_info(1), older = worker_info(1), bare = worker_info(1);
+  newer.capabilities = {"cpu", "greedy", "chunk_blend", "blend_steps"};
+  older.capabilities = {"cpu", "greedy", "chunk_blend"};
+  auto a = workers->add("newer", newer);
+  auto b = workers->add("older", older);
+  auto c = workers->add("bare", bare);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_TRUE(a->blend_steps);
+  EXPECT_FALSE(b->blend_steps);
+  EXPECT_FALSE(c->blend_steps);
+}
+
 // Capabilities advertised at registration decide placement: a request is queued only on a
 // worker whose backend has what it needs (kv_fill for a preference, each sampling option),
 // and refused at once, naming what is missing, when no live worker has it.

@@ -65,6 +65,7 @@ class FakeBackend final : public Backend {
     const int32_t end = in.end < 0 ? static_cast<int32_t>(in.tokens.size()) : in.end;
     log.push_back("blend " + std::to_string(in.cached) + ".." + std::to_string(end) + " want " + std::to_string(in.want_logits) +
                   " of " + std::to_string(in.tokens.size()));
+    blend_tokens.assign(in.tokens.begin(), in.tokens.end());
     BlendOutcome out;
     for (const ChunkSpan& c : in.chunks) {
       out.hit_tokens += std::max(0, std::min(c.begin + c.length, end) - std::max(c.begin, in.cached));
@@ -78,6 +79,7 @@ class FakeBackend final : public Backend {
   BackendCaps caps;
   std::vector<std::string> log;
   std::vector<float> logits, blend_row;
+  std::vector<int32_t> blend_tokens;  // the tokens of the last blend_prefill
 
  private:
   const Model& model_;
@@ -377,6 +379,46 @@ TEST_F(StepExecutorTest, ABlendOverSeveralStepsSamplesOnceAndReportsAllItsReused
   bad.seqs[0].sample = false;
   bad.seqs[0].blend_tail = part(6, 7);  // one short of the document's end
   expect_refused(bad, ErrorCode::kInvalidArgument, "blend_tail has 1 tokens");
+}
+
+// A compact head (blend_head_from, capability blend_steps): the anchor and the part of the
+// document the step continues arrive, the positions between them do not; the backend gets them
+// at their positions (what the lookups read is the prompt's). A head that leaves out tokens of a
+// document the step continues, or that does not match start_pos, is refused.
+TEST_F(StepExecutorTest, ACompactBlendHeadPutsTheAnchorAndTheContinuedDocumentInPlace) {
+  backend_.caps.chunk_blend = true;
+  const std::vector<std::string> caps = exec_.capabilities();
+  EXPECT_NE(std::find(caps.begin(), caps.end(), "blend_steps"), caps.end());
+  std::vector<int32_t> prompt(20);
+  for (int32_t i = 0; i < 20; ++i) prompt[static_cast<size_t>(i)] = 30 + i;
+  auto part = [&](int32_t from, int32_t to) { return std::vector<int32_t>(prompt.begin() + from, prompt.begin() + to); };
+  // anchor [0, 2), documents [2, 8) and [8, 14), question [14, 20); this step: [10, 20).
+  StepPlan p{.step_id = 1};
+  p.seqs = {seq(1, part(10, 20), 10, {0, 1, 2, 3, 4})};
+  p.seqs[0].blend_chunks = {{2, 6}, {8, 6}};
+  p.seqs[0].blend_head = part(0, 2);
+  const std::vector<int32_t> continued = part(8, 10);
+  p.seqs[0].blend_head.insert(p.seqs[0].blend_head.end(), continued.begin(), continued.end());
+  p.seqs[0].blend_head_from = 8;
+  auto r = exec_.execute(p);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_EQ(backend_.blend_tokens.size(), 20u);
+  EXPECT_EQ(part(0, 2), std::vector<int32_t>(backend_.blend_tokens.begin(), backend_.blend_tokens.begin() + 2));
+  EXPECT_EQ(part(8, 20), std::vector<int32_t>(backend_.blend_tokens.begin() + 8, backend_.blend_tokens.end()));
+  EXPECT_EQ(r->results[0].token, (prompt[19] + 1) % kVocab);
+
+  StepPlan bad = p;
+  bad.step_id = 2;
+  bad.seqs[0].request_id = 2;
+  bad.seqs[0].blend_head_from = 9;  // leaves out position 8 of the document the step continues
+  bad.seqs[0].blend_head = part(0, 2);
+  bad.seqs[0].blend_head.push_back(prompt[9]);
+  expect_refused(bad, ErrorCode::kInvalidArgument, "leaves out tokens of the chunk at 8");
+  bad.seqs[0].blend_head_from = 2;  // not past the anchor
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_head_from 2 must be in (2, start_pos 10]");
+  bad.seqs[0].blend_head_from = 8;
+  bad.seqs[0].blend_head = part(0, 3);  // 3 tokens where [0, 2) + [8, 10) are 4
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_head has 3 tokens, start_pos and blend_head_from ask for 4");
 }
 
 }  // namespace

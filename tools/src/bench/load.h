@@ -50,6 +50,9 @@ struct LoadConfig {
   bool rag_warmup = true;           // per mode, unmeasured: each document once first (bench/rag.h)
   double recompute_ratio = -1.0;    // blend mode's recompute_ratio; < 0 = the worker's default
   std::string cpu_pids;             // "PID,PID": local processes whose CPU time a run sums ("" = none)
+  // rag: the scheduler's /metrics port on `host` (tessera up: scheduler-port + 2); blended steps and
+  // fallbacks per request from its tessera_scheduler_blend_* counters. 0 = not read.
+  int scheduler_metrics_port = 0;
 };
 
 struct RequestRecord {

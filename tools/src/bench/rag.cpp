@@ -7,7 +7,15 @@
 #include <random>
 #include <sstream>
 
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <utility>
+
 #include <nlohmann/json.hpp>
+
+#include "tessera/common/metrics.h"
+#include "tessera/http/client.h"
 
 namespace tessera::bench {
 namespace {
@@ -64,6 +72,33 @@ std::string random_hex() {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// The scheduler's (blend steps, blend fallbacks) counters; nullopt when unreadable.
+std::optional<std::pair<double, double>> read_blend_counters(const LoadConfig& c) {
+  auto r = http::request({.host = c.host, .port = c.scheduler_metrics_port, .method = "GET", .path = "/metrics", .timeout_ms = 5000});
+  if (!r.ok() || r->status != 200) return std::nullopt;
+  auto samples = metrics::parse_text(r->body);
+  if (!samples.ok()) return std::nullopt;
+  std::pair<double, double> v{0.0, 0.0};  // a counter not exported yet is 0
+  for (const auto& s : *samples) {
+    if (s.name == "tessera_scheduler_blend_steps_total") v.first = s.value;
+    if (s.name == "tessera_scheduler_blend_fallbacks_total") v.second = s.value;
+  }
+  return v;
+}
+
+// The counters once the scheduler has published what the finished requests planned: it publishes
+// them every <= 250 ms, so two reads 300 ms apart that agree are final (nothing else runs).
+std::optional<std::pair<double, double>> settled_blend_counters(const LoadConfig& c) {
+  auto prev = read_blend_counters(c);
+  for (int i = 0; prev && i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto now = read_blend_counters(c);
+    if (!now || *now == *prev) return now;
+    prev = now;
+  }
+  return prev;
 }
 
 double speedup(double base, double x) { return x > 0 && base > 0 ? base / x : 0.0; }
@@ -138,9 +173,18 @@ Result<RagReport> run_rag(const LoadConfig& c) {
     std::vector<std::string> bodies;
     for (size_t i = 0; i < measured.size(); ++i) bodies.push_back(body(c, mode, measured[i], salt_of("m", i)));
     std::fprintf(stderr, "tessera bench: rag mode %s: %zu measured request(s)\n", mode.c_str(), bodies.size());
+    std::optional<std::pair<double, double>> before;
+    if (c.scheduler_metrics_port > 0) before = settled_blend_counters(c);
     auto m = run_prepared(c, bodies);
     if (!m.ok()) return m.error();
-    rep.modes.push_back({mode, std::move(*m)});
+    RagModeReport mr{mode, std::move(*m)};
+    if (before) {
+      if (auto after = settled_blend_counters(c); after && mr.load.ok > 0) {
+        mr.blend_steps_per_request = (after->first - before->first) / mr.load.ok;
+        mr.blend_fallbacks_per_request = (after->second - before->second) / mr.load.ok;
+      }
+    }
+    rep.modes.push_back(std::move(mr));
   }
   return rep;
 }
@@ -156,6 +200,8 @@ std::string rag_report_json(const RagReport& r) {
     j["prompt_tokens_per_s"] = l.wall_s > 0 ? static_cast<double>(l.prompt_tokens) / l.wall_s : 0.0;
     j["cpu_ms_per_request"] = l.cpu_s >= 0 && l.ok > 0 ? json(1000.0 * l.cpu_s / l.ok) : json(nullptr);
     j["prompt_tokens_per_cpu_s"] = l.cpu_s > 0 ? json(static_cast<double>(l.prompt_tokens) / l.cpu_s) : json(nullptr);
+    j["blend_steps_per_request"] = m.blend_steps_per_request < 0 ? json(nullptr) : json(m.blend_steps_per_request);
+    j["blend_fallbacks_per_request"] = m.blend_fallbacks_per_request < 0 ? json(nullptr) : json(m.blend_fallbacks_per_request);
     if (none) {
       j["ttft_p50_speedup_vs_none"] = speedup(none->load.ttft.p50, l.ttft.p50);
       j["ttft_mean_speedup_vs_none"] = speedup(none->load.ttft.mean, l.ttft.mean);
@@ -208,6 +254,11 @@ std::string rag_report_table(const RagReport& r) {
                   l.requests_per_s, static_cast<long long>(l.prompt_tokens), 100.0 * static_cast<double>(l.cached_tokens) / pt,
                   100.0 * static_cast<double>(l.reused_tokens) / pt, cpu.c_str(), vs.c_str());
     s += buf;
+    if (m.blend_steps_per_request >= 0) {
+      std::snprintf(buf, sizeof(buf), "  %s: %.2f blended prefill steps, %.2f CacheBlend fallbacks per request (scheduler)\n",
+                    m.mode.c_str(), m.blend_steps_per_request, m.blend_fallbacks_per_request);
+      s += buf;
+    }
     for (const auto& e : l.sample_errors) s += "  error (" + m.mode + "): " + e + "\n";
   }
   s += "(cached = prompt tokens from the prefix cache, reused = from CacheBlend's document cache; usage fields)\n";

@@ -31,6 +31,10 @@ namespace tessera::bench {
 struct RagModeReport {
   std::string mode;  // blend | prefix | none
   LoadReport load;   // the measured requests only
+  // Over the measured requests, from the scheduler's counters (LoadConfig::scheduler_metrics_port;
+  // < 0 when not read): blended prefill steps and CacheBlend fallbacks per request.
+  double blend_steps_per_request = -1.0;
+  double blend_fallbacks_per_request = -1.0;
 };
 
 struct RagReport {

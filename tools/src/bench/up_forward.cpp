@@ -8,7 +8,8 @@ const std::vector<std::string_view> kWorkerPassThrough = {
     "kv-offload",        "kv-offload-codec",  "kv-offload-dtype", "kv-offload-max-pending-mb",
     "kv-codec",          "kv-codec-step",     "kv-codec-recent",  "kv-codec-decay",
     "blend-recompute-ratio", "blend-check-layer", "blend-cache-mb"};
-const std::vector<std::string_view> kSchedulerPassThrough = {"kv-offload-min-pages", "kv-offload-max-entries"};
+const std::vector<std::string_view> kSchedulerPassThrough = {"kv-offload-min-pages", "kv-offload-max-entries", "max-step-tokens",
+                                                             "max-running"};
 
 config::Option shared(const config::Options& child, std::string_view name) {
   config::Option o = child.option(name);

@@ -20,7 +20,9 @@ namespace tessera::tools::up {
 
 // The worker's K/V offload, blob codec and CacheBlend options (docs/kv.md).
 extern const std::vector<std::string_view> kWorkerPassThrough;
-// The scheduler's K/V offload options (docs/kv.md "K/V offload").
+// The scheduler's K/V offload options (docs/kv.md "K/V offload") and its step token budget
+// (--max-step-tokens, at least --max-running: how many steps a long CacheBlend prompt takes,
+// docs/kv.md "CacheBlend").
 extern const std::vector<std::string_view> kSchedulerPassThrough;
 
 // The child's option `name` as `up` declares it: the same declaration, env TESSERA_UP_<NAME>.

@@ -36,7 +36,10 @@ std::vector<std::string> capability_names(std::string_view backend_name, const B
     if (where != Where::kNone) out.emplace_back(name);
   }
   if (caps.prompt_logprobs) out.emplace_back("prompt_logprobs");
-  if (caps.chunk_blend) out.emplace_back("chunk_blend");
+  if (caps.chunk_blend) {
+    out.emplace_back("chunk_blend");
+    out.emplace_back("blend_steps");  // blends over several steps (blend_tail) with compact heads (blend_head_from)
+  }
   return out;
 }
 

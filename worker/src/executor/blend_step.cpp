@@ -37,9 +37,27 @@ Status validate_blend(const SeqPlan& s) {
   if (uses_kv_policy(s) || s.prompt_logprobs) {
     return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks cannot be combined with K/V policy directives or prompt_logprobs");
   }
-  if (static_cast<int64_t>(s.blend_head.size()) != s.start_pos) {
-    return make_error(ErrorCode::kInvalidArgument, who + "blend_head has " + std::to_string(s.blend_head.size()) +
-                                                       " tokens, start_pos is " + std::to_string(s.start_pos));
+  // A compact head leaves out [blend_chunks[0].begin, blend_head_from): no document it cuts may
+  // reach this step (its lookup would read the tokens left out).
+  const int32_t anchor = s.blend_chunks.empty() ? 0 : s.blend_chunks.front().begin;
+  const int32_t from = s.blend_head_from;
+  if (from != 0) {
+    if (from <= anchor || from > s.start_pos) {
+      return make_error(ErrorCode::kInvalidArgument, who + "blend_head_from " + std::to_string(from) + " must be in (" +
+                                                         std::to_string(anchor) + ", start_pos " + std::to_string(s.start_pos) + "]");
+    }
+    for (const BlendChunk& c : s.blend_chunks) {
+      if (c.begin < from && static_cast<int64_t>(c.begin) + c.length > s.start_pos) {
+        return make_error(ErrorCode::kInvalidArgument, who + "blend_head_from " + std::to_string(from) + " leaves out tokens of the chunk at " +
+                                                           std::to_string(c.begin) + ", which this step continues");
+      }
+    }
+  }
+  const int64_t head = s.start_pos - (from != 0 ? from - anchor : 0);
+  if (static_cast<int64_t>(s.blend_head.size()) != head) {
+    return make_error(ErrorCode::kInvalidArgument, who + "blend_head has " + std::to_string(s.blend_head.size()) + " tokens, " +
+                                                       (from != 0 ? "start_pos and blend_head_from ask for " + std::to_string(head)
+                                                                  : "start_pos is " + std::to_string(s.start_pos)));
   }
   if (s.blend_chunks.size() > kMaxBlendChunks) {
     return make_error(ErrorCode::kTooLarge, who + "blend_chunks holds more than " + std::to_string(kMaxBlendChunks) + " chunks");
@@ -62,7 +80,14 @@ Status run_blends(Backend& backend, const StepPlan& plan, std::vector<SeqInput>&
       rest.push_back(batch[i]);
       continue;
     }
-    tokens.assign(s.blend_head.begin(), s.blend_head.end());
+    if (s.blend_head_from == 0) {
+      tokens.assign(s.blend_head.begin(), s.blend_head.end());
+    } else {  // [0, anchor), then placeholders for the positions left out (never read), then [from, start_pos)
+      const auto anchor = static_cast<ptrdiff_t>(s.blend_chunks.front().begin);
+      tokens.assign(s.blend_head.begin(), s.blend_head.begin() + anchor);
+      tokens.resize(static_cast<size_t>(s.blend_head_from), 0);
+      tokens.insert(tokens.end(), s.blend_head.begin() + anchor, s.blend_head.end());
+    }
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     const auto end = static_cast<int32_t>(tokens.size());
     tokens.insert(tokens.end(), s.blend_tail.begin(), s.blend_tail.end());

@@ -31,8 +31,9 @@ struct BlendRows {
 };
 
 // The shape rules of a blended SeqPlan: it carries no K/V policy directive or prompt scoring,
-// blend_head holds exactly its start_pos tokens, and a blend_tail completes the last chunk, which
-// the step cuts (a step that does not sample). Errors name the request and field.
+// blend_head holds exactly its start_pos tokens (less those a blend_head_from leaves out, which no
+// chunk this step reaches may need), and a blend_tail completes the last chunk, which the step
+// cuts (a step that does not sample). Errors name the request and field.
 Status validate_blend(const SeqPlan& s);
 
 // Runs every blended SeqPlan of `plan` (in plan order) and removes their entries from `batch`

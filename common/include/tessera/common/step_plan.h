@@ -139,9 +139,14 @@ struct SeqPlan {
   // one this chunk reaches; blend_tail = the tokens after this chunk up to the end of that last
   // document when the chunk ends inside it (empty otherwise; never with sample);
   // blend_ratio < 0 = the worker's default recompute ratio. All omitted from the wire when empty.
+  // blend_head_from > 0 (only to workers with capability "blend_steps"): the head leaves out the
+  // tokens [blend_chunks[0].begin, blend_head_from), which no lookup of this step reads (they lie
+  // between the anchor and the document this chunk continues, or its start); blend_head then holds
+  // [0, blend_chunks[0].begin) followed by [blend_head_from, start_pos). 0 = the whole head.
   std::vector<BlendChunk> blend_chunks{};
   std::vector<int32_t> blend_head{};
   std::vector<int32_t> blend_tail{};
+  int32_t blend_head_from = 0;
   float blend_ratio = -1.0f;
   uint64_t blend_salt = 0;  // the request's K/V namespace (tenant, cache_salt): chunk K/V are shared only within it
 };

@@ -77,6 +77,11 @@ struct BatcherConfig {
   // Pinned prefixes (pin()) may lock at most this many pages together; 0 = half the pool.
   int32_t max_pinned_pages = 0;
   std::vector<int32_t> eos_ids{}; // the model's end-of-sequence tokens
+  // CacheBlend (docs/kv.md): the worker blends a prompt over several steps and takes compact
+  // heads (capability "blend_steps"). false (a worker without it): a request with documents is
+  // blended only in a step that finishes its prompt (one step, the whole head), otherwise
+  // prefilled as usual and counted in blend_fallbacks.
+  bool blend_steps = true;
 };
 
 struct BatcherStats {
@@ -93,7 +98,8 @@ struct BatcherStats {
   int64_t kv_evicted_tokens = 0;   // positions dropped from sequences' caches by a K/V policy
   int64_t kv_moved_tokens = 0;     // positions moved inside a cache by compactions
   int64_t blend_steps = 0;         // CacheBlend: prefill chunks planned as blends (a long prompt takes several)
-  int64_t blend_fallbacks = 0;     // requests with documents prefilled without CacheBlend (docs/kv.md)
+  int64_t blend_fallbacks = 0;     // requests with documents prefilled without CacheBlend (docs/kv.md):
+                                   // prompt log-probabilities, or a prompt a worker without blend_steps cannot blend in one step
 };
 
 // A prefix pinned in the radix index (Batcher::pin): its pages are never evicted until unpin().
