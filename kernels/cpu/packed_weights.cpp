@@ -63,12 +63,14 @@ PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols
   const size_t total = static_cast<size_t>(groups * group);
   // Large copies on 2 MiB boundaries and transparent huge pages (advisory): a decode step
   // streams every weight once, and 4 KiB pages cost a TLB miss per 4 KiB read.
+  // Only whole huge pages are advised: a partly used last one would be resident in full.
   constexpr size_t kHuge = size_t{2} << 20;
   const bool huge = total >= kHuge;
-  const size_t alloc = huge ? (total + kHuge - 1) / kHuge * kHuge : (total + 63) / 64 * 64;
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(huge ? kHuge : 64, alloc));
-  TS_CHECK(buf != nullptr) << "pack_for_matmul: cannot allocate " << total << " bytes";
-  if (huge) (void)::madvise(buf, alloc, MADV_HUGEPAGE);
+  void* mem = nullptr;
+  TS_CHECK(::posix_memalign(&mem, huge ? kHuge : 64, (total + 63) / 64 * 64) == 0)
+      << "pack_for_matmul: cannot allocate " << total << " bytes";
+  auto* buf = static_cast<uint8_t*>(mem);
+  if (huge) (void)::madvise(buf, total / kHuge * kHuge, MADV_HUGEPAGE);
   std::memset(buf, 0, total);
   p.buf_.reset(buf);
   p.dtype_ = t;

@@ -196,6 +196,13 @@ Status validate_config(const ModelConfig& c, const std::string& file) {
       return corrupt(file, "model config shared_expert_hidden_dim is out of range");
     }
   }
+  if (!(std::isfinite(c.rope_attn_factor) && c.rope_attn_factor > 0.0f)) {
+    return corrupt(file, "model config RoPE attention factor is not a positive number");
+  }
+  if (c.is_mla() && (!c.rope_freq_factors.empty() || c.rope_attn_factor != 1.0f)) {  // llama.cpp's build_deepseek2 ignores both
+    return make_error(ErrorCode::kUnsupported, file + ": RoPE frequency factors or a RoPE attention factor with multi-head "
+                                                      "latent attention are not supported");
+  }
   if (!c.rope_freq_factors.empty() && static_cast<int64_t>(c.rope_freq_factors.size()) != c.head_dim / 2) {
     return corrupt(file, "model config has " + std::to_string(c.rope_freq_factors.size()) +
                              " RoPE frequency factors, head_dim / 2 is " + std::to_string(c.head_dim / 2));

@@ -147,7 +147,9 @@ Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a)
   // Linear RoPE scaling (positions * 1 / factor) and llama.cpp's YaRN (ggml rope_yarn, every
   // architecture); other kinds change the rotation in ways not implemented here: refuse rather
   // than compute something else.
-  TS_ASSIGN_OR_RETURN(std::string scaling, m.string(a + "rope.scaling.type", std::string("none")));
+  // llama.cpp's default when the key is absent is "linear" (a rope.scale_linear or factor key
+  // then applies); an explicit "none" ignores any factor (it forces freq_scale 1).
+  TS_ASSIGN_OR_RETURN(std::string scaling, m.string(a + "rope.scaling.type", std::string("linear")));
   if (scaling == "yarn") {
     c.rope_yarn = true;
     TS_ASSIGN_OR_RETURN(c.yarn_orig_ctx, m.int32(a + "rope.scaling.original_context_length", c.max_seq_len));
@@ -164,7 +166,7 @@ Status read_family_features(const Meta& m, ModelConfig& c, const std::string& a)
     TS_ASSIGN_OR_RETURN(factor, m.real(a + "rope.scale_linear", 0.0f));
   }
   if (!(std::isfinite(factor) && factor >= 0.0f)) return m.wrong(a + "rope.scaling.factor", "must be a positive number");
-  c.rope_freq_scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+  c.rope_freq_scale = factor == 0.0f || scaling == "none" ? 1.0f : 1.0f / factor;
   if (c.architecture == "gemma2") {
     c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
     // Queries are scaled by 1/sqrt(query_pre_attn_scalar): head_dim for 2B/9B, dim/heads for 27B
@@ -425,6 +427,7 @@ Result<std::unique_ptr<Model>> load_gguf(std::shared_ptr<const FileBytes> file, 
   if (longrope) {
     TS_ASSIGN_OR_RETURN(const int32_t orig, m.int32(a + "rope.scaling.original_context_length", c.max_seq_len));
     TS_TRY(read_rope_freqs(c.max_seq_len > orig ? lf->second : sf->second, c, path));
+    c.rope_longrope = true;
     c.rope_longrope_long = c.max_seq_len > orig;
   }
   TS_ASSIGN_OR_RETURN(std::string name, m.string("general.name", std::string()));

@@ -98,13 +98,15 @@ Status read_hf_deepseek(const HfConfig& cfg, ModelConfig& c, const std::string& 
 Status read_hf_gemma2(const HfConfig& cfg, ModelConfig& c, const std::string& config_path) {
   c.architecture = "gemma2";
   c.family = "gemma2";
-  TS_ASSIGN_OR_RETURN(const int32_t qpas, cfg.int32("query_pre_attn_scalar", c.head_dim));
+  // Gemma2Config's defaults: query_pre_attn_scalar 256, soft-caps 50 / 30 and a window of 4096
+  // when a key is absent; null turns a soft-cap or the window off.
+  TS_ASSIGN_OR_RETURN(const int32_t qpas, cfg.int32("query_pre_attn_scalar", 256));
   if (qpas <= 0) return make_error(ErrorCode::kCorruptFile, config_path + ": query_pre_attn_scalar must be positive");
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(qpas));
   c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
-  TS_ASSIGN_OR_RETURN(c.attn_softcap, cfg.real("attn_logit_softcapping", 0.0f));
-  TS_ASSIGN_OR_RETURN(c.final_softcap, cfg.real("final_logit_softcapping", 0.0f));
-  TS_ASSIGN_OR_RETURN(c.sliding_window, cfg.int32("sliding_window", 4096));
+  TS_ASSIGN_OR_RETURN(c.attn_softcap, cfg.real("attn_logit_softcapping", cfg.present("attn_logit_softcapping") ? 0.0f : 50.0f));
+  TS_ASSIGN_OR_RETURN(c.final_softcap, cfg.real("final_logit_softcapping", cfg.present("final_logit_softcapping") ? 0.0f : 30.0f));
+  TS_ASSIGN_OR_RETURN(c.sliding_window, cfg.int32("sliding_window", cfg.present("sliding_window") ? 0 : 4096));
   c.swa_every = 2;
   c.post_norms = true;
   std::string act = "gelu_pytorch_tanh";
@@ -150,7 +152,7 @@ Status read_hf_phi3(const json& cj, const HfConfig& cfg, ModelConfig& c, const s
   }
   if (type != "longrope" && type != "su") return ok_status();  // read_rope_scaling decides
   TS_ASSIGN_OR_RETURN(const int32_t orig, cfg.int32("original_max_position_embeddings"));
-  if (orig <= 0) return make_error(ErrorCode::kCorruptFile, config_path + ": original_max_position_embeddings must be positive");
+  if (orig < 2) return make_error(ErrorCode::kCorruptFile, config_path + ": original_max_position_embeddings must be at least 2");
   if (r.has("long_mscale") || r.has("short_mscale")) {
     return make_error(ErrorCode::kUnsupported, config_path + ": rope_scaling long_mscale / short_mscale (Phi-3-small) is not supported");
   }
@@ -173,6 +175,7 @@ Status read_hf_phi3(const json& cj, const HfConfig& cfg, ModelConfig& c, const s
   }
   const double scale = static_cast<double>(c.max_seq_len) / orig;
   c.rope_attn_factor = scale > 1.0 ? static_cast<float>(std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig)))) : 1.0f;
+  c.rope_longrope = true;
   c.rope_longrope_long = long_factors;
   return ok_status();
 }

@@ -59,6 +59,7 @@ class HfConfig {
     auto it = j_.find(key);
     return it != j_.end() && it->is_array() && it->empty();
   }
+  bool present(const char* key) const { return j_.contains(key); }  // null included
   bool has(const char* key) const {
     auto it = j_.find(key);
     return it != j_.end() && !it->is_null();

@@ -236,9 +236,14 @@ Result<std::unique_ptr<Model>> load_hf_from(const std::string& dir, const std::s
   TS_ASSIGN_OR_RETURN(c.max_seq_len, cfg.int32("max_position_embeddings"));
   TS_ASSIGN_OR_RETURN(c.rms_eps, cfg.real("rms_norm_eps", 1e-6f));
   TS_ASSIGN_OR_RETURN(c.rope_theta, cfg.real("rope_theta", 10000.0f));
-  TS_ASSIGN_OR_RETURN(bool tie, cfg.boolean("tie_word_embeddings", false));
+  // Gemma2Config ties by default (and the converter drops lm_head); the others do not.
+  TS_ASSIGN_OR_RETURN(bool tie, cfg.boolean("tie_word_embeddings", model_type == "gemma2"));
   if (c.n_heads == 0) return make_error(ErrorCode::kCorruptFile, config_path + ": num_attention_heads is 0");
   TS_ASSIGN_OR_RETURN(c.head_dim, cfg.int32("head_dim", c.dim / c.n_heads));
+  if (c.head_dim <= 0 || c.head_dim > 4096 || c.head_dim % 2 != 0) {  // before anything sized by it (rope_scaling)
+    return make_error(ErrorCode::kCorruptFile, config_path + ": head_dim " + std::to_string(c.head_dim) +
+                                                   " must be even and in [2, 4096]");
+  }
   c.rope_layout = RopeLayout::kHalves;
   TS_TRY(read_hf_family(cj, cfg, c, model_type, config_path));
   TS_TRY(validate_config(c, config_path));

@@ -106,13 +106,21 @@ uint64_t compute_fingerprint(const Model& model) {
   if (!c.rope_freq_factors.empty()) {
     for (float f : c.rope_freq_factors) h.value(std::bit_cast<uint32_t>(f));
   }
-  for (float v : {c.rope_freq_scale, c.embedding_scale, c.attn_scale, c.attn_softcap, c.final_softcap, c.rope_attn_factor}) {
+  for (float v : {c.rope_freq_scale, c.embedding_scale, c.attn_scale, c.attn_softcap, c.final_softcap}) {
     if (v != 0.0f && v != 1.0f) h.value(std::bit_cast<uint32_t>(v));
+  }
+  // Later features carry a marker byte each, so that no two of them hash alike.
+  if (c.rope_attn_factor != 1.0f) {
+    h.value<uint8_t>(0xA1);
+    h.value(std::bit_cast<uint32_t>(c.rope_attn_factor));
   }
   if (c.sliding_window != plain.sliding_window) h.value(c.sliding_window * 16 + c.swa_every);
   if (c.post_norms) h.value<uint8_t>(1);
   if (c.qk_norm) h.value<uint8_t>(2);
-  if (c.rope_yarn && !c.is_mla()) h.value(c.yarn_orig_ctx * 2 + 1);  // YaRN outside DeepSeek (hashed below there)
+  if (c.rope_yarn && !c.is_mla()) {  // YaRN outside DeepSeek (hashed below there)
+    h.value<uint8_t>(0xA2);
+    h.value<int64_t>(c.yarn_orig_ctx);
+  }
   if (c.is_mla()) {
     for (int32_t v : {c.kv_lora_rank, c.q_lora_rank, c.rope_dim, c.v_head_dim, c.n_dense_lead, c.yarn_orig_ctx}) h.value(v);
     for (float v : {c.expert_weights_scale, c.yarn_log_mul}) h.value(std::bit_cast<uint32_t>(v));

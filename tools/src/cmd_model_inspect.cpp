@@ -82,7 +82,7 @@ std::vector<std::string> features(const Model& m) {
   std::vector<std::string> out;
   char buf[160];
   if (!c.rope_freq_factors.empty()) {
-    const char* source = c.rope_attn_factor != 1.0f ? (c.rope_longrope_long ? "LongRoPE long" : "LongRoPE short") : "rope_freqs";
+    const char* source = c.rope_longrope ? (c.rope_longrope_long ? "LongRoPE long" : "LongRoPE short") : "rope_freqs";
     std::snprintf(buf, sizeof buf, "RoPE frequency factors (%s, %zu values, %.3g..%.3g)", source, c.rope_freq_factors.size(),
                   *std::min_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()),
                   *std::max_element(c.rope_freq_factors.begin(), c.rope_freq_factors.end()));

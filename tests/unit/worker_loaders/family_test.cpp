@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "gguf_writer.h"
 #include "synth.h"
@@ -138,6 +139,33 @@ TEST_F(FamilyTest, LongRopeNeedsBothFactorTensorsAndNoRopeFreqs) {
     EXPECT_EQ(m.error().code, ErrorCode::kCorruptFile);
     EXPECT_NE(m.error().message.find("LongRoPE needs both"), std::string::npos) << m.error().message;
   }
+}
+
+TEST_F(FamilyTest, RopeKeysThatComputeDifferentlyFingerprintDifferently) {
+  auto file = [&](const std::string& name, const std::function<void(loaders::GgufWriter&)>& keys) {
+    loaders::GgufWriter w = testing::tiny_llama_writer();
+    for (const char* n : {"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"}) w.add_tensor(n, 0, {32, 32});
+    keys(w);
+    auto m = load_model(testing::write_zeros(w, dir_ + "/" + name + ".gguf"));
+    EXPECT_TRUE(m.ok()) << name << ": " << (m.ok() ? "" : m.error().to_string());
+    return m.ok() ? (*m)->fingerprint : 0;
+  };
+  const uint64_t linear = file("linear", [](loaders::GgufWriter& w) { w.set_f32("llama.rope.scaling.factor", 2.0f); });
+  const uint64_t attn = file("attn", [](loaders::GgufWriter& w) { w.set_f32("llama.rope.scaling.attn_factor", 0.5f); });
+  const uint64_t yarn = file("yarn", [](loaders::GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "yarn");
+    w.set_f32("llama.rope.scaling.factor", 2.0f);
+  });
+  // An explicit "none" ignores the factor (llama.cpp forces freq_scale 1): the plain model.
+  const uint64_t none = file("none", [](loaders::GgufWriter& w) {
+    w.set_string("llama.rope.scaling.type", "none");
+    w.set_f32("llama.rope.scaling.factor", 2.0f);
+  });
+  const uint64_t plain = file("plain", [](loaders::GgufWriter&) {});
+  EXPECT_NE(linear, attn);
+  EXPECT_NE(linear, yarn);
+  EXPECT_NE(attn, plain);
+  EXPECT_EQ(none, plain);
 }
 
 }  // namespace

@@ -252,6 +252,7 @@ TEST_F(HfDeepSeek, UnsupportedAndWrongKeysAreNamed) {
       {"qk_rope_head_dim", 15, ErrorCode::kCorruptFile, "qk_rope_head_dim"},
       {"kv_lora_rank", nullptr, ErrorCode::kCorruptFile, "kv_lora_rank is missing"},
       {"first_k_dense_replace", 3, ErrorCode::kCorruptFile, "first_k_dense_replace"},
+      {"rope_scaling.type", "llama3", ErrorCode::kUnsupported, "RoPE frequency factors or a RoPE attention factor with multi-head"},
   };
   for (const Case& k : cases) {
     auto r = load_with(k.key, k.value);

@@ -172,6 +172,26 @@ TEST_F(HfFamilies, Gemma2LoadsAsItsGguf) {
   expect_same_model();
   EXPECT_TRUE(hf_->config().post_norms);
   EXPECT_GT(hf_->config().attn_softcap, 0.0f);
+  // Gemma2Config's defaults when the keys are absent; null turns them off.
+  auto defaults = load_edited([](json& j) {
+    for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "query_pre_attn_scalar",
+                          "tie_word_embeddings"}) {
+      j.erase(k);
+    }
+  });
+  ASSERT_TRUE(defaults.ok()) << defaults.error().to_string();
+  EXPECT_EQ((*defaults)->config().attn_softcap, 50.0f);
+  EXPECT_EQ((*defaults)->config().final_softcap, 30.0f);
+  EXPECT_EQ((*defaults)->config().sliding_window, 4096);
+  EXPECT_FLOAT_EQ((*defaults)->config().attn_scale, 1.0f / 16.0f);  // 1 / sqrt(256)
+  EXPECT_TRUE((*defaults)->config().tied_embeddings);
+  auto off = load_edited([](json& j) {
+    j["attn_logit_softcapping"] = nullptr;
+    j["sliding_window"] = nullptr;
+  });
+  ASSERT_TRUE(off.ok()) << off.error().to_string();
+  EXPECT_EQ((*off)->config().attn_softcap, 0.0f);
+  EXPECT_EQ((*off)->config().sliding_window, 0);
   auto silu = load_edited([](json& j) { j["hidden_activation"] = "silu"; });
   ASSERT_FALSE(silu.ok());
   EXPECT_EQ(silu.error().code, ErrorCode::kUnsupported);
@@ -204,6 +224,10 @@ TEST_F(HfFamilies, Phi3LongRopeLoadsAsItsGguf) {
   EXPECT_EQ(bad.error().code, ErrorCode::kCorruptFile);
   EXPECT_NE(bad.error().message.find("long_factor must be an array of head_dim / 2 = 32"), std::string::npos)
       << bad.error().message;
+  auto one = load_edited([](json& j) { j["original_max_position_embeddings"] = 1; });  // ln(1) = 0: an infinite factor
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.error().message.find("original_max_position_embeddings must be at least 2"), std::string::npos)
+      << one.error().message;
   auto small = load_edited([](json& j) { j["rope_scaling"]["long_mscale"] = 1.2; });
   ASSERT_FALSE(small.ok());
   EXPECT_EQ(small.error().code, ErrorCode::kUnsupported);

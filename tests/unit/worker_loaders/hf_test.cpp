@@ -307,7 +307,10 @@ TEST(HfDirectoryRopeScaling, Llama3LinearDynamicAndRefusals) {
                        Bad{R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0})",
                            ErrorCode::kCorruptFile, "low_freq_factor"},
                        Bad{R"({"rope_type": 3})", ErrorCode::kCorruptFile, "rope_type"},
-                       Bad{R"([1, 2])", ErrorCode::kCorruptFile, "rope_scaling is not an object"}}) {
+                       Bad{R"([1, 2])", ErrorCode::kCorruptFile, "rope_scaling is not an object"},
+                       // head_dim is bounded before the factors are sized by it.
+                       Bad{R"({"rope_type": "llama3", "factor": 8.0}, "head_dim": 2147483647)", ErrorCode::kCorruptFile,
+                           "head_dim 2147483647 must be even and in [2, 4096]"}}) {
     auto r = load_with_rope_scaling(dir, b.rope_scaling);
     ASSERT_FALSE(r.ok()) << b.rope_scaling;
     EXPECT_EQ(r.error().code, b.code) << b.rope_scaling;

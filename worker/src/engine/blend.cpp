@@ -102,6 +102,9 @@ Result<std::shared_ptr<const ChunkKv>> CpuBackend::compute_chunk(std::span<const
 }
 
 Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
+  if (!capabilities().chunk_blend) {  // latent attention, YaRN, LongRoPE: re-rotation with the plain table would be wrong
+    return make_error(ErrorCode::kUnsupported, "cpu backend: this model lacks capability chunk_blend (CacheBlend)");
+  }
   TS_TRY(check_input(in, pool_, cfg_.vocab_size));
   const int32_t n = in.end < 0 ? static_cast<int32_t>(in.tokens.size()) : in.end;  // positions computed: [first, n)
   const int32_t ps = pool_.page_size();

@@ -275,8 +275,8 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
 // corrected dimensions for beta_fast 32 / beta_slow 1, its magnitude scale).
 void mla_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, float* cos_sin);
 // The same table for any rotated width `n_dims` ([n, n_dims]), ggml's rope_ext with ext_factor 1
-// when config.rope_yarn, attention factor `attn_factor` (1 for every family but DeepSeek) and
-// the Llama 3 frequency factors if any: the plain attention's table of a YaRN model.
+// when config.rope_yarn, attention factor `attn_factor` (config.rope_attn_factor outside
+// DeepSeek) and the frequency factors if any: the plain attention's table of a YaRN or LongRoPE model.
 void yarn_rope_table(const ModelConfig& c, const int32_t* positions, int64_t n, int n_dims, float attn_factor, float* cos_sin);
 
 // Checks that the model's tensors have the shapes and dtypes the forward pass needs.

@@ -300,6 +300,8 @@ InjectorStats PreferenceInjector::stats() const {
 
 kvstore::PackedKv read_pages(const KvPool& pool, const Model& model, std::span<const int32_t> pages, int32_t num_tokens) {
   const ModelConfig& c = model.config();
+  TS_CHECK(pool.planes() == 2 && pool.n_kv_heads() == c.n_kv_heads && pool.head_dim() == c.head_dim)
+      << "read_pages: a per-head K/V pool of the model's shape (not a latent cache)";
   kvstore::PackedKv kv;
   kv.fingerprint = model.fingerprint;
   kv.dtype = DType::kF32;

@@ -101,7 +101,8 @@ struct ModelConfig {
   // cos and sin of every rotation multiplied by this (llama.cpp's rope.scaling.attn_factor, which
   // LongRoPE files carry: sqrt(1 + ln(context / original) / ln(original))); 1 = plain.
   float rope_attn_factor = 1.0f;
-  bool rope_longrope_long = false;  // LongRoPE: rope_freq_factors are the long ones (for inspect)
+  bool rope_longrope = false;       // rope_freq_factors are LongRoPE's (for inspect)
+  bool rope_longrope_long = false;  // ... the long ones
   float embedding_scale = 1.0f;  // token embeddings are multiplied by this (Gemma: sqrt(dim))
   float attn_scale = 0.0f;       // scores = q.k * attn_scale; 0 means 1 / sqrt(head_dim)
   float attn_softcap = 0.0f;     // scores = cap * tanh(scores / cap) before the softmax; 0 = none
