@@ -32,13 +32,12 @@
 namespace tessera::kernels::cpu {
 namespace {
 
-// Bytes ahead of the block pair being read that the decode GEMV prefetches, one per line, the
-// pair's 17 lines spread over its two blocks (a burst stalls on the L1 fill buffers): rows of
-// up to kShortRowBlocks blocks into L1, longer rows (the stream of a big model) into L2 from
-// further ahead, as the Q4_0-family GEMV (qblock_packed_avx512.cpp). Llama-1B Q8_0 tg32 at 1
-// thread, per CPU-s, paired (load 2-3): burst of 17 into L1 2 KiB ahead 10.7, spread into L2
-// 4 KiB ahead 11.8, 6 KiB 12.0.
-constexpr int64_t kPrefetchShort = 2048, kPrefetchLong = 6144, kShortRowBlocks = 32;
+// Bytes ahead of the block pair being read that the decode GEMV prefetches into L2, one per
+// line, the pair's 17 lines spread over its two blocks (a burst stalls on the L1 fill buffers).
+// Tokens per CPU-s at 1 thread, paired rounds at load 2-3: Llama-1B Q8_0 tg32, burst of 17 into
+// L1 2 KiB ahead 10.7, spread into L2 4 KiB ahead 11.8, 6 KiB 12.0; SmolLM2 Q8_0 tg64 (rows of
+// 18 and 48 blocks) 127 with its short rows into L1 2 KiB ahead, 135 with every row into L2.
+constexpr int64_t kPrefetch = 6144;
 
 inline int32_t load_i32(const int8_t* p) {
   int32_t v;
@@ -69,23 +68,15 @@ __attribute__((always_inline)) inline __m512 dword_dot(const uint8_t* qs, int k,
 void gemv_group(const uint8_t* grp, int64_t nb, const TokX& x, float* y, __mmask16 live, bool prefetch) {
   __m512 acc[16];
   for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
-  const bool short_rows = nb <= kShortRowBlocks;
-  const int64_t ahead = short_rows ? kPrefetchShort : kPrefetchLong;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const uint8_t* pb = grp + (b / 2) * kPackedQ8PairBytes;
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       if (prefetch) {  // lines 0..8, then 9..16
-        const char* pf = reinterpret_cast<const char*>(pb) + ahead + 64 * 9 * h;
+        const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * 9 * h;
 #pragma GCC unroll 9
-        for (int l = 0; l < 9 - h; ++l) {
-          if (short_rows) {
-            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
-          } else {
-            _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
-          }
-        }
+        for (int l = 0; l < 9 - h; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
       }
       const uint8_t* qs = pb + h * kPackedQ8QsBytes;
       const __m512 dx = _mm512_mul_ps(load_scales(pb + 2 * kPackedQ8QsBytes + h * kPackedQ8MetaBytes), _mm512_set1_ps(x.d[b + h]));
