@@ -39,7 +39,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "tessera-kvstore: --redis: %s\n", hp.error().message.c_str());
       return 2;
     }
-    sc.redis_shards.push_back(kvstore::RedisConfig{.host = hp->first, .port = hp->second});
+    sc.redis_shards.push_back(kvstore::RedisConfig{
+        .host = hp->first, .port = hp->second,
+        .get_many_inflight_bytes = static_cast<uint64_t>(config.redis_get_many_inflight_kb) << 10});
     redis_list += (redis_list.empty() ? "" : ",") + hp->first + ":" + std::to_string(hp->second);
   }
   auto store = kvstore::Store::create(sc);

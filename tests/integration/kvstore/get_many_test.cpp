@@ -15,6 +15,7 @@
 #include "tessera/kvstore/client.h"
 #include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
+#include "tessera/testing/redis_server.h"
 
 namespace tessera::kvstore {
 namespace {
@@ -109,6 +110,56 @@ TEST(KvServiceGetMany, AnswersEveryHashInOrderInOneRoundTrip) {
       << stats->metrics;
   EXPECT_NE(stats->metrics.find("tessera_kvstore_requests_total{type=\"get\"} 0\n"), std::string::npos);
   EXPECT_NE(stats->metrics.find("tessera_kvstore_hits_total{tier=\"l1\"} 40\n"), std::string::npos) << stats->metrics;
+}
+
+// Read events Redis counted since the last CONFIG RESETSTAT, less the INFO that asks (one per
+// batch of commands read off a socket: a round trip's worth).
+int redis_read_events(const tessera::testing::RedisServer& r) {
+  const std::string info = r.command({"INFO", "stats"});
+  const std::string key = "total_reads_processed:";
+  const size_t at = info.find(key);
+  return at == std::string::npos ? -1 : std::stoi(info.substr(at + key.size())) - 1;
+}
+
+// --redis-get-many-inflight-kb reaches the L2: with no L1, 24 pages asked at once are 24 GETs in
+// a few read events by default (pipelined) and one read event per GET with 0 (a round trip each).
+TEST(KvServiceGetMany, RedisInflightBudgetIsAnOption) {
+  auto redis = tessera::testing::RedisServer::start();
+  ASSERT_NE(redis, nullptr) << "redis-server could not be started";
+  const std::vector<std::string> common = {"--redis", redis->address(), "--hmac-secret", "inflight-secret"};
+  auto writer = KvProcess::start(common);
+  ASSERT_NE(writer, nullptr);
+  auto w = connect_to(*writer);
+  std::vector<std::string> hashes;
+  for (uint32_t i = 0; i < 24; ++i) {
+    hashes.push_back("page" + std::to_string(i));
+    ASSERT_TRUE(w->put({kFp, "alice", hashes.back()}, blob(16, i + 1)).ok());
+  }
+  for (const int kb : {256, 0}) {
+    SCOPED_TRACE(kb);
+    std::vector<std::string> args = common;
+    for (const std::string& a : {std::string("--l1-max-entries"), std::string("0"), std::string("--redis-get-many-inflight-kb"),
+                                 std::to_string(kb)}) {
+      args.push_back(a);
+    }
+    auto reader = KvProcess::start(args);
+    ASSERT_NE(reader, nullptr);
+    auto r = connect_to(*reader);
+    redis->command({"CONFIG", "RESETSTAT"});
+    auto got = r->get_many(kFp, "alice", hashes);
+    const int reads = redis_read_events(*redis);
+    ASSERT_TRUE(got.ok()) << got.error().to_string();
+    for (const auto& g : *got) {
+      EXPECT_TRUE(g.found);
+      EXPECT_EQ(g.tier, Tier::kL2);
+    }
+    // Both processes' health checks (an INFO every 500 ms each) may add a few read events.
+    if (kb == 0) {
+      EXPECT_GE(reads, 24) << "one round trip per GET";
+    } else {
+      EXPECT_LE(reads, 2 + 24 / 4 + 4) << "24 GETs not pipelined";
+    }
+  }
 }
 
 // Blobs that would pass one message come in more than one reply: the kvstore answers a prefix

@@ -20,6 +20,7 @@ struct KvstoreOptions {
   StoreConfig store;   // store.redis is set from `redis` by the binary
   ServerConfig server;
   std::string redis;   // host:port of the L2; "" = L1 only
+  int redis_get_many_inflight_kb = 256;  // RedisConfig::get_many_inflight_bytes / 1024 for every shard
   std::string metrics_host = "127.0.0.1";  // GET /metrics and /health over HTTP
   int metrics_port = 0;                    // 0 = any free port (in the listening line), -1 = off
 };
@@ -29,6 +30,12 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
                           .env = "TESSERA_KVSTORE_LISTEN"});
   o.add(c.redis, {.name = "redis", .help = "Redis host:port for L2, or a comma-separated list of them: the L2 is spread over those shards by "
                                           "consistent hashing (every node must list the same set); empty = L1 only", .env = "TESSERA_KVSTORE_REDIS"});
+  o.add(c.redis_get_many_inflight_kb,
+        {.name = "redis-get-many-inflight-kb",
+         .help = "KiB of Redis replies a get_many keeps in flight per shard (pipelined GETs; 0 = one round trip per "
+                 "key). Raise it when Redis is on another host and blobs are large: 2048 made 200 KB pages 2.3-3.1x "
+                 "faster at 1-2 ms RTT (docs/kvstore.md)",
+         .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_KB", .min = 0, .max = 1048576});
   o.add(c.store.l1.max_bytes, {.name = "l1-max-bytes", .help = "L1 bound in blob bytes",
                                .env = "TESSERA_KVSTORE_L1_MAX_BYTES", .min = 0});
   o.add(c.store.l1.max_entries, {.name = "l1-max-entries", .help = "L1 bound in entries",

@@ -53,9 +53,9 @@ struct RedisConfig {
   int health_interval_ms = 500;
   int max_backoff_ms = 5000;
   // get_many's pipeline: about this many bytes of replies in flight per connection (a sliding
-  // window of GETs, 1..256 keys); 0 = one GET round trip per key (no pipelining). Not a
-  // tessera-kvstore option: kvstore_bench --get-many-inflight-kb compares settings
-  // (docs/BENCHMARKS.md "get_many across hosts").
+  // window of GETs, 1..256 keys); 0 = one GET round trip per key (no pipelining).
+  // tessera-kvstore --redis-get-many-inflight-kb; kvstore_bench --get-many-inflight-kb compares
+  // settings (docs/BENCHMARKS.md "get_many across hosts").
   uint64_t get_many_inflight_bytes = uint64_t{256} << 10;
 };
 
