@@ -66,16 +66,7 @@ class Assembler {
     Tensor t{.dtype = DType::kF32, .rows = 1, .cols = n, .data = raw->data};
     if (raw->dtype == DType::kF32 && reinterpret_cast<uintptr_t>(raw->data) % 4 == 0) return t;
     auto* out = reinterpret_cast<float*>(model_.allocate(static_cast<size_t>(n) * sizeof(float)));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* p = raw->data + i * static_cast<int64_t>(raw->dtype == DType::kF32 ? 4 : 2);
-      if (raw->dtype == DType::kF32) {
-        std::memcpy(&out[i], p, 4);
-      } else if (raw->dtype == DType::kF16) {
-        out[i] = fp16_to_f32(load_u16(p));
-      } else {
-        out[i] = bf16_to_f32(load_u16(p));
-      }
-    }
+    values_to_f32(*raw, n, out);
     t.data = out;
     return t;
   }
@@ -160,6 +151,19 @@ bool architecture_supported(const std::string& a) {
          a == "deepseek2" || a == "gemma2" || a == "phi3";
 }
 std::string supported_architectures() { return "llama, mistral, qwen2, qwen2moe, qwen3, qwen3moe, deepseek2, gemma2, phi3"; }
+
+void values_to_f32(const RawTensor& t, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* p = t.data + i * static_cast<int64_t>(t.dtype == DType::kF32 ? 4 : 2);
+    if (t.dtype == DType::kF32) {
+      std::memcpy(&out[i], p, 4);
+    } else if (t.dtype == DType::kF16) {
+      out[i] = fp16_to_f32(load_u16(p));
+    } else {
+      out[i] = bf16_to_f32(load_u16(p));
+    }
+  }
+}
 
 Status validate_config(const ModelConfig& c, const std::string& file) {
   TS_TRY(check_positive(file, "dim", c.dim, 1 << 17));

@@ -109,13 +109,7 @@ Status read_hf_gemma2(const HfConfig& cfg, ModelConfig& c, const std::string& co
   TS_ASSIGN_OR_RETURN(c.sliding_window, cfg.int32("sliding_window", cfg.present("sliding_window") ? 0 : 4096));
   c.swa_every = 2;
   c.post_norms = true;
-  std::string act = "gelu_pytorch_tanh";
-  for (const char* key : {"hidden_activation", "hidden_act"}) {
-    if (cfg.has(key)) {
-      TS_ASSIGN_OR_RETURN(act, cfg.string(key));
-      break;
-    }
-  }
+  TS_ASSIGN_OR_RETURN(const std::string act, cfg.first_string({"hidden_activation", "hidden_act"}, "gelu_pytorch_tanh"));
   if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
     return make_error(ErrorCode::kUnsupported, config_path + ": hidden_activation '" + act +
                                                    "' is not supported (gelu_pytorch_tanh)");
@@ -143,13 +137,7 @@ Status read_hf_phi3(const json& cj, const HfConfig& cfg, ModelConfig& c, const s
   if (rs == cj.end() || rs->is_null()) return ok_status();
   if (!rs->is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": key rope_scaling is not an object");
   const HfConfig r(*rs, config_path + " rope_scaling");
-  std::string type;
-  for (const char* key : {"type", "rope_type"}) {
-    if (r.has(key)) {
-      TS_ASSIGN_OR_RETURN(type, r.string(key));
-      break;
-    }
-  }
+  TS_ASSIGN_OR_RETURN(const std::string type, r.first_string({"rope_type", "type"}, ""));
   if (type != "longrope" && type != "su") return ok_status();  // read_rope_scaling decides
   TS_ASSIGN_OR_RETURN(const int32_t orig, cfg.int32("original_max_position_embeddings"));
   if (orig < 2) return make_error(ErrorCode::kCorruptFile, config_path + ": original_max_position_embeddings must be at least 2");
@@ -283,13 +271,7 @@ Status read_yarn(const HfConfig& r, ModelConfig& c, const std::string& config_pa
 Status read_rope_scaling(const json& rs, ModelConfig& c, const std::string& config_path) {
   if (!rs.is_object()) return make_error(ErrorCode::kCorruptFile, config_path + ": key rope_scaling is not an object");
   const HfConfig r(rs, config_path + " rope_scaling");
-  std::string type = "default";
-  for (const char* key : {"rope_type", "type"}) {
-    if (r.has(key)) {
-      TS_ASSIGN_OR_RETURN(type, r.string(key));
-      break;
-    }
-  }
+  TS_ASSIGN_OR_RETURN(const std::string type, r.first_string({"rope_type", "type"}, "default"));
   if (type == "default") return ok_status();
   if (type == "dynamic") {
     TS_LOG(kInfo) << config_path << ": rope_scaling dynamic (NTK) changes nothing below max_position_embeddings ("

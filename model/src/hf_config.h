@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -58,6 +59,14 @@ class HfConfig {
   bool empty_array(const char* key) const {
     auto it = j_.find(key);
     return it != j_.end() && it->is_array() && it->empty();
+  }
+  // The first of `keys` that is present and not null, as a string (`fallback` when none is):
+  // for keys that transformers renamed (rope_scaling's "rope_type", formerly "type").
+  Result<std::string> first_string(std::initializer_list<const char*> keys, std::string fallback) const {
+    for (const char* key : keys) {
+      if (has(key)) return string(key);
+    }
+    return fallback;
   }
   bool present(const char* key) const { return j_.contains(key); }  // null included
   bool has(const char* key) const {

@@ -11,7 +11,6 @@
 #include <sstream>
 
 #include "loaded_model.h"
-#include "half.h"
 #include "hf_config.h"
 #include "safetensors.h"
 #include "tessera/common/log.h"
@@ -189,18 +188,12 @@ Status fold_gemma_norms(LoadedModel& model, TensorMap& tensors, const std::strin
     if (!name.ends_with("norm.weight")) continue;
     const int64_t n = t.shape.empty() ? 0 : t.shape.back();
     if (t.shape.size() != 1 || n <= 0) return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not a vector");
-    auto* out = reinterpret_cast<float*>(model.allocate(static_cast<size_t>(n) * sizeof(float)));
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* p = t.data + static_cast<size_t>(i) * dtype_row_bytes(t.dtype, 1);
-      float v = 0.0f;
-      switch (t.dtype) {
-        case DType::kF32: std::memcpy(&v, p, 4); break;
-        case DType::kF16: v = fp16_to_f32(load_u16(p)); break;
-        case DType::kBF16: v = bf16_to_f32(load_u16(p)); break;
-        default: return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not F32, F16 or BF16");
-      }
-      out[i] = 1.0f + v;
+    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) {
+      return make_error(ErrorCode::kCorruptFile, dir + ": tensor " + t.name + " is not F32, F16 or BF16");
     }
+    auto* out = reinterpret_cast<float*>(model.allocate(static_cast<size_t>(n) * sizeof(float)));
+    values_to_f32(t, n, out);
+    for (int64_t i = 0; i < n; ++i) out[i] += 1.0f;
     t = RawTensor{.name = t.name + " (1 + w)", .dtype = DType::kF32, .shape = t.shape,
                   .data = reinterpret_cast<const uint8_t*>(out), .nbytes = static_cast<size_t>(n) * sizeof(float)};
   }

@@ -75,6 +75,10 @@ std::string supported_architectures();
 // sane caps so that later size arithmetic cannot overflow. kCorruptFile naming the field.
 Status validate_config(const ModelConfig& config, const std::string& file);
 
+// Elements [0, n) of an F32, F16 or BF16 tensor as f32 into `out` (the caller has checked the
+// dtype and that the tensor holds n elements).
+void values_to_f32(const RawTensor& t, int64_t n, float* out);
+
 // Fills `model`'s tensors from `tensors` (see file comment). Requires a validated config.
 // With options.placer, the tensors are first placed (place_tensors) and the model assembled
 // from the placed ones.

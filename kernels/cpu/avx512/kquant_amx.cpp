@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_tile_config.h"
 #include "quant_gemm.h"
 
 #pragma GCC target("amx-tile,amx-int8")
@@ -41,23 +42,6 @@ bool amx_granted() {
   if ((d & (1u << 24)) == 0 || (d & (1u << 25)) == 0) return false;  // AMX-TILE, AMX-INT8
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
-// ldtilecfg's 64-byte operand: tmm0..3 C (16 x 64 bytes), tmm4, 5 A (16 rows x G bytes),
-// tmm6, 7 B (G / 4 rows x 64 bytes), G = the group size.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig config_for(int group) {
-  TileConfig c;
-  for (int t = 0; t < 4; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  for (int t = 4; t < 6; ++t) c.colsb[t] = static_cast<uint16_t>(group), c.rows[t] = 16;
-  for (int t = 6; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = static_cast<uint8_t>(group / 4);
-  return c;
 }
 
 inline __m512i nibbles64(const uint8_t* qs32) {
@@ -215,7 +199,7 @@ void amx_gemm(const QuantGemmJob& g, int64_t r0, int64_t n_row_tiles, int64_t t0
   const int64_t nb = g.cols / kQK_K;
   thread_local ActTile act;
   build_act(g.xk + t0 * nb, nb, NH, &act);
-  static const TileConfig cfg = config_for(kSplit ? 64 : F::kGroup);
+  static const AmxTileConfig cfg = amx_tile_config(kSplit ? 64 : F::kGroup);
   _tile_loadconfig(&cfg);
   // A software pipeline over the steps s = (row tile, block): the vector code unpacks step
   // s + 2 and finishes step s while the tile unit computes step s + 1, so a tile load never

@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "amx_tile_config.h"
 #include "qblock_formats.h"
 #include "qblock_tiles.h"
 #include "quant_gemm.h"
@@ -48,23 +49,6 @@ using qblock_avx512::transpose16x8;
 
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 constexpr int kStep = 8;  // blocks per pipeline step (the oracle's 8 lanes: one block each)
-
-// ldtilecfg's 64-byte operand: tmm0..3 C (16 x 64 bytes), tmm4, 5 A (16 rows x 32 bytes),
-// tmm6, 7 B (8 rows x 64 bytes).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig make_config() {
-  TileConfig c;
-  for (int t = 0; t < 4; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  for (int t = 4; t < 6; ++t) c.colsb[t] = 32, c.rows[t] = 16;
-  for (int t = 6; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 8;
-  return c;
-}
 
 // The tokens' activations of every block in B layout, per token half h (NH halves of 16).
 struct ActTiles {
@@ -128,7 +112,7 @@ void amx_gemm(const GemmQ8Job& g, int64_t r0, int64_t n_row_tiles, int64_t t0, i
   const size_t rb = g.w_row_bytes;
   thread_local ActTiles act;
   build_act(g, t0, n_tokens, NH, F::kMin, &act);
-  static const TileConfig cfg = make_config();
+  static const AmxTileConfig cfg = amx_tile_config(32);
   _tile_loadconfig(&cfg);
   alignas(64) uint8_t unp_buf[2][16 * 32 * kStep];   // not Q8_0: [row][block][32 values]
   alignas(64) float dw_buf[2][kStep][16];            // the 16 rows' scales per block

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "amx_tile_config.h"
 #include "qblock_packed_q8.h"
 #include "qblock_tiles.h"
 #include "tessera/common/check.h"
@@ -34,23 +35,6 @@ namespace {
 
 // Bytes ahead of the block pair being read that each row tile prefetches (one per line).
 constexpr int64_t kPrefetch = 4096;
-
-// ldtilecfg's operand: tmm0..3 C (16 x 64 bytes), tmm4, 5 A (16 rows x 32 bytes), tmm6, 7 B
-// (8 rows x 64 bytes).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-TileConfig make_config() {
-  TileConfig c;
-  for (int t = 0; t < 4; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  for (int t = 4; t < 6; ++t) c.colsb[t] = 32, c.rows[t] = 16;
-  for (int t = 6; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 8;
-  return c;
-}
 
 // The call's activations: signed rows (32 zero rows past the last, so every A tile load stays
 // inside), -128 * each block's sum, each block's scale.
@@ -159,7 +143,7 @@ void gemm_q8_0_packed_amx(const GemmQ8Job& g, int64_t r0, int64_t r1, int64_t t0
   const int64_t nb = g.cols / 32, n = t1 - t0;
   thread_local Act act;
   build_act(g, t0, n, &act);
-  static const TileConfig cfg = make_config();
+  static const AmxTileConfig cfg = amx_tile_config(32);
   _tile_loadconfig(&cfg);
   int64_t amx_end = 0;  // tokens [0, amx_end) in AMX chunks, the rest below
   for (int c; (c = qblock_amx_chunk(n - amx_end)) > 0;) amx_end += c;
