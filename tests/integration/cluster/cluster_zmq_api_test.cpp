@@ -134,22 +134,35 @@ TEST_F(ClusterZmqApi, DuplicateIdRefusesTheLaterRequest) {
   Client c(cluster_->zmq_endpoint());
   const int trials = race_trials();
   int wrong = 0;
+  int earlier_done_first = 0;
   for (int i = 0; i < trials; ++i) {
     const uint64_t id = 5000 + static_cast<uint64_t>(i);
-    c.send(completion(id, "Once upon a time").add("max_tokens", int64_t{6}).add("stream", false).bytes());
+    c.send(completion(id, "Once upon a time").add("max_tokens", int64_t{24}).add("stream", false).bytes());
     c.send(completion(id, "Once upon a time").add("max_tokens", int64_t{1}).add("stream", false).bytes());
-    // The refusal of the later one, then the earlier one's final (6 tokens).
+    // Ids are unique among requests in flight. Either the later one is refused while the
+    // earlier runs (its final follows, 24 tokens), or — when the gateway's thread was
+    // descheduled long enough for the earlier request to end before it read the later one —
+    // the earlier's final comes first and the later runs as a request of its own (1 token).
     auto first = c.recv();
     ASSERT_TRUE(first.has_value());
+    if (auto* done = std::get_if<protocol::FinalEvent>(&first->msg); done != nullptr && done->usage.completion_tokens == 24) {
+      ++earlier_done_first;
+      auto replies = c.until_end(id);
+      ASSERT_FALSE(replies.empty());
+      auto* later = std::get_if<protocol::FinalEvent>(&replies.back().msg);
+      if (later == nullptr || later->usage.completion_tokens != 1) ++wrong;
+      continue;
+    }
     auto* err = std::get_if<protocol::ErrorEvent>(&first->msg);
     const bool refused_later = err != nullptr && err->message.find("duplicate id " + std::to_string(id)) != std::string::npos &&
                                err->message.find("later") != std::string::npos;
     auto replies = c.until_end(id);
     ASSERT_FALSE(replies.empty());
     auto* fin = std::get_if<protocol::FinalEvent>(&replies.back().msg);
-    if (!refused_later || fin == nullptr || fin->usage.completion_tokens != 6) ++wrong;
+    if (!refused_later || fin == nullptr || fin->usage.completion_tokens != 24) ++wrong;
   }
   EXPECT_EQ(wrong, 0) << "duplicate ids handled out of order in " << trials << " trials";
+  EXPECT_LT(earlier_done_first, trials) << "no trial had both requests in flight at once";
 }
 
 TEST_F(ClusterZmqApi, LogprobsOnlyWhenAskedAndInTheNonStreamedFinal) {
