@@ -131,7 +131,16 @@ idle_prio=(nice -n 19)
 chrt --idle 0 true 2>/dev/null && idle_prio=(chrt --idle 0 nice -n 19)
 idle_pids=()
 fuzz_pids=()  # fuzzers running in the background (each the fuzzer itself: run_fuzzer execs it)
-trap 'for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; for p in "${fuzz_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done; true' EXIT
+# The EXIT trap keeps the script's status: under `set -e` a failing kill (a process that has
+# already ended) inside the trap would otherwise end a passing run with status 1.
+end_background() {
+  local status=$? p
+  set +e
+  for p in "${idle_pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
+  for p in "${fuzz_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  exit "$status"
+}
+trap end_background EXIT
 trap 'exit 130' INT  # Ctrl-C: exit through the EXIT trap (background jobs ignore SIGINT here)
 trap 'exit 143' TERM
 start_idle() {  # start_idle FUNCTION LOG: FUNCTION (exported) in the background; sets idle_pid
