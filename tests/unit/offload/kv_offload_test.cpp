@@ -46,7 +46,7 @@ class KvOffloadTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Engine> engine() {
-    auto e = Engine::create(*model_, {.pool = {.num_pages = 16, .page_size = kPage}, .threads = 1});
+    auto e = Engine::create(*model_, {.pool = {.num_pages = 16, .page_size = kPage, .mla_decompressed = mla_decompressed_}, .threads = 1});
     EXPECT_TRUE(e.ok()) << e.error().to_string();
     return std::move(e).value();
   }
@@ -128,6 +128,7 @@ class KvOffloadTest : public ::testing::Test {
   }
 
   static inline Model* model_ = nullptr;
+  static inline bool mla_decompressed_ = false;  // an MLA model's pool with per-head K and V
   std::unique_ptr<kvstore::Store> store_;
   std::unique_ptr<PreferenceStore> pstore_;
   std::vector<int32_t> tokens_;
@@ -332,6 +333,27 @@ TEST_F(KvOffloadMlaTest, LossyCodecsStoreTheLatentOnceWithinTolerance) {
     EXPECT_EQ(std::max_element(la.end() - vocab, la.end()) - la.end(), std::max_element(lb.end() - vocab, lb.end()) - lb.end())
         << "greedy token after the reloaded prefix, codec " << static_cast<int>(codec);
   }
+}
+
+// An MLA model on the decompressed pool (per-head K and V, two planes): the blob carries V too.
+// The offloader decides by the pool, not the model (V was zero-filled when it asked is_mla()).
+TEST_F(KvOffloadMlaTest, DecompressedPoolPagesKeepTheirV) {
+  mla_decompressed_ = true;
+  const PoolGeometry g = engine()->executor().backend().geometry();
+  EXPECT_EQ(g.planes, 2);
+  EXPECT_EQ(g.n_kv_heads, model_->config().n_kv_heads);
+  RoundTrip rt = round_trip({.codec = {.codec = kvstore::Codec::kZstd}, .blob_dtype = DType::kF32});
+  mla_decompressed_ = false;
+  EXPECT_EQ(rt.reload.pages, 3);
+  ASSERT_EQ(rt.original.size(), rt.reloaded.size());
+  const size_t half = rt.original.size() / 2;
+  EXPECT_TRUE(std::any_of(rt.original.begin() + static_cast<ptrdiff_t>(half), rt.original.end(), [](float x) { return x != 0.0f; }))
+      << "V of a decompressed pool is spilled, not zero-filled";
+  EXPECT_EQ(rt.original, rt.reloaded);
+  const auto la = tail_logits(*rt.a, tokens_, {0, 1, 2, 3});
+  const auto lb = tail_logits(*rt.b, tokens_, {5, 6, 7, 8});
+  ASSERT_FALSE(la.empty());
+  EXPECT_EQ(la, lb);
 }
 
 TEST(KvOffloadWire, PlanAndResultFieldsRoundTrip) {

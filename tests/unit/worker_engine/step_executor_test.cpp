@@ -419,6 +419,21 @@ TEST_F(StepExecutorTest, ACompactBlendHeadPutsTheAnchorAndTheContinuedDocumentIn
   bad.seqs[0].blend_head_from = 8;
   bad.seqs[0].blend_head = part(0, 3);  // 3 tokens where [0, 2) + [8, 10) are 4
   expect_refused(bad, ErrorCode::kInvalidArgument, "blend_head has 3 tokens, start_pos and blend_head_from ask for 4");
+  // Chunks are checked before anything trusts them: a negative begin with a compact head would
+  // otherwise index the head before its start.
+  bad.seqs[0].blend_chunks = {{-5, 6}, {8, 6}};
+  bad.seqs[0].blend_head_from = 1;
+  bad.seqs[0].blend_head = part(0, 4);
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_chunks[0] (begin -5, length 6) must have length > 0 and begin >= 0");
+  bad.seqs[0].blend_chunks = {{2, 6}, {6, 6}};  // overlapping
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_chunks[1] (begin 6, length 6)");
+  bad.seqs[0].blend_chunks = {{2, 0}};
+  expect_refused(bad, ErrorCode::kInvalidArgument, "blend_chunks[0] (begin 2, length 0)");
+  StepPlan good = p;  // and the executor goes on serving
+  good.step_id = 3;
+  good.seqs[0].request_id = 3;
+  auto again = exec_.execute(good);
+  EXPECT_TRUE(again.ok()) << again.error().to_string();
 }
 
 }  // namespace

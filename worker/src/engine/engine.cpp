@@ -225,7 +225,7 @@ Result<StepResult> Engine::execute(const StepPlan& plan) { return impl_->exec.ex
 
 PoolGeometry CpuBackend::geometry() const {
   return {.num_pages = pool_.num_pages(), .page_size = pool_.page_size(), .n_layers = cfg_.n_layers,
-          .n_kv_heads = pool_.n_kv_heads(), .head_dim = pool_.head_dim()};  // the MLA latent cache: 1 head of the latent
+          .n_kv_heads = pool_.n_kv_heads(), .head_dim = pool_.head_dim(), .planes = pool_.planes()};  // the MLA latent cache: 1 head of the latent, 1 plane
 }
 
 BackendCaps CpuBackend::capabilities() const {

@@ -25,7 +25,22 @@ int32_t BlendRows::take_reused(uint64_t request_id) {
 
 Status validate_blend(const SeqPlan& s) {
   const std::string who = "request " + std::to_string(s.request_id) + ": ";
+  if (s.blend_chunks.size() > kMaxBlendChunks) {
+    return make_error(ErrorCode::kTooLarge, who + "blend_chunks holds more than " + std::to_string(kMaxBlendChunks) + " chunks");
+  }
+  // Every use below (the anchor, the tail, the compact head) trusts the chunks: check them first.
+  int64_t prev_end = 0;
+  for (size_t i = 0; i < s.blend_chunks.size(); ++i) {
+    const BlendChunk& c = s.blend_chunks[i];
+    if (c.begin < prev_end || c.length <= 0) {
+      return make_error(ErrorCode::kInvalidArgument, who + "blend_chunks[" + std::to_string(i) + "] (begin " + std::to_string(c.begin) +
+                                                         ", length " + std::to_string(c.length) +
+                                                         ") must have length > 0 and begin >= 0, in ascending order without overlap");
+    }
+    prev_end = static_cast<int64_t>(c.begin) + c.length;
+  }
   if (!s.blend_tail.empty()) {  // a step that ends inside a document: the rest of that document
+    if (s.blend_chunks.empty()) return make_error(ErrorCode::kInvalidArgument, who + "blend_tail without blend_chunks");
     const BlendChunk& last = s.blend_chunks.back();
     const int64_t end = s.start_pos + static_cast<int64_t>(s.tokens.size());
     if (s.sample || last.begin >= end || end + static_cast<int64_t>(s.blend_tail.size()) != static_cast<int64_t>(last.begin) + last.length) {
@@ -58,9 +73,6 @@ Status validate_blend(const SeqPlan& s) {
     return make_error(ErrorCode::kInvalidArgument, who + "blend_head has " + std::to_string(s.blend_head.size()) + " tokens, " +
                                                        (from != 0 ? "start_pos and blend_head_from ask for " + std::to_string(head)
                                                                   : "start_pos is " + std::to_string(s.start_pos)));
-  }
-  if (s.blend_chunks.size() > kMaxBlendChunks) {
-    return make_error(ErrorCode::kTooLarge, who + "blend_chunks holds more than " + std::to_string(kMaxBlendChunks) + " chunks");
   }
   return ok_status();
 }

@@ -329,7 +329,9 @@ Result<kvstore::PackedKv> read_pages(Backend& backend, std::span<const int32_t> 
   const Model& model = backend.model();
   const ModelConfig& c = model.config();
   const PoolGeometry pool = backend.geometry();
-  const bool latent = c.is_mla();  // one plane: read_kv gives v as a copy of k; the blob keeps V zero
+  // One plane (the MLA latent cache): read_kv gives v as a copy of k; the blob keeps V zero. The
+  // pool decides, not the model: an MLA model on a decompressed pool has per-head K and V.
+  const bool latent = pool.planes == 1;
   kvstore::PackedKv kv;
   kv.fingerprint = model.fingerprint;
   kv.dtype = DType::kF32;

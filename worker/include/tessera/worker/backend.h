@@ -64,6 +64,9 @@ struct PoolGeometry {
   int32_t n_layers = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  // 2: a K and a V row per token and head; 1: one row read as both (the MLA latent cache), so
+  // read_kv's v is a copy of k and write_kv ignores v.
+  int32_t planes = 2;
   int64_t token_floats() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
 };
 
