@@ -66,7 +66,9 @@ constexpr int kWorkerDeadMs = 1000;
 // Runs `request` once uninterrupted (the reference), then streamed, killing (-9) the worker it
 // runs on after tokens reached the client; the stream must complete like the reference.
 void expect_migrated_stream_matches(const json& request) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = kWorkerDeadMs, .num_workers = 2});
+  // Paced (kPacedStepMs): the 300 tokens last >= 3 s, so the stream is still running when its
+  // worker is frozen whatever the machine's load.
+  Cluster cluster(ClusterOptions{.worker_dead_ms = kWorkerDeadMs, .num_workers = 2, .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   auto ref = cluster.post("/v1/completions", request.dump());
   ASSERT_TRUE(ref.ok()) << ref.error().to_string();
@@ -110,7 +112,7 @@ void expect_migrated_stream_matches(const json& request) {
   EXPECT_TRUE(cluster.worker(static_cast<size_t>(1 - on)).alive());
   // The client saw one pause: the scheduler's failure detection plus the re-prefill.
   std::printf("migration pause seen by the client: %.3f s (--worker-dead-ms %d)\n", s.max_gap_s, kWorkerDeadMs);
-  EXPECT_LT(s.max_gap_s, kWorkerDeadMs / 1000.0 + 4.0);
+  EXPECT_LT(s.max_gap_s, scaled(kWorkerDeadMs / 1000.0 + 4.0));
 }
 
 TEST(ClusterMigrate, GreedyStreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
@@ -122,7 +124,7 @@ TEST(ClusterMigrate, SeededSampledStreamContinuesWithTheUninterruptedText) {
 }
 
 TEST(ClusterMigrate, EveryWorkerDeadEndsTheStreamWithAClearError) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2, .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   CompletionStream s;
   json body = migrate_request(kMaxTokens);
