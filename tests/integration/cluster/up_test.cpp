@@ -25,35 +25,16 @@
 #include "tessera/common/metrics.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
+#include "tessera/testing/ports.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
 
-bool port_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;  // TIME_WAIT leftovers of earlier connections do not count as "in use"
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A base port with base .. base+13 free (tessera up with --scheduler-port base+2 needs http,
-// zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore metrics (scheduler-port + 4) and
-// worker metrics (scheduler-port + 10 + i)).
+// A base port with base .. base+13 free, below the ephemeral range (ports.h; tessera up with
+// --scheduler-port base+2 needs http, zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore
+// metrics (scheduler-port + 4) and worker metrics (scheduler-port + 10 + i)).
 int free_port_block() {
-  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>(rng() % 30000);
-    bool ok = true;
-    for (int p = base; p < base + 14 && ok; ++p) ok = port_free(p);
-    if (ok) return base;
-  }
-  return -1;
+  return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
 }
 
 // The pid of the live `binary` child of `parent` whose arguments hold `arg` (e.g. its --name), or 0.
