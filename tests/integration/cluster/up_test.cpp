@@ -396,13 +396,14 @@ TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
               std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
               std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
               "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
-              "--kv-offload-min-pages", "2", "--max-step-tokens", "96"},
+              "--kv-offload-min-pages", "2", "--max-step-tokens", "96", "--min-step-ms", "1"},
              dir + "/up.log");
   ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << dir << "/up.log";
   const std::string worker = cmdline(worker_pid(up.pid(), "worker0"));
   EXPECT_NE(worker.find(" --kv-offload true "), std::string::npos) << worker;
   EXPECT_NE(worker.find(" --kv-offload-codec zstd "), std::string::npos) << worker;
   EXPECT_NE(worker.find(" --blend-cache-mb 3 "), std::string::npos) << worker;
+  EXPECT_NE(worker.find(" --min-step-ms 1 "), std::string::npos) << "the worker's pacing: " << worker;
   EXPECT_EQ(worker.find("--blend-recompute-ratio"), std::string::npos) << "not given, not passed: " << worker;
   const std::string sched = cmdline(child_pid(up.pid(), "tessera-scheduler", "--worker-endpoint"));
   EXPECT_NE(sched.find(" --kv-offload-min-pages 2 "), std::string::npos) << sched;
