@@ -299,7 +299,9 @@ TEST_F(MultiScheduler, HotPrefixSpreadsWithinTheBoundAndAKilledSchedulerLosesNot
   double on_victim = 0;
   const bool loaded = wait_until(
       [&] {
-        const auto samples = scrape(http_[0]);  // one scrape: both figures of the same moment
+        // One scrape: both figures of the same moment. on_victim cannot change between it and the
+        // kill below: the paced workers (kPaceMs) need >= 1.2 s for a request's 120 tokens.
+        const auto samples = scrape(http_[0]);
         on_victim = sum(samples, "tessera_frontend_scheduler_inflight", "scheduler=\"" + scheds_[victim].fe + "\"");
         return sum(samples, "tessera_frontend_scheduler_inflight") == 40.0;
       },
