@@ -102,8 +102,10 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
   ASSERT_TRUE(models.ok()) << models.error().to_string();
   EXPECT_NE(models->body.find("random-weights"), std::string::npos) << models->body;
+  // ignore_eos: sampled (temperature 1) from random weights, EOS can come within 8 tokens.
   auto r = http::request({.port = base, .method = "POST", .path = "/v1/completions",
-                                .body = R"({"prompt": "Once upon a time", "max_tokens": 8})", .timeout_ms = 20000});
+                                .body = R"({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true})",
+                                .timeout_ms = 20000});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->status, 200) << r->body;
   auto j = nlohmann::json::parse(r->body, nullptr, false);
