@@ -277,6 +277,9 @@ step main-tests "(unit and integration tests, $build_dir)"
 ctest "${ctest_args[@]}"
 
 # ---- ASan+UBSan tests -----------------------------------------------------------------------
+# TESSERA_TIMING_SCALE=4 (tests/support/include/tessera/testing/wait.h, scaled()): the wall-clock
+# bounds that tests assert (a detection or re-registration within N ms) are 4x wider here, where
+# every process runs 2-5x slower.
 # Every process the tests start inherits ASAN_OPTIONS/UBSAN_OPTIONS, whose log_path collects each
 # report in $asan_dir/reports/; a report from any process (a test or a child server) fails the
 # step and is printed, even when the test itself passed.
@@ -290,6 +293,7 @@ if [[ -n "$asan_pid" ]]; then
   ASAN_OPTIONS="log_path=$asan_dir/reports/asan:detect_leaks=1:strict_string_checks=1:check_initialization_order=1" \
   UBSAN_OPTIONS="log_path=$asan_dir/reports/ubsan:print_stacktrace=1:halt_on_error=1" \
   LSAN_OPTIONS="suppressions=$root/tests/lsan.supp" \
+  TESSERA_TIMING_SCALE="${TESSERA_TIMING_SCALE:-4}" \
   GTEST_FILTER='-SlowClientTest.*:ClusterDrainTest.*' \
     ctest --test-dir "$asan_dir" --output-on-failure -j "$jobs" -E "$asan_exclude" ||
     asan_status=$?

@@ -238,6 +238,10 @@ int main(int argc, char** argv) {
                 << " parameters), " << pool.num_pages << " pages x " << pool.page_size << " tokens; "
                 << (*backend)->describe() << " (" << why << "); capabilities " << caps << "; scheduler "
                 << sc.scheduler_endpoint;
+  if (sc.min_step_ms > 0) {
+    TS_LOG(kWarn) << "worker=" << sc.name << " | pacing: every step lasts at least " << sc.min_step_ms
+                  << " ms (--min-step-ms; a demo/test knob, not for serving)";
+  }
   if (!config.placement_rules.empty()) {
     TS_LOG(kInfo) << "worker=" << sc.name << " | placement rules " << config.placement_rules << ": "
                   << placement::summarize(placed);

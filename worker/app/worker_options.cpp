@@ -122,6 +122,11 @@ void declare_options(config::Options& o, WorkerOptions& c) {
   o.add(c.metrics_port, {.name = "metrics-port",
                          .help = "port of that endpoint (0 = any free port, printed in the READY line; -1 = off)",
                          .env = "TESSERA_WORKER_METRICS_PORT", .min = -1, .max = 65535});
+  o.add(c.service.min_step_ms, {.name = "min-step-ms",
+                                .help = "pacing for demos and tests: every engine step lasts at least this long "
+                                        "(the worker holds its result back), so a generation of N tokens takes at "
+                                        "least N times this; 0 = off (docs/operations.md \"Pacing\")",
+                                .env = "TESSERA_WORKER_MIN_STEP_MS", .min = 0, .max = 1000});
   o.add(c.service.drain_timeout_s, {.name = "drain-timeout-s",
                                     .help = "on SIGTERM the worker drains: no new requests, the running ones finish; "
                                             "after this long it exits anyway (the scheduler re-queues or fails what is "

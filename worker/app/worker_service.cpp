@@ -31,8 +31,8 @@ int64_t unix_ms() {
 // step_result over its end of the inproc PAIR.
 class Compute {
  public:
-  Compute(zmq::context_t& ctx, worker::StepExecutor& executor, WorkerMetrics* metrics)
-      : executor_(executor), metrics_(metrics), out_(ctx, zmq::socket_type::pair) {
+  Compute(zmq::context_t& ctx, worker::StepExecutor& executor, WorkerMetrics* metrics, int min_step_ms)
+      : executor_(executor), metrics_(metrics), min_step_(min_step_ms), out_(ctx, zmq::socket_type::pair) {
     out_.connect("inproc://worker-results");
     thread_ = std::thread([this] { loop(); });
   }
@@ -102,6 +102,12 @@ class Compute {
         metrics_->on_step(plan, result.compute_ms / 1000.0, r.ok());
         metrics_->on_blend(executor_.blend_stats());
       }
+      // Pacing (ServiceConfig::min_step_ms): the result leaves no earlier than min_step after the
+      // step began; compute_ms stays the engine's own time. A stop ends the wait.
+      if (min_step_.count() > 0) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (cv_.wait_until(lock, t0 + min_step_, [&] { return stop_; })) return;
+      }
       std::string body = protocol::encode(protocol::StepResultMsg{.id = plan.step_id, .result = std::move(result)});
       (void)zmqu::send(out_, {std::move(body)});
     }
@@ -109,6 +115,7 @@ class Compute {
 
   worker::StepExecutor& executor_;
   WorkerMetrics* metrics_;  // may be null
+  const milliseconds min_step_;  // 0 = no pacing
   zmq::socket_t out_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -191,7 +198,7 @@ Status run_service(const ServiceConfig& config, const Model& model, worker::Step
       TS_TRY(open_link(first));
     }
   }
-  Compute compute(ctx, executor, metrics);
+  Compute compute(ctx, executor, metrics, config.min_step_ms);
 
   const auto& mc = model.config();
   const worker::PoolGeometry pool = executor.backend().geometry();

@@ -67,6 +67,10 @@ struct ServiceConfig {
   int heartbeat_ms = 500;         // until the ack says otherwise
   int dead_after_ms = 3000;       // scheduler silence (or unanswered register) that moves the worker on
   int drain_timeout_s = 30;       // longest drain before exiting with requests still held
+  // Pacing, a demo/test knob (--min-step-ms): each step's result is sent no earlier than this
+  // long after the step began, so a generation of N tokens lasts at least N x min_step_ms
+  // (a test that must catch a request mid-stream gets a window that load cannot close). 0 = off.
+  int min_step_ms = 0;
   curve::ClientKeys curve;        // the scheduler's public key and ours; empty = plain socket
 };
 

@@ -12,6 +12,7 @@
 
 #include "tessera/common/metrics.h"
 #include "tessera/testing/paths.h"
+#include "tessera/testing/ports.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::testing {
@@ -19,32 +20,11 @@ namespace {
 
 using std::chrono::milliseconds;
 
-bool port_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// base .. base+13 free: tessera up with --scheduler-port base+2 also takes the kvstore metrics port
-// (scheduler-port + 4) and the worker's metrics port (scheduler-port + 10) — a 6-port probe let a
-// concurrent test's port collide with the worker's metrics port in a rehearsal.
-int free_port_block() {
-  std::mt19937 rng(static_cast<unsigned>(::getpid()) * 7919u + 13u);
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>(rng() % 30000);
-    bool ok = true;
-    for (int p = base; p < base + 14 && ok; ++p) ok = port_free(p);
-    if (ok) return base;
-  }
-  return -1;
-}
+// base .. base+13 free, below the ephemeral range (ports.h): tessera up with --scheduler-port
+// base+2 also takes the kvstore metrics port (scheduler-port + 4) and the worker's metrics port
+// (scheduler-port + 10) — a 6-port probe let a concurrent test's port collide with the worker's
+// metrics port in a rehearsal.
+int free_port_block() { return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) * 7919u + 13u); }
 
 std::string tail(const std::string& path) {
   std::ifstream f(path);

@@ -175,7 +175,8 @@ TEST_F(ClusterFailureTest, BadInputGetsClearErrorsAndEveryProcessStaysUp) {
 
 // Own cluster: the worker dies for good.
 TEST(ClusterWorkerDeath, KillNineFailsInFlightRequestsAndReadyTurnsFalse) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000});
+  // Paced (kPacedStepMs): the 480-token streams last >= 4.8 s, so they are in flight at the kill.
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   constexpr int kStreams = 6;
   struct Outcome {
@@ -223,7 +224,7 @@ TEST(ClusterWorkerDeath, KillNineFailsInFlightRequestsAndReadyTurnsFalse) {
     SCOPED_TRACE("stream " + std::to_string(i));
     EXPECT_TRUE(out[i].error_event) << "an in-flight request did not end with an error event";
     EXPECT_FALSE(out[i].done && !out[i].error_event);
-    EXPECT_LT(std::chrono::duration<double>(out[i].end - killed).count(), 5.0);
+    EXPECT_LT(std::chrono::duration<double>(out[i].end - killed).count(), scaled(5.0));
   }
   EXPECT_TRUE(wait_until([&] {
     auto r = cluster.get("/ready", 0, 2000);

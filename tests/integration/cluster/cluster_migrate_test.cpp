@@ -17,6 +17,7 @@
 
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/openai_client.h"
+#include "tessera/testing/paths.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
@@ -66,7 +67,9 @@ constexpr int kWorkerDeadMs = 1000;
 // Runs `request` once uninterrupted (the reference), then streamed, killing (-9) the worker it
 // runs on after tokens reached the client; the stream must complete like the reference.
 void expect_migrated_stream_matches(const json& request) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = kWorkerDeadMs, .num_workers = 2});
+  // Paced (kPacedStepMs): the 300 tokens last >= 3 s, so the stream is still running when its
+  // worker is frozen whatever the machine's load.
+  Cluster cluster(ClusterOptions{.worker_dead_ms = kWorkerDeadMs, .num_workers = 2, .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   auto ref = cluster.post("/v1/completions", request.dump());
   ASSERT_TRUE(ref.ok()) << ref.error().to_string();
@@ -110,7 +113,7 @@ void expect_migrated_stream_matches(const json& request) {
   EXPECT_TRUE(cluster.worker(static_cast<size_t>(1 - on)).alive());
   // The client saw one pause: the scheduler's failure detection plus the re-prefill.
   std::printf("migration pause seen by the client: %.3f s (--worker-dead-ms %d)\n", s.max_gap_s, kWorkerDeadMs);
-  EXPECT_LT(s.max_gap_s, kWorkerDeadMs / 1000.0 + 4.0);
+  EXPECT_LT(s.max_gap_s, scaled(kWorkerDeadMs / 1000.0 + 4.0));
 }
 
 TEST(ClusterMigrate, GreedyStreamContinuesOnTheOtherWorkerWithTheUninterruptedText) {
@@ -122,7 +125,7 @@ TEST(ClusterMigrate, SeededSampledStreamContinuesWithTheUninterruptedText) {
 }
 
 TEST(ClusterMigrate, EveryWorkerDeadEndsTheStreamWithAClearError) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2});
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .num_workers = 2, .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   CompletionStream s;
   json body = migrate_request(kMaxTokens);
@@ -144,6 +147,26 @@ TEST(ClusterMigrate, EveryWorkerDeadEndsTheStreamWithAClearError) {
   EXPECT_NE(s.error.find("no live worker is left"), std::string::npos) << s.error;
   EXPECT_EQ(cluster.metric(cluster.metrics_port(), "tessera_scheduler_peer_dead_requests_total"), 1.0) << cluster.logs();
   EXPECT_TRUE(cluster.scheduler().alive());
+}
+
+// The pacing these tests rely on (tessera-worker --min-step-ms, docs/operations.md "Pacing"):
+// a generation of N tokens lasts at least N steps of it; a value out of range is refused at start.
+TEST(WorkerPacing, AGenerationOfNTokensLastsAtLeastNPacedSteps) {
+  Cluster cluster(ClusterOptions{.worker_min_step_ms = 20});
+  ASSERT_TRUE(cluster.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = cluster.post("/v1/completions", migrate_request(25).dump());
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 25);
+  EXPECT_GE(ms, 25 * 20) << "25 tokens at --min-step-ms 20";
+  EXPECT_NE(file_text(cluster.worker().log_path()).find("pacing: every step lasts at least 20 ms"), std::string::npos);
+
+  const std::string log = make_temp_dir("tessera-pacing") + "/worker.log";
+  Process bad(bin_path("tessera-worker"), {"--model", "unused", "--min-step-ms", "1001"}, log);
+  EXPECT_EQ(bad.wait_exit(milliseconds(10000)), 2);
+  EXPECT_NE(file_text(log).find("--min-step-ms"), std::string::npos) << file_text(log);
 }
 
 }  // namespace

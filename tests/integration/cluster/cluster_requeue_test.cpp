@@ -142,7 +142,10 @@ protocol::GenerateRequest seeded_request(uint64_t id, int32_t max_tokens) {
 // registers with it and must have dropped that state: the same seeded request, given the same
 // internal id, must produce the same tokens as the next one (a fresh id) and as the first run.
 TEST(ClusterReRegister, WorkerDropsRequestStateWhenItRegistersAgain) {
-  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000, .worker_args = {"--scheduler-dead-ms", "600"}});
+  // Paced (kPacedStepMs): the 400-token request is certainly still running at the restart.
+  Cluster cluster(ClusterOptions{.worker_dead_ms = 1000,
+                                 .worker_args = {"--scheduler-dead-ms", "600"},
+                                 .worker_min_step_ms = kPacedStepMs});
   ASSERT_TRUE(cluster.ok());
   zmq::context_t ctx(1);
   std::vector<int32_t> first;

@@ -114,7 +114,16 @@ TEST_F(ClusterZmqApi, CancelRightBehindItsRequestAlwaysCancels) {
     if (fin->finish_reason != "cancelled" || fin->usage.completion_tokens >= 400) ++lost;
   }
   EXPECT_EQ(lost, 0) << "cancels lost in " << trials << " trials";
-  // The same once the request runs at the scheduler: cancel after its first token.
+}
+
+// The same once the request runs at the scheduler: cancel after its first token. Paced workers
+// (kPacedStepMs): the 400 tokens last >= 4 s, so the cancel always meets the request running
+// (unpaced it is over in 60-300 ms, and a loaded machine can deliver the cancel after its end).
+TEST(ClusterZmqApiPaced, CancelAfterTheFirstTokenAlwaysCancels) {
+  Cluster cluster(ClusterOptions{.worker_min_step_ms = kPacedStepMs});
+  ASSERT_TRUE(cluster.ok());
+  Client c(cluster.zmq_endpoint());
+  const int trials = race_trials();
   for (int i = 0; i < trials / 10; ++i) {
     const uint64_t id = 3000 + static_cast<uint64_t>(i);
     c.send(completion(id, "Once upon a time").add("max_tokens", int64_t{400}).add("stream", true).bytes());

@@ -51,6 +51,10 @@ using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kWorkerDeadMs = 1000;  // the workers' --scheduler-dead-ms: the re-registration bound's base
+// The workers' --min-step-ms (docs/operations.md "Pacing"): a request of 120 tokens lasts at
+// least 1.2 s, so "all N in flight at once" is reached, and holds while the test acts on it,
+// whatever the machine's load (unpaced, a request is over in 20-100 ms).
+constexpr int kPaceMs = 10;
 
 std::string tail(const std::string& path, size_t bytes = 2500) {
   std::ifstream in(path);
@@ -149,7 +153,8 @@ class MultiScheduler : public ::testing::Test {
           with_keys([&] {
             std::vector<std::string> args = {"--model", model_, "--scheduler", own_list, "--threads", "1", "--num-pages",
                                              "512", "--name", name, "--backend", "cpu", "--scheduler-dead-ms",
-                                             std::to_string(kWorkerDeadMs), "--metrics-port", "0"};
+                                             std::to_string(kWorkerDeadMs), "--metrics-port", "0", "--min-step-ms",
+                                             std::to_string(kPaceMs)};
             args.insert(args.end(), extra.begin(), extra.end());
             return args;
           }()),
@@ -294,7 +299,9 @@ TEST_F(MultiScheduler, HotPrefixSpreadsWithinTheBoundAndAKilledSchedulerLosesNot
   double on_victim = 0;
   const bool loaded = wait_until(
       [&] {
-        const auto samples = scrape(http_[0]);  // one scrape: both figures of the same moment
+        // One scrape: both figures of the same moment. on_victim cannot change between it and the
+        // kill below: the paced workers (kPaceMs) need >= 1.2 s for a request's 120 tokens.
+        const auto samples = scrape(http_[0]);
         on_victim = sum(samples, "tessera_frontend_scheduler_inflight", "scheduler=\"" + scheds_[victim].fe + "\"");
         return sum(samples, "tessera_frontend_scheduler_inflight") == 40.0;
       },
@@ -312,9 +319,9 @@ TEST_F(MultiScheduler, HotPrefixSpreadsWithinTheBoundAndAKilledSchedulerLosesNot
           if (s != victim) live += metric(scheds_[s].metrics, "tessera_scheduler_live_workers");
         return live == 3.0;
       },
-      milliseconds(kWorkerDeadMs + 1000), milliseconds(5));
+      scaled(milliseconds(kWorkerDeadMs + 1000)), milliseconds(5));
   const double rehome_ms = std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
-  EXPECT_TRUE(rehomed) << "worker " << moved << " did not register elsewhere within " << kWorkerDeadMs + 1000 << " ms\n" << logs();
+  EXPECT_TRUE(rehomed) << "worker " << moved << " did not register elsewhere within " << scaled(kWorkerDeadMs + 1000.0) << " ms\n" << logs();
   std::printf("scheduler killed with %g requests on it: its worker registered elsewhere after %.0f ms\n", on_victim, rehome_ms);
   client.join();
   for (const auto& r : second) EXPECT_EQ(completion_tokens(r), 120) << (r.ok() ? r->body : r.error().to_string());
@@ -356,12 +363,13 @@ TEST_F(MultiScheduler, AFrozenSchedulerIsLeftWithinTheBound) {
           if (s != victim) live += metric(scheds_[s].metrics, "tessera_scheduler_live_workers");
         return live == 3.0;
       },
-      milliseconds(kWorkerDeadMs + 1000 + 1000), milliseconds(5));
+      scaled(milliseconds(kWorkerDeadMs + 1000 + 1000)), milliseconds(5));
   const double rehome_ms = std::chrono::duration<double, std::milli>(Clock::now() - frozen).count();
   std::printf("scheduler frozen: its worker registered elsewhere after %.0f ms (bound: --scheduler-dead-ms %d + one "
               "register round trip)\n", rehome_ms, kWorkerDeadMs);
   EXPECT_TRUE(rehomed) << logs();
-  EXPECT_LE(rehome_ms, kWorkerDeadMs + 1000 + 500) << "--scheduler-dead-ms + the register interval (+ scrape slack)";
+  EXPECT_LE(rehome_ms, scaled(kWorkerDeadMs + 1000 + 500.0))
+      << "--scheduler-dead-ms + the register interval (+ scrape slack; x TESSERA_TIMING_SCALE)";
   EXPECT_TRUE(wait_until([&] { return usable(0) == 2.0 && usable(1) == 2.0; }, milliseconds(3000)));
   client.join();
   for (const auto& r : answers) EXPECT_EQ(completion_tokens(r), 120) << (r.ok() ? r->body : r.error().to_string());
@@ -554,7 +562,7 @@ TEST_F(MultiSchedulerDrain, ASchedulerStoppedWithSigtermDrainsAndLosesNothing) {
           if (s != victim) live += metric(scheds_[s].metrics, "tessera_scheduler_live_workers");
         return live == 3.0;
       },
-      milliseconds(kWorkerDeadMs + 1000), milliseconds(5)))
+      scaled(milliseconds(kWorkerDeadMs + 1000)), milliseconds(5)))
       << logs();
   for (int f = 0; f < 2; ++f) EXPECT_TRUE(wait_until([&] { return usable(f) == 2.0; }, milliseconds(3000)));
 }

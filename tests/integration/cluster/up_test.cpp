@@ -25,35 +25,16 @@
 #include "tessera/common/metrics.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
+#include "tessera/testing/ports.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
 
-bool port_free(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;  // TIME_WAIT leftovers of earlier connections do not count as "in use"
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A base port with base .. base+13 free (tessera up with --scheduler-port base+2 needs http,
-// zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore metrics (scheduler-port + 4) and
-// worker metrics (scheduler-port + 10 + i)).
+// A base port with base .. base+13 free, below the ephemeral range (ports.h; tessera up with
+// --scheduler-port base+2 needs http, zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore
+// metrics (scheduler-port + 4) and worker metrics (scheduler-port + 10 + i)).
 int free_port_block() {
-  std::mt19937 rng(static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>(rng() % 30000);
-    bool ok = true;
-    for (int p = base; p < base + 14 && ok; ++p) ok = port_free(p);
-    if (ok) return base;
-  }
-  return -1;
+  return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
 }
 
 // The pid of the live `binary` child of `parent` whose arguments hold `arg` (e.g. its --name), or 0.
@@ -121,8 +102,10 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
   ASSERT_TRUE(models.ok()) << models.error().to_string();
   EXPECT_NE(models->body.find("random-weights"), std::string::npos) << models->body;
+  // ignore_eos: sampled (temperature 1) from random weights, EOS can come within 8 tokens.
   auto r = http::request({.port = base, .method = "POST", .path = "/v1/completions",
-                                .body = R"({"prompt": "Once upon a time", "max_tokens": 8})", .timeout_ms = 20000});
+                                .body = R"({"prompt": "Once upon a time", "max_tokens": 8, "ignore_eos": true})",
+                                .timeout_ms = 20000});
   ASSERT_TRUE(r.ok()) << r.error().to_string();
   EXPECT_EQ(r->status, 200) << r->body;
   auto j = nlohmann::json::parse(r->body, nullptr, false);
@@ -415,13 +398,14 @@ TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
               std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
               std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
               "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
-              "--kv-offload-min-pages", "2", "--max-step-tokens", "96"},
+              "--kv-offload-min-pages", "2", "--max-step-tokens", "96", "--min-step-ms", "1"},
              dir + "/up.log");
   ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << dir << "/up.log";
   const std::string worker = cmdline(worker_pid(up.pid(), "worker0"));
   EXPECT_NE(worker.find(" --kv-offload true "), std::string::npos) << worker;
   EXPECT_NE(worker.find(" --kv-offload-codec zstd "), std::string::npos) << worker;
   EXPECT_NE(worker.find(" --blend-cache-mb 3 "), std::string::npos) << worker;
+  EXPECT_NE(worker.find(" --min-step-ms 1 "), std::string::npos) << "the worker's pacing: " << worker;
   EXPECT_EQ(worker.find("--blend-recompute-ratio"), std::string::npos) << "not given, not passed: " << worker;
   const std::string sched = cmdline(child_pid(up.pid(), "tessera-scheduler", "--worker-endpoint"));
   EXPECT_NE(sched.find(" --kv-offload-min-pages 2 "), std::string::npos) << sched;

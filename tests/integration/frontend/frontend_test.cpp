@@ -28,10 +28,17 @@ using namespace std::chrono_literals;
 
 std::string tok_path() { return shared_path("models/stories260K/tok512.bin"); }
 
-std::vector<std::string> frontend_args(const std::string& scheduler, std::vector<std::string> extra = {}) {
+// The frontend's --scheduler-dead-ms: 5 s where a test does not exercise death by silence (a
+// loaded machine can delay a 50 ms heartbeat's answer past a short deadline, and a scheduler
+// declared dead mid-test fails it), 400 ms in the tests that make a scheduler go silent.
+constexpr int kDeadMs = 5000;
+constexpr int kSilenceDeadMs = 400;
+
+std::vector<std::string> frontend_args(const std::string& scheduler, std::vector<std::string> extra = {},
+                                       int dead_ms = kDeadMs) {
   std::vector<std::string> a = {"--model", shared_path("models/stories260K/stories260K.bin"), "--tokenizer", tok_path(),
                                 "--http-port", "0", "--zmq-endpoint", "tcp://127.0.0.1:*", "--schedulers", scheduler,
-                                "--heartbeat-ms", "50", "--scheduler-dead-ms", "400", "--max-prompt-tokens", "64",
+                                "--heartbeat-ms", "50", "--scheduler-dead-ms", std::to_string(dead_ms), "--max-prompt-tokens", "64",
                                 "--log-level", "warn"};
   a.insert(a.end(), extra.begin(), extra.end());
   return with_keys(a);
@@ -225,11 +232,12 @@ class FrontendWithFakeScheduler : public ::testing::Test {
  protected:
   void SetUp() override {
     sched.set_script(continuation(kStory), /*cached_tokens=*/3);
-    fe = std::make_unique<Frontend>(frontend_args(sched.endpoint(), extra_args()));
+    fe = std::make_unique<Frontend>(frontend_args(sched.endpoint(), extra_args(), dead_ms()));
     ASSERT_GT(fe->port, 0);
     ASSERT_TRUE(wait_status(fe->port, "/ready", 200, 10s)) << "frontend never became ready";
   }
   virtual std::vector<std::string> extra_args() { return {}; }
+  virtual int dead_ms() { return kDeadMs; }
 
   FakeScheduler sched;
   std::unique_ptr<Frontend> fe;
@@ -406,7 +414,12 @@ TEST_F(FrontendWithFakeScheduler, ClientDisconnectCancelsRequest) {
   fe->expect_healthy();
 }
 
-TEST_F(FrontendWithFakeScheduler, DeadSchedulerFailsInFlightRequestAndReadyTurnsFalse) {
+// A scheduler that goes silent is declared dead after kSilenceDeadMs.
+class FrontendWithSilencedScheduler : public FrontendWithFakeScheduler {
+  int dead_ms() override { return kSilenceDeadMs; }
+};
+
+TEST_F(FrontendWithSilencedScheduler, DeadSchedulerFailsInFlightRequestAndReadyTurnsFalse) {
   sched.set_hold(true, 2);
   std::thread killer([&] {
     sched.wait_for([&] { return sched.request_count() > 0; }, 10s);
@@ -431,7 +444,7 @@ TEST(FrontendTwoFakeSchedulers, RoutingKeyPicksOneSchedulerAndFailsOver) {
   FakeScheduler a, b;
   a.set_script(continuation(kStory));
   b.set_script(continuation(kStory));
-  Frontend fe(frontend_args(a.endpoint() + "," + b.endpoint()));
+  Frontend fe(frontend_args(a.endpoint() + "," + b.endpoint(), {}, kSilenceDeadMs));  // fail-over by silence
   ASSERT_GT(fe.port, 0);
   ASSERT_TRUE(wait_status(fe.port, "/ready", 200, 10s));
   // Give both schedulers time to be seen alive (each answers the 50 ms heartbeats).
@@ -482,8 +495,7 @@ TEST_F(FrontendConcurrencyLimit, SecondRequestGets429AndHeldOneTimesOut) {
   t.join();  // the held request ends after --request-timeout-ms with 504 and a cancel
   expect_error(first, 504, "deadline_exceeded");
   EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s));
-  // The slot is free again. (Under load the 400 ms heartbeat deadline can lapse while the request
-  // is held; wait until the frontend sees the scheduler alive before asking.)
+  // The slot is free again (wait until the frontend sees the scheduler alive before asking).
   sched.set_hold(false);
   ASSERT_TRUE(wait_status(fe->port, "/ready", 200, 10s));
   EXPECT_EQ(http_request(fe->port, "POST", "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":2})").status, 200);

@@ -189,10 +189,10 @@ TEST_F(MultiHost, SchedulerHostDownLosesNothingUnstreamedAndItsWorkersMove) {
 
   // 3. w4 (host-c; sched-b first, then sched-a) registers with sched-a within the documented
   //    bound: --scheduler-dead-ms of silence + one register round trip (1 s allowed).
-  const bool moved = wait_until([&] { return c().live_workers("a") == 3.0; }, milliseconds(kSchedulerDeadMs + 1000),
-                                milliseconds(5));
+  const bool moved = wait_until([&] { return c().live_workers("a") == 3.0; },
+                                scaled(milliseconds(kSchedulerDeadMs + 1000)), milliseconds(5));
   const double moved_ms = ms_since(down);
-  EXPECT_TRUE(moved) << "w4 did not register with sched-a within " << kSchedulerDeadMs + 1000 << " ms\n" << c().logs();
+  EXPECT_TRUE(moved) << "w4 did not register with sched-a within " << scaled(kSchedulerDeadMs + 1000.0) << " ms\n" << c().logs();
   const auto [w4_ip, w4_port] = ThreeHosts::worker_metrics("w4");
   EXPECT_EQ(c().metric(w4_ip, w4_port, "tessera_worker_scheduler_switches_total"), 1.0);
 

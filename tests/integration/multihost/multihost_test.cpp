@@ -132,7 +132,7 @@ TEST_F(MultiHost, ProcessesFrozenAndKilled) {
   c().kill("sched-b");
   const auto killed = Clock::now();
   // w2 and w4 register with sched-a within the bound (--scheduler-dead-ms + 1 s; at once here).
-  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 4.0; }, milliseconds(2000), milliseconds(5)))
+  EXPECT_TRUE(wait_until([&] { return c().live_workers("a") == 4.0; }, scaled(milliseconds(2000)), milliseconds(5)))
       << "sched-b's workers did not register with sched-a\n" << c().logs();
   std::printf("sched-b killed: its workers registered with sched-a after %.0f ms\n",
               std::chrono::duration<double, std::milli>(Clock::now() - killed).count());

@@ -184,7 +184,10 @@ std::vector<std::string> ThreeHosts::test_flags(const std::string& name) {
   if (name.rfind("frontend-", 0) == 0)
     return {"--heartbeat-ms", "100", "--scheduler-dead-ms", "1000", "--admin-token", kAdminToken};
   if (name.size() == 2 && name[0] == 'w')
-    return {"--threads", "1", "--num-pages", "256", "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000"};
+    // --min-step-ms (docs/operations.md "Pacing"): 160-200 tokens last >= 1.6-2 s, so the
+    // tests' "all in flight at once" states hold while they act on them, whatever the load.
+    return {"--threads", "1", "--num-pages", "256", "--heartbeat-ms", "100", "--scheduler-dead-ms", "1000",
+            "--min-step-ms", "10"};
   return {};
 }
 

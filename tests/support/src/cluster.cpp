@@ -75,6 +75,10 @@ Cluster::Cluster(const ClusterOptions& o) : options_(o) {
     // --backend cpu: the expected outputs (greedy.json) are the CPU oracle's, GPU or not.
     std::vector<std::string> wargs = {"--model", model, "--scheduler", sched_we_, "--threads", "1", "--num-pages",
                                       std::to_string(o.num_pages), "--name", name, "--backend", "cpu"};
+    if (o.worker_min_step_ms > 0) {
+      wargs.push_back("--min-step-ms");
+      wargs.push_back(std::to_string(o.worker_min_step_ms));
+    }
     wargs.insert(wargs.end(), o.worker_args.begin(), o.worker_args.end());
     workers_.push_back(std::make_unique<Process>(
         bin_path("tessera-worker"), with_keys(wargs),

@@ -7,7 +7,7 @@ namespace tessera::tools::up {
 const std::vector<std::string_view> kWorkerPassThrough = {
     "kv-offload",        "kv-offload-codec",  "kv-offload-dtype", "kv-offload-max-pending-mb",
     "kv-codec",          "kv-codec-step",     "kv-codec-recent",  "kv-codec-decay",
-    "blend-recompute-ratio", "blend-check-layer", "blend-cache-mb"};
+    "blend-recompute-ratio", "blend-check-layer", "blend-cache-mb", "min-step-ms"};
 const std::vector<std::string_view> kSchedulerPassThrough = {"kv-offload-min-pages", "kv-offload-max-entries", "max-step-tokens",
                                                              "max-running"};
 

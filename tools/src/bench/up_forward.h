@@ -2,7 +2,7 @@
 // the child's declaration (type, default, checks, help) with the environment variable
 // TESSERA_UP_<NAME>. Two kinds:
 //   - shared ones (model, num-pages, kv-dtype, ...): bound to `up`'s config and always passed on;
-//   - pass-through ones (kWorkerPassThrough, kSchedulerPassThrough: K/V offload, CacheBlend):
+//   - pass-through ones (kWorkerPassThrough, kSchedulerPassThrough: K/V offload, CacheBlend, pacing):
 //     held only in `up`'s table and passed on only when given (flag, environment or the [up]
 //     section of --config), so a [worker] / [scheduler] section of the same file still applies
 //     when they are not.
@@ -18,7 +18,8 @@
 
 namespace tessera::tools::up {
 
-// The worker's K/V offload, blob codec and CacheBlend options (docs/kv.md).
+// The worker's K/V offload, blob codec and CacheBlend options (docs/kv.md) and its pacing
+// (--min-step-ms, docs/operations.md "Pacing").
 extern const std::vector<std::string_view> kWorkerPassThrough;
 // The scheduler's K/V offload options (docs/kv.md "K/V offload") and its step token budget
 // (--max-step-tokens, at least --max-running: how many steps a long CacheBlend prompt takes,

@@ -40,11 +40,22 @@ struct ClusterOptions {
   int num_pages = 512;
   int max_prompt_tokens = 400;       // frontend limit (413 above it)
   int num_workers = 1;               // named w0, w1, ...
-  int frontend_scheduler_dead_ms = 1000;  // the frontend's --scheduler-dead-ms
+  // The frontend's --scheduler-dead-ms: long, so that a loaded machine (or ASan) delaying a
+  // heartbeat never declares the scheduler dead mid-test; a killed scheduler is noticed at once
+  // anyway (the frontend's socket monitor sees its connection drop). Set it short only in a
+  // test of death by silence.
+  int frontend_scheduler_dead_ms = 10000;
   std::vector<std::string> scheduler_args;
   std::vector<std::string> worker_args;
   std::vector<std::string> frontend_args;  // appended to tessera-frontend's (e.g. --api-keys-file)
+  // Every worker's --min-step-ms (pacing, docs/operations.md "Pacing"; 0 = off): a test that must
+  // catch a request mid-stream (freeze, kill, cancel) sets kPacedStepMs so that N tokens last
+  // at least N x 10 ms whatever the machine's load or sanitizer.
+  int worker_min_step_ms = 0;
 };
+
+// The pacing of tests that act on a request while it runs: 300 tokens last at least 3 s.
+inline constexpr int kPacedStepMs = 10;
 
 class Cluster {
  public:

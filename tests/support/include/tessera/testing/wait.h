@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace tessera::testing {
@@ -22,6 +23,28 @@ bool wait_until(Pred&& pred, std::chrono::milliseconds timeout,
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(poll);
   }
+}
+
+// The factor by which a test multiplies a wall-clock bound that it asserts (a latency, a
+// detection time: "within 2.5 s"), read once from TESSERA_TIMING_SCALE: 1 when unset or not a
+// number in [1, 100]. tests/run.sh sets 4 for the ASan+UBSan step, whose processes run 2-5x
+// slower. Timeouts of waits (wait_until) need no scaling: they are generous upper limits, not
+// the assertion. Thread-safe.
+inline double timing_scale() {
+  static const double scale = [] {
+    const char* v = std::getenv("TESSERA_TIMING_SCALE");
+    if (v == nullptr || *v == '\0') return 1.0;
+    char* end = nullptr;
+    const double f = std::strtod(v, &end);
+    return (end != nullptr && *end == '\0' && f >= 1.0 && f <= 100.0) ? f : 1.0;
+  }();
+  return scale;
+}
+
+// `bound` x timing_scale(): for EXPECT_LT(elapsed, scaled(...)).
+inline double scaled(double bound) { return bound * timing_scale(); }
+inline std::chrono::milliseconds scaled(std::chrono::milliseconds bound) {
+  return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(bound.count()) * timing_scale()));
 }
 
 }  // namespace tessera::testing
