@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <string>
 
 #include "tessera/common/check.h"
@@ -57,14 +58,14 @@ void InflightBudget::update_locked() {
     budget_ = config_.min_bytes;
     return;
   }
-  const double bdp = kGain * max_rate_ * min_rtt_ns_ * 1e-9;
+  const double bdp = std::round(kGain * max_rate_ * min_rtt_ns_ / 1e9);
   budget_ = static_cast<uint64_t>(std::clamp(bdp, static_cast<double>(config_.min_bytes),
                                              static_cast<double>(config_.max_bytes)));
 }
 
 InflightBudget::Snapshot InflightBudget::snapshot() const {
   std::lock_guard lock(mu_);
-  return {budget_, min_rtt_ns_ * 1e-9, max_rate_};
+  return {budget_, min_rtt_ns_ / 1e9, max_rate_};
 }
 
 }  // namespace tessera::kvstore

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 
 #include "tessera/common/log.h"
 
@@ -330,7 +331,7 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
   // ones are appended (written with the next read). The window holds about budget_.bytes() of
   // replies (the mean value size so far decides; 4 before the first reply; 0 bytes: one GET per
-  // round trip): many small values go in a few round trips; values of the budget or more one at
+  // round trip): many small values go in a few round trips; values of about the budget or more one at
   // a time (on loopback queueing several large replies cost Redis and the client more CPU than
   // the round trips saved, docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output
   // buffer at once. The budget follows the link's bandwidth-delay product (inflight_budget.h):
@@ -365,7 +366,10 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
       if (i + 1 == keys.size() && i > 0) budget_.add_delivery_sample(later_bytes, last_reply - first_reply);
     }
     if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
-    window = std::clamp<size_t>(inflight / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
+    // Whole values, rounded: a budget of 1.8 values is 2 in flight (floor would keep the self-tuning
+    // budget at one large value per round trip), 1.3 is 1.
+    const double mean = std::max(1.0, static_cast<double>(value_bytes) / static_cast<double>(i + 1));
+    window = static_cast<size_t>(std::clamp(std::round(static_cast<double>(inflight) / mean), 1.0, 256.0));
     send_upto(i + 1);
     if (Status st = conn->check(r, "get"); !st.ok()) {
       if (r == nullptr) {  // connection gone: this key and the rest are unavailable
