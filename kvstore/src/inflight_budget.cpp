@@ -42,9 +42,13 @@ void InflightBudget::add_rtt_sample(std::chrono::nanoseconds rtt) {
   update_locked();
 }
 
-void InflightBudget::add_delivery_sample(uint64_t bytes, std::chrono::nanoseconds interval) {
+void InflightBudget::add_delivery_sample(uint64_t bytes, uint64_t values, std::chrono::nanoseconds interval) {
   const double ns = static_cast<double>(interval.count());
   std::lock_guard lock(mu_);
+  if (values > 0 && bytes > 0) {
+    mean_value_ = bytes / values;
+    update_locked();
+  }
   if (min_rtt_ns_ == 0 || ns <= 0 || ns < min_rtt_ns_ / 2 || bytes == 0) return;
   rate_[rate_next_] = static_cast<double>(bytes) * 1e9 / ns;
   rate_next_ = (rate_next_ + 1) % kRateSamples;
@@ -58,14 +62,14 @@ void InflightBudget::update_locked() {
     budget_ = config_.min_bytes;
     return;
   }
-  const double bdp = std::round(kGain * max_rate_ * min_rtt_ns_ / 1e9);
+  const double bdp = std::round(kGain * max_rate_ * min_rtt_ns_ / 1e9) + static_cast<double>(mean_value_);
   budget_ = static_cast<uint64_t>(std::clamp(bdp, static_cast<double>(config_.min_bytes),
                                              static_cast<double>(config_.max_bytes)));
 }
 
 InflightBudget::Snapshot InflightBudget::snapshot() const {
   std::lock_guard lock(mu_);
-  return {budget_, min_rtt_ns_ / 1e9, max_rate_};
+  return {budget_, min_rtt_ns_ / 1e9, max_rate_, mean_value_};
 }
 
 }  // namespace tessera::kvstore

@@ -340,7 +340,7 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   Clock::time_point first_reply{}, last_reply{};
-  uint64_t later_bytes = 0;  // reply bytes after the first
+  uint64_t later_bytes = 0, later_values = 0;  // of the values after the first reply
   size_t sent = 0, window = inflight == 0 ? 1 : 4;
   uint64_t value_bytes = 0;
   auto send_upto = [&](size_t answered) {
@@ -362,8 +362,9 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
         budget_.add_rtt_sample(first_reply - start);
       } else {
         later_bytes += r->type == REDIS_REPLY_STRING ? r->len : 0;
+        later_values += r->type == REDIS_REPLY_STRING ? 1 : 0;
       }
-      if (i + 1 == keys.size() && i > 0) budget_.add_delivery_sample(later_bytes, last_reply - first_reply);
+      if (i + 1 == keys.size() && i > 0) budget_.add_delivery_sample(later_bytes, later_values, last_reply - first_reply);
     }
     if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
     // Whole values, rounded: a budget of 1.8 values is 2 in flight (floor would keep the self-tuning

@@ -1,7 +1,7 @@
 // get_many's in-flight budget (kvstore/include/tessera/kvstore/inflight_budget.h): exact budgets
 // from given RTT and delivery-rate samples — 2 x the bandwidth-delay product of the least RTT and
-// the largest rate of the recent samples, clamped to [min, max]; fixed when not auto; the option
-// text "auto|N".
+// the largest rate of the recent samples, plus the last mean value size, clamped to [min, max];
+// fixed when not auto; the option text "auto|N".
 #include "tessera/kvstore/inflight_budget.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@ constexpr uint64_t KiB = 1024, MiB = 1024 * 1024;
 TEST(InflightBudget, StartsAtTheFloorUntilBothRttAndRateAreKnown) {
   InflightBudget b({.auto_tune = true, .min_bytes = 64 * KiB, .max_bytes = 8 * MiB});
   EXPECT_EQ(b.bytes(), 64 * KiB);
-  b.add_delivery_sample(1 * MiB, milliseconds(10));  // no RTT yet: cannot tell a burst, dropped
+  b.add_delivery_sample(1 * MiB, 10, milliseconds(10));  // no RTT yet: cannot tell a burst, dropped
   EXPECT_EQ(b.bytes(), 64 * KiB);
   EXPECT_EQ(b.snapshot().rate_bytes_per_s, 0.0);
   b.add_rtt_sample(milliseconds(1));
@@ -29,22 +29,23 @@ TEST(InflightBudget, StartsAtTheFloorUntilBothRttAndRateAreKnown) {
   EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 1e-3);
 }
 
-TEST(InflightBudget, IsTwiceTheBandwidthDelayProductClamped) {
+TEST(InflightBudget, IsTwiceTheBandwidthDelayProductPlusAValueClamped) {
   InflightBudget b({.auto_tune = true, .min_bytes = 64 * KiB, .max_bytes = 8 * MiB});
   b.add_rtt_sample(milliseconds(1));
-  b.add_delivery_sample(1000000, milliseconds(4));  // 250 MB/s x 1 ms x 2 = 500 000 bytes
-  EXPECT_EQ(b.bytes(), 500000u);
+  b.add_delivery_sample(1000000, 10, milliseconds(4));  // 250 MB/s x 1 ms x 2 + 100 000 bytes
+  EXPECT_EQ(b.bytes(), 600000u);
   EXPECT_DOUBLE_EQ(b.snapshot().rate_bytes_per_s, 250e6);
-  b.add_delivery_sample(100000000, milliseconds(20));  // 5 GB/s: 10 MB, capped
+  EXPECT_EQ(b.snapshot().mean_value_bytes, 100000u);
+  b.add_delivery_sample(100000000, 1000, milliseconds(20));  // 5 GB/s: 10 MB, capped
   EXPECT_EQ(b.bytes(), 8 * MiB);
   InflightBudget fast({.auto_tune = true, .min_bytes = 256 * KiB, .max_bytes = 8 * MiB});
-  fast.add_rtt_sample(microseconds(40));               // loopback
-  fast.add_delivery_sample(1000000, microseconds(500));  // 2 GB/s x 40 us x 2 = 160 000: the floor
+  fast.add_rtt_sample(microseconds(40));                   // loopback
+  fast.add_delivery_sample(1000000, 10, microseconds(500));  // 2 GB/s x 40 us x 2 + 100 000 = 260 000: the floor
   EXPECT_EQ(fast.bytes(), 256 * KiB);
 }
 
-// Window-limited: a budget of W per round trip delivers W / RTT, so the next budget is 2 W — it
-// doubles per call up to the cap.
+// Window-limited: a budget of W per round trip delivers W / RTT, so the next budget is 2 W (plus
+// a value) — it doubles per call up to the cap.
 TEST(InflightBudget, DoublesWhileThePipelineIsTheLimit) {
   InflightBudget b({.auto_tune = true, .min_bytes = 256 * KiB, .max_bytes = 4 * MiB});
   b.add_rtt_sample(milliseconds(2));
@@ -52,42 +53,44 @@ TEST(InflightBudget, DoublesWhileThePipelineIsTheLimit) {
   for (int call = 0; call < 6; ++call) {
     const uint64_t w = b.bytes();
     seen.push_back(w);
-    b.add_delivery_sample(8 * w, milliseconds(16));  // 8 round trips of w each
+    b.add_delivery_sample(8 * w, 8 * w / (64 * KiB), milliseconds(16));  // 8 round trips of w, 64 KiB values
   }
-  EXPECT_EQ(seen, (std::vector<uint64_t>{256 * KiB, 512 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 4 * MiB}));
+  EXPECT_EQ(seen, (std::vector<uint64_t>{256 * KiB, 576 * KiB, 1216 * KiB, 2496 * KiB, 4 * MiB, 4 * MiB}));
 }
 
 TEST(InflightBudget, LeastRttAndLargestRateOfTheRecentSamples) {
   InflightBudget b({.auto_tune = true, .min_bytes = 1 * KiB, .max_bytes = 1024 * MiB});
   for (int ms : {3, 1, 2}) b.add_rtt_sample(milliseconds(ms));
   EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 1e-3);
-  b.add_delivery_sample(2000000, milliseconds(20));  // 100 MB/s
-  b.add_delivery_sample(1000000, milliseconds(20));  // 50 MB/s: the max stays
-  EXPECT_EQ(b.bytes(), 200000u);
+  b.add_delivery_sample(2000000, 20, milliseconds(20));  // 100 MB/s, values of 100 000
+  EXPECT_EQ(b.bytes(), 300000u);
+  b.add_delivery_sample(1000000, 20, milliseconds(20));  // 50 MB/s: the max stays; values of 50 000
+  EXPECT_EQ(b.bytes(), 250000u);
   // The 1 ms sample ages out after kRttSamples newer ones; the 100 MB/s after kRateSamples.
   for (int i = 0; i < InflightBudget::kRttSamples; ++i) b.add_rtt_sample(milliseconds(4));
   EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 4e-3);
-  for (int i = 0; i < InflightBudget::kRateSamples; ++i) b.add_delivery_sample(1000000, milliseconds(40));
+  for (int i = 0; i < InflightBudget::kRateSamples; ++i) b.add_delivery_sample(1000000, 10, milliseconds(40));
   EXPECT_DOUBLE_EQ(b.snapshot().rate_bytes_per_s, 25e6);
-  EXPECT_EQ(b.bytes(), 200000u);  // 2 x 25 MB/s x 4 ms
+  EXPECT_EQ(b.bytes(), 300000u);  // 2 x 25 MB/s x 4 ms + 100 000
 }
 
 // Replies read in less than half an RTT were waiting in the socket buffer: no rate sample.
 TEST(InflightBudget, DropsBurstsShorterThanHalfAnRtt) {
   InflightBudget b({.auto_tune = true, .min_bytes = 64 * KiB, .max_bytes = 8 * MiB});
   b.add_rtt_sample(milliseconds(2));
-  b.add_delivery_sample(4 * MiB, microseconds(999));
+  b.add_delivery_sample(4 * MiB, 4, microseconds(999));
   EXPECT_EQ(b.snapshot().rate_bytes_per_s, 0.0);
+  EXPECT_EQ(b.snapshot().mean_value_bytes, 1 * MiB);  // kept
   EXPECT_EQ(b.bytes(), 64 * KiB);
-  b.add_delivery_sample(1000000, milliseconds(1));  // exactly half: kept (1 GB/s x 2 ms x 2 = 4 MB)
-  EXPECT_EQ(b.bytes(), 4000000u);
+  b.add_delivery_sample(1000000, 10, milliseconds(1));  // exactly half: kept (1 GB/s x 2 ms x 2 + 100 000)
+  EXPECT_EQ(b.bytes(), 4100000u);
 }
 
 TEST(InflightBudget, FixedIgnoresTheEstimatesButKeepsThem) {
   for (uint64_t fixed : {uint64_t{0}, 256 * KiB, 2 * MiB}) {
     InflightBudget b({.auto_tune = false, .fixed_bytes = fixed, .min_bytes = 64 * KiB, .max_bytes = 1 * MiB});
     b.add_rtt_sample(milliseconds(2));
-    b.add_delivery_sample(100000000, milliseconds(10));
+    b.add_delivery_sample(100000000, 100, milliseconds(10));
     EXPECT_EQ(b.bytes(), fixed);
     EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 2e-3);
     EXPECT_DOUBLE_EQ(b.snapshot().rate_bytes_per_s, 1e10);
@@ -120,7 +123,7 @@ TEST(InflightBudget, ConcurrentSamplesStayWithinBounds) {
         if (t == 0) {
           b.add_rtt_sample(microseconds(100 + i % 900));
         } else {
-          b.add_delivery_sample(static_cast<uint64_t>(1000 + 997 * i * t), microseconds(50 + i % 3000));
+          b.add_delivery_sample(static_cast<uint64_t>(1000 + 997 * i * t), 1 + i % 7, microseconds(50 + i % 3000));
         }
         const uint64_t now = b.bytes();
         if (now < 128 * KiB || now > 2 * MiB) out_of_bounds = true;

@@ -3,8 +3,10 @@
 // bandwidth-delay product of the link to that shard (docs/kvstore.md "get_many's in-flight
 // budget"):
 //
-//   budget = clamp(kGain x delivery rate x round-trip time, min_bytes, max_bytes)
+//   budget = clamp(kGain x delivery rate x round-trip time + mean value size, min_bytes, max_bytes)
 //
+// (the window holds whole values and refills one per reply: while one value is in transit the
+// others must cover the round trip, so it needs the bandwidth-delay product plus a value.)
 // - round-trip time: the minimum of the last kRttSamples samples (BBR's min-RTT filter: queueing
 //   and a late wake-up only ever add to a sample, so the minimum is the path's own delay). Samples
 //   come from the health thread (a PING timed every health interval) and from each get_many (the
@@ -12,11 +14,12 @@
 // - delivery rate: the maximum of the last kRateSamples samples; one sample per get_many of two
 //   or more replies: the bytes of the replies after the first over the time from the first reply
 //   to the last. While the budget limits the pipeline the replies come one budget per round trip,
-//   so the sample is budget / RTT and the next budget is kGain (2) times the last: the budget
-//   doubles per call until the link (or the reader: the MAC check and copies are in the loop) is
-//   the limit, then stays at kGain x its bandwidth-delay product. A sample over less than half
+//   so the sample is budget / RTT and the next budget is kGain (2) times the last (plus a value):
+//   the budget doubles per call until the link (or the reader: the MAC check and copies are in
+//   the loop) is the limit, then stays at kGain x its bandwidth-delay product. A sample over less than half
 //   an RTT is dropped: the replies were already waiting in the socket buffer, read at memory
 //   speed, which says nothing about the link.
+// - mean value size: of the last get_many's replies after the first.
 // - before a rate sample (and an RTT sample) exists the budget is min_bytes.
 // The estimates are kept and exported (metrics) with a fixed budget too; only bytes() differs.
 //
@@ -53,6 +56,7 @@ class InflightBudget {
     uint64_t budget_bytes = 0;  // what bytes() answers now
     double rtt_s = 0;           // min-filtered RTT; 0 before the first sample
     double rate_bytes_per_s = 0;  // max-filtered delivery rate; 0 before the first sample
+    uint64_t mean_value_bytes = 0;  // of the last get_many's later replies
   };
 
   // TS_CHECKs min_bytes <= max_bytes (callers validate user input first).
@@ -60,9 +64,10 @@ class InflightBudget {
 
   uint64_t bytes() const;  // the budget for a get_many starting now
   void add_rtt_sample(std::chrono::nanoseconds rtt);
-  // One get_many: `bytes` of replies received after its first reply, over `interval` (first
-  // reply to last). Dropped when interval < RTT / 2 or before any RTT sample.
-  void add_delivery_sample(uint64_t bytes, std::chrono::nanoseconds interval);
+  // One get_many: `bytes` in `values` replies received after its first reply, over `interval`
+  // (first reply to last). The rate sample is dropped when interval < RTT / 2 or before any RTT
+  // sample; the mean value size (bytes / values) is kept either way.
+  void add_delivery_sample(uint64_t bytes, uint64_t values, std::chrono::nanoseconds interval);
   Snapshot snapshot() const;
   const InflightBudgetConfig& config() const { return config_; }
 
@@ -77,6 +82,7 @@ class InflightBudget {
   int rate_next_ = 0;                   // GUARDED_BY(mu_)
   double min_rtt_ns_ = 0;               // GUARDED_BY(mu_)
   double max_rate_ = 0;                 // GUARDED_BY(mu_)
+  uint64_t mean_value_ = 0;             // GUARDED_BY(mu_)
   uint64_t budget_ = 0;                 // GUARDED_BY(mu_)
 };
 
