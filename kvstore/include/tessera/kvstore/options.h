@@ -36,7 +36,7 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
   o.add(c.redis_get_many_inflight_kb,
         {.name = "redis-get-many-inflight-kb",
          .help = "bytes of Redis replies a get_many keeps in flight per shard (pipelined GETs): auto = 2 x the "
-                 "link's bandwidth-delay product, measured per shard (RTT and delivery rate), between "
+                 "link's bandwidth-delay product plus a value, measured per shard (RTT and delivery rate), between "
                  "--redis-get-many-inflight-min-kb and -max-kb; or a fixed KiB, 0..1048576 (0 = one round trip "
                  "per key). docs/kvstore.md \"get_many's in-flight budget\"",
          .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_KB"});
