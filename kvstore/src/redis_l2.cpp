@@ -331,11 +331,12 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
   // ones are appended (written with the next read). The window holds about budget_.bytes() of
   // replies (the mean value size so far decides; 4 before the first reply; 0 bytes: one GET per
-  // round trip): many small values go in a few round trips; values of about the budget or more one at
-  // a time (on loopback queueing several large replies cost Redis and the client more CPU than
-  // the round trips saved, docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output
-  // buffer at once. The budget follows the link's bandwidth-delay product (inflight_budget.h):
-  // this call's first reply is an RTT sample, its later replies a delivery-rate sample.
+  // round trip): many small values go in a few round trips; values of about the budget or more
+  // one at a time (on loopback queueing several large replies cost Redis and the client more CPU
+  // than the round trips saved, docs/BENCHMARKS.md "kvstore"), never all queued in Redis's
+  // output buffer at once. The budget follows the link's bandwidth-delay product
+  // (inflight_budget.h): this call's first reply is an RTT sample, its later replies a
+  // delivery-rate sample.
   const uint64_t inflight = budget_.bytes();
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
