@@ -8,12 +8,13 @@
 //  3. get_many of --get-many-keys page-sized blobs with a cold L1 (Redis only).
 //
 //   kvstore_bench [--iters N] [--tokens T] [--dtype f16|bf16|f32] [--no-redis] [--get-many-keys K] [--only-get-many]
-//                 [--redis HOST:PORT] [--get-many-inflight-kb KB]
+//                 [--redis HOST:PORT] [--get-many-inflight-kb auto|KB] [--get-many-inflight-max-kb KB]
 // Redis: a private redis-server on a free loopback port (tests/support RedisServer), or with
 // --redis (get_many rows only) a running one, e.g. on another host (docs/BENCHMARKS.md "get_many
 // across hosts"; its INFO is read with redis-cli). --get-many-inflight-kb sets the store's
-// RedisConfig::get_many_inflight_bytes (0 = one GET round trip per key, the unpipelined
-// baseline); benchmark-only, tessera-kvstore has no such option.
+// RedisConfig::get_many_inflight as tessera-kvstore's --redis-get-many-inflight-kb does (auto =
+// self-tuning, inflight_budget.h; KB fixed, 0 = one GET round trip per key, the unpipelined
+// baseline); the get_many rows end with the budget, RTT and rate the shard's estimator reached.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -99,10 +100,10 @@ struct RedisTarget {
 };
 
 // A store with L1 off, so every get goes to the Redis server r.
-StoreConfig l2_only(const RedisTarget& r, uint64_t get_many_inflight_bytes = RedisConfig{}.get_many_inflight_bytes) {
+StoreConfig l2_only(const RedisTarget& r, const InflightBudgetConfig& inflight = {}) {
   StoreConfig sc;
   sc.l1.max_entries = 0;
-  sc.redis = RedisConfig{.host = r.host, .port = r.port, .get_many_inflight_bytes = get_many_inflight_bytes};
+  sc.redis = RedisConfig{.host = r.host, .port = r.port, .get_many_inflight = inflight};
   sc.secret = "bench-secret";
   return sc;
 }
@@ -164,7 +165,16 @@ long redis_info(const RedisTarget& r, const char* section, const std::string& fi
 
 // Redis read events per call (total_reads_processed: one per batch of commands read from a
 // socket, so about the round trips) and CPU, besides the wall time.
-void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters, const RedisTarget& rs) {
+// The value of the first sample of `name` in Prometheus text (0 when absent).
+double metric_value(const std::string& text, const std::string& name) {
+  const size_t at = text.find("\n" + name + "{");
+  if (at == std::string::npos) return 0.0;
+  const size_t sp = text.find("} ", at);
+  return sp == std::string::npos ? 0.0 : std::atof(text.c_str() + sp + 2);
+}
+
+void get_many_rows(const char* what, Client& c, const std::string& blob, int keys, int iters, const RedisTarget& rs,
+                   const Store& store) {
   const long redis = redis_info(rs, "server", "process_id");
   std::vector<std::string> hashes;
   for (int i = 0; i < keys; ++i) {
@@ -189,21 +199,26 @@ void get_many_rows(const char* what, Client& c, const std::string& blob, int key
   const double cpu = (process_cpu_ms() - cpu0) / iters, redis_cpu = (other_cpu_ms(redis) - redis0) / iters;
   const double reads = static_cast<double>(redis_info(rs, "stats", "total_reads_processed") - reads0 - 1) / iters;  // less INFO's own
   const Stats w = summarize(wall);
-  std::printf("| %s | %d x %.1f KB | %.1f | %.2f | %.2f | %.2f | %.2f |\n", what, keys, static_cast<double>(blob.size()) / 1e3,
-              reads, w.p50, w.p99, cpu, redis_cpu);
+  const std::string m = store.metrics_text();
+  std::printf("| %s | %d x %.1f KB | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f / %.3f / %.0f |\n", what, keys,
+              static_cast<double>(blob.size()) / 1e3, reads, w.p50, w.p99, cpu, redis_cpu,
+              metric_value(m, "tessera_kvstore_redis_shard_get_many_inflight_bytes") / 1024.0,
+              metric_value(m, "tessera_kvstore_redis_shard_rtt_seconds") * 1e3,
+              metric_value(m, "tessera_kvstore_redis_shard_delivery_rate_bytes_per_second") / 1e6);
 }
 
 // Offload-sized pages (16 tokens) fetched by one get_many, as a worker's reload does.
-void get_many_table(Client& c, int keys, int iters, const RedisTarget& redis) {
+void get_many_table(Client& c, int keys, int iters, const RedisTarget& redis, const Store& store) {
   const std::string small =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {5, 16, 4, 8}, 0x135, 7), {.codec = Codec::kZstd}).value();
   const std::string page =
       encode_blob(kvstore::testing::synthetic_kv(DType::kF16, {30, 16, 3, 64}, 0x135, 8), {.codec = Codec::kInt8}).value();
   std::printf("\nget_many with a cold L1 (L1 off, one Redis; %d iterations, ms)\n\n", iters);
   std::printf("| page | keys x blob | Redis read events per call | wall p50 | wall p99 | CPU ms per call (client + kvstore threads) | "
-              "redis-server CPU ms per call |\n|---|---|---|---|---|---|---|\n");
-  get_many_rows("stories260K-sized, zstd", c, small, keys, iters, redis);
-  get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters, redis);
+              "redis-server CPU ms per call | in flight KiB / RTT ms / rate MB/s after the row |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  get_many_rows("stories260K-sized, zstd", c, small, keys, iters, redis, store);
+  get_many_rows("SmolLM2-135M-sized, int8", c, page, keys, iters, redis, store);
 }
 
 }  // namespace
@@ -216,7 +231,8 @@ struct Args {
   int get_many_keys = 64;
   bool only_get_many = false;
   std::string redis;              // HOST:PORT of a running redis-server (get_many rows); "" = a private one
-  int get_many_inflight_kb = 256; // RedisConfig::get_many_inflight_bytes / 1024; 0 = one round trip per key
+  std::string get_many_inflight_kb = "auto";  // as tessera-kvstore --redis-get-many-inflight-kb
+  int get_many_inflight_max_kb = 8192;
 };
 
 int main(int argc, char** argv) {
@@ -235,9 +251,10 @@ int main(int argc, char** argv) {
                                                   "INFO read with redis-cli); default: a private one on loopback"});
   table.add(args.get_many_inflight_kb,
             {.name = "get-many-inflight-kb",
-             .help = "get_many rows: KiB of Redis replies in flight per shard (RedisConfig::get_many_inflight_bytes); "
-                     "0 = one GET round trip per key (unpipelined baseline)",
-             .min = 0, .max = 1 << 20});
+             .help = "get_many rows: Redis replies in flight per shard (RedisConfig::get_many_inflight): auto "
+                     "(self-tuning) or KiB; 0 = one GET round trip per key (unpipelined baseline)"});
+  table.add(args.get_many_inflight_max_kb, {.name = "get-many-inflight-max-kb", .help = "auto's ceiling in KiB",
+                                            .min = 256, .max = 1 << 20});
   table.describe("kvstore codecs (ratio, error, speed) and put/get latency through the service, L1 and L2");
   if (auto exit_code = config::parse_command_line(table, std::vector<std::string>(argv + 1, argv + argc)))
     return *exit_code;
@@ -245,7 +262,13 @@ int main(int argc, char** argv) {
   const uint32_t tokens = args.tokens;
   const DType dtype = args.dtype;
   const bool redis = !args.no_redis;
-  const uint64_t inflight = static_cast<uint64_t>(args.get_many_inflight_kb) << 10;
+  auto fixed = parse_inflight_kb(args.get_many_inflight_kb);
+  if (!fixed.ok()) {
+    std::fprintf(stderr, "--get-many-inflight-kb: %s\n", fixed.error().message.c_str());
+    return 2;
+  }
+  const InflightBudgetConfig inflight{.auto_tune = !fixed->has_value(), .fixed_bytes = fixed->value_or(0),
+                                      .max_bytes = static_cast<uint64_t>(args.get_many_inflight_max_kb) << 10};
   if (!args.redis.empty()) {
     auto hp = parse_host_port(args.redis);
     if (!hp.ok()) {
@@ -255,7 +278,7 @@ int main(int argc, char** argv) {
     const RedisTarget target{.host = hp->first, .port = hp->second};
     LocalService svc(l2_only(target, inflight));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
-    get_many_table(*c, args.get_many_keys, iters, target);
+    get_many_table(*c, args.get_many_keys, iters, target, *svc.store);
     return 0;
   }
   if (args.only_get_many) {
@@ -267,7 +290,7 @@ int main(int argc, char** argv) {
     const RedisTarget target{.host = r->host(), .port = r->port(), .local = r.get()};
     LocalService svc(l2_only(target, inflight));
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
-    get_many_table(*c, args.get_many_keys, iters, target);
+    get_many_table(*c, args.get_many_keys, iters, target, *svc.store);
     return 0;
   }
   const KvShape shape{30, tokens, 3, 64};
@@ -340,7 +363,7 @@ int main(int argc, char** argv) {
     auto c = Client::connect({.endpoint = svc.server->endpoint(), .timeout_ms = 30000}).value();
     latency_rows("L2 zstd", *c, zstd_blob, iters);
     latency_rows("L2 int8", *c, int8_blob, iters);
-    get_many_table(*c, args.get_many_keys, iters, target);
+    get_many_table(*c, args.get_many_keys, iters, target, *svc.store);
   }
   return 0;
 }

@@ -33,6 +33,20 @@ int main(int argc, char** argv) {
   kvstore::StoreConfig& sc = config.store;
   // --redis host:port[,host:port...]: one L2 shard each (docs/kvstore.md, "Several Redis shards").
   std::string redis_list;  // for the listening line
+  auto fixed = kvstore::parse_inflight_kb(config.redis_get_many_inflight_kb);
+  if (!fixed.ok()) {
+    std::fprintf(stderr, "tessera-kvstore: --redis-get-many-inflight-kb: %s\n", fixed.error().message.c_str());
+    return 2;
+  }
+  if (config.redis_get_many_inflight_min_kb > config.redis_get_many_inflight_max_kb) {
+    std::fprintf(stderr, "tessera-kvstore: --redis-get-many-inflight-min-kb (%d) is above --redis-get-many-inflight-max-kb (%d)\n",
+                 config.redis_get_many_inflight_min_kb, config.redis_get_many_inflight_max_kb);
+    return 2;
+  }
+  const kvstore::InflightBudgetConfig inflight{
+      .auto_tune = !fixed->has_value(), .fixed_bytes = fixed->value_or(0),
+      .min_bytes = static_cast<uint64_t>(config.redis_get_many_inflight_min_kb) << 10,
+      .max_bytes = static_cast<uint64_t>(config.redis_get_many_inflight_max_kb) << 10};
   for (const std::string& redis : config::detail::split_list(config.redis)) {
     auto hp = kvstore::parse_host_port(redis);
     if (!hp.ok()) {
@@ -41,7 +55,7 @@ int main(int argc, char** argv) {
     }
     sc.redis_shards.push_back(kvstore::RedisConfig{
         .host = hp->first, .port = hp->second,
-        .get_many_inflight_bytes = static_cast<uint64_t>(config.redis_get_many_inflight_kb) << 10});
+        .get_many_inflight = inflight});
     redis_list += (redis_list.empty() ? "" : ",") + hp->first + ":" + std::to_string(hp->second);
   }
   auto store = kvstore::Store::create(sc);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cmath>
 
 #include "tessera/common/log.h"
 
@@ -81,7 +83,8 @@ class RedisL2::Conn {
   bool broken_ = false;
 };
 
-RedisL2::RedisL2(const RedisConfig& config, std::string secret) : config_(config), signer_(std::move(secret)) {}
+RedisL2::RedisL2(const RedisConfig& config, std::string secret)
+    : config_(config), signer_(std::move(secret)), budget_(config.get_many_inflight) {}
 
 Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std::string secret,
                                                  std::function<void(std::string_view)> on_event,
@@ -92,6 +95,12 @@ Result<std::unique_ptr<RedisL2>> RedisL2::create(const RedisConfig& config, std:
   }
   if (config.host.empty()) return make_error(ErrorCode::kInvalidArgument, "redis host is empty");
   if (config.ttl_s == 0) return make_error(ErrorCode::kOutOfRange, "redis ttl must be >= 1 s");
+  if (config.get_many_inflight.min_bytes > config.get_many_inflight.max_bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "get_many in-flight floor (" +
+                                                       std::to_string(config.get_many_inflight.min_bytes >> 10) +
+                                                       " KiB) is above its ceiling (" +
+                                                       std::to_string(config.get_many_inflight.max_bytes >> 10) + " KiB)");
+  }
   std::unique_ptr<RedisL2> l2(new RedisL2(config, std::move(secret)));
   l2->run_id_ = l2->ping_once();
   l2->up_.store(!l2->run_id_.empty());
@@ -138,6 +147,12 @@ std::string RedisL2::ping_once() {
         run_id = std::string(info.substr(from, info.find_first_of("\r\n", from) - from));
       }
       if (run_id.empty()) run_id = "?";  // reachable, run_id unknown: restarts go unnoticed
+      // An RTT sample for get_many's budget: a PING on the connected socket (the connect and
+      // INFO above warmed it); the budget's min filter discards late wake-ups.
+      const auto t0 = std::chrono::steady_clock::now();
+      if (Reply p = command(c, {"PING"}); p != nullptr && p->type == REDIS_REPLY_STATUS) {
+        budget_.add_rtt_sample(std::chrono::steady_clock::now() - t0);
+      }
     } else if (Reply p = command(c, {"PING"}); p != nullptr && p->type == REDIS_REPLY_STATUS) {
       run_id = "?";  // INFO refused (renamed command?): reachable, restarts go unnoticed
     }
@@ -314,13 +329,19 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   auto conn = acquire();
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
-  // ones are appended (written with the next read). The window holds about
-  // config_.get_many_inflight_bytes of replies (the mean value size so far decides; 4 before the
-  // first reply; 0 bytes: one GET per round trip): many small values go in a few round trips;
-  // values of get_many_inflight_bytes or more one at a time (on loopback
-  // queueing several large replies cost Redis and the client more CPU than the round trips saved,
-  // docs/BENCHMARKS.md "kvstore"), never all queued in Redis's output buffer at once.
-  const uint64_t inflight = config_.get_many_inflight_bytes;
+  // ones are appended (written with the next read). The window holds about budget_.bytes() of
+  // replies (the mean value size so far decides; 4 before the first reply; 0 bytes: one GET per
+  // round trip): many small values go in a few round trips; values of about the budget or more
+  // one at a time (on loopback queueing several large replies cost Redis and the client more CPU
+  // than the round trips saved, docs/BENCHMARKS.md "kvstore"), never all queued in Redis's
+  // output buffer at once. The budget follows the link's bandwidth-delay product
+  // (inflight_budget.h): this call's first reply is an RTT sample, its later replies a
+  // delivery-rate sample.
+  const uint64_t inflight = budget_.bytes();
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first_reply{}, last_reply{};
+  uint64_t later_bytes = 0, later_values = 0;  // of the values after the first reply
   size_t sent = 0, window = inflight == 0 ? 1 : 4;
   uint64_t value_bytes = 0;
   auto send_upto = [&](size_t answered) {
@@ -335,8 +356,22 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
     void* raw = nullptr;
     if (redisGetReply(conn->get(), &raw) != REDIS_OK) raw = nullptr;
     const Reply r(static_cast<redisReply*>(raw));
+    if (r != nullptr) {
+      last_reply = Clock::now();
+      if (i == 0) {
+        first_reply = last_reply;
+        budget_.add_rtt_sample(first_reply - start);
+      } else {
+        later_bytes += r->type == REDIS_REPLY_STRING ? r->len : 0;
+        later_values += r->type == REDIS_REPLY_STRING ? 1 : 0;
+      }
+      if (i + 1 == keys.size() && i > 0) budget_.add_delivery_sample(later_bytes, later_values, last_reply - first_reply);
+    }
     if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
-    window = std::clamp<size_t>(inflight / std::max<uint64_t>(1, value_bytes / (i + 1)), 1, 256);
+    // Whole values, rounded: a budget of 1.8 values is 2 in flight (floor would keep the self-tuning
+    // budget at one large value per round trip), 1.3 is 1.
+    const double mean = std::max(1.0, static_cast<double>(value_bytes) / static_cast<double>(i + 1));
+    window = static_cast<size_t>(std::clamp(std::round(static_cast<double>(inflight) / mean), 1.0, 256.0));
     send_upto(i + 1);
     if (Status st = conn->check(r, "get"); !st.ok()) {
       if (r == nullptr) {  // connection gone: this key and the rest are unavailable

@@ -107,7 +107,7 @@ bool ShardedL2::any_up() const {
 
 std::vector<ShardStatus> ShardedL2::shard_status() const {
   std::vector<ShardStatus> out;
-  for (size_t i = 0; i < shards_.size(); ++i) out.push_back({ring_.shards()[i], shards_[i]->up(), shards_[i]->counters()});
+  for (size_t i = 0; i < shards_.size(); ++i) out.push_back({ring_.shards()[i], shards_[i]->up(), shards_[i]->counters(), shards_[i]->get_many_budget()});
   return out;
 }
 

@@ -441,6 +441,16 @@ void Store::export_metrics(metrics::Registry& reg) const {
       reg.counter("tessera_kvstore_redis_shard_reconnects_total", "Times this Redis shard came back after being down.",
                   {{"shard", sh.address}})
           .inc(static_cast<double>(sh.counters.reconnects));
+      reg.gauge("tessera_kvstore_redis_shard_get_many_inflight_bytes",
+                "Bytes of replies a get_many keeps in flight on this shard now (self-tuned or fixed).", {{"shard", sh.address}})
+          .set(static_cast<double>(sh.get_many_budget.budget_bytes));
+      reg.gauge("tessera_kvstore_redis_shard_rtt_seconds",
+                "Round-trip time to this shard: the least of the recent samples (0 before the first).", {{"shard", sh.address}})
+          .set(sh.get_many_budget.rtt_s);
+      reg.gauge("tessera_kvstore_redis_shard_delivery_rate_bytes_per_second",
+                "get_many replies' delivery rate from this shard: the most of the recent samples (0 before the first).",
+                {{"shard", sh.address}})
+          .set(sh.get_many_budget.rate_bytes_per_s);
     }
   }
   counter("tessera_kvstore_redis_reconnects_total", "Times Redis came back after being down (or restarted).",

@@ -122,7 +122,8 @@ int redis_read_events(const tessera::testing::RedisServer& r) {
 }
 
 // --redis-get-many-inflight-kb reaches the L2: with no L1, 24 pages asked at once are 24 GETs in
-// a few read events by default (pipelined) and one read event per GET with 0 (a round trip each).
+// a few read events with 256 and by default (auto: at least its 256 KiB floor; pipelined) and one
+// read event per GET with 0 (a round trip each).
 TEST(KvServiceGetMany, RedisInflightBudgetIsAnOption) {
   auto redis = tessera::testing::RedisServer::start();
   ASSERT_NE(redis, nullptr) << "redis-server could not be started";
@@ -135,11 +136,10 @@ TEST(KvServiceGetMany, RedisInflightBudgetIsAnOption) {
     hashes.push_back("page" + std::to_string(i));
     ASSERT_TRUE(w->put({kFp, "alice", hashes.back()}, blob(16, i + 1)).ok());
   }
-  for (const int kb : {256, 0}) {
+  for (const std::string kb : {"256", "auto", "0"}) {
     SCOPED_TRACE(kb);
     std::vector<std::string> args = common;
-    for (const std::string& a : {std::string("--l1-max-entries"), std::string("0"), std::string("--redis-get-many-inflight-kb"),
-                                 std::to_string(kb)}) {
+    for (const std::string& a : {std::string("--l1-max-entries"), std::string("0"), std::string("--redis-get-many-inflight-kb"), kb}) {
       args.push_back(a);
     }
     auto reader = KvProcess::start(args);
@@ -154,7 +154,7 @@ TEST(KvServiceGetMany, RedisInflightBudgetIsAnOption) {
       EXPECT_EQ(g.tier, Tier::kL2);
     }
     // Both processes' health checks (an INFO every 500 ms each) may add a few read events.
-    if (kb == 0) {
+    if (kb == "0") {
       EXPECT_GE(reads, 24) << "one round trip per GET";
     } else {
       EXPECT_LE(reads, 2 + 24 / 4 + 4) << "24 GETs not pipelined";

@@ -20,7 +20,10 @@ struct KvstoreOptions {
   StoreConfig store;   // store.redis is set from `redis` by the binary
   ServerConfig server;
   std::string redis;   // host:port of the L2; "" = L1 only
-  int redis_get_many_inflight_kb = 256;  // RedisConfig::get_many_inflight_bytes / 1024 for every shard
+  // RedisConfig::get_many_inflight for every shard: "auto" or a fixed KiB (parse_inflight_kb).
+  std::string redis_get_many_inflight_kb = "auto";
+  int redis_get_many_inflight_min_kb = 256;   // auto's floor
+  int redis_get_many_inflight_max_kb = 8192;  // auto's ceiling
   std::string metrics_host = "127.0.0.1";  // GET /metrics and /health over HTTP
   int metrics_port = 0;                    // 0 = any free port (in the listening line), -1 = off
 };
@@ -32,10 +35,20 @@ inline void declare_options(config::Options& o, KvstoreOptions& c) {
                                           "consistent hashing (every node must list the same set); empty = L1 only", .env = "TESSERA_KVSTORE_REDIS"});
   o.add(c.redis_get_many_inflight_kb,
         {.name = "redis-get-many-inflight-kb",
-         .help = "KiB of Redis replies a get_many keeps in flight per shard (pipelined GETs; 0 = one round trip per "
-                 "key). Raise it when Redis is on another host and blobs are large: 2048 made 200 KB pages 2.3-3.1x "
-                 "faster at 1-2 ms RTT (docs/kvstore.md)",
-         .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_KB", .min = 0, .max = 1048576});
+         .help = "bytes of Redis replies a get_many keeps in flight per shard (pipelined GETs): auto = 2 x the "
+                 "link's bandwidth-delay product plus a value, measured per shard (RTT and delivery rate), between "
+                 "--redis-get-many-inflight-min-kb and -max-kb; or a fixed KiB, 0..1048576 (0 = one round trip "
+                 "per key). docs/kvstore.md \"get_many's in-flight budget\"",
+         .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_KB"});
+  o.add(c.redis_get_many_inflight_min_kb,
+        {.name = "redis-get-many-inflight-min-kb",
+         .help = "auto's floor in KiB (and the budget before a shard's rate is measured): 256 was the loopback optimum",
+         .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_MIN_KB", .min = 1, .max = 1048576});
+  o.add(c.redis_get_many_inflight_max_kb,
+        {.name = "redis-get-many-inflight-max-kb",
+         .help = "auto's ceiling in KiB: a cap on the replies one get_many may have queued in Redis and the socket "
+                 "buffers per shard (>= the floor)",
+         .env = "TESSERA_KVSTORE_REDIS_GET_MANY_INFLIGHT_MAX_KB", .min = 1, .max = 1048576});
   o.add(c.store.l1.max_bytes, {.name = "l1-max-bytes", .help = "L1 bound in blob bytes",
                                .env = "TESSERA_KVSTORE_L1_MAX_BYTES", .min = 0});
   o.add(c.store.l1.max_entries, {.name = "l1-max-entries", .help = "L1 bound in entries",

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "tessera/common/result.h"
+#include "tessera/kvstore/inflight_budget.h"
 #include "tessera/kvstore/key.h"
 
 struct redisContext;
@@ -53,10 +54,11 @@ struct RedisConfig {
   int health_interval_ms = 500;
   int max_backoff_ms = 5000;
   // get_many's pipeline: about this many bytes of replies in flight per connection (a sliding
-  // window of GETs, 1..256 keys); 0 = one GET round trip per key (no pipelining).
-  // tessera-kvstore --redis-get-many-inflight-kb; kvstore_bench --get-many-inflight-kb compares
-  // settings (docs/BENCHMARKS.md "get_many across hosts").
-  uint64_t get_many_inflight_bytes = uint64_t{256} << 10;
+  // window of GETs, 1..256 keys): self-tuning to the link's bandwidth-delay product between a
+  // floor and a ceiling by default, or fixed (0 = one GET round trip per key); inflight_budget.h.
+  // tessera-kvstore --redis-get-many-inflight-kb auto|N, --redis-get-many-inflight-{min,max}-kb;
+  // kvstore_bench --get-many-inflight-kb compares settings (docs/BENCHMARKS.md).
+  InflightBudgetConfig get_many_inflight;
 };
 
 // Parses "host:port".
@@ -98,6 +100,8 @@ class RedisL2 {
 
   bool up() const { return up_.load(std::memory_order_acquire); }
   L2Counters counters() const;
+  // get_many's in-flight budget and the RTT / delivery-rate estimates behind it.
+  InflightBudget::Snapshot get_many_budget() const { return budget_.snapshot(); }
   const KeySigner& signer() const { return signer_; }
   const RedisConfig& config() const { return config_; }
 
@@ -114,6 +118,7 @@ class RedisL2 {
 
   const RedisConfig config_;
   const KeySigner signer_;
+  InflightBudget budget_;  // thread-safe itself
   std::atomic<bool> up_{false};
   std::mutex pool_mu_;
   std::vector<redisContext*> idle_;  // GUARDED_BY(pool_mu_)

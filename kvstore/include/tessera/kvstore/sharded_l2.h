@@ -33,6 +33,7 @@ struct ShardStatus {
   std::string address;  // "host:port", the shard's name on the ring
   bool up = false;
   L2Counters counters;
+  InflightBudget::Snapshot get_many_budget;  // its get_many in-flight budget and estimates
 };
 
 class ShardedL2 {

@@ -1,0 +1,49 @@
+// A TCP relay on loopback that adds a round-trip time: every connection accepted on port() is
+// relayed to `target_host:target_port`, and each chunk of bytes read on one side is written to
+// the other no earlier than `rtt / 2` after it was read (both directions), so a request-reply
+// exchange through it takes at least `rtt` — a slow link for tests where the kernel has no
+// sch_netem and the test may not create network namespaces (e.g. the kvstore's get_many budget,
+// docs/kvstore.md). Bytes keep their order; a side's EOF reaches the other side after the bytes
+// before it (shutdown(SHUT_WR)); an error on either side closes both. Up to 64 MiB may wait per
+// direction (reading stops beyond).
+//
+// Threading: one relay thread (poll); the object itself is used from one thread. The destructor
+// stops the thread and closes every socket.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace tessera::testing {
+
+class DelayProxy {
+ public:
+  // nullptr (after printing why) when the listening socket cannot be made.
+  static std::unique_ptr<DelayProxy> start(const std::string& target_host, int target_port,
+                                           std::chrono::microseconds rtt);
+  ~DelayProxy();
+  DelayProxy(const DelayProxy&) = delete;
+  DelayProxy& operator=(const DelayProxy&) = delete;
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return connections_.load(); }  // accepted so far
+
+ private:
+  DelayProxy() = default;
+  void loop();
+
+  std::string host_;
+  int target_port_ = 0;
+  std::chrono::microseconds half_{0};
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop the loop
+  int port_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+}  // namespace tessera::testing
