@@ -124,9 +124,11 @@ TEST_F(StoreGetMany, AnswersAsGetDoesWithPipelinedGetsPerShard) {
   for (size_t s = 0; s < 2; ++s) {
     SCOPED_TRACE(redis_[s]->address());
     ASSERT_GE(misses[s], 8) << "too few keys on this shard to tell pipelining from round trips";
-    // Pipelined: about 2 read events (the first 4 GETs, then the rest); the stores' health
-    // checks (an INFO every 500 ms each) may add a couple. One round trip per key: misses[s].
-    EXPECT_LE(read_events(*redis_[s]), 2 + misses[s] / 4) << "GETs of " << misses[s] << " keys not pipelined";
+    // One round trip per key would take misses[s] read events. Pipelined, the first window's 4
+    // GETs go out in one write and arrive in one read event (3 fewer); how the rest arrive
+    // depends on when the replies come back (a loaded machine splits them into more reads), and
+    // the stores' health checks (an INFO every 500 ms each) may add one.
+    EXPECT_LE(read_events(*redis_[s]), misses[s] - 2) << "GETs of " << misses[s] << " keys not pipelined";
     EXPECT_EQ(calls(*redis_[s], "get"), misses[s]);
   }
   EXPECT_EQ(reader->l2()->counters().mac_failures, 2u) << "key 5: once by get, once by get_many";
