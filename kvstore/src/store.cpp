@@ -166,6 +166,11 @@ Result<GetResult> Store::get(const BlobKey& key) {
 }
 
 Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, size_t max_bytes) {
+  // One key's lookup in a window; counted (hits, misses, bytes) only when it is answered.
+  struct Looked {
+    GetResult r;
+    bool l2_miss = false;  // an L1 miss Redis answered "not there"
+  };
   std::vector<GetResult> out;
   out.reserve(keys.size());
   size_t bytes = 0;
@@ -180,14 +185,15 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
     size_t n = begin == 0 ? 1 : kGetManyWindow;
     if (largest > 0) n = std::min(n, (max_bytes > bytes ? (max_bytes - bytes) / largest : 0) + 1);
     end = std::min(keys.size(), begin + n);
-    std::vector<GetResult> window(end - begin);
+    std::vector<Looked> window(end - begin);
     from_l2.clear();
     at.clear();
     for (size_t i = begin; i < end; ++i) {  // L1 first, in order; a bad key fails the whole call
       TS_TRY(validate_key(keys[i]));
-      window[i - begin] = get_l1(keys[i]);
-      if (window[i - begin].blob != nullptr) continue;
-      l1_misses_.fetch_add(1);
+      if (Blob b = l1_.get(keys[i]); b != nullptr) {
+        window[i - begin].r = {std::move(b), Tier::kL1};
+        continue;
+      }
       if (l2_ != nullptr && !distrusted(keys[i])) {
         from_l2.push_back(keys[i]);
         at.push_back(i - begin);
@@ -198,7 +204,7 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
     if (!from_l2.empty()) got = l2_->get_many(from_l2);
     for (size_t j = 0; j < got.size(); ++j) {
       if (!got[j].ok() || !got[j]->has_value()) {
-        if (got[j].ok()) l2_misses_.fetch_add(1);  // MAC failures and outages are counted by RedisL2
+        window[at[j]].l2_miss = got[j].ok();  // MAC failures and outages are counted by RedisL2
         continue;
       }
       auto blob = std::make_shared<const std::string>(std::move(*got[j].value()));
@@ -206,17 +212,25 @@ Result<std::vector<GetResult>> Store::get_many(std::span<const BlobKey> keys, si
       if (!promoted.ok()) {
         TS_LOG(kDebug) << "user=" << from_l2[j].user << " | L2 hit not promoted: " << promoted.error().message;
       }
-      l2_hits_.fetch_add(1);
-      get_bytes_.fetch_add(blob->size());
-      window[at[j]] = GetResult{std::move(blob), Tier::kL2};
+      window[at[j]].r = GetResult{std::move(blob), Tier::kL2};
     }
-    for (GetResult& r : window) {  // the answer: a prefix within max_bytes, at least one
-      if (r.blob == nullptr) {
-        misses_.fetch_add(1);
-      } else {
+    // The answer: a prefix within max_bytes, at least one. Only what it holds is counted, as
+    // get() counts it: the keys past the cut are asked again (and counted then).
+    for (Looked& l : window) {
+      GetResult& r = l.r;
+      if (r.blob != nullptr) {
         if (!out.empty() && bytes + r.blob->size() > max_bytes) return out;
         bytes += r.blob->size();
         largest = std::max(largest, r.blob->size());
+        get_bytes_.fetch_add(r.blob->size());
+      }
+      if (r.tier == Tier::kL1) {
+        l1_hits_.fetch_add(1);
+      } else {
+        l1_misses_.fetch_add(1);
+        if (r.tier == Tier::kL2) l2_hits_.fetch_add(1);
+        if (l.l2_miss) l2_misses_.fetch_add(1);
+        if (r.blob == nullptr) misses_.fetch_add(1);
       }
       out.push_back(std::move(r));
     }

@@ -230,9 +230,8 @@ void Batcher::plan_blend(Sequence& s, int32_t start, int32_t n) {
     }
     return;
   }
-  s.blend_now = true;
+  s.blend_now = true;  // counted in blend_steps when build_plan sends it (a preemption may take it back)
   s.index_limit = std::min(s.index_limit, s.req.blend_chunks.front().begin + s.req.blend_chunks.front().length);
-  ++stats_.blend_steps;
 }
 
 // Stage 5: pages for positions [0, end_pos). Free pages first, then LRU eviction of unlocked
@@ -340,6 +339,7 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
     }
     if (s.blend_now) {  // the documents from the first to the last this chunk reaches, whole
       s.blend_now = false;
+      ++stats_.blend_steps;
       for (const BlendChunk& c : s.req.blend_chunks) {
         if (c.begin >= end) break;
         out.blend_chunks.push_back(c);

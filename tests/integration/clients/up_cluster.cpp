@@ -1,30 +1,19 @@
 #include "up_cluster.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "tessera/common/metrics.h"
 #include "tessera/testing/paths.h"
-#include "tessera/testing/ports.h"
+#include "tessera/testing/up_start.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-// base .. base+13 free, below the ephemeral range (ports.h): tessera up with --scheduler-port
-// base+2 also takes the kvstore metrics port (scheduler-port + 4) and the worker's metrics port
-// (scheduler-port + 10) — a 6-port probe let a concurrent test's port collide with the worker's
-// metrics port in a rehearsal.
-int free_port_block() { return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) * 7919u + 13u); }
 
 std::string tail(const std::string& path) {
   std::ifstream f(path);
@@ -37,22 +26,29 @@ std::string tail(const std::string& path) {
 }  // namespace
 
 UpCluster::UpCluster(bool second_frontend, bool kvstore) {
-  base_ = free_port_block();
+  dir_ = make_temp_dir("tessera-cppclient");
+  const std::string model = shared_path("models/stories260K/stories260K.bin");
+  const std::string tok = shared_path("models/stories260K/tok512.bin");
+  // The ports: base .. base+13, free, below the ephemeral range (ports.h, drawn by start_up in
+  // up_start.h, again on a fresh block should a port be taken before up binds it): tessera up
+  // with --scheduler-port base+2 also takes the kvstore metrics port (scheduler-port + 4) and the
+  // worker's metrics port (scheduler-port + 10) — a 6-port probe let a concurrent test's port
+  // collide with the worker's metrics port in a rehearsal.
+  UpStart started = start_up(
+      [&](int base) {
+        return std::vector<std::string>{"up", "--model", model, "--tokenizer", tok, "--http-port", std::to_string(base),
+                                        "--zmq-port", std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2),
+                                        "--kvstore", kvstore ? "true" : "false", "--kvstore-port", std::to_string(base + 5),
+                                        "--data-dir", dir_, "--worker-threads", "1", "--num-pages", "512", "--restart", "never"};
+      },
+      dir_ + "/up.log", milliseconds(60000));
+  base_ = started.base;
+  up_ = std::move(started.up);
   if (base_ < 0) {
     ADD_FAILURE() << "no free block of 14 loopback ports";
     return;
   }
-  dir_ = make_temp_dir("tessera-cppclient");
-  const std::string model = shared_path("models/stories260K/stories260K.bin");
-  const std::string tok = shared_path("models/stories260K/tok512.bin");
-  up_ = std::make_unique<Process>(
-      bin_path("tessera"),
-      std::vector<std::string>{"up", "--model", model, "--tokenizer", tok, "--http-port", std::to_string(base_),
-                               "--zmq-port", std::to_string(base_ + 1), "--scheduler-port", std::to_string(base_ + 2),
-                               "--kvstore", kvstore ? "true" : "false", "--kvstore-port", std::to_string(base_ + 5), "--data-dir", dir_,
-                               "--worker-threads", "1", "--num-pages", "512", "--restart", "never"},
-      dir_ + "/up.log");
-  if (up_->wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) {
+  if (started.ready.empty()) {
     ADD_FAILURE() << "tessera up never became ready\n" << logs();
     return;
   }

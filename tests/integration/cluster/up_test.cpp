@@ -3,7 +3,8 @@
 // the stories260K demo model, its workers and kvstore serve /metrics, and its shutdown drains a
 // live stream; with --workers 2 both workers register and get traffic; a worker that keeps
 // failing is left stopped while the other serves (the restart budget is per child and per
-// window); a taken port or a missing model fails at once, never "cluster ready".
+// window); a taken port or a missing model fails at once, never "cluster ready"; the tests'
+// start_up retries on fresh ports only when a port was taken.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -26,13 +27,17 @@
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/ports.h"
+#include "tessera/testing/up_start.h"
 
 namespace tessera::testing::cluster_test {
 namespace {
 
 // A base port with base .. base+13 free, below the ephemeral range (ports.h; tessera up with
 // --scheduler-port base+2 needs http, zmq, scheduler x3, kvstore (--kvstore-port base+5), kvstore
-// metrics (scheduler-port + 4) and worker metrics (scheduler-port + 10 + i)).
+// metrics (scheduler-port + 4) and worker metrics (scheduler-port + 10 + i)). The tests that start
+// a cluster draw theirs through start_up (up_start.h), which draws a fresh block and starts again
+// when a port of the block was taken before `up` bound it; this one is for the test that takes
+// a port itself.
 int free_port_block() {
   return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
 }
@@ -85,15 +90,16 @@ bool file_contains(const std::string& path, const std::string& text) {
 }
 
 TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Process up(testing::bin_path("tessera"),
-           {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
-            std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
-            "--num-pages", "256", "--restart", "never"},
-           dir + "/up.log");
-  const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+                                    std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
+                                    "--num-pages", "256", "--restart", "never"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  const std::string& ready = started.ready;
   ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
   // Secure with no configuration: a CURVE key set was made in the data dir for every child.
   EXPECT_TRUE(file_contains(dir + "/keys/scheduler.key_secret", "secret-key = "));
@@ -135,31 +141,33 @@ TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
 // --placement-rules reaches every worker: a rules file the worker cannot apply stops the
 // cluster (--restart never), the worker's error naming the file and line.
 TEST(TesseraUp, PlacementRulesReachTheWorkers) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up-rules");
   std::ofstream(dir + "/rules.yaml") << "rules:\n  - kind: attention\n    device: cuda\n";
-  Process up(testing::bin_path("tessera"),
-             {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
-              std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
-              std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
-              "never", "--placement-rules", dir + "/rules.yaml"},
-             dir + "/up.log");
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
+                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
+                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
+                                    "never", "--placement-rules", dir + "/rules.yaml"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  Process& up = *started.up;
+  EXPECT_TRUE(started.ready.empty());
   EXPECT_EQ(up.wait_exit(milliseconds(60000)), 1);
   EXPECT_TRUE(file_contains(dir + "/up.log", dir + "/rules.yaml:2: device cuda: this worker runs the cpu backend"));
 }
 
 // --workers 2: both workers register before "ready", and concurrent requests reach both.
 TEST(TesseraUp, TwoWorkersBothGetTraffic) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Process up(testing::bin_path("tessera"),
-           {"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-            "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-            "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
-           dir + "/up.log");
-  const std::string ready = up.wait_line("tessera up: cluster ready", milliseconds(60000));
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  const std::string& ready = started.ready;
   ASSERT_FALSE(ready.empty()) << "tessera up never became ready";
   const int metrics_port = base + 4;  // scheduler-port + 2
   auto scheduler_metric = [&](const std::string& name, const std::string& filter) {
@@ -200,16 +208,17 @@ TEST(TesseraUp, TwoWorkersBothGetTraffic) {
 // (--max-restarts 1 per --restart-window-s) and is then left stopped; `tessera up` keeps running
 // and the other worker keeps serving.
 TEST(TesseraUp, AFlappingWorkerIsLeftStoppedWhileTheOtherServes) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
   const std::string log = dir + "/up.log";
-  Process up(testing::bin_path("tessera"),
-             {"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-              "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-              "--worker-threads", "1", "--num-pages", "256", "--max-restarts", "1", "--restart-window-s", "600"},
-             log);
-  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << "never ready";
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+                                    "--worker-threads", "1", "--num-pages", "256", "--max-restarts", "1", "--restart-window-s", "600"};
+  }, log, milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  ASSERT_FALSE(started.ready.empty()) << "never ready";
   const pid_t first = worker_pid(up.pid(), "worker0");
   ASSERT_GT(first, 0);
   ASSERT_EQ(::kill(first, SIGKILL), 0);
@@ -248,15 +257,16 @@ TEST(TesseraUp, AFlappingWorkerIsLeftStoppedWhileTheOtherServes) {
 // /metrics on their derived ports; SIGTERM to `up` drains: a stream in flight still ends with
 // [DONE] and its finish reason.
 TEST(TesseraUp, DemoModelMetricsAndDrainingShutdown) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Process up(testing::bin_path("tessera"),
-             {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
-              std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-              "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
-             dir + "/up.log");
-  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << "never ready";
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
+                                    std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  ASSERT_FALSE(started.ready.empty()) << "never ready";
   auto models = http::request({.port = base, .method = "GET", .path = "/v1/models", .timeout_ms = 5000});
   ASSERT_TRUE(models.ok());
   EXPECT_NE(models->body.find("\"stories260K\""), std::string::npos) << models->body;
@@ -324,6 +334,47 @@ TEST(TesseraUp, ATakenHttpPortFailsClearly) {
   ::close(fd);
 }
 
+// start_up (up_start.h) draws a fresh block and starts `up` again when a port of its block was
+// taken between the draw and the bind — here the scheduler port, taken by a foreign listener right
+// after the first draw — and only then: a failure for another reason (a missing model) is not
+// retried.
+TEST(TesseraUp, StartUpRetriesOnFreshPortsOnlyWhenAPortWasTaken) {
+  const std::string dir = testing::make_temp_dir("tessera-up-retry");
+  int taken = -1, fd = -1;
+  UpStart started = start_up([&](int base) {
+    if (fd < 0) {  // the first attempt only
+      taken = base + 2;
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(taken));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+      EXPECT_EQ(::listen(fd, 16), 0);
+    }
+    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
+                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
+                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "64",
+                                    "--restart", "never"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  EXPECT_EQ(started.attempts, 2);
+  EXPECT_FALSE(started.ready.empty()) << "the second attempt never became ready: " << dir << "/up.log";
+  EXPECT_NE(started.base + 2, taken);
+  EXPECT_TRUE(file_contains(dir + "/up.log.in-use-1", "port " + std::to_string(taken) + " (--scheduler-port) on 127.0.0.1 is already in use"))
+      << "the first attempt's log was not kept, or failed for another reason";
+  started.up->signal(SIGTERM);
+  EXPECT_EQ(started.up->wait_exit(milliseconds(30000)), 0);
+  ::close(fd);
+
+  UpStart missing = start_up([&](int) { return std::vector<std::string>{"up", "--model", dir + "/no-such-model.gguf"}; },
+                             dir + "/missing.log", milliseconds(10000));
+  ASSERT_GT(missing.base, 0);
+  EXPECT_EQ(missing.attempts, 1) << "a failure that is not a taken port was retried";
+  EXPECT_TRUE(missing.ready.empty());
+  EXPECT_EQ(missing.up->wait_exit(milliseconds(10000)), 2);
+}
+
 // A --model path that does not exist: exit 2 at once naming it (no child started, no retries).
 TEST(TesseraUp, AMissingModelFailsFast) {
   const std::string dir = testing::make_temp_dir("tessera-up");
@@ -338,8 +389,6 @@ TEST(TesseraUp, AMissingModelFailsFast) {
 // metadata, as llama.cpp's converter writes it) is served by `tessera up --model`: the frontend
 // renders the model's own template and the worker's CPU engine runs the routed experts.
 TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up-moe");
   {
     std::ofstream t(dir + "/template.jinja");
@@ -352,12 +401,15 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
                  "--chat-template-file", dir + "/template.jinja"},
                 dir + "/synth.log");
   ASSERT_EQ(synth.wait_exit(milliseconds(60000)), 0);
-  Process up(testing::bin_path("tessera"),
-             {"up", "--model", model, "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-              "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-              "--worker-threads", "1", "--num-pages", "256", "--restart", "never"},
-             dir + "/up.log");
-  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << "tessera up never became ready";
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--model", model, "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
+                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  ASSERT_FALSE(started.ready.empty()) << "tessera up never became ready";
   EXPECT_TRUE(file_contains(dir + "/up.log", "(the model's own, rendered by tessera_jinja)"));
 
   const std::string messages = R"({"messages": [{"role": "user", "content": "hello there"}]})";
@@ -390,17 +442,18 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
 // (its series in /metrics) with the codec given; options not given are not passed (a [worker]
 // section applies).
 TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
-  const int base = free_port_block();
-  ASSERT_GT(base, 0);
   const std::string dir = testing::make_temp_dir("tessera-up-offload");
-  Process up(testing::bin_path("tessera"),
-             {"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
-              std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
-              std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
-              "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
-              "--kv-offload-min-pages", "2", "--max-step-tokens", "96", "--min-step-ms", "1"},
-             dir + "/up.log");
-  ASSERT_FALSE(up.wait_line("tessera up: cluster ready", milliseconds(60000)).empty()) << dir << "/up.log";
+  UpStart started = start_up([&](int base) {
+    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
+                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
+                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
+                                    "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
+                                    "--kv-offload-min-pages", "2", "--max-step-tokens", "96", "--min-step-ms", "1"};
+  }, dir + "/up.log", milliseconds(60000));
+  ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
+  const int base = started.base;
+  Process& up = *started.up;
+  ASSERT_FALSE(started.ready.empty()) << dir << "/up.log";
   const std::string worker = cmdline(worker_pid(up.pid(), "worker0"));
   EXPECT_NE(worker.find(" --kv-offload true "), std::string::npos) << worker;
   EXPECT_NE(worker.find(" --kv-offload-codec zstd "), std::string::npos) << worker;

@@ -4,9 +4,11 @@
 
 #include <msgpack.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -15,6 +17,7 @@
 #include "tessera/kvstore/blob.h"
 #include "tessera/kvstore/client.h"
 #include "tessera/testing/curve_keys.h"
+#include "tessera/testing/delay_proxy.h"
 #include "tessera/testing/kv_process.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
@@ -416,13 +419,18 @@ TEST_F(KvServiceRedis, EmptySecretIsRefusedWhenRedisIsOn) {
   EXPECT_NE(out2.find("threads"), std::string::npos) << out2;
 }
 
-// A multi-megabyte put (to L1 and Redis) does not hold up another client's L1 hits.
+// A multi-megabyte put (to L1 and Redis) does not hold up another client's L1 hits: the put's
+// traffic to Redis goes through a DelayProxy whose gate holds it mid-way, so the put is provably
+// still in flight (its SET sent, held, unanswered) while another client's L1 gets are answered;
+// then the gate opens and the put completes, stored in both tiers.
 TEST_F(KvServiceRedis, BigPutDoesNotBlockOtherClients) {
-  auto n = start_node();
+  auto proxy = tessera::testing::DelayProxy::start(redis_->host(), redis_->port(), std::chrono::microseconds(0));
+  ASSERT_NE(proxy, nullptr);
+  auto n = KvProcess::start({"--redis", proxy->address(), "--hmac-secret", "s3cret"});
   ASSERT_NE(n, nullptr);
   auto small = client_for(*n), big = client_for(*n, 60000);
   const BlobKey hot{kFp, "bob", "hot"};
-  ASSERT_TRUE(small->put(hot, blob_of(4, 7)).ok());
+  ASSERT_TRUE(small->put(hot, blob_of(4, 7))->l2);
   PackedKv kv;  // 2 x 24 MiB of f32 zeros, stored uncompressed
   kv.fingerprint = kFp;
   kv.dtype = DType::kF32;
@@ -430,31 +438,34 @@ TEST_F(KvServiceRedis, BigPutDoesNotBlockOtherClients) {
   kv.k.assign(kv.region_bytes(), 0);
   kv.v.assign(kv.region_bytes(), 0);
   const std::string huge = encode_blob(kv, {.codec = Codec::kNone}).value();
+  // Each Redis connection passes 1 MiB more, then is held: the health checks' PINGs and short
+  // commands go through, the huge SET stops after its first MiB.
+  constexpr size_t kPass = size_t{1} << 20;
+  proxy->hold_upstream_after(kPass);
   std::atomic<bool> put_done{false};
-  double put_ms = 0;
+  std::optional<Result<ClientPut>> put;
   std::thread writer([&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto r = big->put({kFp, "alice", "huge"}, huge);
-    put_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_TRUE(r.ok()) << r.error().to_string();
+    put.emplace(big->put({kFp, "alice", "huge"}, huge));
     put_done = true;
   });
-  double max_get_ms = 0;
-  int gets_during_put = 0;
-  while (!put_done) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto g = small->get(hot);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    ASSERT_TRUE(g.ok() && g->found);
-    if (!put_done) {
-      ++gets_during_put;
-      max_get_ms = std::max(max_get_ms, ms);
+  // The node has written the whole SET to Redis's socket (the rest of it is held): the put waits
+  // for a reply that cannot come before release().
+  const bool held = wait_until([&] { return proxy->held_bytes() >= huge.size() - kPass; }, 60s);
+  EXPECT_TRUE(held) << "the big put never reached Redis (held " << proxy->held_bytes() << " bytes)";
+  if (held) {
+    for (int i = 0; i < 20; ++i) {
+      auto g = small->get(hot);
+      ASSERT_TRUE(g.ok()) << "an L1 hit waited for the big put: " << g.error().to_string();
+      EXPECT_TRUE(g->found);
+      EXPECT_EQ(g->tier, Tier::kL1);
     }
+    EXPECT_FALSE(put_done.load()) << "the put finished while its SET was held";
   }
+  proxy->release();
   writer.join();
-  std::printf("big put %.1f ms; %d L1 gets meanwhile, slowest %.2f ms\n", put_ms, gets_during_put, max_get_ms);
-  EXPECT_GT(gets_during_put, 0);
-  EXPECT_LT(max_get_ms, put_ms / 2) << "an L1 hit waited for the big put";
+  ASSERT_TRUE(put.has_value() && put->ok()) << (put.has_value() ? put->error().to_string() : "no put");
+  EXPECT_TRUE((*put)->l1);
+  EXPECT_TRUE((*put)->l2) << "the SET was held past the node's Redis I/O timeout (3 s): " << (*put)->note;
   auto got = big->get({kFp, "alice", "huge"});
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(got->blob.size(), huge.size());

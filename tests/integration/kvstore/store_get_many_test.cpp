@@ -5,9 +5,11 @@
 // answer is what get() answers for that key — L1 hits, L2 hits promoted to L1, a key never put
 // and a value failing its MAC are misses, a bad key fails the call naming it; with a shard down,
 // its keys are L1 hits or misses and the other shard still answers; the answer stops within the
-// byte budget (a prefix, at least one entry).
+// byte budget (a prefix, at least one entry), and the hit/miss/byte counters count that answer
+// only (not what the call read past the cut).
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -195,6 +197,54 @@ TEST_F(StoreGetMany, TheAnswerIsAPrefixWithinTheByteBudget) {
   ASSERT_TRUE(one.ok());
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ(*(*one)[0].blob, blobs[0]);
+}
+
+// A counter's value in a store's metrics text (the whole line "name{labels} value"); -1 when absent.
+double metric(const Store& s, const std::string& series) {
+  const std::string text = s.metrics_text();
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+TEST_F(StoreGetMany, CountsOnlyTheEntriesItAnswers) {
+  auto writer = make_store();
+  std::vector<std::string> blobs;
+  const std::vector<BlobKey> keys = put_pages(*writer, 8, blobs);
+  auto reader = make_store();
+  ASSERT_NE(reader->get(keys[0])->blob, nullptr);  // page0 into the reader's L1
+  // page0 (an L1 hit), a key never put (a miss), then pages 1..7 from Redis; the budget holds
+  // pages 0..2 exactly, so the answer is 4 entries. The call reads (and promotes) page 3 before
+  // it knows that page 3 is past the cut: it is not answered, so it is not counted either.
+  std::vector<BlobKey> ask = keys;
+  ask.insert(ask.begin() + 1, BlobKey{kFp, "alice", "never-put"});
+  const size_t budget = blobs[0].size() + blobs[1].size() + blobs[2].size();
+  const char* series[] = {"tessera_kvstore_hits_total{tier=\"l1\"}",   "tessera_kvstore_hits_total{tier=\"l2\"}",
+                          "tessera_kvstore_misses_total{tier=\"l1\"}", "tessera_kvstore_misses_total{tier=\"l2\"}",
+                          "tessera_kvstore_misses_total{tier=\"all\"}", "tessera_kvstore_get_bytes_total"};
+  double before[6];
+  for (int i = 0; i < 6; ++i) {
+    before[i] = metric(*reader, series[i]);
+    ASSERT_GE(before[i], 0) << series[i] << " not in the metrics";
+  }
+  auto got = reader->get_many(ask, budget);
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  ASSERT_EQ(got->size(), 4u) << "page0, never-put, page1, page2";
+  EXPECT_EQ((*got)[0].tier, Tier::kL1);
+  EXPECT_EQ((*got)[1].blob, nullptr);
+  EXPECT_EQ((*got)[2].tier, Tier::kL2);
+  EXPECT_EQ((*got)[3].tier, Tier::kL2);
+  // Page 3 was read past the cut (else this test would prove nothing): it is in L1 now.
+  ASSERT_GE(reader->l1_stats().entries, 4u) << "pages 0..2 and at least page 3 (read past the cut)";
+  const double expected[6] = {1, 2, 3, 1, 1, static_cast<double>(budget)};  // the answer's 4 entries, as get() counts them
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(metric(*reader, series[i]) - before[i], expected[i]) << series[i];
+  // Asked for the rest, page 3 is an L1 hit now, and counted once, as such.
+  auto rest = reader->get_many(std::span<const BlobKey>(ask).subspan(4, 1));
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].tier, Tier::kL1);
+  EXPECT_EQ(metric(*reader, series[0]) - before[0], 2);
+  EXPECT_EQ(metric(*reader, series[1]) - before[1], 2);
+  EXPECT_EQ(metric(*reader, series[5]) - before[5], static_cast<double>(budget + blobs[3].size()));
 }
 
 }  // namespace

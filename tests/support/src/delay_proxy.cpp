@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <deque>
 #include <list>
@@ -41,6 +42,8 @@ struct Link {
   int fd[2] = {-1, -1};  // 0 = the accepted client, 1 = the upstream
   Direction dir[2];       // dir[s]: read from fd[s], written to fd[1 - s]
   bool failed = false;
+  uint64_t gate_epoch = 0;  // the hold that since_gate counts for
+  size_t since_gate = 0;    // bytes written upstream since then
   bool done() const { return failed || (dir[0].shut && dir[1].shut); }
 };
 
@@ -74,10 +77,22 @@ std::unique_ptr<DelayProxy> DelayProxy::start(const std::string& target_host, in
   return p;
 }
 
+void DelayProxy::wake(char why) { (void)!write(wake_[1], &why, 1); }
+
+void DelayProxy::hold_upstream_after(size_t bytes) {
+  gate_bytes_.store(bytes);
+  gate_epoch_.fetch_add(1);
+  gate_open_.store(false);
+}
+
+void DelayProxy::release() {
+  gate_open_.store(true);
+  wake('g');
+}
+
 DelayProxy::~DelayProxy() {
   if (thread_.joinable()) {
-    const char b = 'x';
-    (void)!write(wake_[1], &b, 1);
+    wake('x');
     thread_.join();
   }
   for (int fd : {listen_fd_, wake_[0], wake_[1]}) {
@@ -108,6 +123,17 @@ void DelayProxy::loop() {
     }
     return fd;
   };
+  // How many bytes the gate lets `l` write upstream now (dir[0]; SIZE_MAX while open).
+  auto allowance = [&](Link& l) -> size_t {
+    if (gate_open_.load()) return SIZE_MAX;
+    const uint64_t epoch = gate_epoch_.load();
+    if (l.gate_epoch != epoch) {
+      l.gate_epoch = epoch;
+      l.since_gate = 0;
+    }
+    const size_t limit = gate_bytes_.load();
+    return l.since_gate >= limit ? 0 : limit - l.since_gate;
+  };
   while (true) {
     const Clock::time_point now = Clock::now();
     std::vector<pollfd> fds = {{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
@@ -116,7 +142,7 @@ void DelayProxy::loop() {
       for (int s = 0; s < 2; ++s) {
         short ev = 0;
         if (!l.dir[s].eof && l.dir[s].queued < kMaxQueued) ev |= POLLIN;
-        if (l.dir[1 - s].ready(now)) ev |= POLLOUT;
+        if (l.dir[1 - s].ready(now) && (s == 0 || allowance(l) > 0)) ev |= POLLOUT;
         fds.push_back({l.fd[s], ev, 0});
         const Direction& d = l.dir[s];
         if (!d.queue.empty() && d.queue.front().due > now) {
@@ -126,7 +152,11 @@ void DelayProxy::loop() {
       }
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
-    if (fds[0].revents != 0) return;  // the destructor
+    if (fds[0].revents != 0) {  // the destructor ('x'), or the gate changed ('g')
+      char why[64];
+      const ssize_t n = read(wake_[0], why, sizeof(why));
+      if (n <= 0 || std::find(why, why + n, 'x') != why + n) return;
+    }
     if ((fds[1].revents & POLLIN) != 0) {
       const int c = accept(listen_fd_, nullptr, nullptr);
       if (c >= 0) {
@@ -170,12 +200,18 @@ void DelayProxy::loop() {
       for (int s = 0; s < 2 && !l.failed; ++s) {
         Direction& d = l.dir[s];
         const int to = l.fd[1 - s];
-        while (d.ready(after)) {
+        size_t allowed = s == 0 ? allowance(l) : SIZE_MAX;
+        while (d.ready(after) && allowed > 0) {
           const std::string& b = d.queue.front().bytes;
-          const ssize_t n = send(to, b.data() + d.head_offset, b.size() - d.head_offset, MSG_NOSIGNAL);
+          const size_t len = std::min(b.size() - d.head_offset, allowed);
+          const ssize_t n = send(to, b.data() + d.head_offset, len, MSG_NOSIGNAL);
           if (n < 0) {
             if (errno != EAGAIN && errno != EINTR) l.failed = true;
             break;
+          }
+          if (s == 0) {
+            l.since_gate += static_cast<size_t>(n);
+            if (allowed != SIZE_MAX) allowed -= static_cast<size_t>(n);
           }
           d.head_offset += static_cast<size_t>(n);
           if (d.head_offset == b.size()) {
@@ -190,6 +226,13 @@ void DelayProxy::loop() {
         }
       }
     }
+    size_t held = 0;
+    if (!gate_open_.load()) {
+      for (Link& l : links) {
+        if (allowance(l) == 0) held += l.dir[0].queued - l.dir[0].head_offset;
+      }
+    }
+    held_bytes_.store(held);
     for (auto it = links.begin(); it != links.end();) {
       if (it->done()) {
         close(it->fd[0]);

@@ -3,10 +3,12 @@
 // the documents from the first to the last it reaches (whole: blend_tail completes one the chunk
 // cuts), its head, ratio and salt; a chunk reaching none is an ordinary prefill; only the last
 // samples; only pages up to the end of the first document are indexed. A request that cannot
-// blend (prompt log-probabilities) is prefilled as usual, counted and logged once.
+// blend (prompt log-probabilities) is prefilled as usual, counted and logged once. blend_steps counts
+// exactly the blended chunks the plans carry, preemptions included.
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <random>
 
 #include "tessera/scheduler/batcher.h"
 
@@ -200,6 +202,52 @@ TEST(BatcherBlend, ReusedTokensAreCountedOnceAcrossAPreemption) {
     EXPECT_EQ(f.usage.reused_prompt_tokens, kReused) << "reported with each prefill's sample, counted once";
     EXPECT_EQ(f.usage.preemptions, f.request_id == 2 ? 1 : 0);
   }
+}
+
+// blend_steps counts the blended chunks sent in plans, exactly, also when blending sequences are
+// preempted: seeded runs of requests with documents at mixed priorities on a pool too small for
+// all of them, every plan's blended SeqPlans counted against the statistic after every step.
+TEST(BatcherBlend, BlendStepsCountExactlyTheBlendsSentThroughPreemptions) {
+  int64_t preemptions = 0, preempted_blenders = 0;
+  for (uint64_t seed = 1; seed <= 24; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    auto b = make(12, true, /*num_pages=*/20);
+    std::vector<Request> reqs;
+    for (uint64_t id = 1; id <= 5; ++id) {
+      Request r = request(id, /*documents=*/rng() % 4 != 0);
+      std::iota(r.prompt.begin(), r.prompt.end(), static_cast<int32_t>(100 * id));
+      r.priority = static_cast<int32_t>(rng() % 3);
+      r.max_tokens = 4 + static_cast<int32_t>(rng() % 12);
+      reqs.push_back(r);
+    }
+    int64_t sent = 0;
+    size_t next = 0, finished = 0;
+    for (int i = 0; i < 400 && finished < reqs.size(); ++i) {
+      if (next < reqs.size() && i % 3 == 0) {  // arrivals spread over steps
+        ASSERT_TRUE(b->submit(reqs[next++]).ok());
+      }
+      if (!b->has_work()) continue;
+      auto plan = b->step();
+      ASSERT_TRUE(plan.ok()) << plan.error().to_string();
+      for (const SeqPlan& s : plan->seqs) {
+        if (s.blend_chunks.empty()) continue;
+        ++sent;
+      }
+      EXPECT_EQ(b->stats().blend_steps, sent) << "after step " << i;
+      auto out = b->apply(answer(*plan));
+      ASSERT_TRUE(out.ok()) << out.error().to_string();
+      ASSERT_TRUE(b->check().ok()) << b->check().error().to_string();
+      finished += out->finished.size();
+      for (const FinishEvent& f : out->finished) {
+        if (!reqs[f.request_id - 1].blend_chunks.empty() && f.usage.preemptions > 0) ++preempted_blenders;
+      }
+    }
+    EXPECT_EQ(finished, reqs.size()) << "not every request finished";
+    preemptions += b->stats().preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "no run preempted anything: the scenario tests nothing";
+  EXPECT_GT(preempted_blenders, 0) << "no request with documents was preempted";
 }
 
 TEST(BatcherBlend, PromptLogprobsFallBackToAnOrdinaryPrefillCountedOnce) {

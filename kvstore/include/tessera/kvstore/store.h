@@ -107,8 +107,8 @@ class Store {
   // entry: it stops before a hit would bring the blob bytes past max_bytes (the caller asks again
   // for the rest). Windows shrink to what the rest of max_bytes holds at the largest blob seen so
   // far (the first window is one key), so a call reads about one blob past the cut, not a window
-  // of them; what it read past the cut is promoted to L1 and counted as gets now (and again when
-  // asked for). Fails only on a bad key.
+  // of them; what it read past the cut is promoted to L1 but not counted (hits, misses, get
+  // bytes count the answer's entries only, as get() would count each). Fails only on a bad key.
   static constexpr size_t kGetManyWindow = 64;
   Result<std::vector<GetResult>> get_many(std::span<const BlobKey> keys, size_t max_bytes = SIZE_MAX);
   Result<PutResult> put(const BlobKey& key, std::string blob, uint32_t ttl_s = 0);

@@ -97,7 +97,8 @@ struct BatcherStats {
   int64_t kv_compactions = 0;      // K/V policy compactions (docs/kv.md)
   int64_t kv_evicted_tokens = 0;   // positions dropped from sequences' caches by a K/V policy
   int64_t kv_moved_tokens = 0;     // positions moved inside a cache by compactions
-  int64_t blend_steps = 0;         // CacheBlend: prefill chunks planned as blends (a long prompt takes several)
+  int64_t blend_steps = 0;         // CacheBlend: prefill chunks sent as blends in a plan (a long prompt takes several;
+                                   // a chunk planned, then taken back by a preemption in the same step, is not counted)
   int64_t blend_fallbacks = 0;     // requests with documents prefilled without CacheBlend (docs/kv.md):
                                    // prompt log-probabilities, or a prompt a worker without blend_steps cannot blend in one step
 };
