@@ -14,6 +14,7 @@
 #include <deque>
 #include <list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::testing {
@@ -41,6 +42,7 @@ struct Link {
   int fd[2] = {-1, -1};  // 0 = the accepted client, 1 = the upstream
   Direction dir[2];       // dir[s]: read from fd[s], written to fd[1 - s]
   bool failed = false;
+  int id = 0;             // the connection's number (accept order), for the observer
   bool done() const { return failed || (dir[0].shut && dir[1].shut); }
 };
 
@@ -53,11 +55,12 @@ void set_nonblocking(int fd) {
 }  // namespace
 
 std::unique_ptr<DelayProxy> DelayProxy::start(const std::string& target_host, int target_port,
-                                              std::chrono::microseconds rtt) {
+                                              std::chrono::microseconds rtt, Observer observer) {
   std::unique_ptr<DelayProxy> p(new DelayProxy());
   p->host_ = target_host;
   p->target_port_ = target_port;
   p->half_ = rtt / 2;
+  p->observer_ = std::move(observer);
   p->listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -139,7 +142,7 @@ void DelayProxy::loop() {
           links.emplace_back();
           links.back().fd[0] = c;
           links.back().fd[1] = u;
-          connections_.fetch_add(1);
+          links.back().id = connections_.fetch_add(1);
         }
       }
     }
@@ -154,6 +157,7 @@ void DelayProxy::loop() {
           const ssize_t n = read(l.fd[s], buf.data(), buf.size());
           if (n > 0) {
             buf.resize(static_cast<size_t>(n));
+            if (observer_) observer_(l.id, s == 0, buf);
             in.queued += buf.size();
             in.queue.push_back({Clock::now() + half_, std::move(buf)});
           } else if (n == 0) {
