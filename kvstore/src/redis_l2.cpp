@@ -360,7 +360,7 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
       last_reply = Clock::now();
       if (i == 0) {
         first_reply = last_reply;
-        budget_.add_rtt_sample(first_reply - start);
+        budget_.add_rtt_sample(first_reply - start, RttSource::kFirstReply);
       } else {
         later_bytes += r->type == REDIS_REPLY_STRING ? r->len : 0;
         later_values += r->type == REDIS_REPLY_STRING ? 1 : 0;
