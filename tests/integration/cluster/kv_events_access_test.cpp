@@ -128,6 +128,8 @@ TEST(KvEventsAccess, APeerThatNeverReadsSnapshotsDoesNotStallTheScheduler) {
   ASSERT_TRUE(wait_until([&] { return sent() + dropped() == kRequests; }, milliseconds(60000)))
       << "sent " << sent() << " dropped " << dropped() << " of " << kRequests;
   EXPECT_GT(dropped(), kRequests / 2) << "replies to a peer that does not read were queued, not dropped";
+  RecordProperty("snapshots_sent", static_cast<int>(sent()));
+  RecordProperty("snapshots_dropped", static_cast<int>(dropped()));
   // Another router peer still gets its snapshot, and the scheduler is healthy.
   EXPECT_EQ(ask_snapshot(ctx, snap, curve::Role::kRouter, milliseconds(10000)), "kv_snapshot");
   auto health = c.get("/health", c.metrics_port());
