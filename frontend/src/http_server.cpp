@@ -163,7 +163,18 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   auto abandon_all = [&] {
     for (uint64_t id : choices->live_ids()) s.hub.abandon(id);
   };
+  // Sequences that finished, counted in the metrics when the request ends: a resubmission runs
+  // every sequence again, and those that had finished before it must not count twice.
+  std::vector<std::pair<protocol::FinalEvent, FactCallCounts>> finished_seqs;
+  auto report_finished = [&] {
+    for (const auto& [final_event, stripped] : finished_seqs) {
+      s.metrics.stripped(stripped);
+      s.metrics.finished(final_event);  // its prompt (cached part included) and completion tokens
+    }
+    finished_seqs.clear();
+  };
   auto ended = [&](std::string reason) {
+    report_finished();
     end_generation(clock, std::move(reason), choices->prompt_tokens(), 0, choices->completion_tokens());
   };
   // A chunk could not be written: the client went away, or did not read within the write
@@ -221,15 +232,13 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     ChoiceSet::Output out = set.on_message(*msg);
     for (uint64_t id : out.cancel) s.hub.cancel(id);
     for (auto& one : out.submit) s.hub.submit(std::move(one), channel);
-    if (out.finished) {
-      s.metrics.stripped(out.stripped);
-      s.metrics.finished(*out.finished);  // every sequence: its prompt (cached part included) and completion tokens
-    }
+    if (out.finished) finished_seqs.emplace_back(*out.finished, out.stripped);
     if (out.error && out.error->code == ErrorCode::kPeerDead && !events_started && resubmits < kMaxResubmits &&
         s.hub.ready() && Clock::now() < deadline) {
       // Nothing reached the client yet (a non-streamed request, or a stream before its first
       // chunk): run every sequence again from the start, on whichever worker the scheduler picks.
       abandon_all();
+      finished_seqs.clear();  // they run again: counted when the rerun finishes
       ++resubmits;
       s.metrics.requeued.inc();
       choices.emplace(s.preparer.tokenizer(), meta, choice_options, original_prompts, original_echo,
@@ -263,6 +272,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       const protocol::FinalEvent total = set.total();
       // The metrics' finish_reason label: the first choice's; the access line lists them all.
       const std::string reasons = set.finish_reasons();
+      report_finished();
       end_generation(clock, reasons.substr(0, reasons.find(',')), total.usage.prompt_tokens, total.usage.cached_tokens,
                      total.usage.completion_tokens, total.timings.queue_ms);
       access.finish_reason = reasons;

@@ -30,14 +30,17 @@ uint64_t InflightBudget::bytes() const {
   return budget_;
 }
 
-void InflightBudget::add_rtt_sample(std::chrono::nanoseconds rtt) {
+void InflightBudget::add_rtt_sample(std::chrono::nanoseconds rtt, RttSource source) {
   const double ns = std::max<double>(1.0, static_cast<double>(rtt.count()));
+  const int k = source == RttSource::kPing ? 0 : 1;
   std::lock_guard lock(mu_);
-  rtt_ns_[rtt_next_] = ns;
-  rtt_next_ = (rtt_next_ + 1) % kRttSamples;
+  rtt_ns_[k][rtt_next_[k]] = ns;
+  rtt_next_[k] = (rtt_next_[k] + 1) % kRttSamples;
   min_rtt_ns_ = 0;
-  for (double s : rtt_ns_) {
-    if (s > 0 && (min_rtt_ns_ == 0 || s < min_rtt_ns_)) min_rtt_ns_ = s;
+  for (const auto& ring : rtt_ns_) {
+    for (double s : ring) {
+      if (s > 0 && (min_rtt_ns_ == 0 || s < min_rtt_ns_)) min_rtt_ns_ = s;
+    }
   }
   update_locked();
 }

@@ -330,8 +330,8 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   if (!conn.ok()) return std::vector<Result<std::optional<std::string>>>(keys.size(), conn.error());
   // Pipelined with a sliding window: up to `window` GETs are in flight; after each reply the next
   // ones are appended (written with the next read). The window holds about budget_.bytes() of
-  // replies (the mean value size so far decides; 4 before the first reply; 0 bytes: one GET per
-  // round trip): many small values go in a few round trips; values of about the budget or more
+  // replies (the mean size of the values so far decides; 4 before the first value; 0 bytes: one
+  // GET per round trip): many small values go in a few round trips; values of about the budget or more
   // one at a time (on loopback queueing several large replies cost Redis and the client more CPU
   // than the round trips saved, docs/BENCHMARKS.md "kvstore"), never all queued in Redis's
   // output buffer at once. The budget follows the link's bandwidth-delay product
@@ -343,7 +343,7 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
   Clock::time_point first_reply{}, last_reply{};
   uint64_t later_bytes = 0, later_values = 0;  // of the values after the first reply
   size_t sent = 0, window = inflight == 0 ? 1 : 4;
-  uint64_t value_bytes = 0;
+  uint64_t value_bytes = 0, values = 0;  // of the string replies so far (a missing key's NIL is none)
   auto send_upto = [&](size_t answered) {
     for (; sent < keys.size() && sent < answered + window; ++sent) {
       const char* argv[2] = {"GET", names[sent].data()};
@@ -360,18 +360,26 @@ std::vector<Result<std::optional<std::string>>> RedisL2::get_many(std::span<cons
       last_reply = Clock::now();
       if (i == 0) {
         first_reply = last_reply;
-        budget_.add_rtt_sample(first_reply - start);
+        budget_.add_rtt_sample(first_reply - start, RttSource::kFirstReply);
       } else {
         later_bytes += r->type == REDIS_REPLY_STRING ? r->len : 0;
         later_values += r->type == REDIS_REPLY_STRING ? 1 : 0;
       }
       if (i + 1 == keys.size() && i > 0) budget_.add_delivery_sample(later_bytes, later_values, last_reply - first_reply);
     }
-    if (r != nullptr && r->type == REDIS_REPLY_STRING) value_bytes += r->len;
+    if (r != nullptr && r->type == REDIS_REPLY_STRING) {
+      value_bytes += r->len;
+      ++values;
+    }
     // Whole values, rounded: a budget of 1.8 values is 2 in flight (floor would keep the self-tuning
-    // budget at one large value per round trip), 1.3 is 1.
-    const double mean = std::max(1.0, static_cast<double>(value_bytes) / static_cast<double>(i + 1));
-    window = static_cast<size_t>(std::clamp(std::round(static_cast<double>(inflight) / mean), 1.0, 256.0));
+    // budget at one large value per round trip), 1.3 is 1. The mean is over values only: a run of
+    // missing keys says nothing about the size of the values after it, so the window stays at its
+    // initial size until the first value arrives (averaging the misses' empty replies in made
+    // the mean ~1 byte and sent every remaining GET at once, past the budget).
+    if (values > 0) {
+      const double mean = std::max(1.0, static_cast<double>(value_bytes) / static_cast<double>(values));
+      window = static_cast<size_t>(std::clamp(std::round(static_cast<double>(inflight) / mean), 1.0, 256.0));
+    }
     send_upto(i + 1);
     if (Status st = conn->check(r, "get"); !st.ok()) {
       if (r == nullptr) {  // connection gone: this key and the rest are unavailable

@@ -91,13 +91,19 @@ class KvEvents::Observer : public scheduler::RadixObserver {
 };
 
 Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type type, const std::string& endpoint,
-                                           curve::Authenticator* auth, const curve::Keys& keys, const std::string& domain) {
+                                           curve::Authenticator* auth, const curve::Keys& keys, const std::string& domain,
+                                           metrics::Counter* refused) {
   try {
     zmq::socket_t s(ctx, type);
     s.set(zmq::sockopt::linger, 0);
     zmqu::limit_message_size(s);
-    s.set(zmq::sockopt::sndhwm, 100000);
-    TS_TRY(curve::serve(s, auth, keys, {.domain = domain, .admit = {curve::Role::kClient}}));
+    if (type == zmq::socket_type::router) {
+      s.set(zmq::sockopt::sndhwm, KvEvents::kSnapshotSendHwm);
+      s.set(zmq::sockopt::router_mandatory, 1);
+    } else {
+      s.set(zmq::sockopt::sndhwm, 100000);  // PUB: a slow subscriber loses messages (a gap in seq)
+    }
+    TS_TRY(curve::serve(s, auth, keys, {.domain = domain, .admit = {curve::Role::kRouter}, .refused = refused}));
     s.bind(endpoint);
     return s;
   } catch (const zmq::error_t& e) {
@@ -106,26 +112,37 @@ Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type
 }
 
 Result<std::unique_ptr<KvEvents>> KvEvents::create(const KvEventsConfig& config, std::string scheduler_name,
-                                                    const curve::Keys& keys) {
+                                                    const curve::Keys& keys, metrics::Registry& registry) {
   if (config.endpoint.empty()) return std::unique_ptr<KvEvents>();
   if (config.snapshot_endpoint.empty())
     return make_error(ErrorCode::kInvalidArgument,
                       "--kv-events-endpoint needs --kv-events-snapshot-endpoint (where subscribers take the snapshot "
                       "they apply events to)");
-  std::unique_ptr<KvEvents> ev(new KvEvents(std::move(scheduler_name)));
+  std::unique_ptr<KvEvents> ev(new KvEvents(std::move(scheduler_name), registry));
   if (keys.secure()) {
     TS_ASSIGN_OR_RETURN(ev->auth_, curve::Authenticator::start(ev->ctx_));
   }
   TS_ASSIGN_OR_RETURN(ev->pub_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::pub, config.endpoint, ev->auth_.get(),
-                                                     keys, "kv-events"));
+                                                     keys, "kv-events", &ev->refused_events_));
   TS_ASSIGN_OR_RETURN(ev->snapshot_, bind_kv_event_socket(ev->ctx_, zmq::socket_type::router, config.snapshot_endpoint,
-                                                          ev->auth_.get(), keys, "kv-snapshot"));
+                                                          ev->auth_.get(), keys, "kv-snapshot", &ev->refused_snapshot_));
   ev->bound_ = ev->pub_.get(zmq::sockopt::last_endpoint);
   ev->snapshot_bound_ = ev->snapshot_.get(zmq::sockopt::last_endpoint);
   return ev;
 }
 
-KvEvents::KvEvents(std::string name) : name_(std::move(name)) {}
+namespace {
+constexpr const char* kRefusedHelp = "connections refused at the CURVE handshake (public key not in the socket's allow-list)";
+constexpr const char* kSnapshotsHelp =
+    "kv_snapshot replies: sent, or dropped because the peer had kSnapshotSendHwm (4) replies queued (not reading) or left";
+}  // namespace
+
+KvEvents::KvEvents(std::string name, metrics::Registry& registry)
+    : name_(std::move(name)),
+      refused_events_(registry.counter("tessera_scheduler_refused_peers_total", kRefusedHelp, {{"socket", "kv-events"}})),
+      refused_snapshot_(registry.counter("tessera_scheduler_refused_peers_total", kRefusedHelp, {{"socket", "kv-snapshot"}})),
+      snapshots_sent_(registry.counter("tessera_scheduler_kv_snapshots_total", kSnapshotsHelp, {{"result", "sent"}})),
+      snapshots_dropped_(registry.counter("tessera_scheduler_kv_snapshots_total", kSnapshotsHelp, {{"result", "dropped"}})) {}
 KvEvents::~KvEvents() = default;
 
 scheduler::RadixObserver* KvEvents::observer_for(const std::string& worker) {
@@ -188,7 +205,10 @@ void KvEvents::flush() {
 }
 
 void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
-  for (int n = 0; n < 64; ++n) {
+  // The snapshot after its header (seq, scheduler, workers): built at most once per call, for
+  // every request of this call — nothing changes the indexes in between.
+  std::string body;
+  for (int n = 0; n < kSnapshotRequestsPerPass; ++n) {
     auto frames = zmqu::recv(snapshot_, true);
     if (!frames.ok() || frames->empty()) return;
     auto env = zmqu::parse_router(std::move(*frames));
@@ -214,42 +234,58 @@ void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
                        true);
       continue;
     }
-    flush();  // the snapshot covers every event published so far, and nothing later
+    if (body.empty()) {
+      flush();  // the snapshot covers every event published so far, and nothing later
+      body = snapshot_body(workers);
+    }
     msgpack::sbuffer b;
     Packer p(b);
     p.pack_map(6);
     header(p, "kv_snapshot", id);
-    key(p, "seq");
-    p.pack(seq_);
-    key(p, "scheduler");
-    str(p, name_);
-    key(p, "workers");
-    p.pack_array(static_cast<uint32_t>(workers.all().size()));
-    for (const auto& [name, w] : workers.all()) {
-      const scheduler::RadixIndex& index = w.batcher->index();
-      p.pack_map(3);
-      key(p, "name");
-      str(p, name);
-      key(p, "page_size");
-      p.pack(index.page_size());
-      key(p, "blocks");
-      p.pack_array(static_cast<uint32_t>(index.indexed_pages()));
-      index.for_each_block([&](uint64_t ns, const scheduler::RadixBlock& bl, std::span<const int32_t> tokens) {
-        p.pack_map(5);
-        key(p, "ns");
-        p.pack(ns);
-        key(p, "hash");
-        p.pack(bl.hash);
-        key(p, "parent_hash");
-        p.pack(bl.parent_hash);
-        key(p, "page");
-        p.pack(bl.page);
-        key(p, "token_ids");
-        array(p, tokens);
-      });
+    b.write(body.data(), body.size());
+    // Never blocks: a peer with kSnapshotSendHwm replies still queued (not reading), or gone,
+    // loses this one (ROUTER_MANDATORY makes that an error rather than a silent drop).
+    if (zmqu::send(snapshot_, zmqu::router_reply(*env, bytes(b)), true).ok()) {
+      snapshots_sent_.inc();
+    } else {
+      snapshots_dropped_.inc();
     }
-    (void)zmqu::send(snapshot_, zmqu::router_reply(*env, bytes(b)), true);
   }
+}
+
+std::string KvEvents::snapshot_body(const WorkerRegistry& workers) const {
+  msgpack::sbuffer b;
+  Packer p(b);
+  key(p, "seq");
+  p.pack(seq_);
+  key(p, "scheduler");
+  str(p, name_);
+  key(p, "workers");
+  p.pack_array(static_cast<uint32_t>(workers.all().size()));
+  for (const auto& [name, w] : workers.all()) {
+    const scheduler::RadixIndex& index = w.batcher->index();
+    p.pack_map(3);
+    key(p, "name");
+    str(p, name);
+    key(p, "page_size");
+    p.pack(index.page_size());
+    key(p, "blocks");
+    p.pack_array(static_cast<uint32_t>(index.indexed_pages()));
+    index.for_each_block([&](uint64_t ns, const scheduler::RadixBlock& bl, std::span<const int32_t> tokens) {
+      p.pack_map(5);
+      key(p, "ns");
+      p.pack(ns);
+      key(p, "hash");
+      p.pack(bl.hash);
+      key(p, "parent_hash");
+      p.pack(bl.parent_hash);
+      key(p, "page");
+      p.pack(bl.page);
+      key(p, "token_ids");
+      array(p, tokens);
+    });
+  }
+  return bytes(b);
 }
 
 }  // namespace tessera::scheduler_app

@@ -20,7 +20,7 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceConfig& config, me
                       Sockets::bind(config.frontend_endpoint, config.worker_endpoint, keys, registry));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<KvEvents> kv_events,
                       KvEvents::create({.endpoint = config.kv_events_endpoint, .snapshot_endpoint = config.kv_events_snapshot_endpoint},
-                                       config.name, keys));
+                                       config.name, keys, registry));
   return std::unique_ptr<Service>(
       new Service(std::make_unique<EventLoop>(config, std::move(sockets), std::move(kv_events), std::move(router), registry)));
 }

@@ -7,7 +7,15 @@
 namespace tessera::scheduler_app {
 
 WorkerRegistry::WorkerRegistry(WorkerLimits limits, LivenessConfig liveness, scheduler::Router router, SchedulerMetrics& m)
-    : limits_(limits), liveness_(liveness), router_(std::move(router)), m_(m), offload_(limits.offload) {}
+    : limits_(limits), liveness_(liveness), router_(std::move(router)), m_(m), offload_(limits.offload) {
+  blend_steps_ = &m_.registry->counter(
+      "tessera_scheduler_blend_steps_total",
+      "CacheBlend prefill chunks planned (a prompt longer than a step's token budget is blended over several)");
+  blend_fallbacks_ = &m_.registry->counter(
+      "tessera_scheduler_blend_fallbacks_total",
+      "requests with documents prefilled without CacheBlend (prompt log-probabilities asked, or a worker without "
+      "blend_steps and a prompt longer than a step; logged)");
+}
 
 Status WorkerRegistry::admissible(const std::string& name, const protocol::RegisterWorker& reg) const {
   const std::string fp = dki::hex16(reg.model_fingerprint);
@@ -60,6 +68,7 @@ Result<scheduler::BatcherConfig> WorkerRegistry::add(const std::string& name, co
 bool WorkerRegistry::remove(const std::string& name) {
   auto it = workers_.find(name);
   if (it == workers_.end()) return false;
+  publish_counters(it->second);
   it->second.free_pages->set(0);
   it->second.held_pages->set(0);
   it->second.cached_pages->set(0);
@@ -157,8 +166,9 @@ std::vector<std::string> WorkerRegistry::check_dead(PeerLiveness::Clock::time_po
 }
 
 void WorkerRegistry::publish() {
-  int64_t running = 0, waiting = 0, preempt = 0, free = 0, held = 0, cached = 0, evicted = 0, compactions = 0;
-  for (const auto& [name, w] : workers_) {
+  int64_t running = 0, waiting = 0, free = 0, held = 0, cached = 0;
+  for (auto& [name, w] : workers_) {
+    publish_counters(w);
     const auto c = w.batcher->pages().counts();
     w.free_pages->set(c.free);
     w.held_pages->set(c.held);
@@ -169,9 +179,6 @@ void WorkerRegistry::publish() {
     cached += c.cached;
     running += w.batcher->num_running();
     waiting += w.batcher->num_waiting();
-    preempt += w.batcher->stats().preemptions;
-    evicted += w.batcher->stats().kv_evicted_tokens;
-    compactions += w.batcher->stats().kv_compactions;
   }
   const auto draining = std::count_if(workers_.begin(), workers_.end(), [](const auto& kv) { return kv.second.draining; });
   m_.live_workers->set(static_cast<double>(static_cast<int64_t>(workers_.size()) - draining));
@@ -184,34 +191,21 @@ void WorkerRegistry::publish() {
   m_.pages_cached = cached;
   const int64_t total = free + held + cached;
   m_.kv_usage->set(total > 0 ? static_cast<double>(held) / static_cast<double>(total) : 0.0);
-  if (preempt > preemptions_seen_) m_.preemptions->inc(static_cast<double>(preempt - preemptions_seen_));
-  preemptions_seen_ = preempt;
-  if (evicted > kv_evicted_seen_) m_.kv_evicted->inc(static_cast<double>(evicted - kv_evicted_seen_));
-  kv_evicted_seen_ = evicted;
-  if (compactions > kv_compactions_seen_) m_.kv_compactions->inc(static_cast<double>(compactions - kv_compactions_seen_));
-  kv_compactions_seen_ = compactions;
   publish_offload();
-  publish_blend();
 }
 
-void WorkerRegistry::publish_blend() {
-  int64_t steps = 0, fallbacks = 0;
-  for (const auto& [name, w] : workers_) {
-    steps += w.batcher->stats().blend_steps;
-    fallbacks += w.batcher->stats().blend_fallbacks;
-  }
-  metrics::Registry& r = *m_.registry;
-  auto bump = [&](const char* name, const char* help, int64_t now, int64_t& seen) {
-    metrics::Counter& c = r.counter(name, help);
-    if (now > seen) c.inc(static_cast<double>(now - seen));
-    seen = now;
+void WorkerRegistry::publish_counters(WorkerEntry& w) {
+  const scheduler::BatcherStats& now = w.batcher->stats();
+  scheduler::BatcherStats& seen = w.published;
+  auto bump = [](metrics::Counter& c, int64_t now_value, int64_t& seen_value) {
+    if (now_value > seen_value) c.inc(static_cast<double>(now_value - seen_value));
+    seen_value = now_value;
   };
-  bump("tessera_scheduler_blend_steps_total",
-       "CacheBlend prefill chunks planned (a prompt longer than a step's token budget is blended over several)", steps,
-       blend_steps_seen_);
-  bump("tessera_scheduler_blend_fallbacks_total",
-       "requests with documents prefilled without CacheBlend (prompt log-probabilities asked, or a worker without blend_steps and a prompt longer than a step; logged)", fallbacks,
-       blend_fallbacks_seen_);
+  bump(*m_.preemptions, now.preemptions, seen.preemptions);
+  bump(*m_.kv_evicted, now.kv_evicted_tokens, seen.kv_evicted_tokens);
+  bump(*m_.kv_compactions, now.kv_compactions, seen.kv_compactions);
+  bump(*blend_steps_, now.blend_steps, seen.blend_steps);
+  bump(*blend_fallbacks_, now.blend_fallbacks, seen.blend_fallbacks);
 }
 
 void WorkerRegistry::publish_offload() {

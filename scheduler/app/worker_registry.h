@@ -52,6 +52,10 @@ struct WorkerEntry {
   metrics::Gauge* held_pages = nullptr;
   metrics::Gauge* cached_pages = nullptr;
   metrics::Gauge* pinned_pages = nullptr;
+  // Its Batcher's cumulative stats already added to the scheduler's counters (publish(), and
+  // remove() for what it did since the last publish): counters take each worker's differences,
+  // so a worker leaving neither loses the others' increments nor takes its own back.
+  scheduler::BatcherStats published{};
 };
 
 struct WorkerLimits {
@@ -72,7 +76,8 @@ class WorkerRegistry {
   // Builds the worker's Batcher and puts it on the ring (`name` must not be registered). On
   // error nothing is kept. Returns the Batcher's config (for the log line).
   Result<scheduler::BatcherConfig> add(const std::string& name, const protocol::RegisterWorker& reg);
-  // Takes a worker off the ring and forgets its Batcher; false when it was not registered.
+  // Takes a worker off the ring and forgets its Batcher (its counter increments since the last
+  // publish() are counted first); false when it was not registered.
   bool remove(const std::string& name);
   // Takes a worker off the ring, keeping its Batcher and requests; false when not registered.
   bool begin_drain(const std::string& name);
@@ -118,14 +123,13 @@ class WorkerRegistry {
   std::map<std::string, WorkerEntry> workers_;  // by name
   std::string fingerprint_;                     // of the registered workers (all equal); "" when none
   uint64_t fingerprint64_ = 0;                  // the same, as RegisterWorker sent it
-  int64_t preemptions_seen_ = 0;
-  int64_t kv_evicted_seen_ = 0, kv_compactions_seen_ = 0;
-  int64_t blend_steps_seen_ = 0, blend_fallbacks_seen_ = 0;  // sums over the workers at the last publish
+  metrics::Counter* blend_steps_ = nullptr;      // CacheBlend counters (registered at construction)
+  metrics::Counter* blend_fallbacks_ = nullptr;
   KvEvents* kv_events_ = nullptr;
   scheduler::OffloadDirectory offload_;
   scheduler::OffloadStats offload_seen_;  // published so far (counters take the differences)
   void publish_offload();
-  void publish_blend();  // CacheBlend counters (sums of the batchers' stats)
+  void publish_counters(WorkerEntry& w);  // adds w's stats since w.published to the counters
 };
 
 }  // namespace tessera::scheduler_app

@@ -41,7 +41,7 @@ int run_keys(const std::vector<std::string>& args) {
   o.add(k.name, {.name = "name", .help = "file name of the extra key pair (letters, digits, '-', '_', '.')"});
   o.add(k.force, {.name = "force", .help = "overwrite existing keys (every peer then needs the new public keys)"});
   o.describe("Make ZeroMQ CURVE keys for the cluster's internal sockets (docs/security.md): one key pair per role "
-             "(scheduler, kvstore, frontend, worker, client), or with --role/--name one more key of a role");
+             "(scheduler, kvstore, frontend, worker, client, router), or with --role/--name one more key of a role");
   if (auto exit_code = config::parse_command_line(o, args)) return *exit_code;
   if (k.dir.empty()) {
     std::fprintf(stderr, "tessera keys: give the key directory: tessera keys DIR\n");

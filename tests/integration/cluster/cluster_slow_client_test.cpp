@@ -305,6 +305,8 @@ TEST(ClusterResubmit, ANonStreamedRequestWhoseWorkerDiesIsSubmittedAgain) {
   auto j = nlohmann::json::parse(answer->body);
   EXPECT_EQ(j["usage"]["completion_tokens"], 480) << answer->body;
   EXPECT_EQ(c.metric(c.http_port(), "tessera_frontend_requeued_requests_total"), 1) << "the race was lost: it finished first";
+  // Counted once, as answered (the killed run never finished; http_server.cpp counts at the end).
+  EXPECT_EQ(c.metric(c.http_port(), "tessera_frontend_completion_tokens_total"), 480);
 }
 
 // /ready turns false as soon as the frontend's only scheduler is gone (its connection dropped),

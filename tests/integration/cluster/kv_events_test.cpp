@@ -39,10 +39,10 @@ class Subscriber {
  public:
   Subscriber(const std::string& pub, const std::string& snapshot) : sub_(ctx_, zmq::socket_type::sub), req_(ctx_, zmq::socket_type::dealer) {
     sub_.set(zmq::sockopt::subscribe, "kv");
-    secure_client(sub_, curve::Role::kClient, curve::Role::kScheduler);  // subscribers hold a client key
+    secure_client(sub_, curve::Role::kRouter, curve::Role::kScheduler);  // subscribers hold a router key
     sub_.connect(pub);
     req_.set(zmq::sockopt::linger, 0);
-    secure_client(req_, curve::Role::kClient, curve::Role::kScheduler);
+    secure_client(req_, curve::Role::kRouter, curve::Role::kScheduler);
     req_.connect(snapshot);
   }
 

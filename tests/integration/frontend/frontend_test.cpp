@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
@@ -261,6 +262,30 @@ TEST_F(FrontendWithFakeScheduler, CompletionNonStreamed) {
   EXPECT_EQ(reqs[0].sampling.temperature, 0.0f);
   EXPECT_EQ(reqs[0].sampling.top_k, 5);
   EXPECT_EQ(j["usage"]["prompt_tokens"], static_cast<int>(reqs[0].prompt_tokens.size()));
+}
+
+// n = 2: the first sequence finishes, the second's worker dies (peer_dead) before the client saw
+// anything, so the frontend runs both again (docs/api.md "Failures"). The token counters count
+// each sequence once — the rerun's — not the first run's finished sequence as well.
+TEST_F(FrontendWithFakeScheduler, ResubmittedSequencesAreCountedOnce) {
+  sched.fail_with_peer_dead(1);
+  HttpResult r = http_request(fe->port, "POST", "/v1/completions",
+                              R"({"prompt":"Once upon a time","max_tokens":9,"n":2,"temperature":0.8,"seed":7})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 18);
+  auto reqs = sched.requests();
+  ASSERT_EQ(reqs.size(), 4u) << "two sequences, then both again";
+  const double prompt = static_cast<double>(reqs[0].prompt_tokens.size());
+  std::map<std::string, double> m;
+  auto parsed = metrics::parse_text(http_request(fe->port, "GET", "/metrics").body);
+  ASSERT_TRUE(parsed.ok());
+  for (const auto& sample : *parsed) m[sample.name] += sample.value;
+  EXPECT_EQ(m["tessera_frontend_requeued_requests_total"], 1.0);
+  EXPECT_EQ(m["tessera_frontend_completion_tokens_total"], 18.0) << "a sequence finished before the resubmission counted twice";
+  EXPECT_EQ(m["tessera_frontend_prompt_tokens_total"], 2 * prompt);
+  EXPECT_EQ(m["tessera_frontend_cached_prompt_tokens_total"], 2 * 3.0);
 }
 
 TEST_F(FrontendWithFakeScheduler, CompletionStreamedAsServerSentEvents) {

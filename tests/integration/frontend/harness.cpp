@@ -160,6 +160,10 @@ void FakeScheduler::set_silent(bool silent) {
   std::lock_guard<std::mutex> lock(mu_);
   silent_ = silent;
 }
+void FakeScheduler::fail_with_peer_dead(size_t nth) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_dead_.insert(nth);
+}
 std::vector<protocol::GenerateRequest> FakeScheduler::requests() {
   std::lock_guard<std::mutex> lock(mu_);
   return requests_;
@@ -200,7 +204,10 @@ void FakeScheduler::run() {
       const size_t n = std::min<size_t>(script_.size(), static_cast<size_t>(req->max_tokens));
       const size_t upto = hold_ ? std::min(n, hold_after_) : n;
       for (size_t i = 0; i < upto; ++i) send(identity, protocol::TokenEvent{.id = req->id, .tokens = {script_[i]}});
-      if (hold_) {
+      if (peer_dead_.count(requests_.size() - 1) != 0) {
+        send(identity, protocol::ErrorEvent{.id = req->id, .code = ErrorCode::kPeerDead,
+                                            .message = "worker 'w0' stopped heartbeating (fake)"});
+      } else if (hold_) {
         held_[req->id] = {identity, static_cast<int32_t>(upto)};
       } else {
         send(identity, protocol::FinalEvent{.id = req->id,

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +55,9 @@ class FakeScheduler {
   void set_live_workers(int32_t n);
   // Stop answering anything (as if the process froze or died).
   void set_silent(bool silent);
+  // The request that arrives `nth` (0 = the first) gets its tokens, then a peer_dead error
+  // instead of its final event (as if its worker died).
+  void fail_with_peer_dead(size_t nth);
 
   std::vector<protocol::GenerateRequest> requests();
   std::vector<uint64_t> cancels();
@@ -78,6 +82,7 @@ class FakeScheduler {
   size_t hold_after_ = 2;
   int32_t live_workers_ = 1;
   bool silent_ = false;
+  std::set<size_t> peer_dead_;  // arrival numbers of the requests fail_with_peer_dead() names
   std::vector<protocol::GenerateRequest> requests_;
   std::vector<uint64_t> cancels_;
   std::atomic<size_t> request_count_{0};

@@ -71,7 +71,7 @@ dpkg-deb -x "$deb" "$root"
 grep -q -- '--worker-endpoint' "$work/help.txt" || fail "tessera-scheduler --help lacks --worker-endpoint"
 [[ $("$root/usr/bin/tessera-scheduler" --version) == *"$version"* ]] || fail "tessera-scheduler --version"
 "$root/usr/bin/tessera" keys --log-level warn "$work/keys" || fail "installed tessera keys"
-for k in scheduler kvstore frontend worker client; do
+for k in scheduler kvstore frontend worker client router; do
   [[ -s $work/keys/$k.key && -s $work/keys/$k.key_secret ]] || fail "tessera keys made no $k pair"
 done
 

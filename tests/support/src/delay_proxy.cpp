@@ -15,6 +15,7 @@
 #include <deque>
 #include <list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::testing {
@@ -44,6 +45,7 @@ struct Link {
   bool failed = false;
   uint64_t gate_epoch = 0;  // the hold that since_gate counts for
   size_t since_gate = 0;    // bytes written upstream since then
+  int id = 0;             // the connection's number (accept order), for the observer
   bool done() const { return failed || (dir[0].shut && dir[1].shut); }
 };
 
@@ -56,11 +58,12 @@ void set_nonblocking(int fd) {
 }  // namespace
 
 std::unique_ptr<DelayProxy> DelayProxy::start(const std::string& target_host, int target_port,
-                                              std::chrono::microseconds rtt) {
+                                              std::chrono::microseconds rtt, Observer observer) {
   std::unique_ptr<DelayProxy> p(new DelayProxy());
   p->host_ = target_host;
   p->target_port_ = target_port;
   p->half_ = rtt / 2;
+  p->observer_ = std::move(observer);
   p->listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -169,7 +172,7 @@ void DelayProxy::loop() {
           links.emplace_back();
           links.back().fd[0] = c;
           links.back().fd[1] = u;
-          connections_.fetch_add(1);
+          links.back().id = connections_.fetch_add(1);
         }
       }
     }
@@ -184,6 +187,7 @@ void DelayProxy::loop() {
           const ssize_t n = read(l.fd[s], buf.data(), buf.size());
           if (n > 0) {
             buf.resize(static_cast<size_t>(n));
+            if (observer_) observer_(l.id, s == 0, buf);
             in.queued += buf.size();
             in.queue.push_back({Clock::now() + half_, std::move(buf)});
           } else if (n == 0) {

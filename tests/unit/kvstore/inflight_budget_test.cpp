@@ -74,6 +74,26 @@ TEST(InflightBudget, LeastRttAndLargestRateOfTheRecentSamples) {
   EXPECT_EQ(b.bytes(), 300000u);  // 2 x 25 MB/s x 4 ms + 100 000
 }
 
+// A busy shard's get_many first-reply samples (which include the first value's transfer) never
+// push the health check's PINGs out of the min filter: each source ages out only by its own.
+TEST(InflightBudget, FirstReplySamplesDoNotEvictPings) {
+  InflightBudget b({.auto_tune = true, .min_bytes = 1 * KiB, .max_bytes = 1024 * MiB});
+  b.add_rtt_sample(milliseconds(1), RttSource::kPing);
+  for (int i = 0; i < 4 * InflightBudget::kRttSamples; ++i) b.add_rtt_sample(milliseconds(5), RttSource::kFirstReply);
+  EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 1e-3);
+  b.add_delivery_sample(2000000, 20, milliseconds(20));  // 100 MB/s: 2 x 100 MB/s x 1 ms + 100 000
+  EXPECT_EQ(b.bytes(), 300000u);
+  // A first reply faster than every PING is still the minimum (both are upper bounds).
+  b.add_rtt_sample(microseconds(500), RttSource::kFirstReply);
+  EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 5e-4);
+  // It ages out after kRttSamples newer first replies, whatever the PINGs do; the 1 ms PING after
+  // kRttSamples newer PINGs.
+  for (int i = 0; i < InflightBudget::kRttSamples; ++i) b.add_rtt_sample(milliseconds(3), RttSource::kPing);
+  EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 5e-4);
+  for (int i = 0; i < InflightBudget::kRttSamples; ++i) b.add_rtt_sample(milliseconds(5), RttSource::kFirstReply);
+  EXPECT_DOUBLE_EQ(b.snapshot().rtt_s, 3e-3);
+}
+
 // Replies read in less than half an RTT were waiting in the socket buffer: no rate sample.
 TEST(InflightBudget, DropsBurstsShorterThanHalfAnRtt) {
   InflightBudget b({.auto_tune = true, .min_bytes = 64 * KiB, .max_bytes = 8 * MiB});

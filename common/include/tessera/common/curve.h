@@ -3,7 +3,8 @@
 // (docs/security.md, "Internal sockets").
 //
 // Key directory (`tessera keys DIR`, `--curve-dir DIR` on every process):
-//   <role>.key         public key of a role (role: scheduler, kvstore, frontend, worker, client)
+//   <role>.key         public key of a role (role: scheduler, kvstore, frontend, worker, client,
+//                      router)
 //   <role>.key_secret  that role's key pair (mode 0600; only the processes of that role need it)
 //   <role>.d/*.key     further public keys admitted as that role (per-host keys, rotation)
 // Files use czmq's certificate text (`public-key = "<Z85>"`, `secret-key = "<Z85>"`, keys as
@@ -12,6 +13,8 @@
 // Who talks to whom (server: the roles its port admits):
 //   scheduler frontend port: frontend      scheduler worker port: worker
 //   kvstore: frontend, worker              frontend client API (--zmq-curve): client
+//   scheduler K/V events PUB and kv_snapshot ROUTER: router (an external router reading every
+//   tenant's cached token ids; never a client key, which tenants hold)
 // A process of role R reads R.key_secret, the .key of each server it connects to, and the
 // allow-lists (<role>.key + <role>.d/*.key) of the roles its ports admit.
 //
@@ -53,8 +56,9 @@ class Counter;
 
 namespace tessera::curve {
 
-enum class Role : uint8_t { kScheduler, kKvstore, kFrontend, kWorker, kClient };
-inline constexpr Role kAllRoles[] = {Role::kScheduler, Role::kKvstore, Role::kFrontend, Role::kWorker, Role::kClient};
+enum class Role : uint8_t { kScheduler, kKvstore, kFrontend, kWorker, kClient, kRouter };
+inline constexpr Role kAllRoles[] = {Role::kScheduler, Role::kKvstore, Role::kFrontend,
+                                     Role::kWorker,    Role::kClient,  Role::kRouter};
 std::string_view role_name(Role role);
 
 // Z85 text of a CURVE key pair: 40 characters each.
@@ -76,7 +80,8 @@ Result<std::string> read_public_file(const std::string& path);
 // A key pair for every role in `dir` (created 0700 when missing). Refuses (kInvalidArgument,
 // naming the file) to overwrite an existing key unless `overwrite`.
 Status generate_key_set(const std::string& dir, bool overwrite = false);
-// True when `dir` holds every role's .key_secret (a set `tessera up` may reuse).
+// True when `dir` holds every role's pair but router's (a set `tessera up` may reuse: it runs
+// no router, and a set made before the router role existed stays usable).
 bool key_set_complete(const std::string& dir);
 
 // The two options every process has (declare_options below).

@@ -7,10 +7,13 @@
 //
 // (the window holds whole values and refills one per reply: while one value is in transit the
 // others must cover the round trip, so it needs the bandwidth-delay product plus a value.)
-// - round-trip time: the minimum of the last kRttSamples samples (BBR's min-RTT filter: queueing
-//   and a late wake-up only ever add to a sample, so the minimum is the path's own delay). Samples
-//   come from the health thread (a PING timed every health interval) and from each get_many (the
-//   wait for its first reply, an upper bound of the RTT).
+// - round-trip time: the minimum of the recent samples (BBR's min-RTT filter: queueing and a late
+//   wake-up only ever add to a sample, so the minimum is the path's own delay). Samples come from
+//   the health thread (a PING timed every health interval) and from each get_many (the wait for
+//   its first reply, an upper bound of the RTT: it includes the first value's transfer). The two
+//   kinds are kept in separate rings of kRttSamples each and the minimum is over both, so a busy
+//   shard's many get_many samples never push out the PINGs (which would overestimate the RTT and
+//   so the budget).
 // - delivery rate: the maximum of the last kRateSamples samples; one sample per get_many of two
 //   or more replies: the bytes of the replies after the first over the time from the first reply
 //   to the last. While the budget limits the pipeline the replies come one budget per round trip,
@@ -36,6 +39,11 @@
 
 namespace tessera::kvstore {
 
+enum class RttSource {
+  kPing,        // the health check's timed PING
+  kFirstReply,  // a get_many's wait for its first reply
+};
+
 struct InflightBudgetConfig {
   bool auto_tune = true;                        // false: bytes() is fixed_bytes
   uint64_t fixed_bytes = uint64_t{256} << 10;   // the fixed budget (0 = one GET per round trip)
@@ -49,7 +57,7 @@ Result<std::optional<uint64_t>> parse_inflight_kb(std::string_view text);
 class InflightBudget {
  public:
   static constexpr double kGain = 2.0;
-  static constexpr int kRttSamples = 16;   // 8 s of health checks at the default 500 ms
+  static constexpr int kRttSamples = 16;   // per source; 8 s of health checks at the default 500 ms
   static constexpr int kRateSamples = 8;   // get_many calls
 
   struct Snapshot {
@@ -63,7 +71,8 @@ class InflightBudget {
   explicit InflightBudget(const InflightBudgetConfig& config);
 
   uint64_t bytes() const;  // the budget for a get_many starting now
-  void add_rtt_sample(std::chrono::nanoseconds rtt);
+  // A sample ages out after kRttSamples newer ones from the same source.
+  void add_rtt_sample(std::chrono::nanoseconds rtt, RttSource source = RttSource::kPing);
   // One get_many: `bytes` in `values` replies received after its first reply, over `interval`
   // (first reply to last). The rate sample is dropped when interval < RTT / 2 or before any RTT
   // sample; the mean value size (bytes / values) is kept either way.
@@ -76,8 +85,8 @@ class InflightBudget {
 
   const InflightBudgetConfig config_;
   mutable std::mutex mu_;
-  double rtt_ns_[kRttSamples] = {};     // GUARDED_BY(mu_); ring, 0 = empty slot
-  int rtt_next_ = 0;                    // GUARDED_BY(mu_)
+  double rtt_ns_[2][kRttSamples] = {};  // GUARDED_BY(mu_); a ring per RttSource, 0 = empty slot
+  int rtt_next_[2] = {};                // GUARDED_BY(mu_)
   double rate_[kRateSamples] = {};      // GUARDED_BY(mu_); bytes per second, ring
   int rate_next_ = 0;                   // GUARDED_BY(mu_)
   double min_rtt_ns_ = 0;               // GUARDED_BY(mu_)

@@ -13,15 +13,21 @@
 // (a multi-megabyte SET) is held mid-way while a connection's small requests (PINGs, short
 // commands: fewer than n bytes since the hold) pass; replies are never held.
 //
-// Threading: one relay thread (poll); the object itself is used from one thread (held_bytes()
-// from any). The destructor stops the thread and closes every socket.
+// An optional observer sees every chunk as it is read, before the delay: (the connection's number,
+// 0 for the first accepted; true for bytes from the client, false for bytes from the target; the
+// bytes) — e.g. to count a protocol's requests and replies in flight (redis_get_many_window_test).
+//
+// Threading: one relay thread (poll), which also runs the observer; the object itself is used
+// from one thread (held_bytes() from any). The destructor stops the thread and closes every socket.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <thread>
 
@@ -29,9 +35,11 @@ namespace tessera::testing {
 
 class DelayProxy {
  public:
+  using Observer = std::function<void(int connection, bool from_client, std::string_view bytes)>;
+
   // nullptr (after printing why) when the listening socket cannot be made.
   static std::unique_ptr<DelayProxy> start(const std::string& target_host, int target_port,
-                                           std::chrono::microseconds rtt);
+                                           std::chrono::microseconds rtt, Observer observer = {});
   ~DelayProxy();
   DelayProxy(const DelayProxy&) = delete;
   DelayProxy& operator=(const DelayProxy&) = delete;
@@ -53,6 +61,7 @@ class DelayProxy {
   std::string host_;
   int target_port_ = 0;
   std::chrono::microseconds half_{0};
+  Observer observer_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop the loop
   int port_ = 0;
