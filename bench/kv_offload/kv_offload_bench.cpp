@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tessera/common/config.h"
+#include "tessera/common/kv_digest.h"
 #include "tessera/kvstore/store.h"
 #include "tessera/model/model_synth.h"
 #include "tessera/worker/kv_offload.h"
@@ -157,9 +158,13 @@ int main(int argc, char** argv) {
   StepPlan spill;
   spill.step_id = step++;
   std::vector<uint64_t> hashes;
+  std::vector<KvTag> tags;  // the pages' prefix tags, as the scheduler computes them
+  KvPrefixDigest digest("bench");
   for (int32_t i = 0; i < n_prefix_pages; ++i) {
     hashes.push_back(0x1000 + static_cast<uint64_t>(i));
-    spill.spills.push_back(KvSpill{.page = i, .hash = hashes.back(), .ns_hash = 42});
+    digest.add_page(std::span(tokens).subspan(static_cast<size_t>(i * kPage), static_cast<size_t>(kPage)));
+    tags.push_back(digest.tag());
+    spill.spills.push_back(KvSpill{.page = i, .hash = hashes.back(), .ns_hash = 42, .tag = tags.back()});
   }
   if (auto r = worker_a->executor().execute(spill); !r.ok()) die(r.error().to_string());
   if (!off.flush(120000) || off.stats().offloaded_pages != static_cast<uint64_t>(n_prefix_pages)) die("spills were not stored");
@@ -181,7 +186,7 @@ int main(int argc, char** argv) {
     w0 = now_ms(), c0 = cpu_ms();
     StepPlan reload;
     reload.step_id = step++;
-    KvReload kr{.request_id = 1, .ns_hash = 42, .pages = {}, .hashes = hashes};
+    KvReload kr{.request_id = 1, .ns_hash = 42, .pages = {}, .hashes = hashes, .tags = tags};
     for (int32_t i = 0; i < n_prefix_pages; ++i) kr.pages.push_back(i);
     reload.reloads.push_back(kr);
     auto x = worker_b->executor().execute(reload);

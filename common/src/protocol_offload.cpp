@@ -1,10 +1,30 @@
 // Protocol v1: the K/V offload fields of step_plan and step_result (step_plan.h: KvSpill,
 // KvReload, ReloadResult). Kept apart from protocol_encode/decode.cpp; they call these once.
 // Every field is omitted when empty, so peers that predate offload see the same messages.
+#include <cstring>
+
 #include "msgpack_io.h"
 #include "protocol_offload.h"
 
 namespace tessera::protocol::detail {
+namespace {
+
+// An optional bin of whole tags; kInvalidArgument naming the field when its size is not a multiple.
+Status read_tags(const MapView& m, const char* key, std::vector<KvTag>* out) {
+  const msgpack::object* o = m.find(key);
+  if (o == nullptr || o->type == msgpack::type::NIL) return ok_status();
+  std::string_view b;
+  TS_TRY(msgpack_io::read_bytes(*o, m.field(key), /*allow_bin=*/true, &b));
+  if (b.size() % sizeof(KvTag) != 0) {
+    return make_error(ErrorCode::kInvalidArgument, m.field(key) + " has " + std::to_string(b.size()) +
+                                                       " bytes, not a multiple of " + std::to_string(sizeof(KvTag)));
+  }
+  out->resize(b.size() / sizeof(KvTag));
+  if (!b.empty()) std::memcpy(out->data(), b.data(), b.size());
+  return ok_status();
+}
+
+}  // namespace
 
 void write_plan_offload(Writer& w, const StepPlan& p) {
   if (!p.spills.empty()) {
@@ -18,6 +38,10 @@ void write_plan_offload(Writer& w, const StepPlan& p) {
       w.u64(s.hash);
       w.key("ns_hash");
       w.u64(s.ns_hash);
+      if (s.tag != KvTag{}) {
+        w.key("tag");
+        w.bin(std::string_view(reinterpret_cast<const char*>(s.tag.data()), s.tag.size()));
+      }
       w.end_map();
     }
   }
@@ -34,6 +58,10 @@ void write_plan_offload(Writer& w, const StepPlan& p) {
       w.i32s(r.pages);
       w.key("hashes");
       w.u64s(r.hashes);
+      if (!r.tags.empty()) {  // one bin: the tags concatenated
+        w.key("tags");
+        w.bin(std::string_view(reinterpret_cast<const char*>(r.tags.data()), r.tags.size() * sizeof(KvTag)));
+      }
       w.end_map();
     }
   }
@@ -46,6 +74,10 @@ Status read_plan_offload(const MapView& m, StepPlan* p) {
     TS_TRY(req(s, "page", &k.page));
     TS_TRY(req(s, "hash", &k.hash));
     TS_TRY(opt(s, "ns_hash", &k.ns_hash));
+    std::vector<KvTag> tag;
+    TS_TRY(read_tags(s, "tag", &tag));
+    if (tag.size() > 1) return make_error(ErrorCode::kInvalidArgument, path + ".tag holds more than one tag");
+    if (!tag.empty()) k.tag = tag.front();
     if (k.page < 0) return make_error(ErrorCode::kOutOfRange, path + ".page holds a negative page id (" + std::to_string(k.page) + ")");
     p->spills.push_back(k);
     return ok_status();
@@ -58,6 +90,11 @@ Status read_plan_offload(const MapView& m, StepPlan* p) {
     TS_TRY(opt(s, "ns_hash", &r.ns_hash));
     TS_TRY(req(s, "pages", &r.pages));
     TS_TRY(req(s, "hashes", &r.hashes));
+    TS_TRY(read_tags(s, "tags", &r.tags));
+    if (!r.tags.empty() && r.tags.size() != r.pages.size()) {
+      return make_error(ErrorCode::kInvalidArgument, path + " has " + std::to_string(r.pages.size()) + " pages for " +
+                                                         std::to_string(r.tags.size()) + " tags");
+    }
     if (r.pages.size() != r.hashes.size()) {
       return make_error(ErrorCode::kInvalidArgument, path + " has " + std::to_string(r.pages.size()) + " pages for " +
                                                          std::to_string(r.hashes.size()) + " hashes");

@@ -19,6 +19,8 @@ namespace {
 
 constexpr char kMagic[4] = {'T', 'K', 'V', '1'};
 constexpr size_t kChecksumOffset = 48;
+constexpr size_t kTagLowOffset = 36;   // tag bytes 0-3
+constexpr size_t kTagHighOffset = 56;  // tag bytes 4-11
 
 template <class T>
 void put_le(std::string& out, size_t off, T v) {
@@ -270,6 +272,7 @@ PackedKv with_dtype(PackedKv kv, DType to) {
   if (kv.dtype == to) return kv;
   PackedKv out;
   out.fingerprint = kv.fingerprint;
+  out.tag = kv.tag;
   out.dtype = to;
   out.shape = kv.shape;
   const uint64_t n = kv.shape.elements_per_region();
@@ -366,7 +369,9 @@ Result<std::string> encode_blob(const PackedKv& kv, const EncodeOptions& options
   put_le<uint32_t>(out, 24, s.n_kv_heads);
   put_le<uint32_t>(out, 28, s.head_dim);
   put_le<uint32_t>(out, 32, grouped(options.codec) ? options.group_size : 0);
+  std::memcpy(out.data() + kTagLowOffset, kv.tag.data(), 4);
   put_le<uint64_t>(out, 40, payload.size());
+  std::memcpy(out.data() + kTagHighOffset, kv.tag.data() + 4, 8);
   put_le<uint64_t>(out, kChecksumOffset, blob_checksum(out, payload));
   out.append(payload);
   return out;
@@ -402,6 +407,8 @@ Result<BlobHeader> peek_blob_header(std::string_view blob) {
   h.group_size = get_le<uint32_t>(blob, 32);
   h.payload_bytes = get_le<uint64_t>(blob, 40);
   h.checksum = get_le<uint64_t>(blob, kChecksumOffset);
+  std::memcpy(h.tag.data(), blob.data() + kTagLowOffset, 4);
+  std::memcpy(h.tag.data() + 4, blob.data() + kTagHighOffset, 8);
   const KvShape& s = h.shape;
   if (s.n_layers == 0 || s.n_tokens == 0 || s.n_kv_heads == 0 || s.head_dim == 0) {
     return make_error(ErrorCode::kCorruptFile, "kv blob: shape has a zero dimension");
@@ -465,6 +472,7 @@ Result<PackedKv> decode_blob(std::string_view blob, const DecodeOptions& options
   }
   PackedKv kv;
   kv.fingerprint = h.fingerprint;
+  kv.tag = h.tag;
   kv.dtype = options.to_f32 ? DType::kF32 : h.dtype;
   kv.shape = h.shape;
   const size_t rb = n * eb;

@@ -1,8 +1,32 @@
 #include "service.h"
 
+#include <random>
+#include <string>
+
 #include "event_loop.h"
+#include "tessera/common/kv_digest.h"
 
 namespace tessera::scheduler_app {
+namespace {
+
+// The secret of the K/V namespace names (kv_name_hash; docs/security.md "K/V reused by hash"):
+// the scheduler's CURVE secret key — the same file on every scheduler of the cluster, which
+// clients never see — or, under --insecure, random bytes (names then last one process, as the
+// offload directory does). Before any batcher exists; a second Service in one process keeps the first's.
+void set_kv_names_secret(const curve::Keys& keys) {
+  std::string secret = keys.own().secret_key;
+  if (!keys.secure() || secret.empty()) {
+    std::random_device rd;
+    secret.clear();
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t x = rd();
+      secret.append(reinterpret_cast<const char*>(&x), sizeof x);
+    }
+  }
+  set_kv_name_secret(secret);
+}
+
+}  // namespace
 
 Service::Service(std::unique_ptr<EventLoop> loop) : loop_(std::move(loop)) {}
 Service::~Service() = default;
@@ -16,6 +40,7 @@ Result<std::unique_ptr<Service>> Service::create(const ServiceConfig& config, me
       "--heartbeat-ms/--frontend-dead-ms")));
   TS_ASSIGN_OR_RETURN(scheduler::Router router, scheduler::Router::create(config.router));
   TS_ASSIGN_OR_RETURN(curve::Keys keys, curve::Keys::load(config.curve, curve::Role::kScheduler));
+  set_kv_names_secret(keys);
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Sockets> sockets,
                       Sockets::bind(config.frontend_endpoint, config.worker_endpoint, keys, registry));
   TS_ASSIGN_OR_RETURN(std::unique_ptr<KvEvents> kv_events,

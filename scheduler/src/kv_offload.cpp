@@ -6,6 +6,7 @@
 
 #include "sequence.h"
 #include "tessera/common/check.h"
+#include "tessera/common/kv_digest.h"
 #include "tessera/common/log.h"
 
 namespace tessera::scheduler {
@@ -48,14 +49,28 @@ void Batcher::enable_offload(OffloadDirectory* directory) {
     pending_spills_.clear();
     return;
   }
-  // Every evicted page goes to the kvstore unless the directory says it is there already.
-  index_->set_evict_hook([this](uint64_t ns_hash, std::span<const RadixBlock> blocks) {
-    for (const RadixBlock& b : blocks) {
+  // Every evicted page goes to the kvstore unless the directory says it is there already. Each
+  // spill carries its page's tag (the SHA-256 chain over the namespace key and the path's tokens),
+  // which the worker stores in the blob and a reload checks.
+  index_->set_evict_hook([this](uint64_t ns_hash, const std::string& ns_key, std::span<const RadixBlock> blocks,
+                                std::span<const int32_t> path) {
+    const auto ps = static_cast<size_t>(config_.page_size);
+    std::vector<KvTag> tags;  // of the path's pages, in order
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      const RadixBlock& b = blocks[j];
       if (offload_->contains(b.hash)) {
         offload_->touch(b.hash);
         continue;
       }
-      pending_spills_.push_back(KvSpill{.page = b.page, .hash = b.hash, .ns_hash = ns_hash});
+      if (tags.empty()) {
+        KvPrefixDigest d(ns_key);
+        for (size_t at = 0; at + ps <= path.size(); at += ps) {
+          d.add_page(path.subspan(at, ps));
+          tags.push_back(d.tag());
+        }
+      }
+      const size_t page_index = path.size() / ps - 1 - j;  // blocks run deepest first
+      pending_spills_.push_back(KvSpill{.page = b.page, .hash = b.hash, .ns_hash = ns_hash, .tag = tags[page_index]});
       ++offload_->stats().spilled_pages;
     }
   });
@@ -87,8 +102,13 @@ bool Batcher::admit_reload(Planner& p, Sequence& s, int32_t use) {
   const int32_t need = first + n - static_cast<int32_t>(s.block_table.size());
   if (pages_->num_free() + index_->evictable_pages() - need < headroom) return false;
   if (!ensure_pages(p, s, (first + n) * ps, /*may_preempt_self=*/false)) return false;
-  KvReload r{.request_id = s.req.id, .ns_hash = ns_hash, .pages = {}, .hashes = hashes};
+  KvReload r{.request_id = s.req.id, .ns_hash = ns_hash, .pages = {}, .hashes = hashes, .tags = {}};
   r.pages.assign(s.block_table.begin() + first, s.block_table.begin() + first + n);
+  KvPrefixDigest d(ns_key);  // the tags the blobs must carry: what proves they hold these tokens' K/V
+  for (int32_t i = 0; i < first + n; ++i) {
+    d.add_page(std::span(s.tokens).subspan(static_cast<size_t>(i) * static_cast<size_t>(ps), static_cast<size_t>(ps)));
+    if (i >= first) r.tags.push_back(d.tag());
+  }
   p.reloads.push_back(std::move(r));
   for (uint64_t x : hashes) offload_->touch(x);
   s.reload_pending = true;

@@ -6,6 +6,7 @@
 #include "sequence.h"
 #include "tessera/common/check.h"
 #include "tessera/common/hash.h"
+#include "tessera/common/kv_digest.h"
 #include "tessera/common/log.h"
 
 namespace tessera::scheduler {
@@ -358,7 +359,7 @@ void Batcher::build_plan(Planner& p, StepPlan& plan) {
       if (from != 0) out.blend_head.insert(out.blend_head.end(), s.tokens.begin() + from, s.tokens.begin() + start);
       out.blend_head_from = from;
       out.blend_ratio = s.req.recompute_ratio;
-      out.blend_salt = fnv1a64(s.req.ns.tenant_salt);
+      out.blend_salt = kv_name_hash("tessera-blend-salt-v1", s.req.ns.tenant_salt);  // keyed: not computable by clients
     }
     if (!s.worker_has_state) {
       out.generated.assign(s.tokens.begin() + s.prompt_end, s.tokens.end());

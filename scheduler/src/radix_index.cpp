@@ -5,6 +5,7 @@
 
 #include "tessera/common/check.h"
 #include "tessera/common/hash.h"
+#include "tessera/common/kv_digest.h"
 
 namespace tessera::scheduler {
 
@@ -46,7 +47,7 @@ void RadixIndex::free_node(uint32_t id) {
   free_slots_.push_back(id);
 }
 
-uint64_t RadixIndex::namespace_hash(const std::string& ns_key) { return fnv1a64(ns_key); }
+uint64_t RadixIndex::namespace_hash(const std::string& ns_key) { return kv_name_hash("tessera-kv-namespace-v1", ns_key); }
 
 uint64_t RadixIndex::block_hash(uint64_t parent_hash, std::span<const int32_t> page_tokens) {
   return hash_combine(parent_hash, hash_tokens(page_tokens));
@@ -407,10 +408,17 @@ int32_t RadixIndex::evict(int32_t num_pages) {
       n.hashes.pop_back();
     }
     if (observer_ != nullptr) observer_->on_removed(removed);
-    if (evict_hook_) {
+    if (evict_hook_) {  // the path's tokens: the ancestors' edges, then this node's (still whole)
+      std::vector<uint32_t> chain;
       uint32_t root = id;
-      while (nodes_[root].ns_key.empty()) root = nodes_[root].parent;
-      evict_hook_(namespace_hash(nodes_[root].ns_key), removed);
+      while (nodes_[root].ns_key.empty()) {
+        chain.push_back(root);
+        root = nodes_[root].parent;
+      }
+      std::vector<int32_t> path;
+      path.reserve(static_cast<size_t>(n.end));
+      for (auto it = chain.rbegin(); it != chain.rend(); ++it) path.insert(path.end(), nodes_[*it].tokens.begin(), nodes_[*it].tokens.end());
+      evict_hook_(namespace_hash(nodes_[root].ns_key), nodes_[root].ns_key, removed, path);
     }
     n.tokens.resize(n.pages.size() * static_cast<size_t>(page_size_));
     n.end -= take * page_size_;

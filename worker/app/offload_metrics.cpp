@@ -3,7 +3,8 @@
 namespace tessera::worker_app {
 namespace {
 const char* kPagesHelp = "K/V offload pages: spilled (read for the kvstore), offloaded (stored), dropped (queue full), "
-                         "failed (encode or put), reloaded (loaded into the pool), missed (a reload stopped there)";
+                         "failed (encode or put), reloaded (loaded into the pool), missed (a reload stopped there), "
+                         "refused (a fetched blob held another prefix's K/V: tag mismatch, also missed)";
 }  // namespace
 
 OffloadMetrics::OffloadMetrics(metrics::Registry& registry, const std::string& worker)
@@ -30,6 +31,7 @@ void OffloadMetrics::publish(const worker::OffloadWorkerStats& now) {
   bump(pages, kPagesHelp, with("event", "failed"), d(now.spill_failed), d(seen_.spill_failed));
   bump(pages, kPagesHelp, with("event", "reloaded"), d(now.reloaded_pages), d(seen_.reloaded_pages));
   bump(pages, kPagesHelp, with("event", "missed"), d(now.reload_missed_pages), d(seen_.reload_missed_pages));
+  bump(pages, kPagesHelp, with("event", "refused"), d(now.mismatched_blobs), d(seen_.mismatched_blobs));
   const char* bytes_help = "K/V offload: encoded blob bytes put to / fetched from the kvstore";
   bump("tessera_worker_kv_offload_bytes_total", bytes_help, with("direction", "put"), d(now.offloaded_bytes),
        d(seen_.offloaded_bytes));

@@ -1,7 +1,8 @@
 // The worker's K/V offload series (docs/kv.md "K/V offload to the kvstore"), refreshed from
 // KvOffloader::stats() at each scrape. Every series exists from start-up when --kv-offload is on.
 //
-//   tessera_worker_kv_offload_pages_total{event=spilled|offloaded|dropped|failed|reloaded|missed}
+//   tessera_worker_kv_offload_pages_total{event=spilled|offloaded|dropped|failed|reloaded|missed|refused}
+//     (refused: a fetched blob whose tag names another prefix, also counted in missed)
 //   tessera_worker_kv_offload_bytes_total{direction=put|get}   encoded blob bytes
 //   tessera_worker_kv_offload_raw_bytes_total                  K/V bytes (blob dtype) of the pages put
 //   tessera_worker_kv_offload_reloads_total                    KvReload directives executed

@@ -4,18 +4,29 @@
 // it reloads the prefix from the kvstore (usage.prompt_tokens_details.cached_tokens and the
 // scheduler's reload counters say so) and answers exactly what the cold run answered (greedy,
 // zstd from f32: bit-exact K/V). Real processes on loopback: redis-server, tessera-kvstore,
-// tessera-scheduler, two tessera-worker (--kv-offload), tessera-frontend.
+// tessera-scheduler, two tessera-worker (--kv-offload), tessera-frontend. And the same with a
+// forged blob: another page's K/V put through the kvstore under the victim's exact key (a
+// block-hash collision) is refused by the reload (its tag names another prefix) and the answer
+// is the cold run's, fully recomputed.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <msgpack.hpp>
+#include <zmq.hpp>
+
 #include <cmath>
+#include <map>
 #include <string>
 
+#include "tessera/common/dki.h"
 #include "tessera/common/metrics.h"
+#include "tessera/common/zmq_util.h"
+#include "tessera/model/model.h"
 #include "tessera/kvstore/client.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
+#include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
 
 namespace tessera::testing {
@@ -42,6 +53,8 @@ class KvOffloadCluster : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(ClusterOptions{
         .num_pages = 40,  // 640 tokens: a few long prompts evict each other
         .num_workers = 2,
+        // K/V events: the forgery test reads the victim's block hashes from a kv_snapshot.
+        .scheduler_args = {"--kv-events-endpoint", "tcp://127.0.0.1:*", "--kv-events-snapshot-endpoint", "tcp://127.0.0.1:*"},
         .worker_args = {"--kvstore", kv_->endpoint(), "--kv-offload", "true", "--kv-offload-codec", "zstd",
                         "--kv-offload-dtype", "f32",
                         // A put that times out is a page not offloaded (a warning, and the test's
@@ -74,6 +87,40 @@ class KvOffloadCluster : public ::testing::Test {
     // The counters are published on the scheduler's next tick.
     if (!wait_until([&] { return routed(0) > w0 || routed(1) > w1; }, milliseconds(5000))) return -1;
     return routed(0) > w0 ? 0 : 1;
+  }
+
+  // One worker's radix blocks from the scheduler's kv_snapshot: hash -> parent hash.
+  std::map<uint64_t, uint64_t> blocks_of(const std::string& worker) {
+    zmq::context_t ctx;
+    zmq::socket_t req(ctx, zmq::socket_type::dealer);
+    req.set(zmq::sockopt::linger, 0);
+    req.set(zmq::sockopt::rcvtimeo, 10000);
+    secure_client(req, curve::Role::kClient, curve::Role::kScheduler);
+    req.connect(line_field(cluster_->scheduler_listening(), "kv_snapshot"));
+    msgpack::sbuffer b;
+    msgpack::packer<msgpack::sbuffer> p(b);
+    p.pack_map(3);
+    p.pack(std::string("v"));
+    p.pack(1);
+    p.pack(std::string("type"));
+    p.pack(std::string("kv_snapshot"));
+    p.pack(std::string("id"));
+    p.pack(1);
+    std::map<uint64_t, uint64_t> out;
+    if (!zmqu::send(req, {std::string(b.data(), b.size())}).ok()) return out;
+    auto frames = zmqu::recv(req);
+    if (!frames.ok() || frames->empty()) return out;
+    msgpack::object_handle oh = msgpack::unpack(frames->back().data(), frames->back().size());
+    auto field = [](const msgpack::object& m, const std::string& key) -> const msgpack::object* {
+      for (const auto& kv : m.via.map)
+        if (kv.key.as<std::string>() == key) return &kv.val;
+      return nullptr;
+    };
+    for (const auto& w : field(oh.get(), "workers")->via.array) {
+      if (field(w, "name")->as<std::string>() != worker) continue;
+      for (const auto& blk : field(w, "blocks")->via.array) out[field(blk, "hash")->as<uint64_t>()] = field(blk, "parent_hash")->as<uint64_t>();
+    }
+    return out;
   }
 
   std::unique_ptr<RedisServer> redis_;
@@ -137,6 +184,63 @@ TEST_F(KvOffloadCluster, PrefixEvictedOnOneWorkerIsReloadedByTheOther) {
   }
   EXPECT_EQ(get_many, sched("tessera_scheduler_kv_offload_reloads_total")) << st->metrics;
   EXPECT_EQ(get, 0.0) << "no per-page gets";
+}
+
+// A crafted block-hash collision, end to end: after the victim's prompt was offloaded, the blob
+// under its first page's kvstore key is replaced (through the kvstore, with a frontend key) by
+// another page's K/V — its second page's, so other tokens and another tag. The other worker's
+// reload fetches it, refuses it, and the request is recomputed: the cold run's text, nothing
+// counted as cached, nothing reloaded.
+TEST_F(KvOffloadCluster, AForgedBlobUnderTheVictimsKeyIsRefusedAndRecomputed) {
+  const std::string prompt = story("Lily", 14);
+  const int first = worker_of("offload-a");
+  ASSERT_GE(first, 0) << cluster_->logs();
+  const json cold = complete(prompt, 12, "offload-a");
+  const int prompt_tokens = cold["usage"]["prompt_tokens"].get<int>();
+  const int full_pages = (prompt_tokens - 1) / 16;
+  // The victim's first two pages: the block whose parent is no block (its parent is the
+  // namespace hash), and its child. The "Hi" probes fill no page.
+  const auto blocks = blocks_of("w" + std::to_string(first));
+  uint64_t ns = 0, h0 = 0, h1 = 0;
+  for (const auto& [h, parent] : blocks)
+    if (!blocks.contains(parent)) h0 = h, ns = parent;
+  for (const auto& [h, parent] : blocks)
+    if (parent == h0 && h0 != 0) h1 = h;
+  ASSERT_NE(h1, 0u) << blocks.size() << " blocks in the snapshot";
+  const char* names[] = {"Tom", "Sam", "Max", "Ben", "Zoe"};
+  for (const char* who : names) complete(story(who, 14), 12, "offload-a");
+  ASSERT_TRUE(wait_until([&] { return sched("tessera_scheduler_kv_offload_offloaded_pages_total") >= full_pages; },
+                         milliseconds(20000)))
+      << cluster_->logs();
+  // The forgery, through the kvstore: page 1's blob under page 0's key.
+  auto model = load_model(shared_path("models/stories260K/stories260K.bin"));
+  ASSERT_TRUE(model.ok()) << model.error().to_string();
+  const uint64_t fp = (*model)->fingerprint;
+  auto key = [&](uint64_t h) {
+    return kvstore::BlobKey{.fingerprint = fp, .user = "kv-offload/" + dki::hex16(ns), .hash = dki::hex16(h) + "/zstd-g64/pool-f32/f32"};
+  };
+  auto kc = kvstore::Client::connect({.endpoint = kv_->endpoint(), .timeout_ms = 5000,
+                                      .curve = client_keys(curve::Role::kFrontend, curve::Role::kKvstore)});
+  ASSERT_TRUE(kc.ok()) << kc.error().to_string();
+  auto victim = (*kc)->get(key(h0));
+  auto other = (*kc)->get(key(h1));
+  ASSERT_TRUE(victim.ok() && victim->found && other.ok() && other->found) << "both pages were offloaded under the documented keys";
+  ASSERT_NE(victim->blob, other->blob);
+  ASSERT_TRUE((*kc)->put(key(h0), other->blob).ok());
+  // The victim's prompt on the other worker.
+  std::string other_key;
+  for (int i = 0; i < 40 && other_key.empty(); ++i) {
+    const std::string k = "offload-b" + std::to_string(i);
+    if (worker_of(k) == 1 - first) other_key = k;
+  }
+  ASSERT_FALSE(other_key.empty());
+  const double missed = sched("tessera_scheduler_kv_offload_reload_missed_pages_total");
+  const json warm = complete(prompt, 12, other_key);
+  EXPECT_EQ(warm["choices"][0]["text"], cold["choices"][0]["text"]) << "a full recompute's answer";
+  EXPECT_EQ(warm["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << "nothing was reused";
+  EXPECT_TRUE(wait_until([&] { return sched("tessera_scheduler_kv_offload_reload_missed_pages_total") > missed; }, milliseconds(5000)))
+      << "a reload was tried and refused\n" << cluster_->logs();
+  EXPECT_EQ(sched("tessera_scheduler_kv_offload_reloaded_pages_total"), 0.0) << "the forged page was not loaded";
 }
 
 }  // namespace

@@ -87,6 +87,38 @@ TEST(BlobCodec, LosslessCodecsAreBitExact) {
   }
 }
 
+// The header's 12-byte tag (bytes 36-39 and 56-63, zero in blobs that predate it) comes back
+// from peek, verify and decode (also to f32 and through with_dtype), is covered by the
+// checksum, and an untagged blob still reads as tag zero.
+TEST(BlobCodec, TagRoundTripsInTheHeader) {
+  PackedKv kv;
+  kv.fingerprint = kFp;
+  kv.dtype = DType::kF16;
+  kv.shape = {2, 4, 1, 8};
+  kv.k.assign(kv.region_bytes(), 1);
+  kv.v.assign(kv.region_bytes(), 2);
+  auto plain = encode_blob(kv, {.codec = Codec::kInt8});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->substr(36, 4), std::string(4, '\0'));
+  EXPECT_EQ(plain->substr(56, 8), std::string(8, '\0'));
+  ASSERT_TRUE(verify_blob(*plain).ok());
+  EXPECT_EQ(verify_blob(*plain)->tag, PackedKv::Tag{});
+  kv.tag = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto tagged = encode_blob(with_dtype(kv, DType::kF32), {.codec = Codec::kInt8});
+  ASSERT_TRUE(tagged.ok());
+  EXPECT_EQ(tagged->substr(36, 4), std::string("\x01\x02\x03\x04"));
+  EXPECT_EQ(tagged->substr(56, 8), std::string("\x05\x06\x07\x08\x09\x0a\x0b\x0c"));
+  auto h = verify_blob(*tagged);
+  ASSERT_TRUE(h.ok()) << h.error().to_string();
+  EXPECT_EQ(h->tag, kv.tag);
+  auto back = decode_blob(*tagged, {.to_f32 = true});
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->tag, kv.tag);
+  std::string forged = *tagged;
+  forged[60] = static_cast<char>(forged[60] ^ 1);  // another tag without re-checksumming
+  EXPECT_FALSE(verify_blob(forged).ok());
+}
+
 // to_f32 gives exact f32 for f16/bf16 blobs and the unrounded dequantized values.
 TEST(BlobCodec, DecodeToF32) {
   for (DType t : {DType::kF16, DType::kBF16, DType::kF32}) {

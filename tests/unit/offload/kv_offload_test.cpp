@@ -14,6 +14,7 @@
 
 #include <filesystem>
 
+#include "tessera/common/kv_digest.h"
 #include "tessera/common/protocol.h"
 #include "tessera/kvstore/store.h"
 #include "tessera/model/model_synth.h"
@@ -43,6 +44,18 @@ class KvOffloadTest : public ::testing::Test {
     store_ = std::move(s).value();
     pstore_ = local_store(*store_);
     for (int32_t i = 0; i < 50; ++i) tokens_.push_back(1 + (i * 37) % 500);  // 3 full pages + 2 tokens
+    tags_ = tags_of("ns-a", tokens_);
+  }
+
+  // The tags of the full pages of `tokens` in namespace `ns` (as the scheduler computes them).
+  static std::vector<KvTag> tags_of(std::string_view ns, const std::vector<int32_t>& tokens) {
+    KvPrefixDigest d(ns);
+    std::vector<KvTag> out;
+    for (size_t at = 0; at + kPage <= tokens.size(); at += kPage) {
+      d.add_page(std::span(tokens).subspan(at, kPage));
+      out.push_back(d.tag());
+    }
+    return out;
   }
 
   static std::unique_ptr<Engine> engine() {
@@ -107,7 +120,8 @@ class KvOffloadTest : public ::testing::Test {
     rt.original = page_kv(*rt.a, pages);
     StepPlan spill;
     spill.step_id = 2;
-    for (int32_t i = 0; i < 3; ++i) spill.spills.push_back(KvSpill{.page = i, .hash = 11u + static_cast<uint64_t>(i), .ns_hash = kNs});
+    for (int32_t i = 0; i < 3; ++i)
+      spill.spills.push_back(KvSpill{.page = i, .hash = 11u + static_cast<uint64_t>(i), .ns_hash = kNs, .tag = tags_[static_cast<size_t>(i)]});
     auto spilled = rt.a->executor().execute(spill);
     EXPECT_TRUE(spilled.ok());
     EXPECT_TRUE(off.flush(10000));
@@ -117,7 +131,8 @@ class KvOffloadTest : public ::testing::Test {
     EXPECT_EQ(done, (std::vector<uint64_t>{11, 12, 13}));
     StepPlan reload;
     reload.step_id = 1;
-    reload.reloads.push_back(KvReload{.request_id = 9, .ns_hash = kNs, .pages = {5, 6, 7}, .hashes = {11, 12, 13}});
+    reload.reloads.push_back(
+        KvReload{.request_id = 9, .ns_hash = kNs, .pages = {5, 6, 7}, .hashes = {11, 12, 13}, .tags = {tags_[0], tags_[1], tags_[2]}});
     auto res = rt.b->executor().execute(reload);
     EXPECT_TRUE(res.ok()) << res.error().to_string();
     if (res.ok() && res->reloads.size() == 1) rt.reload = res->reloads[0];
@@ -132,6 +147,7 @@ class KvOffloadTest : public ::testing::Test {
   std::unique_ptr<kvstore::Store> store_;
   std::unique_ptr<PreferenceStore> pstore_;
   std::vector<int32_t> tokens_;
+  std::vector<KvTag> tags_;  // of tokens_' three full pages in namespace "ns-a"
 };
 
 TEST_F(KvOffloadTest, LosslessCodecReloadsBitExactKvAndLogits) {
@@ -184,7 +200,7 @@ TEST_F(KvOffloadTest, SpillReadsPagesBeforeThePlanOverwritesThem) {
   // The same plan spills page 0 and prefills another request into it (the scheduler reuses an
   // evicted page at once).
   StepPlan p = prefill(2, 2, std::vector<int32_t>(16, 7), 0, {0});
-  p.spills.push_back(KvSpill{.page = 0, .hash = 21, .ns_hash = kNs});
+  p.spills.push_back(KvSpill{.page = 0, .hash = 21, .ns_hash = kNs, .tag = tags_[0]});
   ASSERT_TRUE(e->executor().execute(p).ok());
   ASSERT_NE(page_kv(*e, std::vector<int32_t>{0}), before);
   ASSERT_TRUE(off.flush(10000));
@@ -192,7 +208,7 @@ TEST_F(KvOffloadTest, SpillReadsPagesBeforeThePlanOverwritesThem) {
   b->executor().set_offload_handler(&off);
   StepPlan r;
   r.step_id = 1;
-  r.reloads.push_back(KvReload{.request_id = 3, .ns_hash = kNs, .pages = {4}, .hashes = {21}});
+  r.reloads.push_back(KvReload{.request_id = 3, .ns_hash = kNs, .pages = {4}, .hashes = {21}, .tags = {tags_[0]}});
   auto res = b->executor().execute(r);
   ASSERT_TRUE(res.ok());
   EXPECT_EQ(res->reloads.at(0).pages, 1);
@@ -207,8 +223,12 @@ TEST_F(KvOffloadTest, MissesOtherCodecsOtherPoolDtypesAndBadBlobsLoadNothing) {
     StepPlan r;
     r.step_id = 1;
     std::vector<int32_t> pages;
-    for (size_t i = 0; i < hashes.size(); ++i) pages.push_back(8 + static_cast<int32_t>(i));
-    r.reloads.push_back(KvReload{.request_id = 1, .ns_hash = kNs, .pages = pages, .hashes = std::move(hashes)});
+    std::vector<KvTag> tags;  // hash 11 + i is page i's
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      pages.push_back(8 + static_cast<int32_t>(i));
+      tags.push_back(tags_[i % 3]);
+    }
+    r.reloads.push_back(KvReload{.request_id = 1, .ns_hash = kNs, .pages = pages, .hashes = std::move(hashes), .tags = tags});
     auto res = e->executor().execute(r);
     EXPECT_TRUE(res.ok()) << res.error().to_string();
     e->executor().set_offload_handler(nullptr);
@@ -230,12 +250,65 @@ TEST_F(KvOffloadTest, MissesOtherCodecsOtherPoolDtypesAndBadBlobsLoadNothing) {
                  static_cast<uint32_t>(model_->config().head_dim)};
   wrong.k.assign(wrong.region_bytes(), 0);
   wrong.v.assign(wrong.region_bytes(), 0);
+  wrong.tag = tags_[0];  // the right tag: the shape is what is wrong
   auto blob = kvstore::encode_blob(wrong, {.codec = kvstore::Codec::kNone});
   ASSERT_TRUE(blob.ok());
   ASSERT_TRUE(pstore_->put(same.key_for(model_->fingerprint, kNs, 77), *blob).ok());
   EXPECT_EQ(reload(same, {77}), 0);
   EXPECT_EQ(same.stats().bad_blobs, 1u);
   EXPECT_EQ(same.stats().reload_missed_pages, 2u);
+}
+
+// A block-hash collision, crafted or by chance: the K/V of another prefix (another tenant's
+// tokens), put through the kvstore under exactly the victim's key. The reload refuses it (its
+// tag names the other prefix: counted, logged, a miss), writes nothing into the pool, and the
+// victim's prompt computed over the refused pages gives exactly a full recompute's logits.
+TEST_F(KvOffloadTest, AnotherPrefixsBlobUnderTheVictimsKeyIsRefused) {
+  const OffloadOptions options{.codec = {.codec = kvstore::Codec::kZstd}, .blob_dtype = DType::kF32};
+  KvOffloader off(pstore_.get(), options);
+  // The attacker's page: other tokens in another namespace, spilled under the victim's hash 31.
+  std::vector<int32_t> theirs(tokens_.size());
+  for (size_t i = 0; i < theirs.size(); ++i) theirs[i] = 3 + static_cast<int32_t>(i * 11) % 400;
+  auto a = engine();
+  a->executor().set_offload_handler(&off);
+  ASSERT_TRUE(a->executor().execute(prefill(1, 1, theirs, 0, {0, 1, 2, 3})).ok());
+  StepPlan spill;
+  spill.step_id = 2;
+  spill.spills.push_back(KvSpill{.page = 0, .hash = 31, .ns_hash = kNs, .tag = tags_of("ns-evil", theirs)[0]});
+  ASSERT_TRUE(a->executor().execute(spill).ok());
+  ASSERT_TRUE(off.flush(10000));
+  // Through the real kvstore: the blob is there under the victim's key, tagged as the attacker's.
+  auto stored = pstore_->get(off.key_for(model_->fingerprint, kNs, 31));
+  ASSERT_TRUE(stored.ok() && stored->found);
+  auto header = kvstore::peek_blob_header(stored->blob);
+  ASSERT_TRUE(header.ok());
+  EXPECT_EQ(header->tag, tags_of("ns-evil", theirs)[0]);
+  // The victim's reload of hash 31 with its own tag.
+  auto b = engine();
+  b->executor().set_offload_handler(&off);
+  const auto before = page_kv(*b, std::vector<int32_t>{5});
+  StepPlan r;
+  r.step_id = 1;
+  r.reloads.push_back(KvReload{.request_id = 2, .ns_hash = kNs, .pages = {5}, .hashes = {31}, .tags = {tags_[0]}});
+  auto res = b->executor().execute(r);
+  ASSERT_TRUE(res.ok()) << res.error().to_string();
+  EXPECT_EQ(res->reloads.at(0).pages, 0) << "another prefix's K/V are never loaded";
+  EXPECT_EQ(off.stats().mismatched_blobs, 1u);
+  EXPECT_EQ(off.stats().reload_missed_pages, 1u);
+  EXPECT_EQ(off.stats().bad_blobs, 0u);
+  EXPECT_EQ(page_kv(*b, std::vector<int32_t>{5}), before) << "nothing was written into the pool";
+  // The same reload without tags (a scheduler that predates them) loads nothing either.
+  r.reloads[0].tags.clear();
+  res = b->executor().execute(r);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->reloads.at(0).pages, 0);
+  // The scheduler then prefills the victim's prompt over those pages: a full recompute.
+  ASSERT_TRUE(b->executor().execute(prefill(3, 2, tokens_, 0, {5, 6, 7, 8})).ok());
+  auto fresh = engine();
+  ASSERT_TRUE(fresh->executor().execute(prefill(1, 1, tokens_, 0, {0, 1, 2, 3})).ok());
+  EXPECT_EQ(tail_logits(*b, tokens_, {5, 6, 7, 8}), tail_logits(*fresh, tokens_, {0, 1, 2, 3}));
+  a->executor().set_offload_handler(nullptr);
+  b->executor().set_offload_handler(nullptr);
 }
 
 TEST_F(KvOffloadTest, ExecutorAdvertisesAndRequiresTheCapability) {
@@ -359,18 +432,22 @@ TEST_F(KvOffloadMlaTest, DecompressedPoolPagesKeepTheirV) {
 TEST(KvOffloadWire, PlanAndResultFieldsRoundTrip) {
   protocol::StepPlanMsg m{.id = 5, .plan = {}};
   m.plan.step_id = 3;
-  m.plan.spills = {KvSpill{.page = 4, .hash = 0xfeedfacecafebeefULL, .ns_hash = 9}};
-  m.plan.reloads = {KvReload{.request_id = 8, .ns_hash = 9, .pages = {1, 2}, .hashes = {10, 11}}};
+  const KvTag t1{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, t2{0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80};
+  m.plan.spills = {KvSpill{.page = 4, .hash = 0xfeedfacecafebeefULL, .ns_hash = 9, .tag = t1}, KvSpill{.page = 5, .hash = 1}};
+  m.plan.reloads = {KvReload{.request_id = 8, .ns_hash = 9, .pages = {1, 2}, .hashes = {10, 11}, .tags = {t1, t2}}};
   auto d = protocol::decode(protocol::encode(m));
   ASSERT_TRUE(d.ok()) << d.error().to_string();
   const auto& plan = std::get<protocol::StepPlanMsg>(*d).plan;
-  ASSERT_EQ(plan.spills.size(), 1u);
+  ASSERT_EQ(plan.spills.size(), 2u);
   EXPECT_EQ(plan.spills[0].page, 4);
+  EXPECT_EQ(plan.spills[0].tag, t1);
+  EXPECT_EQ(plan.spills[1].tag, KvTag{}) << "no tag on the wire: none";
   EXPECT_EQ(plan.spills[0].hash, 0xfeedfacecafebeefULL);
   EXPECT_EQ(plan.spills[0].ns_hash, 9u);
   ASSERT_EQ(plan.reloads.size(), 1u);
   EXPECT_EQ(plan.reloads[0].pages, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(plan.reloads[0].hashes, (std::vector<uint64_t>{10, 11}));
+  EXPECT_EQ(plan.reloads[0].tags, (std::vector<KvTag>{t1, t2}));
   protocol::StepResultMsg r{.id = 5, .result = {}};
   r.result.step_id = 3;
   r.result.reloads = {ReloadResult{.request_id = 8, .pages = 1, .kv_bytes = 100, .transfer_ms = 0.5}};
@@ -382,6 +459,12 @@ TEST(KvOffloadWire, PlanAndResultFieldsRoundTrip) {
   EXPECT_EQ(res.reloads[0].pages, 1);
   EXPECT_EQ(res.reloads[0].kv_bytes, 100);
   EXPECT_EQ(res.offloaded, r.result.offloaded);
+  // Reload pages and tags of different lengths are refused, naming the field.
+  m.plan.reloads[0].tags = {t1};
+  auto bad_tags = protocol::decode(protocol::encode(m));
+  ASSERT_FALSE(bad_tags.ok());
+  EXPECT_NE(bad_tags.error().message.find("tags"), std::string::npos) << bad_tags.error().message;
+  m.plan.reloads[0].tags.clear();
   // Reload pages and hashes of different lengths are refused, naming the field.
   m.plan.reloads[0].hashes = {10};
   auto bad = protocol::decode(protocol::encode(m));

@@ -3,7 +3,9 @@
 // same prefix — on the same worker or on another one sharing the directory — gets a KvReload of
 // the continuation instead of a prefill, counts it as cached, and reads exactly its own K/V
 // (the FakeWorker checks every position every sequence attends to); a miss is recomputed.
-// The "kvstore" here is a map from block hash to the page's simulated K/V.
+// The "kvstore" here is a map from block hash to the page's tag and simulated K/V; like the real
+// worker, a reload uses a page only when its stored tag is the one the KvReload names, so a
+// block-hash collision (another prefix's page under the same hash) is refused and recomputed.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "batcher_harness.h"
+#include "tessera/common/kv_digest.h"
 #include "tessera/scheduler/kv_offload.h"
 #include "tessera/scheduler/radix_index.h"
 
@@ -39,6 +42,22 @@ std::vector<uint64_t> chain(const Request& r, int32_t pages) {
   return out;
 }
 
+// Tags of the prompt's full pages: the SHA-256 chain over the namespace key and the tokens.
+std::vector<KvTag> tags(const Request& r, int32_t pages) {
+  KvPrefixDigest d(r.ns.canonical());
+  std::vector<KvTag> out;
+  for (int32_t i = 0; i < pages; ++i) {
+    d.add_page(std::span(r.prompt).subspan(static_cast<size_t>(i * kPage), kPage));
+    out.push_back(d.tag());
+  }
+  return out;
+}
+
+struct Blob {
+  KvTag tag{};
+  PageData data;
+};
+
 class Offload : public ::testing::Test {
  protected:
   // Executes a plan the way a worker with --kv-offload does: spills first (read before anything
@@ -47,17 +66,23 @@ class Offload : public ::testing::Test {
     StepPlan p = h.plan();
     StepResult extra;
     for (const KvSpill& s : p.spills) {
-      kvstore_[s.hash] = h.worker.read_page(s.page);
+      kvstore_[s.hash] = Blob{s.tag, h.worker.read_page(s.page)};
       extra.offloaded.push_back(s.hash);
       spilled_.push_back(s.hash);
+      spill_tags_[s.hash] = s.tag;
     }
     if (lose_kvstore) kvstore_.clear();
     for (const KvReload& r : p.reloads) {
       ReloadResult rr{.request_id = r.request_id};
-      for (size_t i = 0; i < r.pages.size(); ++i) {
+      EXPECT_EQ(r.tags.size(), r.pages.size());
+      for (size_t i = 0; i < r.pages.size() && i < r.tags.size(); ++i) {
         auto it = kvstore_.find(r.hashes[i]);
         if (it == kvstore_.end()) break;
-        h.worker.write_page(r.pages[i], it->second);
+        if (it->second.tag != r.tags[i]) {  // another prefix's K/V under this hash: refused
+          ++refused_;
+          break;
+        }
+        h.worker.write_page(r.pages[i], it->second.data);
         ++rr.pages;
       }
       extra.reloads.push_back(rr);
@@ -78,7 +103,9 @@ class Offload : public ::testing::Test {
   }
 
   OffloadDirectory dir_{scheduler::OffloadConfig{.min_reload_pages = 2}};
-  std::map<uint64_t, PageData> kvstore_;
+  std::map<uint64_t, Blob> kvstore_;
+  std::map<uint64_t, KvTag> spill_tags_;  // block hash -> the tag its spill carried
+  int refused_ = 0;
   std::vector<uint64_t> spilled_;
   std::vector<KvReload> reloads_;
 };
@@ -90,10 +117,13 @@ TEST_F(Offload, EvictedPrefixIsSpilledAndReloadedOnTheSameWorker) {
   h.submit(a);
   run_until_idle(h);
   flood(h, 100);
-  // Every page of a's prompt was spilled under its block hash.
-  for (uint64_t hash : chain(a, 6)) {
-    EXPECT_NE(std::find(spilled_.begin(), spilled_.end(), hash), spilled_.end());
-    EXPECT_TRUE(dir_.contains(hash));
+  // Every page of a's prompt was spilled under its block hash, with its prefix's tag.
+  const auto hashes = chain(a, 6);
+  const auto a_tags = tags(a, 6);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    EXPECT_NE(std::find(spilled_.begin(), spilled_.end(), hashes[i]), spilled_.end());
+    EXPECT_TRUE(dir_.contains(hashes[i]));
+    EXPECT_EQ(spill_tags_[hashes[i]], a_tags[i]) << "page " << i;
   }
   // The same prompt again: nothing of it is left in the radix index; all six pages come back.
   Request again = make_request(2, a.prompt, 3);
@@ -102,6 +132,7 @@ TEST_F(Offload, EvictedPrefixIsSpilledAndReloadedOnTheSameWorker) {
   ASSERT_EQ(reloads_.size(), 1u);
   EXPECT_EQ(reloads_[0].request_id, 2u);
   EXPECT_EQ(reloads_[0].hashes, chain(a, 6));
+  EXPECT_EQ(reloads_[0].tags, a_tags);
   EXPECT_EQ(h.plans_of(2).size(), 0u) << "a reload step computes nothing of the request";
   run_until_idle(h);
   const auto plans = h.plans_of(2);
@@ -151,6 +182,40 @@ TEST_F(Offload, AMissIsRecomputedAndLeavesTheDirectory) {
   EXPECT_FALSE(dir_.contains(chain(a, 1)[0]));
   EXPECT_EQ(dir_.stats().reload_missed_pages, 6);
   h.expect_invariants();
+}
+
+// A crafted (or chance) block-hash collision: another prefix's page sits in the kvstore under
+// the victim's hash. The reload refuses it (its tag names the other prefix), the scheduler
+// recomputes, and the request reads exactly its own K/V at every position (expect_invariants),
+// as a full recompute does; nothing is counted as cached.
+TEST_F(Offload, AnotherPrefixsPageUnderTheSameHashIsRefusedAndRecomputed) {
+  Harness h(small_pool());
+  h.batcher->enable_offload(&dir_);
+  const Request victim = make_request(1, iota_tokens(10, 26), 2);
+  h.submit(victim);
+  run_until_idle(h);
+  flood(h, 100);
+  const auto hashes = chain(victim, 6);
+  ASSERT_TRUE(kvstore_.contains(hashes[0]));
+  // The attacker's page under the victim's first block hash: other tokens' K/V (here: those of
+  // the victim's second page), tagged as the attacker's spill tags it (its own namespace and tokens).
+  Request attacker = make_request(100, iota_tokens(14, 26), 2);
+  attacker.ns.tenant_salt = "tenant-evil";
+  const Blob forged{.tag = tags(attacker, 1)[0], .data = kvstore_.at(hashes[1]).data};
+  ASSERT_NE(forged.data, kvstore_.at(hashes[0]).data) << "other K/V: loading it would be wrong";
+  kvstore_[hashes[0]] = forged;
+  h.submit(make_request(2, victim.prompt, 3));
+  run_until_idle(h);
+  ASSERT_EQ(reloads_.size(), 1u) << "the directory still names the hash: a reload is tried";
+  EXPECT_EQ(refused_, 1);
+  const FinishEvent* f = h.finish_of(2);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->reason, FinishReason::kLength);
+  EXPECT_EQ(f->usage.cached_prompt_tokens, 0) << "nothing was reused";
+  EXPECT_EQ(h.plans_of(2).front().start_pos, 0) << "the whole prompt was recomputed";
+  EXPECT_EQ(dir_.stats().reloaded_pages, 0);
+  EXPECT_FALSE(dir_.contains(hashes[0])) << "the refused hash leaves the directory";
+  h.expect_invariants();  // includes: request 2 read exactly its own tokens' K/V everywhere
 }
 
 TEST_F(Offload, ShortContinuationsAndOtherNamespacesAreNotReloaded) {

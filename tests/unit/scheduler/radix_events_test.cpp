@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/common/hash.h"
+#include "tessera/common/kv_digest.h"
 #include "tessera/scheduler/radix_index.h"
 
 namespace tessera::scheduler {
@@ -70,11 +71,15 @@ TEST(RadixEventsTest, FirstPageHashChainsFromTheNamespace) {
   ASSERT_TRUE(alloc.allocate(2, pages).ok());
   const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
   ASSERT_TRUE(index.insert(ns, tokens, pages).ok());
-  const uint64_t h0 = hash_combine(fnv1a64(ns.canonical()), hash_tokens(std::vector<int32_t>{1, 2, 3, 4}));
+  // The namespace hash: keyed (kv_name_hash); no secret is set in this process, so unkeyed SHA-256.
+  const uint64_t ns_hash = kv_name_hash("tessera-kv-namespace-v1", ns.canonical());
+  EXPECT_EQ(RadixIndex::namespace_hash(ns.canonical()), ns_hash);
+  EXPECT_NE(ns_hash, fnv1a64(ns.canonical())) << "not the invertible FNV-1a";
+  const uint64_t h0 = hash_combine(ns_hash, hash_tokens(std::vector<int32_t>{1, 2, 3, 4}));
   const uint64_t h1 = hash_combine(h0, hash_tokens(std::vector<int32_t>{5, 6, 7, 8}));
   ASSERT_EQ(mirror.blocks().size(), 2u);
-  EXPECT_EQ(mirror.blocks().at(h0).parent, fnv1a64(ns.canonical()));
-  EXPECT_EQ(mirror.blocks().at(h0).ns, fnv1a64(ns.canonical()));
+  EXPECT_EQ(mirror.blocks().at(h0).parent, ns_hash);
+  EXPECT_EQ(mirror.blocks().at(h0).ns, ns_hash);
   EXPECT_EQ(mirror.blocks().at(h1).parent, h0);
   EXPECT_EQ(mirror.blocks().at(h1).page, pages[1]);
   for (int32_t p : pages) alloc.release(p);

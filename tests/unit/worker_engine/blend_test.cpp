@@ -37,18 +37,33 @@ TEST(ChunkKvCache, KeepsTheMostRecentlyUsedWithinItsBudget) {
   EXPECT_EQ(cache.insert(1, chunk_of(2, 100)), 0);
   EXPECT_EQ(cache.insert(2, chunk_of(2, 100)), 0);
   EXPECT_EQ(cache.insert(3, chunk_of(2, 100)), 0);
-  const std::vector<int32_t> toks{7, 7};
-  ASSERT_NE(cache.find(1, toks, 0), nullptr);  // 1 becomes the most recent
+  const std::vector<int32_t> toks{7, 7}, none;
+  ASSERT_NE(cache.find(1, toks, none, 0), nullptr);  // 1 becomes the most recent
   EXPECT_EQ(cache.insert(4, chunk_of(2, 100)), 1);  // evicts 2, the least recent
-  EXPECT_EQ(cache.find(2, toks, 0), nullptr);
-  EXPECT_NE(cache.find(1, toks, 0), nullptr);
+  EXPECT_EQ(cache.find(2, toks, none, 0), nullptr);
+  EXPECT_NE(cache.find(1, toks, none, 0), nullptr);
   EXPECT_EQ(cache.size(), 3);
   EXPECT_EQ(cache.bytes(), 3 * 800);
-  EXPECT_EQ(cache.find(3, std::vector<int32_t>{7, 8}, 0), nullptr) << "other tokens under the same key: a collision, no hit";
-  EXPECT_EQ(cache.find(3, toks, 99), nullptr) << "other anchor";
   EXPECT_EQ(cache.insert(5, chunk_of(2, 1000)), 0);
-  EXPECT_EQ(cache.find(5, toks, 0), nullptr) << "larger than the whole budget: not kept";
+  EXPECT_EQ(cache.find(5, toks, none, 0), nullptr) << "larger than the whole budget: not kept";
   EXPECT_LE(cache.bytes(), cache.budget());
+}
+
+// A colliding key (same 64-bit key, other content) is a miss whatever differs: the chunk's
+// tokens, the anchor's tokens (not only their hash) or the namespace salt.
+TEST(ChunkKvCache, AKeyCollisionIsAMissUnlessTokensAnchorAndSaltAllMatch) {
+  ChunkKvCache cache(1 << 20);
+  auto kv = std::make_shared<ChunkKv>(*chunk_of(2, 100));
+  kv->anchor = {1, 2, 3};
+  kv->salt = 0xabc;
+  cache.insert(42, kv);
+  const std::vector<int32_t> toks{7, 7}, anchor{1, 2, 3};
+  EXPECT_NE(cache.find(42, toks, anchor, 0xabc), nullptr);
+  EXPECT_EQ(cache.find(42, std::vector<int32_t>{7, 8}, anchor, 0xabc), nullptr) << "other chunk tokens";
+  EXPECT_EQ(cache.find(42, toks, std::vector<int32_t>{1, 2, 4}, 0xabc), nullptr) << "other anchor";
+  EXPECT_EQ(cache.find(42, toks, std::vector<int32_t>{1, 2}, 0xabc), nullptr) << "shorter anchor";
+  EXPECT_EQ(cache.find(42, toks, anchor, 0xabd), nullptr) << "other namespace (salt)";
+  EXPECT_NE(cache.find(42, toks, anchor, 0xabc), nullptr) << "the misses left the entry in place";
 }
 
 // A prompt: anchor, documents, question; and its chunk spans.

@@ -62,7 +62,7 @@ BlendStats CpuBackend::blend_stats() const {
   return s;
 }
 
-Result<std::shared_ptr<const ChunkKv>> CpuBackend::compute_chunk(std::span<const int32_t> anchor, uint64_t anchor_hash,
+Result<std::shared_ptr<const ChunkKv>> CpuBackend::compute_chunk(std::span<const int32_t> anchor, uint64_t salt,
                                                                   std::span<const int32_t> chunk) {
   const int32_t ps = pool_.page_size();
   const auto a = static_cast<int32_t>(anchor.size()), len = static_cast<int32_t>(chunk.size());
@@ -75,16 +75,17 @@ Result<std::shared_ptr<const ChunkKv>> CpuBackend::compute_chunk(std::span<const
   }
   std::vector<int32_t> table(static_cast<size_t>(blend_pool_->num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
-  if (a > 0 && blend_pool_anchor_ != std::make_pair(anchor_hash, a)) {
+  if (a > 0 && !(blend_pool_anchor_ && std::ranges::equal(*blend_pool_anchor_, anchor))) {  // tokens, not a hash
     const std::vector<BlendRole> roles(anchor.size(), BlendRole::kNew);
     blend_layers(*blend_pool_, {.tokens = anchor, .first = 0, .block_table = table, .role = roles}, nullptr);
-    blend_pool_anchor_ = std::make_pair(anchor_hash, a);
+    blend_pool_anchor_.emplace(anchor.begin(), anchor.end());
   }
   const std::vector<BlendRole> roles(chunk.size(), BlendRole::kNew);
   blend_layers(*blend_pool_, {.tokens = chunk, .first = a, .block_table = table, .role = roles}, nullptr);
   auto kv = std::make_shared<ChunkKv>();
   kv->tokens.assign(chunk.begin(), chunk.end());
-  kv->anchor_hash = anchor_hash;
+  kv->anchor.assign(anchor.begin(), anchor.end());
+  kv->salt = salt;
   kv->first_pos = a;
   kv->n_layers = cfg_.n_layers;
   kv->token_floats = pool_.token_floats();
@@ -125,13 +126,13 @@ Result<BlendOutcome> CpuBackend::blend_prefill(const BlendInput& in) {
       if (span.begin >= n) break;                       // a later step's
       const auto tokens = in.tokens.subspan(static_cast<size_t>(span.begin), static_cast<size_t>(span.length));
       const uint64_t key = chunk_key(model_.fingerprint, in.salt, anchor_hash, tokens);
-      std::shared_ptr<const ChunkKv> kv = chunk_cache_.find(key, tokens, anchor_hash);
+      std::shared_ptr<const ChunkKv> kv = chunk_cache_.find(key, tokens, anchor, in.salt);
       const bool hit = kv != nullptr;
       if (hit && span.begin >= first) {  // a chunk continued from an earlier step was counted there, whole
         ++out.chunk_hits;
         out.hit_tokens += span.length;
       } else if (!hit) {
-        TS_ASSIGN_OR_RETURN(kv, compute_chunk(anchor, anchor_hash, tokens));
+        TS_ASSIGN_OR_RETURN(kv, compute_chunk(anchor, in.salt, tokens));
         ++out.chunk_misses;
         blend_stats_.evictions += chunk_cache_.insert(key, kv);
       }

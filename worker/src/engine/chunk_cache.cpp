@@ -10,11 +10,12 @@ uint64_t chunk_key(uint64_t model_fingerprint, uint64_t salt, uint64_t anchor_ha
   return hash_combine(hash_combine(hash_combine(model_fingerprint, salt), anchor_hash), hash_tokens(chunk));
 }
 
-std::shared_ptr<const ChunkKv> ChunkKvCache::find(uint64_t key, std::span<const int32_t> tokens, uint64_t anchor_hash) {
+std::shared_ptr<const ChunkKv> ChunkKvCache::find(uint64_t key, std::span<const int32_t> tokens, std::span<const int32_t> anchor,
+                                                  uint64_t salt) {
   const auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
   const ChunkKv& kv = *it->second->kv;
-  if (kv.anchor_hash != anchor_hash || !std::equal(kv.tokens.begin(), kv.tokens.end(), tokens.begin(), tokens.end())) return nullptr;
+  if (kv.salt != salt || !std::ranges::equal(kv.tokens, tokens) || !std::ranges::equal(kv.anchor, anchor)) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
   return it->second->kv;
 }

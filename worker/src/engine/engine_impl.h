@@ -214,8 +214,8 @@ class CpuBackend final : public Backend {
   };
   // Returns the last row's logits (want_logits) in bs_; *recomputed = reused rows computed past the check layer.
   std::span<float> blend_layers(KvPool& pool, const BlendRows& rows, int32_t* recomputed);
-  // A chunk's K/V computed standalone after `anchor` in the scratch pool.
-  Result<std::shared_ptr<const ChunkKv>> compute_chunk(std::span<const int32_t> anchor, uint64_t anchor_hash,
+  // A chunk's K/V computed standalone after `anchor` in the scratch pool, tagged with `salt`.
+  Result<std::shared_ptr<const ChunkKv>> compute_chunk(std::span<const int32_t> anchor, uint64_t salt,
                                                        std::span<const int32_t> chunk);
 
   const Model& model_;
@@ -233,7 +233,7 @@ class CpuBackend final : public Backend {
   BlendStats blend_stats_;
   BlendScratch bs_;
   std::optional<KvPool> blend_pool_;  // f32 scratch pages for standalone chunks
-  std::optional<std::pair<uint64_t, int32_t>> blend_pool_anchor_;  // (hash, length) of the anchor in blend_pool_
+  std::optional<std::vector<int32_t>> blend_pool_anchor_;  // the anchor whose K/V blend_pool_ holds
 };
 
 struct Engine::Impl {

@@ -25,7 +25,7 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 struct PendingSpill {
   kvstore::BlobKey key;
   uint64_t hash = 0;
-  kvstore::PackedKv kv;  // f32, one page
+  kvstore::PackedKv kv;  // f32, one page, its tag set
 };
 
 }  // namespace
@@ -145,6 +145,11 @@ void KvOffloader::spill(Backend& backend, std::span<const KvSpill> spills) {
       TS_LOG(kWarn) << "kv-offload: reading page " << s.page << " failed: " << kv.error().message;
       continue;
     }
+    if (s.tag == KvTag{}) {  // a scheduler that predates tags: such a blob could never be reloaded
+      ++impl_->stats.spill_dropped;
+      continue;
+    }
+    kv->tag = s.tag;
     const size_t raw = kv->k.size() + kv->v.size();
     if (impl_->queued_bytes + raw > impl_->options.max_pending_bytes) {
       ++impl_->stats.spill_dropped;
@@ -160,8 +165,10 @@ Result<ReloadResult> KvOffloader::reload(Backend& backend, const KvReload& r) {
   const auto t0 = Clock::now();
   Impl& im = *impl_;
   ReloadResult out{.request_id = r.request_id};
-  uint64_t bad = 0, missed = 0;
-  if (Clock::now() < im.store_retry_at) {
+  uint64_t bad = 0, missed = 0, mismatched = 0;
+  if (r.tags.size() != r.pages.size()) {  // a scheduler that predates tags: nothing is provably these tokens'
+    missed = r.pages.empty() ? 0 : 1;
+  } else if (Clock::now() < im.store_retry_at) {
     missed = r.pages.empty() ? 0 : 1;  // kvstore recently down: recompute without waiting on it
   } else {
     const uint64_t fp = backend.model().fingerprint;
@@ -189,6 +196,14 @@ Result<ReloadResult> KvOffloader::reload(Backend& backend, const KvReload& r) {
         break;
       }
       auto kv = kvstore::decode_blob(got->blob, {.expected_fingerprint = fp, .to_f32 = true});
+      if (kv.ok() && kv->tag != r.tags[i]) {
+        // Same block hash, other prefix (a 64-bit collision, by chance or crafted): never use it.
+        ++mismatched;
+        ++missed;
+        TS_LOG(kWarn) << "kv-offload: blob for block " << dki::hex16(r.hashes[i])
+                      << " holds the K/V of another prefix (tag differs); refused, recomputing";
+        break;
+      }
       bool written = false;
       if (kv.ok()) {
         TS_ASSIGN_OR_RETURN(written, Impl::write_page(backend, r.pages[i], *kv));
@@ -210,6 +225,7 @@ Result<ReloadResult> KvOffloader::reload(Backend& backend, const KvReload& r) {
   im.stats.reloaded_pages += static_cast<uint64_t>(out.pages);
   im.stats.reload_missed_pages += missed;
   im.stats.bad_blobs += bad;
+  im.stats.mismatched_blobs += mismatched;
   im.stats.reload_bytes += static_cast<uint64_t>(out.kv_bytes);
   im.stats.reload_ms += out.transfer_ms;
   return out;

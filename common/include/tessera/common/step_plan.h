@@ -10,6 +10,7 @@
 // - a request id appears at most once per plan.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -171,25 +172,33 @@ struct KvFill {
   std::vector<int32_t> tokens{};
 };
 
+// 96 bits of the SHA-256 chain over a K/V page's namespace key and every token of its prefix
+// (tessera/common/kv_digest.h). All zero: none (a peer that predates tags; never matches).
+using KvTag = std::array<uint8_t, 12>;
+
 // K/V offload (docs/kv.md "K/V offload to the kvstore"). A page the scheduler has just evicted
 // from its radix index, to be read by the worker before anything of the plan writes a page and
 // put (encoded) to the kvstore under its block hash (RadixIndex: the hash names the model,
 // namespace and every token of the prefix up to and including this page). ns_hash is the
-// namespace's hash, the kvstore partition the blob goes to.
+// namespace's hash, the kvstore partition the blob goes to. `tag` is stored inside the blob and
+// proves, on a reload, which prefix the K/V belong to (the 64-bit hashes can collide).
 struct KvSpill {
   int32_t page = 0;
   uint64_t hash = 0;
   uint64_t ns_hash = 0;
+  KvTag tag{};
 };
 
 // Reload consecutive pages of one request's prefix from the kvstore: pages[i] gets the blob of
-// block hash hashes[i]. The worker loads the leading pages it finds and stops at the first it
-// cannot use (miss, other model/dtype/codec, kvstore down): ReloadResult::pages says how many.
+// block hash hashes[i], used only when the tag inside the blob equals tags[i]. The worker loads
+// the leading pages it finds and stops at the first it cannot use (miss, other model/dtype/codec,
+// other tag, kvstore down): ReloadResult::pages says how many.
 struct KvReload {
   uint64_t request_id = 0;
   uint64_t ns_hash = 0;
   std::vector<int32_t> pages;
   std::vector<uint64_t> hashes;  // same length as pages
+  std::vector<KvTag> tags{};     // same length as pages (empty from a peer that predates tags: nothing loads)
 };
 
 struct StepPlan {

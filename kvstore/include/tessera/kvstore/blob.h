@@ -13,12 +13,16 @@
 //    8   8  model fingerprint
 //   16   4  n_layers      20 4 n_tokens      24 4 n_kv_heads      28 4 head_dim
 //   32   4  group_size (int8/int4/kivi; 0 otherwise)
-//   36   4  reserved (0)
+//   36   4  tag, bytes 0-3 (see below)
 //   40   8  payload_bytes (encoded payload size; the blob is exactly 64 + payload_bytes)
 //   48   8  checksum = XXH64(payload, seed = XXH64(64 header bytes with this field zeroed, 0)):
 //           it covers the header and the encoded bytes as stored, so a flipped bit anywhere is
 //           caught before any decompression.
-//   56   8  reserved (0)
+//   56   8  tag, bytes 4-11
+// The tag (12 bytes, all zero when unused, as in blobs written before it: these bytes were
+// reserved and zero) names what the K/V are of, for the writer's own check on reading: the K/V
+// offload stores the page's prefix tag there (tessera/common/kv_digest.h) and refuses a blob
+// whose tag differs from the one asked for. The checksum covers it like every header byte.
 //
 // Codecs:
 //   none  payload = K region bytes, then V region bytes (exact, bf16 bit-exact)
@@ -44,6 +48,7 @@
 // Everything here is a pure function; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -77,11 +82,13 @@ struct KvShape {
 // Decoded K/V. Invariant (checked by encode): k.size() == v.size() ==
 // shape.elements_per_region() * element size of dtype (f32, f16 or bf16 only).
 struct PackedKv {
+  using Tag = std::array<uint8_t, 12>;
   uint64_t fingerprint = 0;  // model fingerprint (Model::fingerprint)
   DType dtype = DType::kF32;
   KvShape shape;
   std::vector<uint8_t> k;
   std::vector<uint8_t> v;
+  Tag tag{};                 // the header's tag (see above); zero = none
 
   size_t region_bytes() const;  // bytes of one region implied by shape and dtype
   // Byte offset of (layer, token) in a region: rows of n_kv_heads * head_dim elements.
@@ -97,6 +104,7 @@ struct BlobHeader {
   uint32_t group_size = 0;
   uint64_t payload_bytes = 0;
   uint64_t checksum = 0;
+  PackedKv::Tag tag{};
 };
 
 struct EncodeOptions {

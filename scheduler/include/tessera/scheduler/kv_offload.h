@@ -15,9 +15,13 @@
 //     the first prefill chunk. The pages count as computed only when the worker's ReloadResult says
 //     they were loaded (plan, then apply); whatever was not loaded is simply prefilled in the next
 //     step, and the first missing hash leaves the directory.
-// Consistency: a reloaded page holds exactly the K/V of its tokens in its namespace because the
-// block hash names both (a 64-bit hash collision is the only way to get it wrong, as for the radix
-// index's events); the worker's kvstore key adds the pool dtype and codec, and the blob header the
+// Consistency: the block hash names namespace and tokens, but only in 64 bits and invertibly
+// (FNV-1a, mix64): prefixes can collide by chance or by construction. So a reloaded page is used
+// only when the tag stored in its blob (KvSpill::tag, set at the spill) equals the tag the
+// KvReload names for it: 96 bits of a SHA-256 chain over the namespace key and every token of the
+// prefix (tessera/common/kv_digest.h), computed here at the spill and again at the reload. A
+// colliding hash therefore costs a miss (the worker refuses the blob, counted), never another
+// prefix's K/V. The worker's kvstore key adds the pool dtype and codec, and the blob header the
 // model fingerprint and shape, so a blob from another model, dtype or codec is never used (a miss).
 // A lost kvstore entry or Redis shard is a miss: recompute, never an error.
 //

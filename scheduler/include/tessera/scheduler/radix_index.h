@@ -32,8 +32,10 @@
 // Block hashes and events. Every indexed page has a block hash naming its whole path: for the
 // i-th page of a namespace's path, block_hash(i) = hash_combine(block_hash(i - 1),
 // hash_tokens(page i's tokens)), with block_hash(-1) = namespace_hash(ns_key) =
-// fnv1a64(ns_key). An optional RadixObserver hears every page stored into the index and every
-// page evicted from it, in order, synchronously (docs/protocol.md, "K/V events").
+// kv_name_hash("tessera-kv-namespace-v1", ns_key): keyed with the cluster's secret
+// (tessera/common/kv_digest.h), so no client can compute a namespace's hash nor, from it, a block
+// hash. An optional RadixObserver hears every page stored into the index and every page evicted
+// from it, in order, synchronously (docs/protocol.md, "K/V events").
 //
 // Thread-safety: none. One index per worker, driven by that worker's batcher thread; peek() and
 // the other const members may run concurrently with each other only.
@@ -175,9 +177,12 @@ class RadixIndex {
   // later change.
   void set_observer(RadixObserver* observer) { observer_ = observer; }
   // K/V offload hook (docs/kv.md "K/V offload"): called inside evict(), after the observer, with
-  // the evicted pages' namespace hash and blocks (as on_removed), before anyone can reuse them.
-  // Must not call back into the index. An empty function = none.
-  using EvictHook = std::function<void(uint64_t ns_hash, std::span<const RadixBlock> blocks)>;
+  // the evicted pages' namespace (hash and key) and blocks (as on_removed: one node's last pages,
+  // deepest first), before anyone can reuse them. `path` holds the tokens from the namespace
+  // root to the end of blocks.front(), so blocks[j] is the page ending at path.size() - j *
+  // page_size. Must not call back into the index. An empty function = none.
+  using EvictHook = std::function<void(uint64_t ns_hash, const std::string& ns_key, std::span<const RadixBlock> blocks,
+                                       std::span<const int32_t> path)>;
   void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
   // Every indexed block, parents before children; `tokens` are the block's page of tokens.
   void for_each_block(const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const;

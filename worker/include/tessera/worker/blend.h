@@ -9,7 +9,8 @@
 // - Chunk K/V. Each chunk's K/V is computed standalone, right after the anchor (positions
 //   anchor_len .. anchor_len + len - 1), and cached under hash(model fingerprint, salt, anchor
 //   tokens, chunk tokens): the same document reused after the same anchor at any position and
-//   in any order hits. On reuse every layer's K is rotated by RoPE to its new position (RoPE is a
+//   in any order hits. A hit compares the entry's chunk tokens, anchor tokens and salt, never
+//   only the 64-bit key. On reuse every layer's K is rotated by RoPE to its new position (RoPE is a
 //   rotation linear in the position: R(p + d) = R(d) R(p), exact to f32 rounding for every rope
 //   layout, frequency factors and linear scaling the kernels support) and V is copied.
 // - The first chunk, computed after the very anchor it follows, is exact: no recompute.
@@ -67,7 +68,8 @@ struct BlendInput {
   std::span<const ChunkSpan> chunks;     // the reusable documents: in order, disjoint, non-empty, inside tokens;
                                          // from the prompt's first document on (its anchor is what precedes it)
   std::span<const int32_t> block_table;  // pages covering positions [0, end)
-  uint64_t salt = 0;                     // the request's K/V namespace (tenant, cache_salt)
+  uint64_t salt = 0;                     // the request's K/V namespace (tenant, cache_salt): a keyed hash
+                                         // no client can compute (the scheduler's kv_name_hash)
   float recompute_ratio = -1.0f;         // < 0: the backend's BlendConfig::recompute_ratio
   bool want_logits = true;               // the logits of position end - 1
   int32_t end = -1;                      // positions [cached, end) are computed; -1: tokens.size()
@@ -94,8 +96,12 @@ struct BlendStats {
 // One chunk's K/V as computed standalone: [n_layers][length][token_floats] for K and for V, f32,
 // K rotated for positions first_pos .. first_pos + length - 1.
 struct ChunkKv {
-  std::vector<int32_t> tokens;  // the chunk's tokens (checked on a hit against hash collisions)
-  uint64_t anchor_hash = 0;
+  // What the K/V are of, all compared on a hit: the 64-bit key can collide (by chance, or built
+  // on purpose: FNV-1a and mix64 are invertible), and a hit must never hand out K/V computed for
+  // other tokens, after another anchor or for another namespace.
+  std::vector<int32_t> tokens;  // the chunk's tokens
+  std::vector<int32_t> anchor;  // the anchor's tokens it was computed after
+  uint64_t salt = 0;            // BlendInput::salt of the namespace that computed it
   int32_t first_pos = 0;
   int32_t n_layers = 0;
   int64_t token_floats = 0;
@@ -111,9 +117,10 @@ class ChunkKvCache {
  public:
   explicit ChunkKvCache(int64_t budget_bytes) : budget_(budget_bytes) {}
 
-  // The entry under `key` whose tokens and anchor match (nullptr otherwise); a hit becomes the
-  // most recently used.
-  std::shared_ptr<const ChunkKv> find(uint64_t key, std::span<const int32_t> tokens, uint64_t anchor_hash);
+  // The entry under `key` whose tokens, anchor and salt all match (nullptr otherwise: a key
+  // collision is a miss); a hit becomes the most recently used.
+  std::shared_ptr<const ChunkKv> find(uint64_t key, std::span<const int32_t> tokens, std::span<const int32_t> anchor,
+                                      uint64_t salt);
   // Keeps `kv` under `key` (replacing an entry there), evicting least recently used entries to
   // stay within the budget. Returns the number of entries evicted.
   int64_t insert(uint64_t key, std::shared_ptr<const ChunkKv> kv);

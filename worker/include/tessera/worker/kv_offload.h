@@ -10,16 +10,22 @@
 //     when needed, as without offload).
 //   reload(): the pages' blobs are fetched in order, decoded and written into the pool; it stops
 //     at the first page it cannot use — a miss (evicted from L1, expired, lost with a Redis
-//     shard), a blob of another model or shape, an undecodable blob, the kvstore down (gets are
-//     then skipped for store_backoff_ms) — and reports how many leading pages it loaded. Never an
-//     error for those: the scheduler recomputes the rest.
+//     shard), a blob of another model or shape, an undecodable blob, a blob whose tag is not the
+//     one the KvReload names for that page (another prefix under a colliding block hash; counted
+//     in mismatched_blobs and logged), the kvstore down (gets are then skipped for
+//     store_backoff_ms) — and reports how many leading pages it loaded. Never an error for those:
+//     the scheduler recomputes the rest. A KvReload without tags (a scheduler that predates them)
+//     loads nothing, and a KvSpill without a tag is dropped (counted in spill_dropped).
 //
 // Keys: BlobKey{model fingerprint, user = "kv-offload/" + hex16(namespace hash),
 // hash = hex16(block hash) + "/" + codec + "-g" + group + "/pool-" + pool dtype + "/" + blob dtype}.
 // The block hash names model, namespace (tenant salt, preference) and every token of the prefix;
 // the suffix makes blobs written with another codec, pool dtype or blob dtype invisible (a miss),
 // so reloaded K/V always went through exactly this worker's configuration; the blob header's
-// fingerprint and shape are checked again on decode. The namespace partition keeps one tenant's
+// fingerprint and shape are checked again on decode. The block hash is only a 64-bit name:
+// what proves a blob holds this prefix's K/V is the tag in its header (the KvSpill's, 96 bits of
+// a SHA-256 chain over the namespace key and the prefix's tokens, tessera/common/kv_digest.h),
+// compared with the KvReload's before anything is written into the pool. The namespace partition keeps one tenant's
 // offload from pushing another's out of the kvstore's per-user L1 quota.
 //
 // Thread-safety: spill() / reload() / take_offloaded() from the one compute thread (as
@@ -65,6 +71,7 @@ struct OffloadWorkerStats {
   uint64_t reloaded_pages = 0;
   uint64_t reload_missed_pages = 0;// the page where a reload stopped (not the ones after it)
   uint64_t bad_blobs = 0;          // fetched blobs refused (corrupt, other model or shape)
+  uint64_t mismatched_blobs = 0;   // fetched blobs refused: their tag names another prefix
   uint64_t reload_bytes = 0;       // encoded bytes fetched
   double reload_ms = 0.0;          // time in reload(), summed
 };
