@@ -103,7 +103,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
                                              .seed_given = parsed->seed_given,
                                              .tools = kind == protocol::RequestKind::kChat ? &parsed->tools.chat : nullptr,
-                                             .kv_policy_given = parsed->kv_policy_given});
+                                             .kv_policy_given = parsed->kv_policy_given, .grammar_checked = k > 0});
         !st.ok()) {
       const Error& e = st.error();
       const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";

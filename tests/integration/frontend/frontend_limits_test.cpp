@@ -1,0 +1,126 @@
+// What a client cannot make the real tessera-frontend do (docs/security.md), against a FAKE
+// scheduler (harness.h): a schema or body nested too deeply is refused with 400 naming the limit
+// (and never crashes the process), a /dashboard/events client that stops reading loses its
+// stream slot, and the ZeroMQ client API refuses the fields the frontend computes itself.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "harness.h"
+#include "tessera/common/metrics.h"
+#include "tessera/common/zmq_util.h"
+#include "tessera/http/client.h"
+#include "tessera/testing/curve_keys.h"
+#include "tessera/testing/paths.h"
+#include "tessera/testing/wait.h"
+#include "tessera/tokenizer/tokenizer.h"
+
+namespace tessera::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+class FrontendLimits : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = load_tokenizer(shared_path("models/stories260K/tok512.bin"));
+    ASSERT_TRUE(tok.ok());
+    sched.set_script((*tok)->encode("42", false));
+    std::vector<std::string> a = {"--model", shared_path("models/stories260K/stories260K.bin"), "--tokenizer",
+                                  shared_path("models/stories260K/tok512.bin"), "--http-port", "0", "--zmq-endpoint",
+                                  "tcp://127.0.0.1:*", "--schedulers", sched.endpoint(), "--heartbeat-ms", "50",
+                                  "--scheduler-dead-ms", "5000", "--max-prompt-tokens", "64", "--log-level", "warn",
+                                  // Small buffers and write timeout: a client that stops reading is found out soon.
+                                  "--http-write-timeout-ms", "1000", "--http-send-buffer-bytes", "4096"};
+    proc = std::make_unique<Process>(bin_path("tessera-frontend"), with_keys(a));
+    const std::string line = proc->wait_line("LISTENING ", 20s);
+    ASSERT_FALSE(line.empty()) << "tessera-frontend did not start";
+    port = std::stoi(line.substr(line.find("http=") + 5));
+    zmq = line.substr(line.find("zmq=") + 4);
+    ASSERT_TRUE(wait_status(port, "/ready", 200, 10s)) << "frontend never became ready";
+  }
+  void expect_healthy() const {
+    EXPECT_EQ(http_request(port, "GET", "/health").status, 200);
+    EXPECT_TRUE(proc->alive());
+  }
+  // A 400 whose error message contains `what` (and names `param` when given).
+  void expect_refused(const HttpResult& r, const std::string& what, const std::string& param = "") const {
+    EXPECT_EQ(r.status, 400) << r.body.substr(0, 300) << r.error;
+    const json j = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << r.body.substr(0, 300);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(what), std::string::npos) << j["error"]["message"];
+    if (!param.empty()) {
+      EXPECT_EQ(j["error"]["param"], param);
+    }
+  }
+
+  FakeScheduler sched;
+  std::unique_ptr<Process> proc;
+  int port = 0;
+  std::string zmq;
+};
+
+// `levels` schemas nested: levels - 1 one-option anyOf wrappers around an integer.
+std::string nested_any_of(int levels) {
+  std::string s = R"({"type":"integer"})";
+  for (int i = 1; i < levels; ++i) s = R"({"anyOf":[)" + s + "]}";
+  return s;
+}
+
+std::string with_schema(const std::string& schema) {
+  return R"({"prompt":"Once upon a time","max_tokens":4,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":)" +
+         schema + "}}}";
+}
+
+TEST_F(FrontendLimits, SchemaNestedPastTheLimitIsRefusedNamingIt) {
+  // 64 levels (the limit) are served: the request reaches the scheduler with its grammar.
+  HttpResult ok = http_request(port, "POST", "/v1/completions", with_schema(nested_any_of(64)));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  ASSERT_EQ(sched.requests().size(), 1u);
+  EXPECT_FALSE(sched.requests()[0].sampling.grammar.empty());
+  // 65: 400 naming the depth.
+  expect_refused(http_request(port, "POST", "/v1/completions", with_schema(nested_any_of(65))),
+                 "nests deeper than 64 levels", "response_format");
+  // The same in a forced tool's parameters.
+  const std::string tools = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"tool_choice":"required",
+      "tools":[{"type":"function","function":{"name":"f","parameters":)" + nested_any_of(65) + "}}]}";
+  expect_refused(http_request(port, "POST", "/v1/chat/completions", tools), "nests deeper than 64 levels",
+                 "tools[0].function.parameters");
+  // 200 levels: within the body's 512 JSON levels, over the schema text's 256.
+  expect_refused(http_request(port, "POST", "/v1/completions", with_schema(nested_any_of(200))),
+                 "nests more than 256 JSON arrays/objects", "response_format");
+  // The largest one-option anyOf nesting that fits in the 64 KiB grammar limit (~5400 levels):
+  // refused at once, before the body is even parsed.
+  const std::string inner = R"({"type":"integer"})";
+  const size_t levels = (64 * 1024 - inner.size()) / 12;
+  std::string deep;
+  for (size_t i = 0; i < levels; ++i) deep += R"({"anyOf":[)";
+  deep += inner;
+  for (size_t i = 0; i < levels; ++i) deep += "]}";
+  ASSERT_LE(deep.size(), 64u * 1024u);
+  expect_refused(http_request(port, "POST", "/v1/completions", with_schema(deep)), "nests JSON arrays/objects more than 512 levels");
+  EXPECT_EQ(sched.requests().size(), 1u);
+  expect_healthy();
+}
+
+TEST_F(FrontendLimits, BodyNestedTooDeeplyIsRefusedAndTheProcessStaysUp) {
+  // 200000 levels (400 KB, under the 1 MiB body limit): dumping it would overflow an I/O
+  // thread's stack; it is refused before it is parsed.
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_refused(http_request(port, "POST", "/v1/completions", with_schema(R"({"const":)" + deep + "}")),
+                 "nests JSON arrays/objects more than 512 levels");
+  expect_refused(http_request(port, "POST", "/v1/chat/completions", R"({"messages":)" + deep + "}"), "more than 512 levels");
+  expect_refused(http_request(port, "POST", "/tokenize", R"({"prompt":)" + deep + "}"), "more than 512 levels");
+  expect_healthy();
+  EXPECT_EQ(sched.requests().size(), 0u);
+}
+
+}  // namespace
+}  // namespace tessera::testing
