@@ -122,5 +122,53 @@ TEST_F(FrontendLimits, BodyNestedTooDeeplyIsRefusedAndTheProcessStaysUp) {
   EXPECT_EQ(sched.requests().size(), 0u);
 }
 
+double dashboard_streams(int port) {
+  auto parsed = metrics::parse_text(http_request(port, "GET", "/metrics").body);
+  if (!parsed.ok()) return -1;
+  for (const auto& s : *parsed)
+    if (s.name == "tessera_frontend_dashboard_streams") return s.value;
+  return -1;
+}
+
+TEST_F(FrontendLimits, DashboardClientsThatStopReadingLoseTheirSlots) {
+  // Every stream slot taken by a client that never reads (a small receive buffer fills soon).
+  std::vector<int> fds;
+  for (int i = 0; i < 32; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    const int small = 1;  // the kernel's minimum
+    ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string get = "GET /dashboard/events HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(send(fd, get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+  }
+  ASSERT_TRUE(wait_until([&] { return dashboard_streams(port) == 32; }, 20s)) << "streams " << dashboard_streams(port);
+  EXPECT_EQ(http_request(port, "GET", "/dashboard/events?events=1").status, 503);
+  // Their writes stop being taken and time out (--http-write-timeout-ms 1000): the slots free
+  // up and a reading client is served again.
+  int status = 0;
+  std::string got;
+  auto served = [&] {
+    got.clear();
+    auto r = http::request({.port = port, .path = "/dashboard/events", .timeout_ms = 10000, .on_body = [&](std::string_view piece) {
+                              got += piece;
+                              return got.find("event: snapshot") == std::string::npos;  // close once one arrived
+                            }});
+    status = r.ok() ? r->status : 0;
+    return status == 200 && got.find("event: snapshot") != std::string::npos;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until(served, 90s, 200ms)) << "still " << status << " with " << dashboard_streams(port) << " streams open";
+  std::printf("a reading client was served again %.1f s after the slots filled\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (int fd : fds) close(fd);
+  expect_healthy();
+}
+
 }  // namespace
 }  // namespace tessera::testing
