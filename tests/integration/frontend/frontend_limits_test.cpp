@@ -170,5 +170,52 @@ TEST_F(FrontendLimits, DashboardClientsThatStopReadingLoseTheirSlots) {
   expect_healthy();
 }
 
+TEST_F(FrontendLimits, ZmqClientCannotSendTheFieldsTheFrontendComputes) {
+  zmq::context_t ctx(1);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 10000);
+  dealer.connect(zmq);
+  auto first_reply = [&](const protocol::GenerateRequest& r) -> std::optional<protocol::Message> {
+    EXPECT_TRUE(zmqu::send(dealer, {protocol::encode(r)}).ok());
+    auto frames = zmqu::recv(dealer);
+    if (!frames.ok() || frames->empty()) return std::nullopt;
+    auto msg = protocol::decode(frames->back());
+    if (!msg.ok()) return std::nullopt;
+    return *msg;
+  };
+  auto expect_refused_naming = [&](const protocol::GenerateRequest& r, const std::string& field) {
+    auto reply = first_reply(r);
+    ASSERT_TRUE(reply) << "no reply";
+    const auto* e = std::get_if<protocol::ErrorEvent>(&*reply);
+    ASSERT_NE(e, nullptr) << "not an error: " << protocol::message_type(*reply);
+    EXPECT_EQ(e->id, r.id);
+    EXPECT_EQ(e->code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e->message.rfind(field + " is ", 0), 0u) << e->message;
+  };
+  protocol::GenerateRequest blend;
+  blend.id = 1;
+  blend.prompt = "Once upon a time";
+  blend.stream = false;
+  blend.blend_chunks = {BlendChunk{.begin = 1, .length = 2}};
+  expect_refused_naming(blend, "blend_chunks");
+  protocol::GenerateRequest pref;
+  pref.id = 2;
+  pref.prompt = "Once upon a time";
+  pref.stream = false;
+  pref.preference_tokens = {5, 6, 7};
+  expect_refused_naming(pref, "preference_tokens");
+  EXPECT_EQ(sched.request_count(), 0u) << "a refused request reached the scheduler";
+  // The same request without them is served.
+  protocol::GenerateRequest plain;
+  plain.id = 3;
+  plain.prompt = "Once upon a time";
+  plain.stream = false;
+  auto reply = first_reply(plain);
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(std::holds_alternative<protocol::FinalEvent>(*reply)) << protocol::message_type(*reply);
+  EXPECT_EQ(sched.request_count(), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::testing
