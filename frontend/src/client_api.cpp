@@ -267,6 +267,15 @@ void ClientApi::on_request(zmqu::Envelope env, protocol::GenerateRequest r) {
                                                  " is not a field of the ZeroMQ API (HTTP only; a request here is one sequence): send one "
                                                  "request per sample, each with its own id and seed (requests with the same prompt share "
                                                  "its cached pages); for the prompt's log-probabilities send prompt_logprobs");
+  // Fields the frontend computes itself (docs/protocol.md): a client's own would skip its checks
+  // and defaults (documents, --kv-policy; preference_tokens without the preference they come from),
+  // so they are refused by name, never forwarded.
+  if (!r.blend_chunks.empty())
+    return refuse(ErrorCode::kInvalidArgument,
+                  "blend_chunks is set by the frontend, not by clients: send the documents themselves in \"documents\"");
+  if (!r.preference_tokens.empty())
+    return refuse(ErrorCode::kInvalidArgument,
+                  "preference_tokens is filled by the frontend, not by clients: send the text in \"preference\" (with a user)");
   auto job = std::make_shared<Job>();
   job->client_id = client_id;
   job->max_tokens_given = protocol::peek_has_key(env.body, "max_tokens");

@@ -14,6 +14,8 @@
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tessera/common/log.h"
+
 namespace tessera::frontend {
 namespace {
 
@@ -39,10 +41,25 @@ bool peer_closed(beast::tcp_stream& stream) {
   return false;
 }
 
+// The write deadline of an events stream (beast closes the socket when it passes). These and
+// log_if_timed_out are not inlined into the coroutine: GCC 12 then warns
+// (-Wmismatched-new-delete, a false positive) about the coroutine frame's deallocation.
+[[gnu::noinline]] void arm_write(beast::tcp_stream& stream, std::chrono::milliseconds timeout) { stream.expires_after(timeout); }
+[[gnu::noinline]] void disarm_write(beast::tcp_stream& stream) { stream.expires_never(); }
+
+[[gnu::noinline]] void log_if_timed_out(const boost::system::error_code& ec, const std::string& request_id,
+                                        std::chrono::milliseconds write_timeout) {
+  if (ec != beast::error::timeout) return;
+  TS_LOG(kInfo) << "req=" << request_id << " | dashboard events client did not take a write within " << write_timeout.count()
+                << " ms; stream closed";
+}
+
 }  // namespace
 
-Dashboard::Dashboard(const Hub& hub, std::string model, const metrics::Gauge& inflight, metrics::Registry& registry)
-    : hub_(hub),
+Dashboard::Dashboard(const Hub& hub, std::string model, const metrics::Gauge& inflight, metrics::Registry& registry,
+                     std::chrono::milliseconds write_timeout)
+    : write_timeout_(write_timeout),
+      hub_(hub),
       model_(std::move(model)),
       inflight_(inflight),
       streams_gauge_(registry.gauge("tessera_frontend_dashboard_streams", "open GET /dashboard/events streams")) {
@@ -202,7 +219,11 @@ net::awaitable<bool> Dashboard::stream_events(beast::tcp_stream& stream, unsigne
   res.chunked(true);
   http::response_serializer<http::empty_body> sr{res};
   boost::system::error_code ec;
+  // Every write under write_timeout_: a client that stops reading (its socket buffers full) is
+  // dropped when it passes (beast closes the socket), and its stream slot freed.
+  arm_write(stream, write_timeout_);
   co_await http::async_write_header(stream, sr, net::redirect_error(net::use_awaitable, ec));
+  disarm_write(stream);
   if (ec) co_return false;
   net::steady_timer timer(stream.get_executor());
   std::string first = "retry: 1000\n\n";
@@ -211,8 +232,13 @@ net::awaitable<bool> Dashboard::stream_events(beast::tcp_stream& stream, unsigne
     if (Clock::now() >= next) {
       std::string event = first + "event: snapshot\ndata: " + snapshot_json() + "\n\n";
       first.clear();
+      arm_write(stream, write_timeout_);
       co_await net::async_write(stream, http::make_chunk(net::buffer(event)), net::redirect_error(net::use_awaitable, ec));
-      if (ec) co_return false;
+      disarm_write(stream);
+      if (ec) {
+        log_if_timed_out(ec, request_id, write_timeout_);
+        co_return false;
+      }
       next += kSampleEvery;
     }
     timer.expires_after(kDisconnectCheck);

@@ -12,7 +12,7 @@
 //
 // An events stream is not a request: it holds no admission slot (so the page never competes
 // with generation), at most kMaxStreams are open at once (503 beyond), and it ends when the
-// client goes away (checked every 200 ms) or the frontend stops.
+// client goes away (checked every 200 ms), stops reading (the write timeout) or the frontend stops.
 //
 // Ownership: references the Hub and the in-flight gauge (both outlive it). Threading: sample()
 // runs on an I/O thread (a timer started by start()); snapshot_json() and the streams run on any
@@ -43,7 +43,9 @@ class Dashboard {
   static constexpr size_t kHistory = 120;  // points (seconds) of history in a snapshot
   static constexpr int kMaxStreams = 32;   // concurrent /dashboard/events streams
 
-  Dashboard(const Hub& hub, std::string model, const metrics::Gauge& inflight, metrics::Registry& registry);
+  // write_timeout: --http-write-timeout-ms, the longest an events client may leave a write untaken.
+  Dashboard(const Hub& hub, std::string model, const metrics::Gauge& inflight, metrics::Registry& registry,
+            std::chrono::milliseconds write_timeout);
 
   // Samples once now and then every second on `ioc` until it stops.
   void start(boost::asio::io_context& ioc);
@@ -53,7 +55,9 @@ class Dashboard {
   std::string snapshot_json() const;
 
   // Serves GET /dashboard/events on `stream` (HTTP `version`, request id to echo) until the
-  // client goes away or the stream fails; returns false (the connection is not reused).
+  // client goes away, a write is not taken within the write timeout (a client that stops reading
+  // loses its stream and its slot) or the stream fails; returns false
+  // (the connection is not reused).
   boost::asio::awaitable<bool> stream_events(boost::beast::tcp_stream& stream, unsigned version, std::string request_id);
   // True when another stream may open (and counts it); release with stream_closed().
   bool stream_opened();
@@ -71,6 +75,7 @@ class Dashboard {
     std::chrono::steady_clock::time_point at;
   };
 
+  const std::chrono::milliseconds write_timeout_;
   const Hub& hub_;
   const std::string model_;
   const metrics::Gauge& inflight_;

@@ -91,7 +91,8 @@ Result<std::unique_ptr<Frontend>> Frontend::create(const FrontendConfig& config)
                                                    .to_schedulers = to_schedulers,
                                                    .client_curve = config.zmq_curve},
                                          f.registry));
-  f.dashboard = std::make_unique<Dashboard>(*f.hub, f.preparer->model_name(), f.metrics->inflight, f.registry);
+  f.dashboard = std::make_unique<Dashboard>(*f.hub, f.preparer->model_name(), f.metrics->inflight, f.registry,
+                                            std::chrono::milliseconds(config.http_write_timeout_ms));
   TS_ASSIGN_OR_RETURN(f.preferences,
                       StoredPreferences::create({.endpoint = config.kvstore, .timeout_ms = config.kvstore_timeout_ms, .curve = to_kvstore},
                                                 f.registry));

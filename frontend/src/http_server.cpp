@@ -103,7 +103,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
     if (Status st = s.preparer.prepare(one, {.context_length = limits.context_length, .max_tokens_given = parsed->max_tokens_given,
                                              .seed_given = parsed->seed_given,
                                              .tools = kind == protocol::RequestKind::kChat ? &parsed->tools.chat : nullptr,
-                                             .kv_policy_given = parsed->kv_policy_given});
+                                             .kv_policy_given = parsed->kv_policy_given, .grammar_checked = k > 0});
         !st.ok()) {
       const Error& e = st.error();
       const std::string prompt_param = kind == protocol::RequestKind::kChat ? "messages" : "prompt";
@@ -193,6 +193,10 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
   };
 
   bool events_started = false;
+  // The client's socket is peeked for a close at least every kDisconnectCheck, messages or not:
+  // a non-streamed request (or held-back tool text) writes nothing while its tokens keep coming,
+  // and a client that went away must still cancel its sequences (docs/api.md "Streaming", last paragraph).
+  auto last_check = Clock::now();
   for (;;) {
     const auto now = Clock::now();
     if (s.admission.drain_expired()) {  // drain timeout: end with an error, never a silent cut
@@ -216,8 +220,9 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
       if (!events_started) co_return co_await error(e);
       co_return co_await end_events("data: " + error_json(e) + "\n\n");
     }
-    std::optional<Message> msg = co_await channel->next(std::min(deadline, now + kDisconnectCheck));
-    if (!msg) {
+    std::optional<Message> msg = co_await channel->next(std::min(deadline, last_check + kDisconnectCheck));
+    if (!msg || Clock::now() - last_check >= kDisconnectCheck) {
+      last_check = Clock::now();
       if (peer_closed(stream)) {
         abandon_all();
         s.metrics.disconnects.inc();
@@ -225,7 +230,7 @@ net::awaitable<bool> HttpServer::Conn::generate(const Request& req, protocol::Re
         TS_LOG(kInfo) << "req=" << request_id << " | client went away; cancelled";
         co_return false;
       }
-      continue;
+      if (!msg) continue;
     }
     if (const auto* tok = std::get_if<protocol::TokenEvent>(&*msg); tok != nullptr && !tok->tokens.empty()) clock.on_token(s.metrics);
     ChoiceSet& set = *choices;

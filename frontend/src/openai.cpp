@@ -12,6 +12,7 @@
 #include "kv_policy_field.h"
 #include "response_format.h"
 #include "tessera/common/hash.h"
+#include "tessera/common/json_depth.h"
 
 namespace tessera::frontend {
 namespace {
@@ -341,8 +342,15 @@ Status parse_choices(const Reader& rd, RequestKind kind, ParsedRequest* out) {
 
 }  // namespace
 
+Status check_body_depth(std::string_view body) {
+  if (json_nesting_depth(body, kMaxBodyJsonDepth) <= kMaxBodyJsonDepth) return ok_status();
+  return make_error(ErrorCode::kInvalidArgument, "request body nests JSON arrays/objects more than " +
+                                                     std::to_string(kMaxBodyJsonDepth) + " levels deep");
+}
+
 Result<ParsedRequest> parse_request(std::string_view body_text, RequestKind kind, const ParseOptions& options,
                                     std::string* bad_param) {
+  TS_TRY(check_body_depth(body_text));
   json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) return make_error(ErrorCode::kMalformedMessage, "request body is not valid JSON");
   if (!body.is_object())

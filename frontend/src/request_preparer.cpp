@@ -222,8 +222,10 @@ Status RequestPreparer::prepare(protocol::GenerateRequest& r, const PrepareOptio
   // schema text as sampling field `grammar`); the value must end with a token that ends the
   // request, and must be closed within max_tokens.
   if (!r.sampling.grammar.empty()) {
-    if (auto g = grammar::compile_json_schema(r.sampling.grammar); !g.ok())
-      return make_error(g.error().code, "grammar (JSON schema): " + g.error().message);
+    if (!o.grammar_checked) {
+      if (auto g = grammar::compile_json_schema(r.sampling.grammar); !g.ok())
+        return make_error(g.error().code, "grammar (JSON schema): " + g.error().message);
+    }
     std::vector<int32_t>& ends = r.sampling.grammar_end_tokens;
     ends.clear();
     if (!r.ignore_eos && tokenizer_->eos_id() >= 0) ends.push_back(tokenizer_->eos_id());

@@ -11,6 +11,7 @@ using json = nlohmann::json;
 namespace {
 
 Result<json> object_body(std::string_view body) {
+  TS_TRY(check_body_depth(body));
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return make_error(ErrorCode::kMalformedMessage, "request body is not valid JSON");
   if (!j.is_object()) return make_error(ErrorCode::kInvalidArgument, "request body must be a JSON object");

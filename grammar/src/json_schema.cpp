@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "schema.h"
+#include "tessera/common/json_depth.h"
 #include "tessera/grammar/grammar.h"
 
 namespace tessera::grammar {
@@ -24,6 +25,30 @@ std::bitset<256> digits_and_minus() {
   b.set('-');
   return b;
 }
+
+// Where a schema sits, as a chain of parts up to the root (or to a $defs entry): built into the
+// "/properties/a/anyOf/0" string only for an error message, so compiling costs no path strings.
+// `depth` counts schemas from the root along the compile (a $ref target one deeper than its $ref).
+struct Path {
+  const Path* up = nullptr;
+  std::string_view part;        // "properties", "items", "anyOf", "$defs", ...
+  std::string_view name;        // a property or $defs name; empty for none
+  int64_t index = -1;           // an anyOf/oneOf option; -1 for none
+  int32_t depth = 1;
+
+  std::string str() const {
+    std::string s = up != nullptr ? up->str() : std::string();
+    if (part.empty()) return s;
+    (s += "/") += part;
+    if (!name.empty()) (s += "/") += name;
+    if (index >= 0) (s += "/") += std::to_string(index);
+    return s;
+  }
+  std::string where() const {
+    std::string s = str();
+    return s.empty() ? "/" : s;
+  }
+};
 
 class Compiler {
  public:
@@ -54,8 +79,13 @@ class Compiler {
     s_.any_number = make(Kind::kNumber);
   }
 
-  Result<Node*> compile(const json& j, const std::string& path) {
-    const std::string where = path.empty() ? "/" : path;
+  Result<Node*> compile(const json& j, const Path& where) {
+    if (where.depth > kMaxDepth) {
+      return fail(ErrorCode::kUnsupported, where,
+                  "the schema nests deeper than " + std::to_string(kMaxDepth) +
+                      " levels (each property, items, anyOf/oneOf option and $ref target is one level); constrained "
+                      "decoding supports a nesting depth of at most " + std::to_string(kMaxDepth));
+    }
     if (j.is_boolean()) {
       if (j.get<bool>()) return make(Kind::kAny);
       return fail(ErrorCode::kInvalidArgument, where, "the schema 'false' accepts nothing, so nothing can be generated");
@@ -86,7 +116,8 @@ class Compiler {
       }
       Node* u = make(Kind::kUnion);
       for (size_t i = 0; i < it->size(); ++i) {
-        TS_ASSIGN_OR_RETURN(Node* opt, compile((*it)[i], path + "/" + key + "/" + std::to_string(i)));
+        TS_ASSIGN_OR_RETURN(Node* opt, compile((*it)[i], Path{.up = &where, .part = key, .index = static_cast<int64_t>(i),
+                                                             .depth = where.depth + 1}));
         u->options.push_back(opt);
       }
       return u;
@@ -116,20 +147,20 @@ class Compiler {
   }
 
  private:
-  Result<Node*> fail(ErrorCode code, const std::string& where, const std::string& what) {
-    return make_error(code, where + ": " + what);
+  Result<Node*> fail(ErrorCode code, const Path& where, const std::string& what) {
+    return make_error(code, where.where() + ": " + what);
   }
 
-  Result<int32_t> count(const json& j, const char* key, int32_t dflt, const std::string& where) {
+  Result<int32_t> count(const json& j, const char* key, int32_t dflt, const Path& where) {
     const auto it = j.find(key);
     if (it == j.end()) return dflt;
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 1000000) {
-      return make_error(ErrorCode::kInvalidArgument, where + ": '" + key + "' must be an integer in [0, 1000000]");
+      return make_error(ErrorCode::kInvalidArgument, where.where() + ": '" + key + "' must be an integer in [0, 1000000]");
     }
     return static_cast<int32_t>(it->get<int64_t>());
   }
 
-  Result<Node*> ref(const json& r, const std::string& where) {
+  Result<Node*> ref(const json& r, const Path& where) {
     if (!r.is_string()) return fail(ErrorCode::kInvalidArgument, where, "'$ref' must be a string");
     const std::string target = r.get<std::string>();
     if (const auto it = refs_.find(target); it != refs_.end()) return it->second;
@@ -147,12 +178,12 @@ class Compiler {
     // A placeholder first, so that a recursive reference resolves to it.
     Node* placeholder = make(Kind::kUnion);
     refs_[target] = placeholder;
-    TS_ASSIGN_OR_RETURN(Node* body, compile(doc_[key][name], "/" + key + "/" + name));
+    TS_ASSIGN_OR_RETURN(Node* body, compile(doc_[key][name], Path{.part = key, .name = name, .depth = where.depth + 1}));
     *placeholder = *body;
     return placeholder;
   }
 
-  Result<Node*> typed(const json& j, const std::string& type, const std::string& where) {
+  Result<Node*> typed(const json& j, const std::string& type, const Path& where) {
     if (type == "string") {
       Node* n = make(Kind::kString);
       TS_ASSIGN_OR_RETURN(n->min_len, count(j, "minLength", 0, where));
@@ -170,7 +201,7 @@ class Compiler {
       TS_ASSIGN_OR_RETURN(n->max_items, count(j, "maxItems", -1, where));
       if (n->max_items >= 0 && n->max_items < n->min_items) return fail(ErrorCode::kInvalidArgument, where, "maxItems < minItems");
       if (const auto it = j.find("items"); it != j.end()) {
-        TS_ASSIGN_OR_RETURN(n->items, compile(*it, where + "/items"));
+        TS_ASSIGN_OR_RETURN(n->items, compile(*it, Path{.up = &where, .part = "items", .depth = where.depth + 1}));
       } else {
         n->items = make(Kind::kAny);
       }
@@ -188,7 +219,7 @@ class Compiler {
       for (const auto& [name, sub] : props->items()) {
         Property p;
         p.key = json(name).dump();
-        TS_ASSIGN_OR_RETURN(Node* v, compile(sub, where + "/properties/" + name));
+        TS_ASSIGN_OR_RETURN(Node* v, compile(sub, Path{.up = &where, .part = "properties", .name = name, .depth = where.depth + 1}));
         p.value = v;
         n->props.push_back(std::move(p));
       }
@@ -216,13 +247,15 @@ class Compiler {
 
 int32_t sat_add(int64_t a, int64_t b) { return static_cast<int32_t>(std::min<int64_t>(a + b, kInfinite)); }
 
-// Shortest serializations and first bytes, to a fixed point (references may be cyclic).
+// Shortest serializations and first bytes, to a fixed point (references may be cyclic). A node
+// is made before its children, so visiting the newest first settles a tree in one pass (and a
+// cycle in a few): the pass count does not grow with the depth.
 void finalize_lengths(Schema& s) {
   static const std::bitset<256> kNumberFirst = digits_and_minus();
   for (bool changed = true; changed;) {
     changed = false;
-    for (auto& up : s.nodes) {
-      Node& n = *up;
+    for (auto up = s.nodes.rbegin(); up != s.nodes.rend(); ++up) {
+      Node& n = **up;
       int64_t len = kInfinite;
       std::bitset<256> first;
       switch (n.kind) {
@@ -297,12 +330,18 @@ Status finalize_unions(Schema& s) {
 }  // namespace
 
 Result<std::shared_ptr<const Schema>> compile_json_schema(std::string_view schema_json) {
+  // Before parsing: nlohmann's dump() (of a const or enum value) recurses once per level.
+  if (json_nesting_depth(schema_json, kMaxJsonDepth) > kMaxJsonDepth) {
+    return make_error(ErrorCode::kUnsupported, "the JSON schema nests more than " + std::to_string(kMaxJsonDepth) +
+                                                   " JSON arrays/objects inside each other; at most " +
+                                                   std::to_string(kMaxJsonDepth) + " are supported");
+  }
   json doc = json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return make_error(ErrorCode::kInvalidArgument, "the JSON schema is not valid JSON");
   auto s = std::make_shared<Schema>();
   Compiler c(*s, doc);
   c.make_any_targets();
-  TS_ASSIGN_OR_RETURN(Node* root, c.compile(doc, ""));
+  TS_ASSIGN_OR_RETURN(Node* root, c.compile(doc, Path{}));
   s->root = root;
   finalize_lengths(*s);
   if (s->root->min_chars >= kInfinite) {

@@ -26,7 +26,8 @@ enum class Kind : uint8_t {
 
 inline constexpr int32_t kMaxProperties = 64;
 inline constexpr int32_t kMaxLiterals = 64;
-inline constexpr int32_t kMaxDepth = 64;
+inline constexpr int32_t kMaxDepth = 64;        // schema nesting at compile; value nesting in the Matcher
+inline constexpr int32_t kMaxJsonDepth = 4 * kMaxDepth;  // arrays/objects in the schema's JSON text
 inline constexpr int32_t kMaxNumberChars = 24;
 inline constexpr int32_t kMaxExponentDigits = 2;  // so every generated number is a finite double
 inline constexpr int32_t kInfinite = 1 << 28;

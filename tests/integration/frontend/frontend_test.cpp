@@ -439,6 +439,22 @@ TEST_F(FrontendWithFakeScheduler, ClientDisconnectCancelsRequest) {
   fe->expect_healthy();
 }
 
+// A non-streamed request writes nothing until it ends while its tokens keep arriving: the
+// disconnect check must still run (it once ran only after 200 ms without a message).
+TEST_F(FrontendWithFakeScheduler, ClientDisconnectCancelsNonStreamedRequestWhileTokensFlow) {
+  sched.set_hold(true, 2);
+  sched.set_trickle(true);  // a token every ~10 ms, never quiet for 200 ms
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":50,"stream":false})";
+  send_then_close(fe->port,
+                  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body,
+                  [&] { ASSERT_TRUE(sched.wait_for([&] { return sched.request_count() > 0; }, 10s)); });
+  // The same bound as the streamed case above. Before the fix the cancel came only after a 200 ms
+  // gap in the tokens (on an idle machine never, before the 300 s request timeout).
+  EXPECT_TRUE(sched.wait_for([&] { return sched.cancel_count() > 0; }, 5s)) << "disconnect did not cancel";
+  fe->expect_healthy();
+}
+
 // A scheduler that goes silent is declared dead after kSilenceDeadMs.
 class FrontendWithSilencedScheduler : public FrontendWithFakeScheduler {
   int dead_ms() override { return kSilenceDeadMs; }

@@ -95,6 +95,12 @@ std::string raw_exchange(int port, const std::string& bytes, int timeout_ms) {
   return c.buf();
 }
 
+void send_then_close(int port, const std::string& bytes, const std::function<void()>& before_close) {
+  Conn c(port, 15000);
+  if (!c.ok() || !c.send_all(bytes)) return;
+  before_close();
+}  // ~Conn closes
+
 bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout) {
   return wait_until([&] { return http_request(port, "GET", path, "", 2000).status == status; }, timeout,
                     std::chrono::milliseconds(20));
@@ -152,6 +158,10 @@ void FakeScheduler::set_hold(bool hold, size_t after) {
   hold_ = hold;
   hold_after_ = after;
 }
+void FakeScheduler::set_trickle(bool trickle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  trickle_ = trickle;
+}
 void FakeScheduler::set_live_workers(int32_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   live_workers_ = n;
@@ -188,6 +198,12 @@ void FakeScheduler::run() {
     zmq::poll(&item, 1, std::chrono::milliseconds(10));
     std::unique_lock<std::mutex> lock(mu_);
     if (stop_) return;
+    if (trickle_ && !silent_ && !script_.empty()) {
+      for (auto& [id, held] : held_) {
+        send(held.first, protocol::TokenEvent{.id = id, .tokens = {script_[static_cast<size_t>(held.second) % script_.size()]}});
+        ++held.second;
+      }
+    }
     if (!(item.revents & ZMQ_POLLIN)) continue;
     auto frames = zmqu::recv(sock, true);
     if (!frames.ok() || frames->size() != 2) continue;

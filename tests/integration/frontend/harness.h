@@ -36,6 +36,9 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
                         int timeout_ms = 15000);
 // Sends raw bytes on a fresh connection and returns whatever comes back until close/timeout.
 std::string raw_exchange(int port, const std::string& bytes, int timeout_ms = 5000);
+// Sends raw bytes on a fresh connection, calls before_close() (which may wait on an event), then
+// closes the connection without reading anything.
+void send_then_close(int port, const std::string& bytes, const std::function<void()>& before_close);
 // Polls GET path until it answers `status` or the deadline passes.
 bool wait_status(int port, const std::string& path, int status, std::chrono::milliseconds timeout);
 
@@ -52,6 +55,9 @@ class FakeScheduler {
   void set_script(std::vector<int32_t> tokens, int32_t cached_tokens = 0);
   // Hold requests open after `after` tokens until cancelled.
   void set_hold(bool hold, size_t after = 2);
+  // With hold: keep sending held requests one more script token (cycling) every ~10 ms until
+  // cancelled, past max_tokens (a generation that never goes quiet).
+  void set_trickle(bool trickle);
   void set_live_workers(int32_t n);
   // Stop answering anything (as if the process froze or died).
   void set_silent(bool silent);
@@ -80,6 +86,7 @@ class FakeScheduler {
   int32_t cached_ = 0;
   bool hold_ = false;
   size_t hold_after_ = 2;
+  bool trickle_ = false;
   int32_t live_workers_ = 1;
   bool silent_ = false;
   std::set<size_t> peer_dead_;  // arrival numbers of the requests fail_with_peer_dead() names

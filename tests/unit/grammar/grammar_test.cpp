@@ -105,6 +105,66 @@ TEST(GrammarTest, RefusesWhatItCannotEnforceByName) {
   EXPECT_FALSE(compile_json_schema(R"({"type":"strange"})").ok());
 }
 
+// `levels` schemas nested: levels - 1 one-option anyOf wrappers around an integer.
+std::string nested_any_of(int levels) {
+  std::string s = R"({"type":"integer"})";
+  for (int i = 1; i < levels; ++i) s = R"({"anyOf":[)" + s + "]}";
+  return s;
+}
+
+TEST(GrammarTest, NestingDepthIsCappedAtCompile) {
+  // 64 levels (the matcher's depth) compile and accept; 65 are refused naming the limit and where.
+  auto ok = compile(nested_any_of(64));
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(accepts(ok, "42"));
+  auto r = compile_json_schema(nested_any_of(65));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(r.error().message.find("nests deeper than 64 levels"), std::string::npos) << r.error().message;
+  std::string where;
+  for (int i = 1; i < 65; ++i) where += "/anyOf/0";
+  EXPECT_EQ(r.error().message.rfind(where + ": ", 0), 0u) << r.error().message.substr(0, 200);
+  // Properties, items and $ref targets count the same way.
+  std::string props = R"({"type":"integer"})";
+  for (int i = 1; i < 65; ++i) props = i % 2 ? R"({"type":"object","properties":{"p":)" + props + "}}" : R"({"type":"array","items":)" + props + "}";
+  r = compile_json_schema(props);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("nests deeper than 64 levels"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.rfind("/items/properties/p/items/", 0), 0u) << r.error().message.substr(0, 200);
+  json defs = json::object();
+  for (int i = 0; i < 70; ++i) defs["d" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
+  defs["d70"] = {{"type", "integer"}};
+  r = compile_json_schema(json{{"$defs", defs}, {"$ref", "#/$defs/d0"}}.dump());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("nests deeper than 64 levels"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.rfind("/$defs/d63: ", 0), 0u) << r.error().message.substr(0, 200);
+}
+
+TEST(GrammarTest, DeepSchemasOfTheSizeLimitAreRefused) {
+  // The largest one-option anyOf nesting that fits in 64 KiB (a grammar's size limit): refused
+  // before it is parsed (its JSON nests ~11000 levels), as is a const nested as deep.
+  const std::string inner = R"({"type":"integer"})";
+  const int levels = static_cast<int>((64 * 1024 - inner.size()) / 12);
+  std::string deep;
+  deep.reserve(64 * 1024);
+  for (int i = 0; i < levels; ++i) deep += R"({"anyOf":[)";
+  deep += inner;
+  for (int i = 0; i < levels; ++i) deep += "]}";
+  ASSERT_LE(deep.size(), 64u * 1024u);
+  auto r = compile_json_schema(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kUnsupported);
+  EXPECT_NE(r.error().message.find("nests more than 256 JSON arrays/objects"), std::string::npos) << r.error().message;
+  const std::string deep_const = R"({"const":)" + std::string(30000, '[') + std::string(30000, ']') + "}";
+  r = compile_json_schema(deep_const);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("nests more than 256"), std::string::npos) << r.error().message;
+  // Brackets inside strings do not count.
+  auto quoted = compile(R"({"const":")" + std::string(1000, '[') + R"("})");
+  ASSERT_TRUE(quoted);
+  EXPECT_TRUE(accepts(quoted, "\"" + std::string(1000, '[') + "\""));
+}
+
 // Bytes a walk may try: printable ASCII and the two bytes of a 2-byte UTF-8 character.
 std::vector<uint8_t> alphabet() {
   std::vector<uint8_t> a;

@@ -55,6 +55,12 @@ struct ParsedRequest {
 // n = 1 is unchanged), the others get a mix of both (so choices differ, reproducibly).
 uint64_t candidate_seed(uint64_t seed, int32_t candidate);
 
+// Arrays/objects a request body may nest inside each other (docs/api.md "Limits"): deeper bodies
+// are refused before they are parsed (values are dumped and walked recursively).
+inline constexpr int kMaxBodyJsonDepth = 512;
+// kInvalidArgument naming the limit when `body` nests deeper than kMaxBodyJsonDepth.
+Status check_body_depth(std::string_view body);
+
 // POST /v1/completions (kind = kCompletion) or /v1/chat/completions (kind = kChat).
 Result<ParsedRequest> parse_request(std::string_view body, protocol::RequestKind kind, const ParseOptions& options,
                                     std::string* bad_param);

@@ -47,6 +47,9 @@ struct PrepareOptions {
   bool seed_given = true;        // false: a random seed (a given `seed` makes sampling reproducible)
   const ChatTools* tools = nullptr;  // chat: tools and the messages' tool fields (HTTP API only)
   bool kv_policy_given = true;   // false: kv_policy = --kv-policy (the per-model default)
+  // true: sampling.grammar is the one an earlier prompt of the same request had checked (a
+  // completions prompt list): not compiled again.
+  bool grammar_checked = false;
 };
 
 class RequestPreparer {

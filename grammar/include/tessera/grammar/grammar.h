@@ -11,8 +11,11 @@
 // and the annotations title, description, default, examples, $schema, $id, $comment.
 // Any other keyword is refused by name (kUnsupported), never ignored. An object or schema
 // without "type" and without constraints accepts any JSON value. Limits: 64 properties per
-// object, 64 enum values, nesting depth 64, numbers of at most 24 characters with at most 2
-// exponent digits (every generated number is a finite double).
+// object, 64 enum values, nesting depth 64 (schemas in schemas at compile: each property, items,
+// anyOf/oneOf option and $ref target is a level; values in values in the Matcher), at most 256
+// JSON arrays/objects nested in the schema text (checked before parsing), numbers of at most 24
+// characters with at most 2 exponent digits (every generated number is a finite double).
+// Compiling costs time linear in the schema's size (path strings are built only for errors).
 //
 // Budget: Matcher::min_remaining() is the exact number of bytes of the shortest completion;
 // allowed_tokens() with a token budget only allows tokens after which the value can still be
