@@ -7,15 +7,18 @@
 # Pods mount their role's Secret at /var/run/tessera/keys (TESSERA_CURVE_DIR), mode 0400.
 set -eu
 dir="${1:?usage: curve-secrets.sh KEY_DIR   (made with: tessera keys KEY_DIR)}"
-secret() {  # secret NAME FILE...
+secret() {  # secret NAME FILE... (?FILE: included when the set has it)
   name="$1"; shift
   printf -- '---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: %s\n  labels: {app.kubernetes.io/part-of: tessera}\ntype: Opaque\ndata:\n' "$name"
   for f in "$@"; do
+    case "$f" in \?*) f="${f#\?}"; [ -r "$dir/$f" ] || continue ;; esac
     [ -r "$dir/$f" ] || { echo "curve-secrets.sh: $dir/$f is missing (make the set with: tessera keys $dir)" >&2; exit 1; }
     printf '  %s: %s\n' "$f" "$(base64 -w0 < "$dir/$f")"
   done
 }
-secret tessera-curve-scheduler scheduler.key_secret frontend.key worker.key
+# router.key: the K/V events subscribers' public key (--kv-events-endpoint; key sets made before
+# the router role have none, and a scheduler then runs without K/V events).
+secret tessera-curve-scheduler scheduler.key_secret frontend.key worker.key '?router.key'
 secret tessera-curve-worker worker.key_secret scheduler.key kvstore.key
 secret tessera-curve-frontend frontend.key_secret scheduler.key kvstore.key client.key
 secret tessera-curve-kvstore kvstore.key_secret frontend.key worker.key
