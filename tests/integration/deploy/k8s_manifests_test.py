@@ -147,7 +147,9 @@ for line in conf.splitlines():
     check(key in options.get(section, ()), "tessera.conf [%s]: %s is not an option of %s" % (section, key, section))
 
 # Files each role reads from its --curve-dir (docs/security.md, "Keys").
-ROLE_KEYS = {"scheduler": {"scheduler.key_secret", "frontend.key", "worker.key"},
+# (The scheduler's also has router.key, the K/V event subscribers' public key, which `tessera keys`
+# makes and --kv-events-endpoint needs.)
+ROLE_KEYS = {"scheduler": {"scheduler.key_secret", "frontend.key", "worker.key", "router.key"},
              "worker": {"worker.key_secret", "scheduler.key", "kvstore.key"},
              "frontend": {"frontend.key_secret", "scheduler.key", "kvstore.key", "client.key"},
              "kvstore": {"kvstore.key_secret", "frontend.key", "worker.key"}}
