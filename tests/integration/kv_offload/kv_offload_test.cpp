@@ -95,7 +95,7 @@ class KvOffloadCluster : public ::testing::Test {
     zmq::socket_t req(ctx, zmq::socket_type::dealer);
     req.set(zmq::sockopt::linger, 0);
     req.set(zmq::sockopt::rcvtimeo, 10000);
-    secure_client(req, curve::Role::kClient, curve::Role::kScheduler);
+    secure_client(req, curve::Role::kRouter, curve::Role::kScheduler);
     req.connect(line_field(cluster_->scheduler_listening(), "kv_snapshot"));
     msgpack::sbuffer b;
     msgpack::packer<msgpack::sbuffer> p(b);
