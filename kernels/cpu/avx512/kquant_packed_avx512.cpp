@@ -1,0 +1,172 @@
+// AVX-512 VNNI matmul over packed Q4_K weights (kquant_packed.h). Every row of a 16-row group
+// is a lane. Per super-block and 64-value chunk c, the 8 stored vectors masked with 0x0F are
+// the rows' unsigned weight dwords of sub-block 2c, masked with 0xF0 those of sub-block 2c + 1
+// times 16; vpdpbusd with each token's activation dwords broadcast from memory sums each
+// sub-block's exact integer dot for 16 rows at once (|16 x dot| <= 16 * 32 * 15 * 127 < 2^23).
+// The 16 rows' 6-bit scales and mins are unpacked from their packed bytes as ggml does, on 16
+// rows' dwords at once; S = sum_j sc_j * dot_j (vpmulld; the odd sub-blocks' sum, all multiples
+// of 16, shifted back exactly), M = sum_j m_j * (bsums of sub-block j) (vpdpwssd on int16
+// pairs). The float part is finish_q4_k's (quant_dot.cpp) for 16 rows in one vector, in its
+// order and without contraction ((d * dx) * S added, (dmin * dx) * M subtracted, explicit
+// rounding intrinsics): every result is bit-identical to the scalar oracle. No unpacking
+// shuffles of the weights, no horizontal sums, no gathers; one sequential read, prefetched.
+#include <immintrin.h>
+
+// GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kquant_packed.h"
+#include "quant_gemm.h"
+#include "tessera/common/check.h"
+#include "tessera/kernels/packed_weights.h"
+
+namespace tessera::kernels::cpu {
+namespace {
+
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// Bytes ahead of the super-block being read that the GEMV prefetches into L2, its 36 lines
+// spread over its 4 chunks (9 before each).
+constexpr int64_t kPrefetch = 4096;
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Byte `i` of every dword, zero-extended to the dword.
+template <int i>
+inline __m512i byte_of(__m512i v) {
+  if constexpr (i == 0) return _mm512_and_si512(v, _mm512_set1_epi32(0xFF));
+  if constexpr (i == 3) return _mm512_srli_epi32(v, 24);
+  return _mm512_and_si512(_mm512_srli_epi32(v, 8 * i), _mm512_set1_epi32(0xFF));
+}
+
+// One token's activations for a group: its Q8_K blocks and, per super-block, the int16 pairs
+// (bs_0, bs_2), (bs_1, bs_3), (bs_4, bs_6), (bs_5, bs_7) of its sub-block sums bs_j.
+struct TokX {
+  const BlockQ8_K* x;
+  const int32_t* bs;  // [nb][4]
+};
+
+// Tokens x[0 .. RN) x the 16 rows of group grp (nb super-blocks), results to y[j][0 .. 16)
+// where live.
+template <int RN>
+void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y, __mmask16 live, bool prefetch) {
+  __m512 acc[RN];
+  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+  const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+  const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f), k3 = _mm512_set1_epi32(0x03030303);
+  const __m512i low_bytes = _mm512_set1_epi32(0x00FF00FF);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = grp + b * kPackedQ4KBlockBytes;
+    // q4k_scale_min on 16 rows: bytes j of sc03 / mn03 = sc_j / m_j (j < 4), of sc47 / mn47
+    // = sc_{4 + j} / m_{4 + j}.
+    const __m512i u0 = _mm512_load_si512(pb + kPackedQ4KScalesOffset);
+    const __m512i u1 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 64);
+    const __m512i u2 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 128);
+    const __m512i sc03 = _mm512_and_si512(u0, k1), mn03 = _mm512_and_si512(u1, k1);
+    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
+    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
+                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
+    const __m512i sc[8] = {byte_of<0>(sc03), byte_of<1>(sc03), byte_of<2>(sc03), byte_of<3>(sc03),
+                           byte_of<0>(sc47), byte_of<1>(sc47), byte_of<2>(sc47), byte_of<3>(sc47)};
+    __m512i s_lo[RN], s_hi[RN];  // sum over the even sub-blocks of sc * dot; over the odd, of sc * 16 dot
+    for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      if (prefetch) {
+        const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * 9 * c;
+#pragma GCC unroll 9
+        for (int l = 0; l < 9; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+      }
+      __m512i lo[RN], hi[RN];
+      for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) {
+        const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
+        const __m512i wl = _mm512_and_si512(w, lo4), wh = _mm512_and_si512(w, hi4);
+        for (int j = 0; j < RN; ++j) {
+          const int8_t* xq = x[j].x[b].qs + 64 * c + 4 * k;
+          lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32(load_i32(xq)));
+          hi[j] = _mm512_dpbusd_epi32(hi[j], wh, _mm512_set1_epi32(load_i32(xq + 32)));
+        }
+      }
+      for (int j = 0; j < RN; ++j) {
+        s_lo[j] = _mm512_add_epi32(s_lo[j], _mm512_mullo_epi32(lo[j], sc[2 * c]));
+        s_hi[j] = _mm512_add_epi32(s_hi[j], _mm512_mullo_epi32(hi[j], sc[2 * c + 1]));
+      }
+    }
+    // The mins as int16 pairs (m_0, m_2), (m_1, m_3), (m_4, m_6), (m_5, m_7) against the
+    // token's sub-block sums in the same pairs.
+    const __m512i mp[4] = {_mm512_and_si512(mn03, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn03, 8), low_bytes),
+                           _mm512_and_si512(mn47, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn47, 8), low_bytes)};
+    const __m512i dd = _mm512_load_si512(pb + kPackedQ4KDOffset);
+    const __m512 dv = _mm512_cvtph_ps(_mm512_castsi512_si256(dd));
+    const __m512 mv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dd, 1));
+    for (int j = 0; j < RN; ++j) {
+      const int32_t* bs = x[j].bs + 4 * b;
+      __m512i m = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(bs[i]));
+      const __m512i s = _mm512_add_epi32(s_lo[j], _mm512_srai_epi32(s_hi[j], 4));
+      const __m512 dx = _mm512_set1_ps(x[j].x[b].d);
+      const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dx, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound);
+      acc[j] = _mm512_add_round_ps(acc[j], plus, kRound);
+      const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(mv, dx, kRound), _mm512_cvt_roundepi32_ps(m, kRound), kRound);
+      acc[j] = _mm512_sub_round_ps(acc[j], minus, kRound);
+    }
+  }
+  for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
+}
+
+}  // namespace
+
+void gemm_q4_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  TS_CHECK(g.packed != nullptr && g.w_type == DType::kQ4_K && g.packed->dtype() == DType::kQ4_K && r0 % 16 == 0);
+  const PackedWeights& p = *g.packed;
+  const int64_t nb = g.cols / kQK_K, n = t1 - t0;
+  thread_local std::vector<int32_t> bs;
+  bs.resize(static_cast<size_t>(n * nb * 4));
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const int16_t* s = g.xk[(t0 + j) * nb + b].bsums;
+      int32_t* o = bs.data() + (j * nb + b) * 4;
+      auto sub = [&](int i) { return static_cast<uint32_t>(static_cast<uint16_t>(s[2 * i] + s[2 * i + 1])); };
+      o[0] = static_cast<int32_t>(sub(0) | sub(2) << 16);
+      o[1] = static_cast<int32_t>(sub(1) | sub(3) << 16);
+      o[2] = static_cast<int32_t>(sub(4) | sub(6) << 16);
+      o[3] = static_cast<int32_t>(sub(5) | sub(7) << 16);
+    }
+  }
+  auto tok = [&](int64_t j) { return TokX{g.xk + (t0 + j) * nb, bs.data() + j * nb * 4}; };
+  TokX x[4];
+  float* y[4];
+  for (int64_t r = r0; r < r1; r += 16) {
+    const uint8_t* grp = p.group(r / 16);
+    const int64_t live_rows = std::min<int64_t>(16, std::min(r1, p.rows()) - r);
+    const __mmask16 live = live_rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << live_rows) - 1u);
+    for (int64_t t = 0; t < n;) {
+      const int64_t m = std::min<int64_t>(4, n - t);
+      for (int j = 0; j < m; ++j) {
+        x[j] = tok(t + j);
+        y[j] = g.y + (t0 + t + j) * g.y_stride + r;
+      }
+      const bool pf = t == 0;
+      switch (m) {
+        case 4: group_tokens<4>(grp, nb, x, y, live, pf); break;
+        case 3: group_tokens<3>(grp, nb, x, y, live, pf); break;
+        case 2: group_tokens<2>(grp, nb, x, y, live, pf); break;
+        default: group_tokens<1>(grp, nb, x, y, live, pf); break;
+      }
+      t += m;
+    }
+  }
+}
+
+}  // namespace tessera::kernels::cpu
