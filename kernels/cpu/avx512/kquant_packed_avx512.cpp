@@ -1,4 +1,4 @@
-// AVX-512 VNNI matmul over packed Q4_K weights (kquant_packed.h). Every row of a 16-row group
+// AVX-512 VNNI matmul over packed Q4_K and Q6_K weights (kquant_packed.h). Q4_K: Every row of a 16-row group
 // is a lane. Per super-block and 64-value chunk c, the 8 stored vectors masked with 0x0F are
 // the rows' unsigned weight dwords of sub-block 2c, masked with 0xF0 those of sub-block 2c + 1
 // times 16; vpdpbusd with each token's activation dwords broadcast from memory sums each
@@ -10,6 +10,9 @@
 // order and without contraction ((d * dx) * S added, (dmin * dx) * M subtracted, explicit
 // rounding intrinsics): every result is bit-identical to the scalar oracle. No unpacking
 // shuffles of the weights, no horizontal sums, no gathers; one sequential read, prefetched.
+// Q6_K likewise: the 6-bit values are a nibble or'ed with two qh bits (3-4 vector ops per 16
+// rows x 4 values), one vpdpbusd accumulator per 16-value scale group times its int8 scale
+// (vpmulld), the scales . bsums offset by vpdpwssd, finish_q6_k's (d * dx) * (S - 32 * offset).
 #include <immintrin.h>
 
 // GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
@@ -35,7 +38,10 @@ constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 // thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes, the read roofline
 // 42): no prefetch 21.4; into L2 2 / 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 /
 // 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 / 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 /
-// 40-43 / 38-41 / 38-40.
+// 40-43 / 38-41 / 38-40. Q6_K, a 110 MB matrix the same way: into L1 4 / 8 / 12 / 16 / 24
+// KiB ahead 32.6 / 36-38 / 33-35 / 31-32 / 29-30, into L2 8 / 16 KiB 35 / 29-30 (its file
+// layout's tiles 18-31). Cache-resident (256 rows, 200 passes) the kernels run at 95-98 GB
+// per CPU-s: the stream, not the arithmetic, bounds them.
 constexpr int64_t kPrefetch = 8192;
 
 inline int32_t load_i32(const int8_t* p) {
@@ -52,110 +58,208 @@ inline __m512i byte_of(__m512i v) {
   return _mm512_and_si512(_mm512_srli_epi32(v, 8 * i), _mm512_set1_epi32(0xFF));
 }
 
-// One token's activations for a group: its Q8_K blocks and, per super-block, the int16 pairs
-// (bs_0, bs_2), (bs_1, bs_3), (bs_4, bs_6), (bs_5, bs_7) of its sub-block sums bs_j.
+// One token's activations for a group: its Q8_K blocks and, per super-block, kAux int16 pairs
+// of its block sums (the format's aux()).
 struct TokX {
   const BlockQ8_K* x;
-  const int32_t* bs;  // [nb][4]
+  const int32_t* bs;  // [nb][kAux]
 };
 
-// Tokens x[0 .. RN) x the 16 rows of group grp (nb super-blocks), results to y[j][0 .. 16)
-// where live.
-template <int RN>
-void group_tokens(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y, __mmask16 live, bool prefetch) {
-  __m512 acc[RN];
-  for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
-  const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8(static_cast<char>(0xF0));
-  const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f), k3 = _mm512_set1_epi32(0x03030303);
-  const __m512i low_bytes = _mm512_set1_epi32(0x00FF00FF);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* pb = grp + b * kPackedQ4KBlockBytes;
-    // q4k_scale_min on 16 rows: bytes j of sc03 / mn03 = sc_j / m_j (j < 4), of sc47 / mn47
-    // = sc_{4 + j} / m_{4 + j}.
-    const __m512i u0 = _mm512_load_si512(pb + kPackedQ4KScalesOffset);
-    const __m512i u1 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 64);
-    const __m512i u2 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 128);
-    const __m512i sc03 = _mm512_and_si512(u0, k1), mn03 = _mm512_and_si512(u1, k1);
-    const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
-    const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
-                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
-    const __m512i sc[8] = {byte_of<0>(sc03), byte_of<1>(sc03), byte_of<2>(sc03), byte_of<3>(sc03),
-                           byte_of<0>(sc47), byte_of<1>(sc47), byte_of<2>(sc47), byte_of<3>(sc47)};
-    __m512i s_lo[RN], s_hi[RN];  // sum over the even sub-blocks of sc * dot; over the odd, of sc * 16 dot
-    for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      if (prefetch) {
-        const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * 9 * c;
-#pragma GCC unroll 9
-        for (int l = 0; l < 9; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
-      }
-      __m512i lo[RN], hi[RN];
-      for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) {
-        const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
-        const __m512i wl = _mm512_and_si512(w, lo4), wh = _mm512_and_si512(w, hi4);
-        for (int j = 0; j < RN; ++j) {
-          const int8_t* xq = x[j].x[b].qs + 64 * c + 4 * k;
-          lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32(load_i32(xq)));
-          hi[j] = _mm512_dpbusd_epi32(hi[j], wh, _mm512_set1_epi32(load_i32(xq + 32)));
-        }
-      }
-      for (int j = 0; j < RN; ++j) {
-        s_lo[j] = _mm512_add_epi32(s_lo[j], _mm512_mullo_epi32(lo[j], sc[2 * c]));
-        s_hi[j] = _mm512_add_epi32(s_hi[j], _mm512_mullo_epi32(hi[j], sc[2 * c + 1]));
-      }
-    }
-    // The mins as int16 pairs (m_0, m_2), (m_1, m_3), (m_4, m_6), (m_5, m_7) against the
-    // token's sub-block sums in the same pairs.
-    const __m512i mp[4] = {_mm512_and_si512(mn03, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn03, 8), low_bytes),
-                           _mm512_and_si512(mn47, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn47, 8), low_bytes)};
-    const __m512i dd = _mm512_load_si512(pb + kPackedQ4KDOffset);
-    const __m512 dv = _mm512_cvtph_ps(_mm512_castsi512_si256(dd));
-    const __m512 mv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dd, 1));
-    for (int j = 0; j < RN; ++j) {
-      const int32_t* bs = x[j].bs + 4 * b;
-      __m512i m = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(bs[i]));
-      const __m512i s = _mm512_add_epi32(s_lo[j], _mm512_srai_epi32(s_hi[j], 4));
-      const __m512 dx = _mm512_set1_ps(x[j].x[b].d);
-      const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(dv, dx, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound);
-      acc[j] = _mm512_add_round_ps(acc[j], plus, kRound);
-      const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(mv, dx, kRound), _mm512_cvt_roundepi32_ps(m, kRound), kRound);
-      acc[j] = _mm512_sub_round_ps(acc[j], minus, kRound);
-    }
-  }
-  for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
+inline int32_t pair16(int a, int b) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(a)) | static_cast<uint32_t>(static_cast<uint16_t>(b)) << 16);
 }
 
-}  // namespace
+// The float part of finish_q4_k / finish_q6_k for 16 rows: acc + (d * dx) * S [- (dmin * dx) * M].
+inline __m512 finish_add(__m512 acc, __m512 d, __m512 dx, __m512i s) {
+  const __m512 plus = _mm512_mul_round_ps(_mm512_mul_round_ps(d, dx, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound);
+  return _mm512_add_round_ps(acc, plus, kRound);
+}
+inline __m512 finish_sub(__m512 acc, __m512 d, __m512 dx, __m512i s) {
+  const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(d, dx, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound);
+  return _mm512_sub_round_ps(acc, minus, kRound);
+}
 
-void gemm_q4_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  TS_CHECK(g.packed != nullptr && g.w_type == DType::kQ4_K && g.packed->dtype() == DType::kQ4_K && r0 % 16 == 0);
+inline void prefetch9(const uint8_t* pb, int i) {
+  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * 9 * i;
+#pragma GCC unroll 9
+  for (int l = 0; l < 9; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+}
+
+struct Q4KPacked {
+  static constexpr DType kType = DType::kQ4_K;
+  static constexpr int64_t kBlockBytes = kPackedQ4KBlockBytes;
+  // The sub-block sums bs_j as int16 pairs (bs_0, bs_2), (bs_1, bs_3), (bs_4, bs_6), (bs_5, bs_7).
+  static constexpr int kAux = 4;
+  static void aux(const BlockQ8_K& x, int32_t* o) {
+    auto sub = [&](int j) { return x.bsums[2 * j] + x.bsums[2 * j + 1]; };
+    o[0] = pair16(sub(0), sub(2));
+    o[1] = pair16(sub(1), sub(3));
+    o[2] = pair16(sub(4), sub(6));
+    o[3] = pair16(sub(5), sub(7));
+  }
+
+  // Tokens x[0 .. RN) x the 16 rows of group grp (nb super-blocks), results to y[j][0 .. 16)
+  // where live.
+  template <int RN>
+  static void group(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y, __mmask16 live, bool prefetch) {
+    __m512 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+    const __m512i lo4 = _mm512_set1_epi8(0x0F), hi4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+    const __m512i k1 = _mm512_set1_epi32(0x3f3f3f3f), k2 = _mm512_set1_epi32(0x0f0f0f0f), k3 = _mm512_set1_epi32(0x03030303);
+    const __m512i low_bytes = _mm512_set1_epi32(0x00FF00FF);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* pb = grp + b * kBlockBytes;
+      // q4k_scale_min on 16 rows: bytes j of sc03 / mn03 = sc_j / m_j (j < 4), of sc47 / mn47
+      // = sc_{4 + j} / m_{4 + j}.
+      const __m512i u0 = _mm512_load_si512(pb + kPackedQ4KScalesOffset);
+      const __m512i u1 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 64);
+      const __m512i u2 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 128);
+      const __m512i sc03 = _mm512_and_si512(u0, k1), mn03 = _mm512_and_si512(u1, k1);
+      const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
+      const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
+      const __m512i sc[8] = {byte_of<0>(sc03), byte_of<1>(sc03), byte_of<2>(sc03), byte_of<3>(sc03),
+                             byte_of<0>(sc47), byte_of<1>(sc47), byte_of<2>(sc47), byte_of<3>(sc47)};
+      __m512i s_lo[RN], s_hi[RN];  // sum over the even sub-blocks of sc * dot; over the odd, of sc * 16 dot
+      for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        if (prefetch) prefetch9(pb, c);
+        __m512i lo[RN], hi[RN];
+        for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; ++k) {
+          const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
+          const __m512i wl = _mm512_and_si512(w, lo4), wh = _mm512_and_si512(w, hi4);
+          for (int j = 0; j < RN; ++j) {
+            const int8_t* xq = x[j].x[b].qs + 64 * c + 4 * k;
+            lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32(load_i32(xq)));
+            hi[j] = _mm512_dpbusd_epi32(hi[j], wh, _mm512_set1_epi32(load_i32(xq + 32)));
+          }
+        }
+        for (int j = 0; j < RN; ++j) {
+          s_lo[j] = _mm512_add_epi32(s_lo[j], _mm512_mullo_epi32(lo[j], sc[2 * c]));
+          s_hi[j] = _mm512_add_epi32(s_hi[j], _mm512_mullo_epi32(hi[j], sc[2 * c + 1]));
+        }
+      }
+      // The mins as int16 pairs (m_0, m_2), (m_1, m_3), (m_4, m_6), (m_5, m_7) against the
+      // token's sub-block sums in the same pairs.
+      const __m512i mp[4] = {_mm512_and_si512(mn03, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn03, 8), low_bytes),
+                             _mm512_and_si512(mn47, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn47, 8), low_bytes)};
+      const __m512i dd = _mm512_load_si512(pb + kPackedQ4KDOffset);
+      const __m512 dv = _mm512_cvtph_ps(_mm512_castsi512_si256(dd));
+      const __m512 mv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dd, 1));
+      for (int j = 0; j < RN; ++j) {
+        const int32_t* bs = x[j].bs + kAux * b;
+        __m512i m = _mm512_setzero_si512();
+        for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(bs[i]));
+        const __m512i s = _mm512_add_epi32(s_lo[j], _mm512_srai_epi32(s_hi[j], 4));
+        const __m512 dx = _mm512_set1_ps(x[j].x[b].d);
+        acc[j] = finish_sub(finish_add(acc[j], dv, dx, s), mv, dx, m);
+      }
+    }
+    for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
+  }
+};
+
+struct Q6KPacked {
+  static constexpr DType kType = DType::kQ6_K;
+  static constexpr int64_t kBlockBytes = kPackedQ6KBlockBytes;
+  // The 16 bsums as int16 pairs (bs_4i, bs_4i+2), (bs_4i+1, bs_4i+3), i = 0..3.
+  static constexpr int kAux = 8;
+  static void aux(const BlockQ8_K& x, int32_t* o) {
+    for (int i = 0; i < 4; ++i) {
+      o[2 * i] = pair16(x.bsums[4 * i], x.bsums[4 * i + 2]);
+      o[2 * i + 1] = pair16(x.bsums[4 * i + 1], x.bsums[4 * i + 3]);
+    }
+  }
+
+  // Values 128h + 32k + 4q .. + 3 of the 16 rows (0..63, unsigned bytes).
+  template <int k>
+  static __m512i values(const uint8_t* pb, int h, int q) {
+    const __m512i n = _mm512_load_si512(pb + (16 * h + 8 * (k % 2) + q) * 64);
+    const __m512i qh = _mm512_load_si512(pb + kPackedQ6KQhOffset + (8 * h + q) * 64);
+    const __m512i low = _mm512_and_si512(k < 2 ? n : _mm512_srli_epi32(n, 4), _mm512_set1_epi8(0x0F));
+    const __m512i high = k == 0 ? _mm512_slli_epi32(qh, 4) : k == 1 ? _mm512_slli_epi32(qh, 2) : k == 2 ? qh : _mm512_srli_epi32(qh, 2);
+    return _mm512_ternarylogic_epi32(low, high, _mm512_set1_epi8(0x30), 0xF8);  // low | (high & 0x30)
+  }
+
+  template <int RN, int k>
+  static void sets(const uint8_t* pb, int64_t b, int h, const TokX* x, const __m512i* sc, __m512i* s) {
+#pragma GCC unroll 2
+    for (int qq = 0; qq < 2; ++qq) {  // scale group 8h + 2k + qq: values 128h + 32k + 16qq .. + 15
+      __m512i a[RN];
+      for (int j = 0; j < RN; ++j) a[j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
+        const __m512i v = values<k>(pb, h, q);
+        for (int j = 0; j < RN; ++j) {
+          a[j] = _mm512_dpbusd_epi32(a[j], v, _mm512_set1_epi32(load_i32(x[j].x[b].qs + 128 * h + 32 * k + 4 * q)));
+        }
+      }
+      for (int j = 0; j < RN; ++j) s[j] = _mm512_add_epi32(s[j], _mm512_mullo_epi32(a[j], sc[8 * h + 2 * k + qq]));
+    }
+  }
+
+  template <int RN>
+  static void group(const uint8_t* grp, int64_t nb, const TokX* x, float* const* y, __mmask16 live, bool prefetch) {
+    __m512 acc[RN];
+    for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* pb = grp + b * kBlockBytes;
+      __m512i sc[16], pairs[8];  // sc[g]: int32 scale of group g; pairs: int16 (sc_4i, sc_4i+2), (sc_4i+1, sc_4i+3)
+      for (int i = 0; i < 4; ++i) {
+        const __m512i v = _mm512_load_si512(pb + kPackedQ6KScalesOffset + 64 * i);
+        sc[4 * i] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24);
+        sc[4 * i + 1] = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24);
+        sc[4 * i + 2] = _mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24);
+        sc[4 * i + 3] = _mm512_srai_epi32(v, 24);
+        pairs[2 * i] = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
+        pairs[2 * i + 1] = _mm512_srai_epi16(v, 8);
+      }
+      __m512i s[RN];
+      for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
+      for (int h = 0; h < 2; ++h) {
+        if (prefetch) {
+          prefetch9(pb, 3 * h);
+          prefetch9(pb, 3 * h + 1);
+          prefetch9(pb, 3 * h + 2);
+        }
+        sets<RN, 0>(pb, b, h, x, sc, s);
+        sets<RN, 1>(pb, b, h, x, sc, s);
+        sets<RN, 2>(pb, b, h, x, sc, s);
+        sets<RN, 3>(pb, b, h, x, sc, s);
+      }
+      const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb + kPackedQ6KDOffset)));
+      for (int j = 0; j < RN; ++j) {
+        const int32_t* bs = x[j].bs + kAux * b;
+        __m512i off = _mm512_setzero_si512();  // scales . bsums: the -32 of every value
+        for (int i = 0; i < 8; ++i) off = _mm512_dpwssd_epi32(off, pairs[i], _mm512_set1_epi32(bs[i]));
+        acc[j] = finish_add(acc[j], dv, _mm512_set1_ps(x[j].x[b].d), _mm512_sub_epi32(s[j], _mm512_slli_epi32(off, 5)));
+      }
+    }
+    for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
+  }
+};
+
+template <class F>
+void gemm_packed(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  TS_CHECK(g.packed != nullptr && g.w_type == F::kType && g.packed->dtype() == F::kType && r0 % 16 == 0);
   const PackedWeights& p = *g.packed;
   const int64_t nb = g.cols / kQK_K, n = t1 - t0;
   thread_local std::vector<int32_t> bs;
-  bs.resize(static_cast<size_t>(n * nb * 4));
+  bs.resize(static_cast<size_t>(n * nb * F::kAux));
   for (int64_t j = 0; j < n; ++j) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int16_t* s = g.xk[(t0 + j) * nb + b].bsums;
-      int32_t* o = bs.data() + (j * nb + b) * 4;
-      auto sub = [&](int i) { return static_cast<uint32_t>(static_cast<uint16_t>(s[2 * i] + s[2 * i + 1])); };
-      o[0] = static_cast<int32_t>(sub(0) | sub(2) << 16);
-      o[1] = static_cast<int32_t>(sub(1) | sub(3) << 16);
-      o[2] = static_cast<int32_t>(sub(4) | sub(6) << 16);
-      o[3] = static_cast<int32_t>(sub(5) | sub(7) << 16);
-    }
+    for (int64_t b = 0; b < nb; ++b) F::aux(g.xk[(t0 + j) * nb + b], bs.data() + (j * nb + b) * F::kAux);
   }
-  auto tok = [&](int64_t j) { return TokX{g.xk + (t0 + j) * nb, bs.data() + j * nb * 4}; };
+  auto tok = [&](int64_t j) { return TokX{g.xk + (t0 + j) * nb, bs.data() + j * nb * F::kAux}; };
   TokX x[4];
   float* y[4];
   for (int64_t r = r0; r < r1; r += 16) {
     const uint8_t* grp = p.group(r / 16);
     const int64_t live_rows = std::min<int64_t>(16, std::min(r1, p.rows()) - r);
     const __mmask16 live = live_rows >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << live_rows) - 1u);
-    for (int64_t t = 0; t < n;) {
+    for (int64_t t = 0; t < n;) {  // 4 tokens at a time share each weight vector
       const int64_t m = std::min<int64_t>(4, n - t);
       for (int j = 0; j < m; ++j) {
         x[j] = tok(t + j);
@@ -163,14 +267,24 @@ void gemm_q4_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int6
       }
       const bool pf = t == 0;
       switch (m) {
-        case 4: group_tokens<4>(grp, nb, x, y, live, pf); break;
-        case 3: group_tokens<3>(grp, nb, x, y, live, pf); break;
-        case 2: group_tokens<2>(grp, nb, x, y, live, pf); break;
-        default: group_tokens<1>(grp, nb, x, y, live, pf); break;
+        case 4: F::template group<4>(grp, nb, x, y, live, pf); break;
+        case 3: F::template group<3>(grp, nb, x, y, live, pf); break;
+        case 2: F::template group<2>(grp, nb, x, y, live, pf); break;
+        default: F::template group<1>(grp, nb, x, y, live, pf); break;
       }
       t += m;
     }
   }
+}
+
+}  // namespace
+
+void gemm_q4_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  gemm_packed<Q4KPacked>(g, r0, r1, t0, t1);
+}
+
+void gemm_q6_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  gemm_packed<Q6KPacked>(g, r0, r1, t0, t1);
 }
 
 }  // namespace tessera::kernels::cpu

@@ -1,5 +1,5 @@
 // matmul over PackedWeights (packed_weights.h: the load-time 16-row interleaved copy of Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL weights; Q4_K's super-block layout on AVX-512) vs the scalar oracle on
+// Q4_1, Q5_0, Q5_1, IQ4_NL weights; Q4_K's and Q6_K's super-block layouts on AVX-512) vs the scalar oracle on
 // the unpacked weights: bit-identical for every shape, batch size and thread split (Q8_0: vs the unpacked AVX-512 path). Ragged shapes: rows not a multiple of 16 (the
 // last group's missing rows are padding), odd block counts (the last pair of blocks has a zero
 // partner), cols 32 .. 4096; tokens 1, 2, 3 (decode) and 5, 17 (batches); strided x and y, with
@@ -76,11 +76,15 @@ TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
   }
 }
 
-// Q4_K (kquant_packed.h, AVX-512 only): bit-identical to the scalar oracle too, rows not a
+// Q4_K and Q6_K (kquant_packed.h, AVX-512 only): bit-identical to the scalar oracle too, rows not a
 // multiple of 16, 1 .. 16 super-blocks per row, decode and batches (4-token steps and their tails).
 TEST(PackedMatmul, Q4_KBitIdenticalToTheScalarOracle) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   check_packed_matmul(DType::kQ4_K, Isa::kAvx512, kShapes256);
+}
+TEST(PackedMatmul, Q6_KBitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  check_packed_matmul(DType::kQ6_K, Isa::kAvx512, kShapes256);
 }
 
 INSTANTIATE_TEST_SUITE_P(Packable, PackedMatmul, ::testing::ValuesIn(kPackable),
@@ -118,6 +122,7 @@ void check_reads_the_packed_copy(DType t, int64_t cols) {
 
 TEST(PackedMatmul, ReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_0, 352); }
 TEST(PackedMatmul, Q4_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_K, 768); }
+TEST(PackedMatmul, Q6_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ6_K, 768); }
 
 // Q8_0 (qblock_packed_q8.h) has no bit-identity with the scalar oracle; packed, it is
 // bit-identical to the unpacked AVX-512 path: decode (1..3 tokens) in gemm_q8_0's order, batches
@@ -127,9 +132,6 @@ TEST(PackedMatmul, Q8_0BitIdenticalToTheUnpackedAvx512Path) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   const DType t = DType::kQ8_0;
   ThreadPool pool(3);
-  struct Shape {
-    int64_t rows, cols;
-  };
   for (const Shape s : {Shape{1, 32}, Shape{7, 96}, Shape{16, 576}, Shape{33, 352}, Shape{40, 1536}, Shape{257, 544}}) {
     const size_t rb = dtype_row_bytes(t, s.cols);
     const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 5 + static_cast<uint64_t>(s.rows * s.cols));
