@@ -1,8 +1,9 @@
-// AVX-512 VNNI matmul over packed Q4_K and Q6_K weights (kquant_packed.h). Q4_K: Every row of a 16-row group
-// is a lane. Per super-block and 64-value chunk c, the 8 stored vectors masked with 0x0F are
-// the rows' unsigned weight dwords of sub-block 2c, masked with 0xF0 those of sub-block 2c + 1
-// times 16; vpdpbusd with each token's activation dwords broadcast from memory sums each
-// sub-block's exact integer dot for 16 rows at once (|16 x dot| <= 16 * 32 * 15 * 127 < 2^23).
+// AVX-512 VNNI matmul over packed Q4_K and Q6_K weights (kquant_packed.h). Every row of a
+// 16-row group is a lane. Q4_K: per super-block and 64-value chunk c, the 8 stored vectors
+// masked with 0x0F are the rows' unsigned weight dwords of sub-block 2c, masked with 0xF0 those
+// of sub-block 2c + 1 times 16; vpdpbusd with each token's activation dwords broadcast from
+// memory sums each sub-block's exact integer dot for 16 rows at once (|16 x dot| <= 16 * 32 *
+// 15 * 127 < 2^20; S over the 8 sub-blocks < 2^28, in int32).
 // The 16 rows' 6-bit scales and mins are unpacked from their packed bytes as ggml does, on 16
 // rows' dwords at once; S = sum_j sc_j * dot_j (vpmulld; the odd sub-blocks' sum, all multiples
 // of 16, shifted back exactly), M = sum_j m_j * (bsums of sub-block j) (vpdpwssd on int16
