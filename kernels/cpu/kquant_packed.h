@@ -1,4 +1,4 @@
-// Private: the packed Q4_K and Q6_K layouts of PackedWeights (tessera/kernels/packed_weights.h),
+// Private: the packed Q4_K, Q5_K and Q6_K layouts of PackedWeights (tessera/kernels/packed_weights.h),
 // shared by the packer (packed_weights.cpp) and its AVX-512 VNNI kernels
 // (avx512/kquant_packed_avx512.cpp).
 //
@@ -55,6 +55,28 @@ inline void pack_q4_k_group(const uint8_t* src, size_t row_bytes, int n_rows, in
   }
 }
 
+// Q5_K: Q4_K's layout with the rows' qh (32 bytes) as 8 vectors [k][l] = bytes 4k .. 4k + 3 of
+// row l's qh between qs and scales: 2816 bytes = 16 x 176, the file's size.
+inline constexpr int kPackedQ5KQhOffset = kPackedQ4KQsBytes;                      // 8 x 64 bytes
+inline constexpr int kPackedQ5KScalesOffset = kPackedQ5KQhOffset + 512;           // 3 x 64 bytes
+inline constexpr int kPackedQ5KDOffset = kPackedQ5KScalesOffset + 192;            // 64 bytes
+inline constexpr int64_t kPackedQ5KBlockBytes = kPackedQ5KDOffset + 64;           // 2816
+inline void pack_q5_k_group(const uint8_t* src, size_t row_bytes, int n_rows, int64_t cols, uint8_t* dst) {
+  const int64_t nb = cols / kQK_K;
+  for (int l = 0; l < n_rows; ++l) {
+    const auto* row = reinterpret_cast<const BlockQ5_K*>(src + static_cast<size_t>(l) * row_bytes);
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ5_K& q = row[b];
+      uint8_t* pb = dst + b * kPackedQ5KBlockBytes;
+      for (int v = 0; v < 32; ++v) std::memcpy(pb + (v * 16 + l) * 4, q.qs + 4 * v, 4);
+      for (int k = 0; k < 8; ++k) std::memcpy(pb + kPackedQ5KQhOffset + (k * 16 + l) * 4, q.qh + 4 * k, 4);
+      for (int i = 0; i < 3; ++i) std::memcpy(pb + kPackedQ5KScalesOffset + (i * 16 + l) * 4, q.scales + 4 * i, 4);
+      std::memcpy(pb + kPackedQ5KDOffset + 2 * l, &q.d, 2);
+      std::memcpy(pb + kPackedQ5KDOffset + 32 + 2 * l, &q.dmin, 2);
+    }
+  }
+}
+
 inline constexpr int kPackedQ6KQhOffset = 2048;                                 // 16 x 64 bytes
 inline constexpr int kPackedQ6KScalesOffset = kPackedQ6KQhOffset + 1024;        // 4 x 64 bytes
 inline constexpr int kPackedQ6KDOffset = kPackedQ6KScalesOffset + 256;          // 64 bytes
@@ -80,19 +102,27 @@ inline void pack_q6_k_group(const uint8_t* src, size_t row_bytes, int n_rows, in
 // number of tokens; Q8_K activations in job.xk): every (row, token) result bit-identical to the
 // scalar oracle (dot_q4_k_q8_k: exact integers, then finish_q4_k's float operations in order).
 void gemm_q4_k_packed_avx512(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-// The same for Q6_K (dot_q6_k_q8_k, finish_q6_k).
+// The same for Q5_K (dot_q5_k_q8_k, finish_q5_k) and Q6_K (dot_q6_k_q8_k, finish_q6_k).
+void gemm_q5_k_packed_avx512(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
 void gemm_q6_k_packed_avx512(const QuantGemmJob& job, int64_t r0, int64_t r1, int64_t t0, int64_t t1);
-// The packed kernel of t (Q4_K, Q6_K), else null; and the bytes of one group of 16 rows.
+// The packed kernel of t (Q4_K, Q5_K, Q6_K), else null; and the bytes of one group of 16 rows.
 using PackedKquantFn = void (*)(const QuantGemmJob&, int64_t, int64_t, int64_t, int64_t);
 inline PackedKquantFn packed_kquant_kernel(DType t) {
-  return t == DType::kQ4_K ? gemm_q4_k_packed_avx512 : t == DType::kQ6_K ? gemm_q6_k_packed_avx512 : nullptr;
+  return t == DType::kQ4_K   ? gemm_q4_k_packed_avx512
+         : t == DType::kQ5_K ? gemm_q5_k_packed_avx512
+         : t == DType::kQ6_K ? gemm_q6_k_packed_avx512
+                             : nullptr;
 }
 inline int64_t packed_kquant_group_bytes(DType t, int64_t cols) {
-  return t == DType::kQ4_K ? packed_q4_k_group_bytes(cols) : packed_q6_k_group_bytes(cols);
+  return t == DType::kQ4_K   ? packed_q4_k_group_bytes(cols)
+         : t == DType::kQ5_K ? cols / kQK_K * kPackedQ5KBlockBytes
+                             : packed_q6_k_group_bytes(cols);
 }
 inline void pack_kquant_group(DType t, const uint8_t* src, size_t row_bytes, int n_rows, int64_t cols, uint8_t* dst) {
   if (t == DType::kQ4_K) {
     pack_q4_k_group(src, row_bytes, n_rows, cols, dst);
+  } else if (t == DType::kQ5_K) {
+    pack_q5_k_group(src, row_bytes, n_rows, cols, dst);
   } else {
     pack_q6_k_group(src, row_bytes, n_rows, cols, dst);
   }

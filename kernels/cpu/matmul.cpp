@@ -113,7 +113,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};
       cpu::quant_gemm_plan(&p.gjob, isa);
       p.quant_gemm = true;
-      // Packed Q4_K / Q6_K (kquant_packed.h) serve decode and, where the AMX tiles do not
+      // Packed Q4_K / Q5_K / Q6_K (kquant_packed.h) serve decode and, where the AMX tiles do not
       // apply, batches too (bit-identical to the tiles over the file layout).
       if (packed && isa == Isa::kAvx512 && cpu::packed_kquant_kernel(a.w_type) != nullptr &&
           !(a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled())) {

@@ -34,8 +34,8 @@ namespace {
 
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-// Bytes ahead of the super-block being read that the kernel prefetches into L1, its 36 lines
-// spread over its 4 chunks (9 before each). A 75 MB Q4_K matrix x 1 token (2048 columns, 1
+// Bytes ahead of the super-block being read that the kernel prefetches into L1, its lines
+// spread over its 4 chunks (Q4_K 9 before each, Q5_K 11; Q6_K 9 before each of 6 steps). A 75 MB Q4_K matrix x 1 token (2048 columns, 1
 // thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes, the read roofline
 // 42): no prefetch 21.4; into L2 2 / 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 /
 // 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 / 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 /
@@ -80,15 +80,22 @@ inline __m512 finish_sub(__m512 acc, __m512 d, __m512 dx, __m512i s) {
   return _mm512_sub_round_ps(acc, minus, kRound);
 }
 
-inline void prefetch9(const uint8_t* pb, int i) {
-  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * 9 * i;
-#pragma GCC unroll 9
-  for (int l = 0; l < 9; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+// Share i of a super-block's lines, kLines of them, kPrefetch bytes ahead.
+template <int kLines = 9>
+inline void prefetch_lines(const uint8_t* pb, int i) {
+  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * kLines * i;
+#pragma GCC unroll 11
+  for (int l = 0; l < kLines; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 }
 
-struct Q4KPacked {
-  static constexpr DType kType = DType::kQ4_K;
-  static constexpr int64_t kBlockBytes = kPackedQ4KBlockBytes;
+// Q4_K, or with kFifth Q5_K (the qh fifth bits or'ed in at 0x10; its high nibbles shifted down
+// rather than masked in place, so no factor 16).
+template <bool kFifth>
+struct Q45KPacked {
+  static constexpr DType kType = kFifth ? DType::kQ5_K : DType::kQ4_K;
+  static constexpr int64_t kBlockBytes = kFifth ? kPackedQ5KBlockBytes : kPackedQ4KBlockBytes;
+  static constexpr int kScales = kFifth ? kPackedQ5KScalesOffset : kPackedQ4KScalesOffset;
+  static constexpr int kD = kFifth ? kPackedQ5KDOffset : kPackedQ4KDOffset;
   // The sub-block sums bs_j as int16 pairs (bs_0, bs_2), (bs_1, bs_3), (bs_4, bs_6), (bs_5, bs_7).
   static constexpr int kAux = 4;
   static void aux(const BlockQ8_K& x, int32_t* o) {
@@ -112,26 +119,37 @@ struct Q4KPacked {
       const uint8_t* pb = grp + b * kBlockBytes;
       // q4k_scale_min on 16 rows: bytes j of sc03 / mn03 = sc_j / m_j (j < 4), of sc47 / mn47
       // = sc_{4 + j} / m_{4 + j}.
-      const __m512i u0 = _mm512_load_si512(pb + kPackedQ4KScalesOffset);
-      const __m512i u1 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 64);
-      const __m512i u2 = _mm512_load_si512(pb + kPackedQ4KScalesOffset + 128);
+      const __m512i u0 = _mm512_load_si512(pb + kScales);
+      const __m512i u1 = _mm512_load_si512(pb + kScales + 64);
+      const __m512i u2 = _mm512_load_si512(pb + kScales + 128);
       const __m512i sc03 = _mm512_and_si512(u0, k1), mn03 = _mm512_and_si512(u1, k1);
       const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(u2, k2), _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), k3), 4));
       const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), k2),
                                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), k3), 4));
       const __m512i sc[8] = {byte_of<0>(sc03), byte_of<1>(sc03), byte_of<2>(sc03), byte_of<3>(sc03),
                              byte_of<0>(sc47), byte_of<1>(sc47), byte_of<2>(sc47), byte_of<3>(sc47)};
-      __m512i s_lo[RN], s_hi[RN];  // sum over the even sub-blocks of sc * dot; over the odd, of sc * 16 dot
+      __m512i s_lo[RN], s_hi[RN];  // sum over the even sub-blocks of sc * dot; over the odd, of sc * 16 dot (Q5_K: dot)
       for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        if (prefetch) prefetch9(pb, c);
+        if (prefetch) prefetch_lines<kBlockBytes / 64 / 4>(pb, c);  // Q4_K 36 lines, Q5_K 44
         __m512i lo[RN], hi[RN];
         for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
           const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
-          const __m512i wl = _mm512_and_si512(w, lo4), wh = _mm512_and_si512(w, hi4);
+          __m512i wl, wh;
+          if constexpr (kFifth) {  // bits 2c (low nibbles) and 2c + 1 (high) of qh vector k, to 0x10
+            const __m512i qh = _mm512_load_si512(pb + kPackedQ5KQhOffset + 64 * k);
+            const __m512i bl = c == 0 ? _mm512_slli_epi32(qh, 4) : c == 1 ? _mm512_slli_epi32(qh, 2) : c == 2 ? qh : _mm512_srli_epi32(qh, 2);
+            const __m512i bh = c == 0 ? _mm512_slli_epi32(qh, 3) : c == 1 ? _mm512_slli_epi32(qh, 1) : c == 2 ? _mm512_srli_epi32(qh, 1) : _mm512_srli_epi32(qh, 3);
+            const __m512i bit = _mm512_set1_epi8(0x10);
+            wl = _mm512_ternarylogic_epi32(_mm512_and_si512(w, lo4), bl, bit, 0xF8);  // a | (b & c)
+            wh = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(w, 4), lo4), bh, bit, 0xF8);
+          } else {
+            wl = _mm512_and_si512(w, lo4);
+            wh = _mm512_and_si512(w, hi4);
+          }
           for (int j = 0; j < RN; ++j) {
             const int8_t* xq = x[j].x[b].qs + 64 * c + 4 * k;
             lo[j] = _mm512_dpbusd_epi32(lo[j], wl, _mm512_set1_epi32(load_i32(xq)));
@@ -147,14 +165,14 @@ struct Q4KPacked {
       // token's sub-block sums in the same pairs.
       const __m512i mp[4] = {_mm512_and_si512(mn03, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn03, 8), low_bytes),
                              _mm512_and_si512(mn47, low_bytes), _mm512_and_si512(_mm512_srli_epi32(mn47, 8), low_bytes)};
-      const __m512i dd = _mm512_load_si512(pb + kPackedQ4KDOffset);
+      const __m512i dd = _mm512_load_si512(pb + kD);
       const __m512 dv = _mm512_cvtph_ps(_mm512_castsi512_si256(dd));
       const __m512 mv = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dd, 1));
       for (int j = 0; j < RN; ++j) {
         const int32_t* bs = x[j].bs + kAux * b;
         __m512i m = _mm512_setzero_si512();
         for (int i = 0; i < 4; ++i) m = _mm512_dpwssd_epi32(m, mp[i], _mm512_set1_epi32(bs[i]));
-        const __m512i s = _mm512_add_epi32(s_lo[j], _mm512_srai_epi32(s_hi[j], 4));
+        const __m512i s = _mm512_add_epi32(s_lo[j], kFifth ? s_hi[j] : _mm512_srai_epi32(s_hi[j], 4));
         const __m512 dx = _mm512_set1_ps(x[j].x[b].d);
         acc[j] = finish_sub(finish_add(acc[j], dv, dx, s), mv, dx, m);
       }
@@ -222,9 +240,9 @@ struct Q6KPacked {
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
       for (int h = 0; h < 2; ++h) {
         if (prefetch) {
-          prefetch9(pb, 3 * h);
-          prefetch9(pb, 3 * h + 1);
-          prefetch9(pb, 3 * h + 2);
+          prefetch_lines(pb, 3 * h);  // 54 >= its 53 lines
+          prefetch_lines(pb, 3 * h + 1);
+          prefetch_lines(pb, 3 * h + 2);
         }
         sets<RN, 0>(pb, b, h, x, sc, s);
         sets<RN, 1>(pb, b, h, x, sc, s);
@@ -281,7 +299,11 @@ void gemm_packed(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int6
 }  // namespace
 
 void gemm_q4_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
-  gemm_packed<Q4KPacked>(g, r0, r1, t0, t1);
+  gemm_packed<Q45KPacked<false>>(g, r0, r1, t0, t1);
+}
+
+void gemm_q5_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  gemm_packed<Q45KPacked<true>>(g, r0, r1, t0, t1);
 }
 
 void gemm_q6_k_packed_avx512(const QuantGemmJob& g, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {

@@ -1,5 +1,5 @@
 // matmul over PackedWeights (packed_weights.h: the load-time 16-row interleaved copy of Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL weights; Q4_K's and Q6_K's super-block layouts on AVX-512) vs the scalar oracle on
+// Q4_1, Q5_0, Q5_1, IQ4_NL weights; Q4_K's, Q5_K's and Q6_K's super-block layouts on AVX-512) vs the scalar oracle on
 // the unpacked weights: bit-identical for every shape, batch size and thread split (Q8_0: vs the unpacked AVX-512 path). Ragged shapes: rows not a multiple of 16 (the
 // last group's missing rows are padding), odd block counts (the last pair of blocks has a zero
 // partner), cols 32 .. 4096; tokens 1, 2, 3 (decode) and 5, 17 (batches); strided x and y, with
@@ -76,11 +76,15 @@ TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
   }
 }
 
-// Q4_K and Q6_K (kquant_packed.h, AVX-512 only): bit-identical to the scalar oracle too, rows not a
+// Q4_K, Q5_K and Q6_K (kquant_packed.h, AVX-512 only): bit-identical to the scalar oracle too, rows not a
 // multiple of 16, 1 .. 16 super-blocks per row, decode and batches (4-token steps and their tails).
 TEST(PackedMatmul, Q4_KBitIdenticalToTheScalarOracle) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   check_packed_matmul(DType::kQ4_K, Isa::kAvx512, kShapes256);
+}
+TEST(PackedMatmul, Q5_KBitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  check_packed_matmul(DType::kQ5_K, Isa::kAvx512, kShapes256);
 }
 TEST(PackedMatmul, Q6_KBitIdenticalToTheScalarOracle) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
@@ -122,6 +126,7 @@ void check_reads_the_packed_copy(DType t, int64_t cols) {
 
 TEST(PackedMatmul, ReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_0, 352); }
 TEST(PackedMatmul, Q4_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_K, 768); }
+TEST(PackedMatmul, Q5_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ5_K, 768); }
 TEST(PackedMatmul, Q6_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ6_K, 768); }
 
 // Q8_0 (qblock_packed_q8.h) has no bit-identity with the scalar oracle; packed, it is

@@ -1,7 +1,7 @@
 // The load-time weight repack (EngineOptions::weight_repack, kernels/packed_weights.h) changes
 // nothing but speed: on mmap'ed GGUF files of every packable type (`model synth --like
 // smollm2-135m-reduced`, tied embedding), a greedy generation with repack on and off gives the
-// same tokens and bit-identical log-probabilities (Q4_K_M too, and mixtures of experts, whose
+// same tokens and bit-identical log-probabilities (Q4_K_M and Q5_K_M too, and mixtures of experts, whose
 // experts are packed one by one), prefill (a batched matmul) and decode
 // (GEMV) alike, and so does a second engine over the same Model after the first dropped the
 // original weights' file pages.
@@ -63,7 +63,7 @@ class WeightRepack : public ::testing::TestWithParam<std::string> {};
 TEST_P(WeightRepack, OnAndOffGenerateIdentically) { check_on_and_off("smollm2-135m-reduced", GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(PackableTypes, WeightRepack,
-                         ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0", "q4_k_m"));
+                         ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0", "q4_k_m", "q5_k_m"));
 
 // A mixture of experts: each routed expert's matrices and the shared expert's are packed too.
 TEST(WeightRepack, MoeOnAndOffGenerateIdentically) {
