@@ -56,7 +56,7 @@ PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols
   if (!packed_matmul_supports(t, isa) || rows <= 0) return p;
   TS_CHECK_EQ(cols % dtype_block_size(t), 0);
   const bool q8 = t == DType::kQ8_0;  // its own layout: qblock_packed_q8.h
-  const bool kq = cpu::packed_kquant_kernel(t) != nullptr;  // Q4_K / Q6_K: kquant_packed.h
+  const bool kq = cpu::packed_kquant_kernel(t) != nullptr;  // Q4_K / Q5_K / Q6_K: kquant_packed.h
   const cpu::PackedFormat f = cpu::packed_format(t);
   const BlockOffsets o = q8 || kq ? BlockOffsets{} : block_offsets(t);
   const int64_t nb = cols / 32, pair = cpu::packed_pair_bytes(f);
