@@ -255,7 +255,7 @@ void declare_options(config::Options& t, Options& o) {
                             .help = "latent cache: rows of one sequence in a step from which attention runs on per-head K/V "
                                     "expanded from the latent (0 = the engine's default; a large value = always absorbed)",
                             .min = 0, .max = 1 << 30});
-  t.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels) and Q8_0 (AVX-512) matmul weights at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
+  t.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels), Q8_0, Q4_K, Q5_K and Q6_K (AVX-512) matmul weights, MoE experts included, at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
         o.weight_repack ? "on" : "off", [&o](const std::string& v) { o.weight_repack = v == "on"; });
   t.add({.name = "isa", .help = "force a kernel path (auto = the best this CPU runs)",
          .choices = {"auto", "scalar", "avx2", "avx512"}},

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "isa_table.h"
+#include "kquant_packed.h"
 #include "qblock_gemv.h"
 #include "qblock_packed.h"
 #include "qblock_packed_q8.h"
@@ -112,6 +113,14 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
                 .n = a.n, .y = a.y, .y_stride = a.y_stride};
       cpu::quant_gemm_plan(&p.gjob, isa);
       p.quant_gemm = true;
+      // Packed Q4_K / Q5_K / Q6_K (kquant_packed.h) serve decode and, where the AMX tiles do not
+      // apply, batches too (bit-identical to the tiles over the file layout).
+      if (packed && isa == Isa::kAvx512 && cpu::packed_kquant_kernel(a.w_type) != nullptr &&
+          !(a.n >= cpu::kQBlockAmxMinN && amx_tiles_enabled())) {
+        TS_CHECK(pw->rows() == a.rows && pw->cols() == a.cols) << "matmul: packed weights of another shape";
+        p.gjob.packed = pw;
+        p.gjob.tiles = cpu::packed_kquant_kernel(a.w_type);
+      }
     } else if (a.w_type != DType::kQ8_0 && !qblock_tiles && !packed_avx2) {
       p.fjob = {.w = w, .w_row_bytes = row_bytes, .cols = a.cols, .x = a.x, .x_stride = a.x_stride, .y = a.y,
                 .y_stride = a.y_stride};

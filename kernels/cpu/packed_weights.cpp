@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kquant_packed.h"
 #include "qblock_packed.h"
 #include "qblock_packed_q8.h"
 #include "tessera/common/check.h"
@@ -46,19 +47,22 @@ void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool packed_matmul_supports(DType t, Isa isa) {
   if (!isa_supported(isa)) return false;
-  if (isa == Isa::kAvx512) return cpu::packed_format(t).ok || t == DType::kQ8_0;
+  if (isa == Isa::kAvx512) return cpu::packed_format(t).ok || t == DType::kQ8_0 || cpu::packed_kquant_kernel(t) != nullptr;
   return isa == Isa::kAvx2 && cpu::packed_format(t).ok;  // no AVX2 kernel over packed Q8_0
 }
 
 PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols, Isa isa) {
   PackedWeights p;
   if (!packed_matmul_supports(t, isa) || rows <= 0) return p;
-  TS_CHECK_EQ(cols % 32, 0);
+  TS_CHECK_EQ(cols % dtype_block_size(t), 0);
   const bool q8 = t == DType::kQ8_0;  // its own layout: qblock_packed_q8.h
+  const bool kq = cpu::packed_kquant_kernel(t) != nullptr;  // Q4_K / Q5_K / Q6_K: kquant_packed.h
   const cpu::PackedFormat f = cpu::packed_format(t);
-  const BlockOffsets o = q8 ? BlockOffsets{} : block_offsets(t);
+  const BlockOffsets o = q8 || kq ? BlockOffsets{} : block_offsets(t);
   const int64_t nb = cols / 32, pair = cpu::packed_pair_bytes(f);
-  const int64_t group = q8 ? cpu::packed_q8_group_bytes(cols) : cpu::packed_group_bytes(f, cols);
+  const int64_t group = q8    ? cpu::packed_q8_group_bytes(cols)
+                        : kq  ? cpu::packed_kquant_group_bytes(t, cols)
+                              : cpu::packed_group_bytes(f, cols);
   const int64_t groups = (rows + 15) / 16;
   const size_t total = static_cast<size_t>(groups * group);
   // Large copies on 2 MiB boundaries and transparent huge pages (advisory): a decode step
@@ -82,9 +86,14 @@ PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols
   const auto* src = static_cast<const uint8_t*>(w);
   for (int64_t g = 0; g < groups; ++g) {
     uint8_t* dst = buf + g * group;
-    if (q8) {
+    if (q8 || kq) {
       const int n_rows = static_cast<int>(std::min<int64_t>(16, rows - g * 16));
-      cpu::pack_q8_0_group(src + static_cast<size_t>(g * 16) * row_bytes, row_bytes, n_rows, cols, dst);
+      const uint8_t* rows16 = src + static_cast<size_t>(g * 16) * row_bytes;
+      if (q8) {
+        cpu::pack_q8_0_group(rows16, row_bytes, n_rows, cols, dst);
+      } else {
+        cpu::pack_kquant_group(t, rows16, row_bytes, n_rows, cols, dst);
+      }
       continue;
     }
     for (int l = 0; l < 16 && g * 16 + l < rows; ++l) {

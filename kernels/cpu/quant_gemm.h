@@ -30,6 +30,7 @@
 #include "tessera/kernels/isa.h"
 
 namespace tessera::kernels {
+class PackedWeights;
 class ThreadPool;
 }
 
@@ -71,6 +72,9 @@ struct QuantGemmJob {
   QuantDot4Fn dot_q4 = nullptr;                                // integer path, 4 rows (or null)
   QuantTileFn tiles = nullptr;                                 // register-tiled path (or null)
   void (*quantize_k)(const float*, BlockQ8_K*, int64_t) = nullptr;  // Q8_K quantizer (null: scalar)
+  // Set (with tiles = its kernel, e.g. gemm_q4_k_packed_avx512): the weights' packed copy
+  // (kquant_packed.h), w unused.
+  const PackedWeights* packed = nullptr;
 };
 
 // Fills the path fields of job (act, dot_q, dot_q4) for the ISA.

@@ -53,7 +53,7 @@ void declare_options(config::Options& o, Args& a) {
          .choices = {"auto", "scalar", "avx2", "avx512"}},
         a.isa ? kernels::isa_name(*a.isa) : "auto",
         [&a](const std::string& v) { a.isa = v == "auto" ? std::nullopt : kernels::parse_isa(v); });
-  o.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels) and Q8_0 (AVX-512) matmul weights at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
+  o.add({.name = "weight-repack", .help = "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels), Q8_0, Q4_K, Q5_K and Q6_K (AVX-512) matmul weights, MoE experts included, at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)", .choices = {"on", "off"}},
         a.weight_repack ? "on" : "off", [&a](const std::string& v) { a.weight_repack = v == "on"; });
   o.add(a.json, {.name = "json", .help = "print one JSON object: text, token ids, logprobs, timings"});
 }

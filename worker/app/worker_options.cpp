@@ -80,7 +80,7 @@ void declare_options(config::Options& o, WorkerOptions& c) {
                                      .env = "TESSERA_MAX_BATCH_TOKENS", .min = 1, .max = 1 << 20});
   o.add(c.backend_options.threads, {.name = "threads", .help = "compute threads (0 = all cores)",
                            .env = "TESSERA_WORKER_THREADS", .min = 0, .max = 1024});
-  o.add({.name = "weight-repack", .help = "cpu: " "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels) and Q8_0 (AVX-512) matmul weights at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)",
+  o.add({.name = "weight-repack", .help = "cpu: " "repack Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL (AVX-512 and AVX2 kernels), Q8_0, Q4_K, Q5_K and Q6_K (AVX-512) matmul weights, MoE experts included, at load into 16-row interleaved blocks (same bytes; the mmap'ed originals' pages are dropped unless AMX reads them); off = compute from the file's layout (docs/models.md)",
          .env = "TESSERA_WORKER_WEIGHT_REPACK", .choices = {"on", "off"}},
         c.backend_options.weight_repack ? "on" : "off",
         [&c](const std::string& v) { c.backend_options.weight_repack = v == "on"; });

@@ -1,12 +1,13 @@
 // matmul over PackedWeights (packed_weights.h: the load-time 16-row interleaved copy of Q4_0,
-// Q4_1, Q5_0, Q5_1, IQ4_NL weights) vs the scalar oracle on the unpacked weights: bit-identical
-// for every shape, batch size and thread split (Q8_0: vs the unpacked AVX-512 path). Ragged shapes: rows not a multiple of 16 (the
+// Q4_1, Q5_0, Q5_1, IQ4_NL weights; Q4_K's, Q5_K's and Q6_K's super-block layouts on AVX-512) vs the scalar oracle on
+// the unpacked weights: bit-identical for every shape, batch size and thread split (Q8_0: vs the unpacked AVX-512 path). Ragged shapes: rows not a multiple of 16 (the
 // last group's missing rows are padding), odd block counts (the last pair of blocks has a zero
 // partner), cols 32 .. 4096; tokens 1, 2, 3 (decode) and 5, 17 (batches); strided x and y, with
 // y's padding left alone. On the AVX-512 kernel and on the AVX2 one, each where the CPU (and
 // TESSERA_ISA) allows.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,14 +25,17 @@ using testing::random_floats;
 
 const DType kPackable[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL};
 
-void check_packed_matmul(DType t, Isa isa) {
+struct Shape {
+  int64_t rows, cols;
+};
+const Shape kShapes32[] = {{1, 32}, {7, 96}, {16, 576}, {33, 352}, {40, 4096}, {257, 544}, {64, 288}};
+// The K-quants: super-blocks of 256 columns.
+const Shape kShapes256[] = {{1, 256}, {7, 512}, {16, 768}, {33, 256}, {40, 4096}, {257, 1536}, {64, 2048}};
+
+void check_packed_matmul(DType t, Isa isa, std::span<const Shape> shapes) {
   SCOPED_TRACE(isa_name(isa));
   ThreadPool pool(3);
-  struct Shape {
-    int64_t rows, cols;
-  };
-  for (const Shape s : {Shape{1, 32}, Shape{7, 96}, Shape{16, 576}, Shape{33, 352}, Shape{40, 4096}, Shape{257, 544},
-                        Shape{64, 288}}) {
+  for (const Shape s : shapes) {
     const size_t rb = dtype_row_bytes(t, s.cols);
     const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 3 + static_cast<uint64_t>(s.rows * s.cols));
     std::vector<uint8_t> w(rb * static_cast<size_t>(s.rows));
@@ -68,8 +72,23 @@ class PackedMatmul : public ::testing::TestWithParam<DType> {};
 TEST_P(PackedMatmul, BitIdenticalToTheScalarOracle) {
   if (!isa_supported(Isa::kAvx2)) GTEST_SKIP() << "no AVX2 here (or TESSERA_ISA caps it)";
   for (const Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
-    if (isa_supported(isa)) check_packed_matmul(GetParam(), isa);
+    if (isa_supported(isa)) check_packed_matmul(GetParam(), isa, kShapes32);
   }
+}
+
+// Q4_K, Q5_K and Q6_K (kquant_packed.h, AVX-512 only): bit-identical to the scalar oracle too, rows not a
+// multiple of 16, 1 .. 16 super-blocks per row, decode and batches (4-token steps and their tails).
+TEST(PackedMatmul, Q4_KBitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  check_packed_matmul(DType::kQ4_K, Isa::kAvx512, kShapes256);
+}
+TEST(PackedMatmul, Q5_KBitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  check_packed_matmul(DType::kQ5_K, Isa::kAvx512, kShapes256);
+}
+TEST(PackedMatmul, Q6_KBitIdenticalToTheScalarOracle) {
+  if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
+  check_packed_matmul(DType::kQ6_K, Isa::kAvx512, kShapes256);
 }
 
 INSTANTIATE_TEST_SUITE_P(Packable, PackedMatmul, ::testing::ValuesIn(kPackable),
@@ -77,9 +96,8 @@ INSTANTIATE_TEST_SUITE_P(Packable, PackedMatmul, ::testing::ValuesIn(kPackable),
 
 // With w_packed the kernel reads the packed copy only: packed from other weights, the result is
 // theirs (so the test above did run the packed path).
-TEST(PackedMatmul, ReadsThePackedCopy) {
-  const DType t = DType::kQ4_0;
-  const int64_t rows = 33, cols = 352, n = 2;
+void check_reads_the_packed_copy(DType t, int64_t cols) {
+  const int64_t rows = 33, n = 2;
   const size_t rb = dtype_row_bytes(t, cols);
   std::vector<uint8_t> w1(rb * rows), w2(rb * rows);
   const auto f1 = random_floats(static_cast<size_t>(rows * cols), 1), f2 = random_floats(static_cast<size_t>(rows * cols), 2);
@@ -94,17 +112,22 @@ TEST(PackedMatmul, ReadsThePackedCopy) {
          nullptr, Isa::kScalar);
   int ran = 0;
   for (const Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
-    if (!isa_supported(isa)) continue;
+    if (!packed_matmul_supports(t, isa)) continue;
     const PackedWeights p2 = pack_for_matmul(t, w2.data(), rows, cols, isa);
     std::vector<float> got(want.size());
     matmul({.w_type = t, .w = w1.data(), .rows = rows, .cols = cols, .x = x.data(), .x_stride = cols, .n = n, .y = got.data(),
             .y_stride = rows, .w_packed = &p2},
            nullptr, isa);
-    EXPECT_EQ(got, want) << isa_name(isa);
+    EXPECT_EQ(got, want) << dtype_name(t) << " " << isa_name(isa);
     ++ran;
   }
-  if (ran == 0) GTEST_SKIP() << "no AVX2 here (or TESSERA_ISA caps it)";
+  if (ran == 0) GTEST_SKIP() << "no packed path here (or TESSERA_ISA caps it)";
 }
+
+TEST(PackedMatmul, ReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_0, 352); }
+TEST(PackedMatmul, Q4_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ4_K, 768); }
+TEST(PackedMatmul, Q5_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ5_K, 768); }
+TEST(PackedMatmul, Q6_KReadsThePackedCopy) { check_reads_the_packed_copy(DType::kQ6_K, 768); }
 
 // Q8_0 (qblock_packed_q8.h) has no bit-identity with the scalar oracle; packed, it is
 // bit-identical to the unpacked AVX-512 path: decode (1..3 tokens) in gemm_q8_0's order, batches
@@ -114,9 +137,6 @@ TEST(PackedMatmul, Q8_0BitIdenticalToTheUnpackedAvx512Path) {
   if (!isa_supported(Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 VNNI here (or TESSERA_ISA caps it)";
   const DType t = DType::kQ8_0;
   ThreadPool pool(3);
-  struct Shape {
-    int64_t rows, cols;
-  };
   for (const Shape s : {Shape{1, 32}, Shape{7, 96}, Shape{16, 576}, Shape{33, 352}, Shape{40, 1536}, Shape{257, 544}}) {
     const size_t rb = dtype_row_bytes(t, s.cols);
     const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 5 + static_cast<uint64_t>(s.rows * s.cols));
@@ -175,7 +195,8 @@ TEST(PackedMatmul, Q8_0ReadsThePackedCopy) {
 TEST(PackedMatmul, OtherTypesAndIsasGiveNothingToPack) {
   const std::vector<uint8_t> w(dtype_row_bytes(DType::kQ8_0, 64) * 4);
   EXPECT_TRUE(pack_for_matmul(DType::kQ8_0, w.data(), 4, 64, Isa::kAvx2).empty());
-  EXPECT_TRUE(pack_for_matmul(DType::kQ4_K, w.data(), 1, 256, Isa::kAvx512).empty());
+  EXPECT_TRUE(pack_for_matmul(DType::kQ3_K, w.data(), 1, 256, Isa::kAvx512).empty());
+  EXPECT_TRUE(pack_for_matmul(DType::kQ4_K, w.data(), 1, 256, Isa::kAvx2).empty());
   EXPECT_TRUE(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kScalar).empty());
   EXPECT_EQ(pack_for_matmul(DType::kQ4_0, w.data(), 4, 64, Isa::kAvx2).empty(), !isa_supported(Isa::kAvx2));
   EXPECT_FALSE(packed_matmul_supports(DType::kF32, Isa::kAvx512));

@@ -1,7 +1,8 @@
 // The load-time weight repack (EngineOptions::weight_repack, kernels/packed_weights.h) changes
 // nothing but speed: on mmap'ed GGUF files of every packable type (`model synth --like
 // smollm2-135m-reduced`, tied embedding), a greedy generation with repack on and off gives the
-// same tokens and bit-identical log-probabilities, prefill (a batched matmul) and decode
+// same tokens and bit-identical log-probabilities (Q4_K_M and Q5_K_M too, and mixtures of experts, whose
+// experts are packed one by one), prefill (a batched matmul) and decode
 // (GEMV) alike, and so does a second engine over the same Model after the first dropped the
 // original weights' file pages.
 #include <gtest/gtest.h>
@@ -41,13 +42,10 @@ Generated generate_with(const Model& model, bool repack) {
   return {out->tokens, out->logprobs};
 }
 
-class WeightRepack : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(WeightRepack, OnAndOffGenerateIdentically) {
-  const std::string dtype = GetParam();
+void check_on_and_off(const std::string& like, const std::string& dtype) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tessera_repack_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  const auto model = synth_and_load("smollm2-135m-reduced", dtype, dir.string());
+  const auto model = synth_and_load(like, dtype, dir.string());
   std::filesystem::remove_all(dir);
   ASSERT_NE(model, nullptr);
   const Generated on = generate_with(*model, true);
@@ -60,7 +58,18 @@ TEST_P(WeightRepack, OnAndOffGenerateIdentically) {
   EXPECT_EQ(on_again.logprobs, off.logprobs) << dtype;
 }
 
-INSTANTIATE_TEST_SUITE_P(PackableTypes, WeightRepack, ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0"));
+class WeightRepack : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WeightRepack, OnAndOffGenerateIdentically) { check_on_and_off("smollm2-135m-reduced", GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(PackableTypes, WeightRepack,
+                         ::testing::Values("q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q8_0", "q4_k_m", "q5_k_m"));
+
+// A mixture of experts: each routed expert's matrices and the shared expert's are packed too.
+TEST(WeightRepack, MoeOnAndOffGenerateIdentically) {
+  check_on_and_off("qwen2-moe-a2.7b-reduced", "q4_k_m");
+  check_on_and_off("mixtral-8x7b-reduced", "q4_0");
+}
 
 }  // namespace
 }  // namespace tessera::worker

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,7 +111,8 @@ class CpuBackend final : public Backend {
   // of V2-Lite); longer contexts take the absorbed form.
   static constexpr int64_t kMlaExpandMaxBytes = int64_t{512} << 20;
   // Load-time weight repack (repack.cpp): a packed copy (kernels/packed_weights.h) of every
-  // dense matmul weight (attention, dense MLP, output) whose type and kernel path have one;
+  // matmul weight (attention, dense MLP, each routed expert's and the shared expert's
+  // matrices, output) whose type and kernel path have one;
   // without AMX the file pages of the originals are dropped (madvise) so the resident set does
   // not double (a tied embedding's rows are read back from the file as they are looked up); with
   // AMX prefill batches read the originals, so they stay.
@@ -267,8 +269,10 @@ void accumulate_key_mass(const KeyMassArgs& args);
 // one matmul over all of its rows, so a batched step reads each expert's weights once. The
 // matmuls of all active experts go into one parallel region (threads split across experts and
 // row chunks). The sum over a token's choices runs in choice order (llama.cpp's order).
+// packed(t): matrix t's load-time packed copy (CpuBackend::packed_for: each expert's own), or null.
 void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64_t T, float* out, MoeScratch& s,
-             kernels::ThreadPool* tp, kernels::Isa isa);
+             kernels::ThreadPool* tp, kernels::Isa isa,
+             const std::function<const kernels::PackedWeights*(const Tensor&)>& packed);
 
 // The RoPE table of the latent attention's rope part ([n, rope_dim]: cos, sin per adjacent
 // pair), with llama.cpp's YaRN when config.rope_yarn (ggml's rope_yarn: ramp between the

@@ -89,7 +89,8 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
     kernels::rmsnorm(xt, dim, w.ffn_norm.f32(), xn + t * dim, dim, 1, dim, c.rms_eps);
   });
   if (c.layer_is_moe(layer)) {  // the routed experts' placement (pool, kernel path) applies to the whole MoE MLP
-    moe_ffn(c, w, xn, T, o, moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps));
+    moe_ffn(c, w, xn, T, o, moe, pool_for(w.ffn_gate_exps), isa_for(w.ffn_gate_exps),
+            [this](const Tensor& m) { return packed_for(m); });
   } else {
     const kernels::MatmulArgs gate_up[2] = {matmul_args(w.w_gate, xn, dim, gate, hidden, T, packed_for(w.w_gate)),
                                             matmul_args(w.w_up, xn, dim, up, hidden, T, packed_for(w.w_up))};

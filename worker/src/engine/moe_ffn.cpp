@@ -37,7 +37,8 @@ void round_like_mul_mat_id(DType w, float* x, int64_t n) {
 }  // namespace
 
 void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64_t T, float* out, MoeScratch& s,
-             kernels::ThreadPool* tp, kernels::Isa isa) {
+             kernels::ThreadPool* tp, kernels::Isa isa,
+             const std::function<const kernels::PackedWeights*(const Tensor&)>& packed) {
   const int64_t dim = c.dim, E = c.n_experts, K = c.n_experts_used, ff = c.expert_hidden_dim;
   const int64_t sh = c.shared_expert_hidden_dim, pairs = T * K;
   float* logits = grow(s.logits, static_cast<size_t>(T * E));
@@ -61,8 +62,8 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   list.clear();
   list.push_back(matmul_args(w.ffn_gate_inp, xn, dim, logits, E, T));
   if (sh > 0) {
-    list.push_back(matmul_args(w.ffn_gate_shexp, xn, dim, sh_gate, sh, T));
-    list.push_back(matmul_args(w.ffn_up_shexp, xn, dim, sh_up, sh, T));
+    list.push_back(matmul_args(w.ffn_gate_shexp, xn, dim, sh_gate, sh, T, packed(w.ffn_gate_shexp)));
+    list.push_back(matmul_args(w.ffn_up_shexp, xn, dim, sh_up, sh, T, packed(w.ffn_up_shexp)));
     if (sh_gated) list.push_back(matmul_args(w.ffn_gate_inp_shexp, xn, dim, sh_logit, 1, T));
   }
   kernels::matmul_batch(list, tp, isa);
@@ -93,8 +94,9 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
-    list.push_back(matmul_args(expert_matrix(w.ffn_gate_exps, E, e), xg + r0 * dim, dim, gate + r0 * ff, ff, n));
-    list.push_back(matmul_args(expert_matrix(w.ffn_up_exps, E, e), xg + r0 * dim, dim, up + r0 * ff, ff, n));
+    const Tensor eg = expert_matrix(w.ffn_gate_exps, E, e), eu = expert_matrix(w.ffn_up_exps, E, e);
+    list.push_back(matmul_args(eg, xg + r0 * dim, dim, gate + r0 * ff, ff, n, packed(eg)));
+    list.push_back(matmul_args(eu, xg + r0 * dim, dim, up + r0 * ff, ff, n, packed(eu)));
   }
   kernels::matmul_batch(list, tp, isa);
   swiglu(gate, up, pairs, ff, tp, isa);
@@ -104,11 +106,12 @@ void moe_ffn(const ModelConfig& c, const LayerWeights& w, const float* xn, int64
   // 4. Down projections (experts and the shared one) in one region; the shared one, the
   // largest (every token), first, so that its tasks are not the last ones handed out.
   list.clear();
-  if (sh > 0) list.push_back(matmul_args(w.ffn_down_shexp, sh_gate, sh, sh_down, dim, T));
+  if (sh > 0) list.push_back(matmul_args(w.ffn_down_shexp, sh_gate, sh, sh_down, dim, T, packed(w.ffn_down_shexp)));
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = offsets[e], n = offsets[e + 1] - r0;
     if (n == 0) continue;
-    list.push_back(matmul_args(expert_matrix(w.ffn_down_exps, E, e), gate + r0 * ff, ff, down + r0 * dim, dim, n));
+    const Tensor ed = expert_matrix(w.ffn_down_exps, E, e);
+    list.push_back(matmul_args(ed, gate + r0 * ff, ff, down + r0 * dim, dim, n, packed(ed)));
   }
   kernels::matmul_batch(list, tp, isa);
 

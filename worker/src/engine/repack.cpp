@@ -1,5 +1,6 @@
 // Load-time weight repack (CpuBackend::repack_weights, engine_impl.h): packed copies of the
-// dense matmul weights for the kernels' interleaved path (kernels/packed_weights.h).
+// matmul weights (dense ones, and each routed expert's and the shared expert's) for the
+// kernels' interleaved path (kernels/packed_weights.h).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -54,6 +55,15 @@ CpuBackend::RepackStats CpuBackend::repack_weights() {
       add(w.w_gate);
       add(w.w_up);
       add(w.w_down);
+    } else {  // every routed expert's matrices on their own (moe_ffn multiplies them one by one), the shared expert
+      for (int64_t e = 0; e < cfg_.n_experts; ++e) {
+        add(expert_matrix(w.ffn_gate_exps, cfg_.n_experts, e));
+        add(expert_matrix(w.ffn_up_exps, cfg_.n_experts, e));
+        add(expert_matrix(w.ffn_down_exps, cfg_.n_experts, e));
+      }
+      add(w.ffn_gate_shexp);
+      add(w.ffn_up_shexp);
+      add(w.ffn_down_shexp);
     }
   }
   add(model_.output);

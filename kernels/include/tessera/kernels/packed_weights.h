@@ -1,7 +1,7 @@
 // Weights repacked once, at load, into the layout a matmul kernel streams fastest.
 //
 // pack_for_matmul() copies a [rows, cols] weight matrix of a 32-value block format (Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL; Q8_0 on AVX-512 only) into 16-row interleaved groups for the AVX-512 VNNI
+// Q5_0, Q5_1, IQ4_NL; Q8_0 on AVX-512 only; and Q4_K, Q5_K, Q6_K on AVX-512) into 16-row interleaved groups for the AVX-512 VNNI
 // kernels (and the AVX2 one, which reads each group as two halves of 8 rows; packed with Isa::kAvx2): per group
 // of 16 rows and per block of 32 columns, the 16 rows' quant bytes as 4 zmm vectors (lane l of
 // vector m = bytes 4m..4m+3 of row l's qs: `& 0x0F` gives values 4m..4m+3, `>> 4` values
@@ -14,6 +14,18 @@
 // Q8_0 (qblock_packed_q8.h) likewise: per group and block, the 16 rows' 32 int8 values as 8 zmm
 // vectors (lane l of vector k = bytes 4k..4k+3 of row l, each xor 0x80: unsigned for vpdpbusd),
 // then the 16 fp16 scales, blocks in pairs: 34 bytes per row and block, as in the file.
+// Q4_K, Q5_K and Q6_K (kquant_packed.h, AVX-512 only): per group and super-block of 256 columns, one
+// after the other. Q4_K (2304 bytes = 16 x 144, the file's): the rows' qs as 32 vectors (lane l
+// of vector 8c + k = bytes 32c + 4k .. + 3 of row l: `& 0x0F` gives values 64c + 4k .. + 3 of
+// sub-block 2c, `& 0xF0` 16 x values 64c + 32 + 4k .. + 3 of sub-block 2c + 1, the factor 16
+// shifted out of the exact integer sum), the rows' 12 packed 6-bit scale / min bytes as 3 dword
+// vectors (unpacked for 16 rows at once), then fp16 d[16] and dmin[16]. Q5_K (2816 bytes = 16 x
+// 176): the same with the rows' qh as 8 vectors after the qs. Q6_K (3392 bytes = 16 x
+// 210 + 32 of padding): ql as 32 vectors, qh as 16, the int8 scales as 4 (lane l of each = 4
+// bytes of row l, in file order), fp16 d[16]. The kernels sum each sub-block (Q6_K: scale group)
+// for 16 rows by vpdpbusd, scale it in int32 and run finish_q4_k / _q5_k / _q6_k's float
+// operations in order for the 16 rows: bit-identical to the scalar oracle; decode and batches,
+// except the AMX batches (as above), which read the original layout.
 // MatmulArgs::w_packed hands one to matmul(), which then reads the packed copy (on the ISA it
 // was packed for; results bit-identical to the unpacked path) for decode, and for batches too
 // except where the AMX tiles take them (kernels::amx_tiles_enabled() and at least
@@ -63,7 +75,8 @@ class PackedWeights {
 // Whether pack_for_matmul(t, ..., isa) gives a packed copy (the format has a packed kernel on
 // that ISA and the CPU runs it).
 bool packed_matmul_supports(DType t, Isa isa);
-// The packed copy of w ([rows, cols], dtype_row_bytes(t, cols) bytes per row, cols % 32 == 0),
+// The packed copy of w ([rows, cols], dtype_row_bytes(t, cols) bytes per row, cols a multiple
+// of t's block: 32, or 256 for Q4_K / Q5_K / Q6_K),
 // or an empty PackedWeights when !packed_matmul_supports(t, isa). Reads w once; O(rows * cols).
 PackedWeights pack_for_matmul(DType t, const void* w, int64_t rows, int64_t cols, Isa isa);
 
