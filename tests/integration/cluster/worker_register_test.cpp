@@ -136,7 +136,7 @@ TEST(WorkerRegisterTest, RegistersWithTheNextSchedulerOnlyOnceTheLeftOnesPlanHas
   Process worker(bin_path("tessera-worker"),
                  {"--model", shared_path("models/stories260K/stories260K.bin"), "--scheduler",
                   s1.endpoint() + "," + s2.endpoint(), "--name", "rw", "--backend", "cpu", "--threads", "1", "--num-pages",
-                  "512", "--max-batch-tokens", "8192", "--insecure"},
+                  "512", "--max-batch-tokens", "8192", "--insecure", "--min-step-ms", "1000"},
                  dir + "/worker.log");
   // The worker orders its schedulers itself (by its name): `a` is the one it tries first.
   std::optional<protocol::Message> reg;
@@ -151,8 +151,10 @@ TEST(WorkerRegisterTest, RegistersWithTheNextSchedulerOnlyOnceTheLeftOnesPlanHas
   ASSERT_TRUE(reg && std::holds_alternative<protocol::RegisterWorker>(*reg)) << "got " << describe(reg);
   const auto info = std::get<protocol::RegisterWorker>(*reg);
   a.send(protocol::RegisterAck{.id = info.id, .accepted = true, .heartbeat_ms = 50, .instance = 1});
-  // A plan long enough (8 prefills of 500 tokens: over a second on one thread here) that the
-  // worker notices the drop and could reach b long before it finishes.
+  // A plan long enough that the worker notices the drop and could reach b long before it
+  // finishes: 8 prefills of 500 tokens, its result held until 1 s after the step began
+  // (--min-step-ms 1000, docs/operations.md "Pacing": the prefills alone take ~60 ms on a
+  // Zen 5 core, less than the three heartbeats below).
   const int len = 500, seqs = 8;
   ASSERT_GE(info.max_batch_tokens, seqs * len);
   ASSERT_GE(info.num_pages, seqs * ((len + info.page_size - 1) / info.page_size));
