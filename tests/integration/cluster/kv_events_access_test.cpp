@@ -14,25 +14,13 @@
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/curve_keys.h"
+#include "tessera/testing/kv_snapshot.h"
 #include "tessera/testing/wait.h"
 
 namespace tessera::testing {
 namespace {
 
 using std::chrono::milliseconds;
-
-std::string snapshot_request(uint64_t id) {
-  msgpack::sbuffer b;
-  msgpack::packer<msgpack::sbuffer> p(b);
-  p.pack_map(3);
-  p.pack(std::string("v"));
-  p.pack(1);
-  p.pack(std::string("type"));
-  p.pack(std::string("kv_snapshot"));
-  p.pack(std::string("id"));
-  p.pack(id);
-  return std::string(b.data(), b.size());
-}
 
 ClusterOptions with_kv_events() {
   return ClusterOptions{.scheduler_args = {"--kv-events-endpoint", "tcp://127.0.0.1:*", "--kv-events-snapshot-endpoint",
@@ -46,7 +34,7 @@ std::string ask_snapshot(zmq::context_t& ctx, const std::string& endpoint, curve
   s.set(zmq::sockopt::linger, 0);
   secure_client(s, as, curve::Role::kScheduler);
   s.connect(endpoint);
-  if (!zmqu::send(s, {snapshot_request(1)}).ok()) return "";
+  if (!zmqu::send(s, {kv_snapshot_request(1)}).ok()) return "";
   zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, wait) <= 0) return "";
   auto frames = zmqu::recv(s);
@@ -80,7 +68,7 @@ TEST(KvEventsAccess, ClientKeysAreRefusedOnBothSocketsRouterKeysServed) {
   dealer.set(zmq::sockopt::linger, 0);
   secure_client(dealer, curve::Role::kClient, curve::Role::kScheduler);
   dealer.connect(snap);
-  ASSERT_TRUE(zmqu::send(dealer, {snapshot_request(1)}).ok());
+  ASSERT_TRUE(zmqu::send(dealer, {kv_snapshot_request(1)}).ok());
   EXPECT_TRUE(wait_until([&] { return refused("kv-events") >= 1 && refused("kv-snapshot") >= 1; }, milliseconds(10000)))
       << "kv-events refused " << refused("kv-events") << ", kv-snapshot refused " << refused("kv-snapshot");
   EXPECT_EQ(c.metric(c.metrics_port(), "tessera_scheduler_kv_snapshots_total"), 0.0) << "a client key got a snapshot";
@@ -117,7 +105,7 @@ TEST(KvEventsAccess, APeerThatNeverReadsSnapshotsDoesNotStallTheScheduler) {
   secure_client(flood, curve::Role::kRouter, curve::Role::kScheduler);
   flood.connect(snap);
   constexpr int kRequests = 20000;
-  const std::string ask = snapshot_request(9);
+  const std::string ask = kv_snapshot_request(9);
   for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(zmqu::send(flood, {ask}).ok());  // never read
 
   // The scheduler keeps serving: a request completes while (or after) it works through the flood.

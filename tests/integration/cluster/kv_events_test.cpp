@@ -17,6 +17,7 @@
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/curve_keys.h"
+#include "tessera/testing/kv_snapshot.h"
 
 namespace tessera::testing {
 namespace {
@@ -48,18 +49,7 @@ class Subscriber {
 
   // kv_snapshot: the index and its seq.
   std::pair<Index, uint64_t> snapshot() {
-    const std::string ask = [] {
-      msgpack::sbuffer b;
-      msgpack::packer<msgpack::sbuffer> p(b);
-      p.pack_map(3);
-      p.pack(std::string("v"));
-      p.pack(1);
-      p.pack(std::string("type"));
-      p.pack(std::string("kv_snapshot"));
-      p.pack(std::string("id"));
-      p.pack(7);
-      return std::string(b.data(), b.size());
-    }();
+    const std::string ask = kv_snapshot_request(7);
     EXPECT_TRUE(zmqu::send(req_, {ask}).ok());
     auto frames = zmqu::recv(req_);
     EXPECT_TRUE(frames.ok());

@@ -26,6 +26,7 @@
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/curve_keys.h"
 #include "tessera/testing/kv_process.h"
+#include "tessera/testing/kv_snapshot.h"
 #include "tessera/testing/paths.h"
 #include "tessera/testing/redis_server.h"
 
@@ -97,17 +98,8 @@ class KvOffloadCluster : public ::testing::Test {
     req.set(zmq::sockopt::rcvtimeo, 10000);
     secure_client(req, curve::Role::kRouter, curve::Role::kScheduler);
     req.connect(line_field(cluster_->scheduler_listening(), "kv_snapshot"));
-    msgpack::sbuffer b;
-    msgpack::packer<msgpack::sbuffer> p(b);
-    p.pack_map(3);
-    p.pack(std::string("v"));
-    p.pack(1);
-    p.pack(std::string("type"));
-    p.pack(std::string("kv_snapshot"));
-    p.pack(std::string("id"));
-    p.pack(1);
     std::map<uint64_t, uint64_t> out;
-    if (!zmqu::send(req, {std::string(b.data(), b.size())}).ok()) return out;
+    if (!zmqu::send(req, {kv_snapshot_request(1)}).ok()) return out;
     auto frames = zmqu::recv(req);
     if (!frames.ok() || frames->empty()) return out;
     msgpack::object_handle oh = msgpack::unpack(frames->back().data(), frames->back().size());
