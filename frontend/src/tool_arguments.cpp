@@ -1,6 +1,9 @@
 // arguments_violation (tool_calls.h): a tool call's arguments against its parameters schema.
 #include "tessera/frontend/tool_calls.h"
 
+#include "tessera/common/json_depth.h"
+#include "tessera/frontend/openai.h"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -119,6 +122,8 @@ class Checker {
 }  // namespace
 
 std::string arguments_violation(const nlohmann::ordered_json& parameters, std::string_view arguments) {
+  if (json_nesting_depth(arguments, kMaxBodyJsonDepth) > kMaxBodyJsonDepth)
+    return "arguments: nested more than " + std::to_string(kMaxBodyJsonDepth) + " levels deep";
   const ojson v = ojson::parse(arguments, nullptr, false);
   if (v.is_discarded()) return "arguments: not JSON";
   return Checker(parameters).check(parameters, v, "arguments", 0);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "tessera/common/json_depth.h"
 #include "tessera/common/step_plan.h"
 #include "tessera/grammar/grammar.h"
 
@@ -18,6 +19,16 @@ using ojson = nlohmann::ordered_json;
 Status fail(std::string* bad_param, std::string param, std::string message, ErrorCode code = ErrorCode::kInvalidArgument) {
   *bad_param = std::move(param);
   return make_error(code, std::move(message));
+}
+
+// JSON text that did not come through the request body's depth check (the model's output, or
+// a JSON text inside a string of the body: a tool call's "arguments") parsed as the body is: a
+// text nested deeper than kMaxBodyJsonDepth is treated as not JSON (dump() and the templates
+// recurse once per level).
+template <class J>
+J parse_bounded(std::string_view text) {
+  if (json_nesting_depth(text, kMaxBodyJsonDepth) > kMaxBodyJsonDepth) return J(J::value_t::discarded);
+  return J::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 std::string random_call_id() {
@@ -43,7 +54,7 @@ std::optional<ToolCall> call_from(const json& j) {
   ToolCall c{random_call_id(), j["name"].get<std::string>(), "{}"};
   if (args != nullptr) {
     if (args->is_string()) {
-      const json inner = json::parse(args->get<std::string>(), nullptr, false);
+      const json inner = parse_bounded<json>(args->get<std::string>());
       if (inner.is_discarded()) return std::nullopt;
       c.arguments = inner.dump();
     } else if (args->is_object()) {
@@ -57,7 +68,7 @@ std::optional<ToolCall> call_from(const json& j) {
 }
 
 std::optional<ToolCall> call_from_text(std::string_view text) {
-  const json j = json::parse(trim(text), nullptr, false);
+  const json j = parse_bounded<json>(trim(text));
   if (j.is_discarded()) return std::nullopt;
   return call_from(j);
 }
@@ -123,7 +134,7 @@ ToolParse parse_mistral(std::string_view text) {
   std::string_view rest = trim(text.substr(at + kTag.size()));
   static constexpr std::string_view kEos = "</s>";
   if (rest.size() >= kEos.size() && rest.substr(rest.size() - kEos.size()) == kEos) rest = trim(rest.substr(0, rest.size() - kEos.size()));
-  const json j = json::parse(rest, nullptr, false);
+  const json j = parse_bounded<json>(rest);
   if (j.is_discarded()) return plain(text);
   ToolParse out;
   const json list = j.is_array() ? j : json::array({j});
@@ -187,7 +198,7 @@ Result<nlohmann::ordered_json> message_tool_fields(const json& m, const std::str
       const json& f = c["function"];
       nlohmann::ordered_json args = nlohmann::ordered_json::object();
       if (f.contains("arguments") && f["arguments"].is_string()) {
-        args = nlohmann::ordered_json::parse(f["arguments"].get<std::string>(), nullptr, false);
+        args = parse_bounded<nlohmann::ordered_json>(f["arguments"].get<std::string>());
         if (args.is_discarded()) args = f["arguments"].get<std::string>();
       } else if (f.contains("arguments") && !f["arguments"].is_null()) {
         args = f["arguments"];
@@ -327,7 +338,7 @@ size_t forced_arguments_start(std::string_view text, std::string* name) {
   if (b == std::string_view::npos || text.substr(b, kOpen.size()) != kOpen) return std::string_view::npos;
   const size_t k = text.find(kArgs, b + kOpen.size());
   if (k == std::string_view::npos) return std::string_view::npos;
-  const json n = json::parse(text.substr(b + kOpen.size(), k - b - kOpen.size()), nullptr, false);
+  const json n = parse_bounded<json>(text.substr(b + kOpen.size(), k - b - kOpen.size()));
   if (!n.is_string()) return std::string_view::npos;
   if (name != nullptr) *name = n.get<std::string>();
   return k + kArgs.size();
@@ -358,7 +369,7 @@ ToolParse parse_tool_calls(ToolFormat format, std::string_view text, bool forced
       const size_t at = forced_arguments_start(text, nullptr);
       const size_t end = text.find_last_of('}');
       if (at != std::string_view::npos && end != std::string_view::npos && end > at &&
-          !json::parse(text.substr(at, end - at), nullptr, false).is_discarded())
+          !parse_bounded<json>(text.substr(at, end - at)).is_discarded())
         call->arguments = std::string(text.substr(at, end - at));
       return ToolParse{{std::move(*call)}, ""};
     }

@@ -101,7 +101,7 @@ Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type
       s.set(zmq::sockopt::sndhwm, KvEvents::kSnapshotSendHwm);
       s.set(zmq::sockopt::router_mandatory, 1);
     } else {
-      s.set(zmq::sockopt::sndhwm, 100000);  // PUB: a slow subscriber loses messages (a gap in seq)
+      s.set(zmq::sockopt::sndhwm, KvEvents::kEventsSendHwm);  // PUB: a slow subscriber loses messages (a gap in seq)
     }
     TS_TRY(curve::serve(s, auth, keys, {.domain = domain, .admit = {curve::Role::kRouter}, .refused = refused}));
     s.bind(endpoint);

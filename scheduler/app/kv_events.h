@@ -64,6 +64,9 @@ class KvEvents {
                                                   const curve::Keys& keys, metrics::Registry& registry);
   static constexpr int kSnapshotRequestsPerPass = 8;
   static constexpr int kSnapshotSendHwm = 4;  // replies queued per snapshot peer
+  // Messages (one per loop iteration with events) queued per PUB subscriber; beyond it ZeroMQ
+  // drops them for that subscriber, which sees a gap in `seq` and takes a snapshot again.
+  static constexpr int kEventsSendHwm = 1000;
   ~KvEvents();
 
   // The observer to hand to worker `name`'s Batcher (stable for the life of this object).

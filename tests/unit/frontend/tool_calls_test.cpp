@@ -246,6 +246,43 @@ namespace tessera::frontend {
 namespace {
 
 // tool_choice "required" with several tools: the arguments are checked after the call.
+// JSON text that the body's depth check never saw — the model's output, or a JSON text inside a
+// string of the body — is held to the body's depth limit too (dump() and the templates recurse
+// once per level): deeper, it is not JSON.
+std::string nested_objects(int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += "{\"a\":";
+  s += "1";
+  s += std::string(static_cast<size_t>(depth), '}');
+  return s;
+}
+
+TEST(ToolCalls, JsonTextNestedPastTheBodyLimitIsNotJson) {
+  const std::string ok = nested_objects(8), deep = nested_objects(kMaxBodyJsonDepth + 1);
+  // The model's output: a call only while the arguments nest within the limit.
+  const std::string call_ok = "<tool_call>{\"name\":\"a\",\"arguments\":" + ok + "}</tool_call>";
+  expect_calls(parse_tool_calls(ToolFormat::kHermes, call_ok, false), {{"a", ok}}, "");
+  const std::string call_deep = "<tool_call>{\"name\":\"a\",\"arguments\":" + deep + "}</tool_call>";
+  ToolParse p = parse_tool_calls(ToolFormat::kHermes, call_deep, false);
+  EXPECT_TRUE(p.calls.empty());
+  EXPECT_EQ(p.content, call_deep);
+  EXPECT_TRUE(parse_tool_calls(ToolFormat::kMistral, "[TOOL_CALLS][{\"name\":\"a\",\"arguments\":" + deep + "}]", false).calls.empty());
+  // An assistant message's arguments string (the body's depth check counts it as one string):
+  // kept as the string it is, not parsed.
+  for (const std::string& args : {ok, deep}) {
+    const json m = {{"role", "assistant"}, {"tool_calls", json::array({{{"id", "c1"}, {"type", "function"},
+                                                                     {"function", {{"name", "a"}, {"arguments", args}}}}})}};
+    std::string bad;
+    auto fields = message_tool_fields(m, "assistant", "messages[0]", &bad);
+    ASSERT_TRUE(fields.ok()) << bad;
+    const ojson& a = (*fields)["tool_calls"][0]["function"]["arguments"];
+    if (args == ok) EXPECT_TRUE(a.is_object());
+    else EXPECT_EQ(a, ojson(deep)) << "kept as a string";
+  }
+  EXPECT_EQ(arguments_violation(ojson::object(), deep), "arguments: nested more than 512 levels deep");
+  EXPECT_EQ(arguments_violation(ojson::object(), ok), "");
+}
+
 TEST(ToolArguments, ViolationsNameThePlace) {
   const auto params = nlohmann::ordered_json::parse(R"({
     "type": "object",
