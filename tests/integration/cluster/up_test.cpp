@@ -17,8 +17,10 @@
 #include <chrono>
 #include <fstream>
 #include <random>
+#include <iterator>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -40,6 +42,16 @@ namespace {
 // a port itself.
 int free_port_block() {
   return tessera::testing::free_port_block(14, static_cast<unsigned>(::getpid()) ^ static_cast<unsigned>(std::random_device{}()));
+}
+
+// `tessera up` on the block at `base` (HTTP base, ZeroMQ base+1, scheduler base+2, kvstore
+// base+5), its files under `dir`, one worker thread each, then `extra`.
+std::vector<std::string> up_args(int base, const std::string& dir, std::vector<std::string> extra) {
+  std::vector<std::string> a{"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
+                             "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5),
+                             "--data-dir", dir, "--worker-threads", "1"};
+  a.insert(a.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  return a;
 }
 
 // The pid of the live `binary` child of `parent` whose arguments hold `arg` (e.g. its --name), or 0.
@@ -92,9 +104,7 @@ bool file_contains(const std::string& path, const std::string& text) {
 TEST(TesseraUp, SynthesizedModelServesAndStopsCleanly) {
   const std::string dir = testing::make_temp_dir("tessera-up");
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
-                                    std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1",
-                                    "--num-pages", "256", "--restart", "never"};
+    return up_args(base, dir, {"--synth-like", "stories260k", "--num-pages", "256", "--restart", "never"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
@@ -144,10 +154,8 @@ TEST(TesseraUp, PlacementRulesReachTheWorkers) {
   const std::string dir = testing::make_temp_dir("tessera-up-rules");
   std::ofstream(dir + "/rules.yaml") << "rules:\n  - kind: attention\n    device: cuda\n";
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
-                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
-                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
-                                    "never", "--placement-rules", dir + "/rules.yaml"};
+    return up_args(base, dir,
+                   {"--synth-like", "stories260k", "--num-pages", "256", "--restart", "never", "--placement-rules", dir + "/rules.yaml"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   Process& up = *started.up;
@@ -160,9 +168,7 @@ TEST(TesseraUp, PlacementRulesReachTheWorkers) {
 TEST(TesseraUp, TwoWorkersBothGetTraffic) {
   const std::string dir = testing::make_temp_dir("tessera-up");
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+    return up_args(base, dir, {"--workers", "2", "--num-pages", "256", "--restart", "never"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
@@ -211,9 +217,7 @@ TEST(TesseraUp, AFlappingWorkerIsLeftStoppedWhileTheOtherServes) {
   const std::string dir = testing::make_temp_dir("tessera-up");
   const std::string log = dir + "/up.log";
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--workers", "2", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-                                    "--worker-threads", "1", "--num-pages", "256", "--max-restarts", "1", "--restart-window-s", "600"};
+    return up_args(base, dir, {"--workers", "2", "--num-pages", "256", "--max-restarts", "1", "--restart-window-s", "600"});
   }, log, milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
@@ -259,9 +263,7 @@ TEST(TesseraUp, AFlappingWorkerIsLeftStoppedWhileTheOtherServes) {
 TEST(TesseraUp, DemoModelMetricsAndDrainingShutdown) {
   const std::string dir = testing::make_temp_dir("tessera-up");
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
-                                    std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+    return up_args(base, dir, {"--num-pages", "256", "--restart", "never"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
@@ -322,11 +324,7 @@ TEST(TesseraUp, ATakenHttpPortFailsClearly) {
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   ASSERT_EQ(::listen(fd, 16), 0);  // a foreign listener: it accepts connections, answers nothing
   const std::string dir = testing::make_temp_dir("tessera-up");
-  Process up(testing::bin_path("tessera"),
-             {"up", "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1), "--scheduler-port",
-              std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-              "--worker-threads", "1", "--num-pages", "64"},
-             dir + "/up.log");
+  Process up(testing::bin_path("tessera"), up_args(base, dir, {"--num-pages", "64"}), dir + "/up.log");
   EXPECT_EQ(up.wait_exit(milliseconds(10000)), 1);
   EXPECT_TRUE(up.wait_line("tessera up: cluster ready", milliseconds(100)).empty());
   EXPECT_TRUE(file_contains(dir + "/up.log", "port " + std::to_string(base) + " (--http-port) on 127.0.0.1 is already in use"))
@@ -352,10 +350,7 @@ TEST(TesseraUp, StartUpRetriesOnFreshPortsOnlyWhenAPortWasTaken) {
       EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
       EXPECT_EQ(::listen(fd, 16), 0);
     }
-    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
-                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
-                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "64",
-                                    "--restart", "never"};
+    return up_args(base, dir, {"--synth-like", "stories260k", "--num-pages", "64", "--restart", "never"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   EXPECT_EQ(started.attempts, 2);
@@ -402,9 +397,7 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
                 dir + "/synth.log");
   ASSERT_EQ(synth.wait_exit(milliseconds(60000)), 0);
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--model", model, "--http-port", std::to_string(base), "--zmq-port", std::to_string(base + 1),
-                                    "--scheduler-port", std::to_string(base + 2), "--kvstore-port", std::to_string(base + 5), "--data-dir", dir,
-                                    "--worker-threads", "1", "--num-pages", "256", "--restart", "never"};
+    return up_args(base, dir, {"--model", model, "--num-pages", "256", "--restart", "never"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
@@ -444,11 +437,9 @@ TEST(TesseraUp, AMixtureOfExpertsModelServesWithItsChatTemplate) {
 TEST(TesseraUp, KvOffloadAndBlendOptionsReachTheChildren) {
   const std::string dir = testing::make_temp_dir("tessera-up-offload");
   UpStart started = start_up([&](int base) {
-    return std::vector<std::string>{"up", "--synth-like", "stories260k", "--http-port", std::to_string(base), "--zmq-port",
-                                    std::to_string(base + 1), "--scheduler-port", std::to_string(base + 2), "--kvstore-port",
-                                    std::to_string(base + 5), "--data-dir", dir, "--worker-threads", "1", "--num-pages", "256", "--restart",
-                                    "never", "--kv-offload", "true", "--kv-offload-codec", "zstd", "--blend-cache-mb", "3",
-                                    "--kv-offload-min-pages", "2", "--max-step-tokens", "96", "--min-step-ms", "1"};
+    return up_args(base, dir, {"--synth-like", "stories260k", "--num-pages", "256", "--restart", "never", "--kv-offload", "true",
+                               "--kv-offload-codec", "zstd", "--blend-cache-mb", "3", "--kv-offload-min-pages", "2",
+                               "--max-step-tokens", "96", "--min-step-ms", "1"});
   }, dir + "/up.log", milliseconds(60000));
   ASSERT_GT(started.base, 0) << "no free block of 14 loopback ports";
   const int base = started.base;
