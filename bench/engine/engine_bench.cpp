@@ -35,6 +35,7 @@
 
 #include "tessera/common/config.h"
 #include "tessera/kernels/isa.h"
+#include "tessera/kernels/softmax.h"
 #include "tessera/grammar/grammar.h"
 #include "tessera/tokenizer/tokenizer.h"
 #include "tessera/worker/engine.h"
@@ -154,7 +155,7 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
                         .want_logits = true};
       auto r = e.forward({&in, 1});
       check(r);
-      next[static_cast<size_t>(s)] = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
+      next[static_cast<size_t>(s)] = static_cast<int32_t>(kernels::argmax(r->data(), static_cast<int64_t>(r->size()), e.isa()));
     }
     std::vector<std::vector<int64_t>> slots(static_cast<size_t>(n));
     std::vector<SeqInput> batch(static_cast<size_t>(n));
@@ -202,7 +203,7 @@ int run_decode_batch(const Options& o, const Model& model, int32_t page_size) {
       check(r);
       for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
         const float* row = r->data() + i * vocab;
-        next[i] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+        next[i] = static_cast<int32_t>(kernels::argmax(row, static_cast<int64_t>(vocab), e.isa()));
       }
     }
     const double dt = now_s() - t0;
@@ -331,7 +332,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "engine_bench: %s\n", r.error().to_string().c_str());
         std::exit(1);
       }
-      tok = static_cast<int32_t>(std::max_element(r->begin(), r->end()) - r->begin());
+      tok = static_cast<int32_t>(kernels::argmax(r->data(), static_cast<int64_t>(r->size()), e.isa()));
     }
     return o.gen / (now_s() - t0);
   };

@@ -1,4 +1,4 @@
-// exp_affine_sum on AVX-512 (tessera/kernels/softmax.h); called only when
+// exp_affine_sum and argmax's two passes on AVX-512 (tessera/kernels/softmax.h); called only when
 // isa_supported(Isa::kAvx512). The exp polynomial is the attention softmax's (simd_math.h).
 #include <immintrin.h>
 
@@ -28,6 +28,29 @@ double exp_affine_sum_avx512(const float* x, int64_t n, float scale, float shift
     total += static_cast<double>(hsum(e));
   }
   return total;
+}
+
+float row_max_avx512(const float* x, int64_t n, bool* has_nan) {
+  __m512 m = _mm512_set1_ps(-__builtin_inff());
+  __mmask16 nan = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
+    m = _mm512_mask_max_ps(m, k, m, v);
+  }
+  *has_nan = nan != 0;
+  return _mm512_reduce_max_ps(m);
+}
+
+int64_t first_equal_avx512(const float* x, int64_t n, float v) {
+  const __m512 vv = _mm512_set1_ps(v);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 eq = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), vv, _CMP_EQ_OQ);
+    if (eq != 0) return i + __builtin_ctz(eq);
+  }
+  return 0;  // unreachable for v taken from the row
 }
 
 }  // namespace tessera::kernels::cpu

@@ -132,11 +132,8 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
   }
   // 3. Choice.
   if (params_.temperature == 0.0f || params_.top_k == 1) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < n; ++i) {
-      if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-    }
-    out.token = best;
+    static const kernels::Isa isa = kernels::detect_isa();
+    out.token = static_cast<int32_t>(kernels::argmax(logits.data(), n, isa));  // lowest id on ties
   } else {
     // Scaled logits. Candidates below min_p * p_max can never survive, so they are dropped
     // before sorting (p_i / p_max >= min_p  <=>  l_i >= l_max + ln(min_p)); with no truncation

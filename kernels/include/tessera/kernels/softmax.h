@@ -19,4 +19,9 @@ namespace tessera::kernels {
 
 double exp_affine_sum(const float* x, int64_t n, float scale, float shift, float* out, Isa isa);
 
+// The greedy choice: the lowest i in [0, n) holding the row's largest value, i.e. what the walk
+// `best = 0; for i: if (x[i] > x[best]) best = i` returns — for every row, NaNs included (the
+// vector paths take that walk for a row that has one). n >= 1. Pure function; thread-safe.
+int64_t argmax(const float* x, int64_t n, Isa isa);
+
 }  // namespace tessera::kernels
