@@ -16,9 +16,15 @@ secret() {  # secret NAME FILE... (?FILE: included when the set has it)
     printf '  %s: %s\n' "$f" "$(base64 -w0 < "$dir/$f")"
   done
 }
-# router.key: the K/V events subscribers' public key (--kv-events-endpoint; key sets made before
-# the router role have none, and a scheduler then runs without K/V events).
+# router.key: the K/V events subscribers' public key (key sets made before the router role have
+# none; a scheduler started with --kv-events-endpoint and no router key refuses to start).
 secret tessera-curve-scheduler scheduler.key_secret frontend.key worker.key '?router.key'
 secret tessera-curve-worker worker.key_secret scheduler.key kvstore.key
 secret tessera-curve-frontend frontend.key_secret scheduler.key kvstore.key client.key
 secret tessera-curve-kvstore kvstore.key_secret frontend.key worker.key
+# Per-peer keys (ROLE.d/NAME.key) are not shipped: a Secret holds no directories. Say so.
+for f in "$dir"/*.d/*.key; do
+  [ -e "$f" ] || continue
+  role="$(basename "$(dirname "$f")" .d)"
+  echo "curve-secrets.sh: $f is not in any Secret (a Secret holds no directories): for one $role, copy it to $dir/$role.key" >&2
+done

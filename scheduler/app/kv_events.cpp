@@ -5,6 +5,7 @@
 #include <msgpack.hpp>
 
 #include "tessera/common/log.h"
+#include "tessera/common/msgpack_io.h"
 #include "tessera/common/protocol.h"
 #include "tessera/common/zmq_util.h"
 #include "worker_registry.h"
@@ -34,6 +35,11 @@ void header(Packer& p, std::string_view type, uint64_t id) {
   key(p, "id");
   p.pack(id);
 }
+
+// What msgpack-c may build from a kv_snapshot request (docs/protocol.md "K/V events"): one map
+// of scalars.
+const msgpack::unpack_limit kSnapshotRequestLimits(/*array=*/16, /*map=*/16, /*str=*/256, /*bin=*/256, /*ext=*/16,
+                                                   /*depth=*/2);
 
 std::string error_reply(uint64_t id, ErrorCode code, const std::string& message) {
   return protocol::encode_error(id, code, message);
@@ -100,6 +106,8 @@ Result<zmq::socket_t> bind_kv_event_socket(zmq::context_t& ctx, zmq::socket_type
     if (type == zmq::socket_type::router) {
       s.set(zmq::sockopt::sndhwm, KvEvents::kSnapshotSendHwm);
       s.set(zmq::sockopt::router_mandatory, 1);
+      // Requests are tiny: libzmq drops a connection announcing a larger frame before buffering it.
+      s.set(zmq::sockopt::maxmsgsize, KvEvents::kMaxSnapshotFrameBytes);
     } else {
       s.set(zmq::sockopt::sndhwm, KvEvents::kEventsSendHwm);  // PUB: a slow subscriber loses messages (a gap in seq)
     }
@@ -213,20 +221,30 @@ void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
     if (!frames.ok() || frames->empty()) return;
     auto env = zmqu::parse_router(std::move(*frames));
     if (!env.ok()) continue;  // no envelope to answer to
-    uint64_t id = protocol::peek_id(env->body);
-    std::string type;
-    try {
-      msgpack::object_handle oh = msgpack::unpack(env->body.data(), env->body.size());
-      if (oh.get().type == msgpack::type::MAP)
-        for (const auto& kv : oh.get().via.map)
-          if (kv.key.type == msgpack::type::STR && kv.key.as<std::string>() == "type" && kv.val.type == msgpack::type::STR)
-            type = kv.val.as<std::string>();
-    } catch (const std::exception& e) {
-      (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(0, ErrorCode::kMalformedMessage,
-                                                                       std::string("undecodable message: ") + e.what())),
+    // A request is ~30 bytes: anything much larger, or nested, is refused before it costs the
+    // event loop more than reading it (no id: it is not looked for in what is refused).
+    if (env->body.size() > kMaxSnapshotRequestBytes) {
+      (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(0, ErrorCode::kTooLarge,
+                                                                       "a kv_snapshot request is at most " +
+                                                                           std::to_string(kMaxSnapshotRequestBytes) +
+                                                                           " bytes (got " + std::to_string(env->body.size()) + ")")),
                        true);
       continue;
     }
+    auto oh = msgpack_io::unpack(env->body, kSnapshotRequestLimits);
+    if (!oh.ok()) {
+      (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(0, ErrorCode::kMalformedMessage,
+                                                                       "undecodable kv_snapshot request (a map of at most 16 "
+                                                                       "scalar fields): " + oh.error().message)),
+                       true);
+      continue;
+    }
+    const uint64_t id = protocol::peek_id(env->body);
+    std::string type;
+    if (oh->get().type == msgpack::type::MAP)
+      for (const auto& kv : oh->get().via.map)
+        if (kv.key.type == msgpack::type::STR && kv.key.as<std::string>() == "type" && kv.val.type == msgpack::type::STR)
+          type = kv.val.as<std::string>();
     if (type != "kv_snapshot") {
       (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(id, ErrorCode::kInvalidArgument,
                                                                        "the K/V snapshot port only takes 'kv_snapshot' (got '" +

@@ -20,6 +20,7 @@
 // WorkerRegistry before this). Threading: the event-loop thread only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -64,6 +65,10 @@ class KvEvents {
                                                   const curve::Keys& keys, metrics::Registry& registry);
   static constexpr int kSnapshotRequestsPerPass = 8;
   static constexpr int kSnapshotSendHwm = 4;  // replies queued per snapshot peer
+  // A kv_snapshot request over kMaxSnapshotRequestBytes gets too_large (not unpacked); a frame
+  // over kMaxSnapshotFrameBytes closes its connection (ZMQ_MAXMSGSIZE).
+  static constexpr size_t kMaxSnapshotRequestBytes = 4096;
+  static constexpr int64_t kMaxSnapshotFrameBytes = 64 * 1024;
   // Messages (one per loop iteration with events) queued per PUB subscriber; beyond it ZeroMQ
   // drops them for that subscriber, which sees a gap in `seq` and takes a snapshot again.
   static constexpr int kEventsSendHwm = 1000;

@@ -4,13 +4,16 @@
 // tessera_scheduler_refused_peers_total{socket}, while a router key is served. And a router
 // peer that floods the snapshot port with kv_snapshot requests and never reads its replies
 // neither stops the scheduler (another request completes meanwhile) nor piles replies up: each
-// request is answered or dropped (counted), and the dropped ones are most of them.
+// request is answered or dropped (counted), and the dropped ones are most of them. Hostile
+// requests (oversized, deeply nested, wrong types) get errors naming what is wrong, cheaply, and
+// the next request is served.
 #include <gtest/gtest.h>
 
 #include <msgpack.hpp>
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "tessera/common/result.h"
 #include "tessera/common/zmq_util.h"
 #include "tessera/testing/cluster.h"
 #include "tessera/testing/curve_keys.h"
@@ -123,6 +126,53 @@ TEST(KvEventsAccess, APeerThatNeverReadsSnapshotsDoesNotStallTheScheduler) {
   auto health = c.get("/health", c.metrics_port());
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200) << health->body;
+}
+
+// The reply to `body` on `s`: its "type" and, for an error, its "code" (-1 when none came).
+std::pair<std::string, int> reply_to(zmq::socket_t& s, const std::string& body) {
+  if (!zmqu::send(s, {body}).ok()) return {"", -1};
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, milliseconds(10000)) <= 0) return {"", -1};
+  auto frames = zmqu::recv(s);
+  if (!frames.ok() || frames->empty()) return {"", -1};
+  msgpack::object_handle oh = msgpack::unpack(frames->back().data(), frames->back().size());
+  std::pair<std::string, int> out{"", -1};
+  for (const auto& kv : oh.get().via.map) {
+    const std::string k = kv.key.as<std::string>();
+    if (k == "type") out.first = kv.val.as<std::string>();
+    if (k == "code") out.second = kv.val.as<int>();
+  }
+  return out;
+}
+
+TEST(KvEventsAccess, HostileSnapshotRequestsAreRefusedCheaplyAndTheNextIsServed) {
+  Cluster c(with_kv_events());
+  ASSERT_TRUE(c.ok());
+  const std::string snap = line_field(c.scheduler_listening(), "kv_snapshot");
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  secure_client(s, curve::Role::kRouter, curve::Role::kScheduler);
+  s.connect(snap);
+  const int too_large = static_cast<int>(ErrorCode::kTooLarge), malformed = static_cast<int>(ErrorCode::kMalformedMessage),
+            invalid = static_cast<int>(ErrorCode::kInvalidArgument);
+  // 8 KiB of nested one-element arrays: refused by size, never decoded.
+  EXPECT_EQ(reply_to(s, std::string(8191, '\x91') + '\xc0'), (std::pair<std::string, int>{"error", too_large}));
+  // Small but nested 200 deep: over the request's depth of 2.
+  EXPECT_EQ(reply_to(s, std::string(200, '\x91') + '\xc0'), (std::pair<std::string, int>{"error", malformed}));
+  // A map whose "type" is not a string; then one with a string field nested in an array.
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> p(b);
+  p.pack_map(2);
+  p.pack("v");
+  p.pack(1);
+  p.pack("type");
+  p.pack(7);
+  EXPECT_EQ(reply_to(s, std::string(b.data(), b.size())), (std::pair<std::string, int>{"error", invalid}));
+  EXPECT_EQ(reply_to(s, "not msgpack \xc1"), (std::pair<std::string, int>{"error", malformed}));
+  // The same peer is still served.
+  EXPECT_EQ(reply_to(s, kv_snapshot_request(3)).first, "kv_snapshot");
+  EXPECT_EQ(c.metric(c.metrics_port(), "tessera_scheduler_kv_snapshots_total", "result=\"sent\""), 1.0);
 }
 
 }  // namespace
