@@ -82,10 +82,14 @@ BENCHMARK(BM_RadixPeek);
 
 // Inserting fresh 256-token sequences (half of each shared with earlier ones), releasing them to
 // the cache, and evicting LRU leaves when the pool runs low: the steady state of a busy worker.
-void BM_RadixInsert(benchmark::State& state) {
+// With tags: an evict hook is set (K/V offload), so every indexed page's tag is computed at
+// insert and handed over at eviction.
+void radix_insert(benchmark::State& state, bool tags) {
   const KvNamespace ns{.model_fingerprint = "bench"};
   PageAllocator alloc(32768);
   RadixIndex index(alloc, kPage);
+  int64_t evicted_tags = 0;
+  if (tags) index.set_evict_hook([&](uint64_t, std::span<const RadixBlock>, std::span<const KvTag> t) { evicted_tags += static_cast<int64_t>(t.size()); });
   const auto prompts = make_prompts(8192, 2);
   size_t i = 0;
   int64_t tokens = 0;
@@ -101,8 +105,12 @@ void BM_RadixInsert(benchmark::State& state) {
     tokens += static_cast<int64_t>(p.size());
   }
   state.SetItemsProcessed(tokens);  // inserted (offered) tokens per second
+  benchmark::DoNotOptimize(evicted_tags);
 }
+void BM_RadixInsert(benchmark::State& state) { radix_insert(state, false); }
 BENCHMARK(BM_RadixInsert);
+void BM_RadixInsertWithTags(benchmark::State& state) { radix_insert(state, true); }
+BENCHMARK(BM_RadixInsertWithTags);
 
 // One routing decision over 8 workers: the routing key, a peek into each worker's index (4096
 // cached sequences each) and the bounded-load choice.
