@@ -35,8 +35,6 @@ class KvPrefixDigest {
   void add_page(std::span<const int32_t> tokens);
   // The tag of the prefix so far (the last page added).
   KvTag tag() const;
-  // Same chain state (same namespace key and pages so far, barring a SHA-256 collision).
-  bool operator==(const KvPrefixDigest&) const = default;
   // Pages added by every KvPrefixDigest of this process since start (relaxed atomic counter, for
   // tests and diagnostics: how often K/V content is hashed, e.g. once per page on the spill path).
   static uint64_t pages_added();
