@@ -89,7 +89,11 @@ void radix_insert(benchmark::State& state, bool tags) {
   PageAllocator alloc(32768);
   RadixIndex index(alloc, kPage);
   int64_t evicted_tags = 0;
-  if (tags) index.set_evict_hook([&](uint64_t, std::span<const RadixBlock>, std::span<const KvTag> t) { evicted_tags += static_cast<int64_t>(t.size()); });
+  if (tags) {
+    index.set_evict_hook([&](uint64_t, std::span<const RadixBlock>, std::span<const KvTag> t) {
+      evicted_tags += static_cast<int64_t>(t.size());
+    });
+  }
   const auto prompts = make_prompts(8192, 2);
   size_t i = 0;
   int64_t tokens = 0;

@@ -528,7 +528,8 @@ Status RadixIndex::check() const {
     if (n.tokens.size() != n.pages.size() * ps) return fail(where + ": tokens do not fill its pages");
     if (n.hashes.size() != n.pages.size()) return fail(where + ": block hashes do not match its pages");
     if (n.digests.size() != (evict_hook_ && !is_root ? n.pages.size() : 0)) {
-      return fail(where + ": " + std::to_string(n.digests.size()) + " tag chain states for " + std::to_string(n.pages.size()) + " pages");
+      return fail(where + ": " + std::to_string(n.digests.size()) + " tag chain states for " + std::to_string(n.pages.size()) +
+                  " pages");
     }
     for (size_t i = 0; i < n.hashes.size(); ++i) {
       const uint64_t parent = i > 0 ? n.hashes[i - 1] : last_hash(n.parent);
