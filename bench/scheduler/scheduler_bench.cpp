@@ -1,5 +1,6 @@
 // Scheduler microbenchmarks: radix match and insert throughput, and the time to plan one step
-// of continuous batching with 256 and 1024 running sequences (target: <= 200 us at 256).
+// of continuous batching with 256 and 1024 running sequences (target: <= 200 us at 256), and
+// evicting a long cached prompt page by page with K/V offload on (spill tags).
 //
 //   build-x/bin/scheduler_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "tessera/scheduler/batcher.h"
+#include "tessera/scheduler/kv_offload.h"
 #include "tessera/scheduler/radix_index.h"
 #include "tessera/scheduler/router.h"
 
@@ -80,10 +82,18 @@ BENCHMARK(BM_RadixPeek);
 
 // Inserting fresh 256-token sequences (half of each shared with earlier ones), releasing them to
 // the cache, and evicting LRU leaves when the pool runs low: the steady state of a busy worker.
-void BM_RadixInsert(benchmark::State& state) {
+// With tags: an evict hook is set (K/V offload), so every indexed page's tag is computed at
+// insert and handed over at eviction.
+void radix_insert(benchmark::State& state, bool tags) {
   const KvNamespace ns{.model_fingerprint = "bench"};
   PageAllocator alloc(32768);
   RadixIndex index(alloc, kPage);
+  int64_t evicted_tags = 0;
+  if (tags) {
+    index.set_evict_hook([&](uint64_t, std::span<const RadixBlock>, std::span<const KvTag> t) {
+      evicted_tags += static_cast<int64_t>(t.size());
+    });
+  }
   const auto prompts = make_prompts(8192, 2);
   size_t i = 0;
   int64_t tokens = 0;
@@ -99,8 +109,12 @@ void BM_RadixInsert(benchmark::State& state) {
     tokens += static_cast<int64_t>(p.size());
   }
   state.SetItemsProcessed(tokens);  // inserted (offered) tokens per second
+  benchmark::DoNotOptimize(evicted_tags);
 }
+void BM_RadixInsert(benchmark::State& state) { radix_insert(state, false); }
 BENCHMARK(BM_RadixInsert);
+void BM_RadixInsertWithTags(benchmark::State& state) { radix_insert(state, true); }
+BENCHMARK(BM_RadixInsertWithTags);
 
 // One routing decision over 8 workers: the routing key, a peek into each worker's index (4096
 // cached sequences each) and the bounded-load choice.
@@ -199,6 +213,64 @@ void BM_PlanAndApplyStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_PlanAndApplyStep)->Arg(256)->Arg(1024)->Unit(benchmark::kMicrosecond)->Iterations(1000);
+
+// K/V offload (--kv-offload): a cached prompt of N tokens (one radix leaf) is evicted page by
+// page, the way a decode that needs one more page per step takes it from a full pool; every
+// evicted page is planned as a spill with its tag. Timed: the whole decode of the evicting
+// request (16 * (N / 16) steps, one page evicted every 16th step), not the setup.
+std::unique_ptr<Batcher> offload_batcher(int32_t prompt_tokens, OffloadDirectory& dir) {
+  const int32_t pages = prompt_tokens / kPage;
+  auto b = Batcher::create(BatcherConfig{.page_size = kPage, .num_pages = pages + 2, .max_context = prompt_tokens + 64,
+                                         .max_step_tokens = prompt_tokens + 64, .max_prefill_chunk = prompt_tokens + 64,
+                                         .max_running = 4, .max_waiting = 16, .eos_ids = {}});
+  if (!b.ok()) std::abort();
+  (*b)->enable_offload(&dir);
+  return std::move(b).value();
+}
+
+void run_to_idle(Batcher& b) {
+  StepResult res;
+  while (b.has_work()) {
+    auto plan = b.step();
+    if (!plan.ok()) std::abort();
+    res.step_id = plan->step_id;
+    res.results.clear();
+    for (const auto& s : plan->seqs) {
+      if (s.sample) res.results.push_back(SeqResult{s.request_id, 7, 0.0f, {}});
+    }
+    if (!b.apply(res).ok()) std::abort();
+  }
+}
+
+void BM_OffloadEvictPageByPage(benchmark::State& state) {
+  const auto n = static_cast<int32_t>(state.range(0));
+  std::mt19937_64 rng(5);
+  int64_t spilled = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    OffloadDirectory dir;
+    auto b = offload_batcher(n, dir);
+    Request a;
+    a.id = 1;
+    a.ns.model_fingerprint = "bench";
+    a.prompt.resize(static_cast<size_t>(n) + 1);  // n / 16 full pages, all cached after one prefill
+    for (auto& t : a.prompt) t = static_cast<int32_t>(rng() % 32000);
+    a.max_tokens = 1;
+    if (!b->submit(std::move(a)).ok()) std::abort();
+    run_to_idle(*b);
+    Request r;
+    r.id = 2;
+    r.ns.model_fingerprint = "bench";
+    r.prompt.assign(kPage, 11);
+    r.max_tokens = n;  // grows to n / 16 + 1 pages: evicts all but one page of the prompt, one at a time
+    if (!b->submit(std::move(r)).ok()) std::abort();
+    state.ResumeTiming();
+    run_to_idle(*b);
+    spilled += dir.stats().spilled_pages;
+  }
+  state.counters["spilled_pages"] = benchmark::Counter(static_cast<double>(spilled), benchmark::Counter::kAvgIterations);
+}
+BENCHMARK(BM_OffloadEvictPageByPage)->Arg(8192)->Arg(32768)->Arg(131072)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace tessera::scheduler

@@ -39,6 +39,8 @@ std::mutex g_secret_mu;
 std::string g_secret;
 std::atomic<bool> g_secret_set{false};
 
+std::atomic<uint64_t> g_pages_added{0};  // KvPrefixDigest::pages_added()
+
 uint64_t first8(const uint8_t* d) {
   uint64_t h = 0;
   for (int i = 0; i < 8; ++i) h = (h << 8) | d[i];
@@ -71,7 +73,10 @@ void KvPrefixDigest::add_page(std::span<const int32_t> tokens) {
     c.update(le, 4 * n);
   }
   c.final(d_.data());
+  g_pages_added.fetch_add(1, std::memory_order_relaxed);
 }
+
+uint64_t KvPrefixDigest::pages_added() { return g_pages_added.load(std::memory_order_relaxed); }
 
 KvTag KvPrefixDigest::tag() const {
   KvTag t;

@@ -51,26 +51,16 @@ void Batcher::enable_offload(OffloadDirectory* directory) {
   }
   // Every evicted page goes to the kvstore unless the directory says it is there already. Each
   // spill carries its page's tag (the SHA-256 chain over the namespace key and the path's tokens),
-  // which the worker stores in the blob and a reload checks.
-  index_->set_evict_hook([this](uint64_t ns_hash, const std::string& ns_key, std::span<const RadixBlock> blocks,
-                                std::span<const int32_t> path) {
-    const auto ps = static_cast<size_t>(config_.page_size);
-    std::vector<KvTag> tags;  // of the path's pages, in order
+  // which the worker stores in the blob and a reload checks; the radix index computed it once, when
+  // it indexed the page (RadixIndex "Tags"), so an eviction hashes nothing.
+  index_->set_evict_hook([this](uint64_t ns_hash, std::span<const RadixBlock> blocks, std::span<const KvTag> tags) {
     for (size_t j = 0; j < blocks.size(); ++j) {
       const RadixBlock& b = blocks[j];
       if (offload_->contains(b.hash)) {
         offload_->touch(b.hash);
         continue;
       }
-      if (tags.empty()) {
-        KvPrefixDigest d(ns_key);
-        for (size_t at = 0; at + ps <= path.size(); at += ps) {
-          d.add_page(path.subspan(at, ps));
-          tags.push_back(d.tag());
-        }
-      }
-      const size_t page_index = path.size() / ps - 1 - j;  // blocks run deepest first
-      pending_spills_.push_back(KvSpill{.page = b.page, .hash = b.hash, .ns_hash = ns_hash, .tag = tags[page_index]});
+      pending_spills_.push_back(KvSpill{.page = b.page, .hash = b.hash, .ns_hash = ns_hash, .tag = tags[j]});
       ++offload_->stats().spilled_pages;
     }
   });

@@ -58,6 +58,41 @@ uint64_t RadixIndex::last_hash(uint32_t id) const {
   return n.ns_key.empty() ? n.hashes.back() : namespace_hash(n.ns_key);
 }
 
+KvPrefixDigest RadixIndex::last_digest(uint32_t id) const {
+  const Node& n = nodes_[id];
+  return n.ns_key.empty() ? n.digests.back() : KvPrefixDigest(n.ns_key);
+}
+
+void RadixIndex::tag_pages(uint32_t id) {
+  const auto ps = static_cast<size_t>(page_size_);
+  Node& n = nodes_[id];
+  KvPrefixDigest d = last_digest(n.parent);
+  n.digests.clear();
+  n.digests.reserve(n.pages.size());
+  for (size_t i = 0; i < n.pages.size(); ++i) {
+    d.add_page(std::span(n.tokens).subspan(i * ps, ps));
+    n.digests.push_back(d);
+  }
+}
+
+void RadixIndex::set_evict_hook(EvictHook hook) {
+  const bool had = static_cast<bool>(evict_hook_);
+  evict_hook_ = std::move(hook);
+  if (had == static_cast<bool>(evict_hook_)) return;
+  std::vector<uint32_t> stack;  // parents before children: a child's chain starts at its parent's end
+  for (const auto& [key, root] : roots_) stack.insert(stack.end(), nodes_[root].children.begin(), nodes_[root].children.end());
+  while (!stack.empty()) {
+    const uint32_t id = stack.back();
+    stack.pop_back();
+    if (evict_hook_) {
+      tag_pages(id);
+    } else {
+      nodes_[id].digests = {};
+    }
+    stack.insert(stack.end(), nodes_[id].children.begin(), nodes_[id].children.end());
+  }
+}
+
 uint64_t RadixIndex::page_hash(std::span<const int32_t> page) const { return hash_tokens(page, 0x7261646978ULL); }
 
 uint64_t RadixIndex::child_key(uint32_t parent, uint64_t page_hash) { return hash_combine(parent, page_hash); }
@@ -144,6 +179,10 @@ uint32_t RadixIndex::split(uint32_t id, int32_t keep_pages) {
   cn.tokens.erase(cn.tokens.begin(), cn.tokens.begin() + static_cast<ptrdiff_t>(keep * ps));
   cn.pages.erase(cn.pages.begin(), cn.pages.begin() + static_cast<ptrdiff_t>(keep));
   cn.hashes.erase(cn.hashes.begin(), cn.hashes.begin() + static_cast<ptrdiff_t>(keep));
+  if (!cn.digests.empty()) {  // tags kept: the upper half's chain states are the first `keep`
+    yn.digests.assign(cn.digests.begin(), cn.digests.begin() + static_cast<ptrdiff_t>(keep));
+    cn.digests.erase(cn.digests.begin(), cn.digests.begin() + static_cast<ptrdiff_t>(keep));
+  }
   yn.parent = cn.parent;
   yn.lock_ref = cn.lock_ref;
   yn.last_access = cn.last_access;
@@ -259,6 +298,7 @@ Result<InsertResult> RadixIndex::insert(const KvNamespace& ns, std::span<const i
     }
     if (observer_ != nullptr) observer_->on_stored(namespace_hash(nodes_[root].ns_key), stored, tokens.subspan(upos));
     ln.parent = node;
+    if (evict_hook_) tag_pages(leaf);  // each page hashed once, here; evictions read the tags
     ln.end = static_cast<int32_t>(tokens.size());
     ln.first_page_hash = page_hash(tokens.subspan(upos, ps));
     ln.last_access = ++clock_;
@@ -352,6 +392,7 @@ void RadixIndex::merge_into_parent(uint32_t parent, uint32_t child) {
   p.tokens.insert(p.tokens.end(), c.tokens.begin(), c.tokens.end());
   p.pages.insert(p.pages.end(), c.pages.begin(), c.pages.end());
   p.hashes.insert(p.hashes.end(), c.hashes.begin(), c.hashes.end());
+  p.digests.insert(p.digests.end(), c.digests.begin(), c.digests.end());
   p.children = std::move(c.children);
   c.children.clear();
   p.end = c.end;
@@ -400,25 +441,24 @@ int32_t RadixIndex::evict(int32_t num_pages) {
     Node& n = nodes_[id];
     const int32_t take = std::min<int32_t>(num_pages - freed, static_cast<int32_t>(n.pages.size()));
     std::vector<RadixBlock> removed;
+    std::vector<KvTag> tags;  // parallel to removed, while tags are kept
     for (int32_t i = 0; i < take; ++i) {
       alloc_.evict(n.pages.back());  // TS_CHECKs the page is cached (reference count 0)
       const uint64_t parent = n.hashes.size() > 1 ? n.hashes[n.hashes.size() - 2] : last_hash(n.parent);
       removed.push_back({.hash = n.hashes.back(), .parent_hash = parent, .page = n.pages.back()});
       n.pages.pop_back();
       n.hashes.pop_back();
+      if (!n.digests.empty()) {
+        tags.push_back(n.digests.back().tag());
+        n.digests.pop_back();
+      }
     }
     if (observer_ != nullptr) observer_->on_removed(removed);
-    if (evict_hook_) {  // the path's tokens: the ancestors' edges, then this node's (still whole)
-      std::vector<uint32_t> chain;
-      uint32_t root = id;
-      while (nodes_[root].ns_key.empty()) {
-        chain.push_back(root);
-        root = nodes_[root].parent;
-      }
-      std::vector<int32_t> path;
-      path.reserve(static_cast<size_t>(n.end));
-      for (auto it = chain.rbegin(); it != chain.rend(); ++it) path.insert(path.end(), nodes_[*it].tokens.begin(), nodes_[*it].tokens.end());
-      evict_hook_(namespace_hash(nodes_[root].ns_key), nodes_[root].ns_key, removed, path);
+    if (evict_hook_) {
+      uint32_t root = n.parent;
+      while (nodes_[root].ns_key.empty()) root = nodes_[root].parent;
+      TS_CHECK_EQ(tags.size(), removed.size());
+      evict_hook_(namespace_hash(nodes_[root].ns_key), removed, tags);
     }
     n.tokens.resize(n.pages.size() * static_cast<size_t>(page_size_));
     n.end -= take * page_size_;
@@ -487,6 +527,10 @@ Status RadixIndex::check() const {
     if (is_root && find_root(n.ns_key) != id) return fail(where + ": root not registered");
     if (n.tokens.size() != n.pages.size() * ps) return fail(where + ": tokens do not fill its pages");
     if (n.hashes.size() != n.pages.size()) return fail(where + ": block hashes do not match its pages");
+    if (n.digests.size() != (evict_hook_ && !is_root ? n.pages.size() : 0)) {
+      return fail(where + ": " + std::to_string(n.digests.size()) + " tag chain states for " + std::to_string(n.pages.size()) +
+                  " pages");
+    }
     for (size_t i = 0; i < n.hashes.size(); ++i) {
       const uint64_t parent = i > 0 ? n.hashes[i - 1] : last_hash(n.parent);
       if (n.hashes[i] != block_hash(parent, std::span(n.tokens).subspan(i * ps, ps)))

@@ -235,6 +235,47 @@ TEST_F(Offload, ShortContinuationsAndOtherNamespacesAreNotReloaded) {
   EXPECT_EQ(h.finish_of(2)->usage.cached_prompt_tokens, 0);
 }
 
+// Evicting a long cached prefix page by page (a decode that needs one more page per step while
+// the pool is full of it: ensure_pages evicts exactly the missing page) hashes each page once:
+// the spill tags come from the radix index (computed when the pages were indexed), not from
+// rehashing the whole root-to-leaf path at every eviction (64 * 65 / 2 = 2080 page digests here).
+TEST_F(Offload, EvictingALongLeafPageByPageHashesEachPageOnce) {
+  constexpr int32_t kLeafPages = 64;
+  Harness h(BatcherConfig{.page_size = kPage, .num_pages = kLeafPages + 4, .max_context = 400, .max_step_tokens = 512,
+                          .max_prefill_chunk = 512, .max_running = 4, .admission_headroom = 0});
+  h.batcher->enable_offload(&dir_);
+  const Request a = make_request(1, iota_tokens(10, kLeafPages * kPage + 2), 1);  // one prefill: one 64-page leaf
+  h.submit(a);
+  run_until_idle(h);
+  ASSERT_EQ(h.batcher->index().indexed_pages(), kLeafPages);
+  ASSERT_EQ(h.batcher->index().num_nodes(), 2) << "the namespace root and one leaf";
+  const uint64_t digests_before = KvPrefixDigest::pages_added();
+  const int64_t inserted_before = h.batcher->index().stats().inserted_tokens;
+  // A decode that grows one page per 4 tokens to the whole pool takes a's leaf page by page.
+  h.submit(make_request(2, iota_tokens(5000, 2), (kLeafPages + 4) * kPage - 2));
+  int one_page_evictions = 0;
+  for (int i = 0; i < 400 && h.batcher->has_work() && !HasFailure(); ++i) {
+    const size_t spilled = spilled_.size();
+    run_step(h);
+    one_page_evictions += spilled_.size() == spilled + 1 ? 1 : 0;
+  }
+  const auto& st = h.batcher->index().stats();
+  EXPECT_EQ(st.evicted_tokens, static_cast<int64_t>(kLeafPages) * kPage) << "all of a's leaf was evicted";
+  EXPECT_GE(one_page_evictions, kLeafPages - 4) << "one page per step";
+  // Digests computed meanwhile: one per page the index took in (request 2's own pages), none
+  // per eviction.
+  const auto new_pages = static_cast<uint64_t>((st.inserted_tokens - inserted_before) / kPage);
+  EXPECT_EQ(KvPrefixDigest::pages_added() - digests_before, new_pages);
+  // Every spill of a's pages still carries the tag computed from scratch.
+  const auto hashes = chain(a, kLeafPages);
+  const auto a_tags = tags(a, kLeafPages);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    ASSERT_TRUE(spill_tags_.contains(hashes[i])) << "page " << i;
+    EXPECT_EQ(spill_tags_[hashes[i]], a_tags[i]) << "page " << i;
+  }
+  h.expect_invariants();
+}
+
 TEST(OffloadDirectoryTest, BoundedLeastRecentlyUsed) {
   OffloadDirectory d(scheduler::OffloadConfig{.max_entries = 3});
   d.add(1);

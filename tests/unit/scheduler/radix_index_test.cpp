@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
+#include <span>
 #include <vector>
 
+#include "tessera/common/kv_digest.h"
 #include "tessera/testing/scenario.h"
 
 namespace tessera::scheduler {
@@ -157,6 +160,67 @@ TEST_F(RadixScenario, EvictionTrimsLeastRecentlyUsedLeavesAndMergesAParentLeftWi
         EXPECT_EQ(index.num_nodes(), 0);
         EXPECT_EQ(index.num_namespaces(), 0);
         EXPECT_EQ(alloc.num_free(), alloc.num_pages());
+      });
+}
+
+// The evict hook's tags (K/V offload): kept per page from the insert on, split by a split
+// (insert or match ending inside a node), joined by a merge, tagged at once for pages indexed
+// before the hook was set; every page's tag equals the one computed from scratch over its
+// namespace key and path, and evicting hashes nothing.
+TEST_F(RadixScenario, EvictHookTagsSurviveSplitsAndMergesAndEqualTagsFromScratch) {
+  const auto a = seq(0, 24);                                   // 6 pages
+  const auto b = cat(seq(0, 8), seq(100, 12));                 // shares 2 pages with a
+  const auto d = cat(seq(0, 16), seq(200, 8));                 // shares 4 pages with a
+  std::map<uint64_t, KvTag> spilled;                           // block hash -> tag the hook got
+  int hook_calls = 0;
+  auto hook = [&](uint64_t ns_hash, std::span<const RadixBlock> blocks, std::span<const KvTag> tags) {
+    ++hook_calls;
+    EXPECT_EQ(ns_hash, RadixIndex::namespace_hash(ns.canonical()));
+    ASSERT_EQ(tags.size(), blocks.size());
+    for (size_t j = 0; j < blocks.size(); ++j) EXPECT_TRUE(spilled.emplace(blocks[j].hash, tags[j]).second);
+  };
+  uint64_t digests_at_eviction = 0;
+  Scenario("tags through splits and merges")
+      .Given("A cached before the hook is set, then the hook (set, dropped, set: re-tagged each time)", [&] {
+        cache(ns, a);
+        index.set_evict_hook(hook);
+        EXPECT_OK(index.check());
+        index.set_evict_hook({});
+        EXPECT_OK(index.check());
+        index.set_evict_hook(hook);
+        EXPECT_OK(index.check());
+      })
+      .When("B splits A's node on insert, a match splits A's tail, D hangs under that split", [&] {
+        cache(ns, b);
+        EXPECT_EQ(index.match(ns, seq(0, 16)).matched_tokens, 16);
+        cache(ns, d);
+        EXPECT_EQ(index.num_nodes(), 6);  // root, [0,2), A's [2,4), A's [4,6), B's tail, D's tail
+        EXPECT_OK(index.check());
+      })
+      .Then("evicting everything (one page at a time, then the rest at once) hands over 11 tags", [&] {
+        digests_at_eviction = KvPrefixDigest::pages_added();
+        for (int i = 0; i < 5; ++i) {
+          EXPECT_EQ(index.evict(1), 1);
+          EXPECT_OK(index.check());
+        }
+        EXPECT_EQ(index.evict(100), 6);
+        EXPECT_EQ(index.num_nodes(), 0);
+        EXPECT_EQ(KvPrefixDigest::pages_added(), digests_at_eviction) << "eviction hashes nothing";
+        EXPECT_EQ(spilled.size(), 11u);
+        EXPECT_GE(hook_calls, 6);
+      })
+      .And("each is the tag computed from scratch over the namespace key and the path", [&] {
+        for (const auto* path : {&a, &b, &d}) {
+          KvPrefixDigest dg(ns.canonical());
+          uint64_t h = RadixIndex::namespace_hash(ns.canonical());
+          for (size_t i = 0; i < path->size() / kPage; ++i) {
+            const auto page = std::span(*path).subspan(i * kPage, kPage);
+            dg.add_page(page);
+            h = RadixIndex::block_hash(h, page);
+            ASSERT_TRUE(spilled.contains(h)) << "page " << i;
+            EXPECT_EQ(spilled.at(h), dg.tag()) << "page " << i;
+          }
+        }
       });
 }
 

@@ -16,7 +16,7 @@
 // 2^32-per-side meet in the middle).
 //
 // Pure functions and value types, except the process-wide secret of kv_name_hash (set once at
-// start-up, read-only afterwards); thread-safe.
+// start-up, read-only afterwards) and the pages_added() counter (atomic); thread-safe.
 #pragma once
 
 #include <array>
@@ -35,6 +35,9 @@ class KvPrefixDigest {
   void add_page(std::span<const int32_t> tokens);
   // The tag of the prefix so far (the last page added).
   KvTag tag() const;
+  // Pages added by every KvPrefixDigest of this process since start (relaxed atomic counter, for
+  // tests and diagnostics: how often K/V content is hashed, e.g. once per page on the spill path).
+  static uint64_t pages_added();
 
  private:
   std::array<uint8_t, 32> d_{};

@@ -19,7 +19,8 @@
 // (FNV-1a, mix64): prefixes can collide by chance or by construction. So a reloaded page is used
 // only when the tag stored in its blob (KvSpill::tag, set at the spill) equals the tag the
 // KvReload names for it: 96 bits of a SHA-256 chain over the namespace key and every token of the
-// prefix (tessera/common/kv_digest.h), computed here at the spill and again at the reload. A
+// prefix (tessera/common/kv_digest.h), computed once per page when the radix index takes it in
+// (RadixIndex "Tags"; the spill reads it, hashing nothing) and again at the reload. A
 // colliding hash therefore costs a miss (the worker refuses the blob, counted), never another
 // prefix's K/V. The worker's kvstore key adds the pool dtype and codec, and the blob header the
 // model fingerprint and shape, so a blob from another model, dtype or codec is never used (a miss).

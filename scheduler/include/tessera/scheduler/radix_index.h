@@ -20,7 +20,8 @@
 //  2. a node's lock count is >= each child's; every page of an unlocked node is cached
 //     (reference count 0): whoever holds an indexed page holds a lock on a node covering it;
 //  3. the LRU set holds exactly the unlocked non-root leaves; evictable_pages() is the number
-//     of pages in unlocked nodes.
+//     of pages in unlocked nodes;
+//  4. while an evict hook is set, every node keeps one tag-chain state per page, else none.
 // Invariant 2 is the caller's contract: insert() takes pages the caller holds, and the caller
 // must lock the returned handle before anything can evict (the batcher does both in one step).
 //
@@ -37,6 +38,13 @@
 // hash. An optional RadixObserver hears every page stored into the index and every page evicted
 // from it, in order, synchronously (docs/protocol.md, "K/V events").
 //
+// Tags (K/V offload). While an evict hook is set, every indexed page also keeps the state of its
+// KvPrefixDigest chain (tessera/common/kv_digest.h: 32 bytes; its tag is the first 12), computed
+// once when the page is indexed — or, for pages indexed before the hook was set, when it is set —
+// and split, merged and trimmed with its node like the block hashes. An eviction hands the hook
+// its pages' tags without hashing anything, however long the path (evictions take one page at a
+// time when a sequence needs one more page). Without a hook nothing is hashed or kept.
+//
 // Thread-safety: none. One index per worker, driven by that worker's batcher thread; peek() and
 // the other const members may run concurrently with each other only.
 #pragma once
@@ -51,6 +59,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/common/kv_digest.h"
 #include "tessera/common/result.h"
 #include "tessera/scheduler/kv_namespace.h"
 #include "tessera/scheduler/page_allocator.h"
@@ -177,13 +186,13 @@ class RadixIndex {
   // later change.
   void set_observer(RadixObserver* observer) { observer_ = observer; }
   // K/V offload hook (docs/kv.md "K/V offload"): called inside evict(), after the observer, with
-  // the evicted pages' namespace (hash and key) and blocks (as on_removed: one node's last pages,
-  // deepest first), before anyone can reuse them. `path` holds the tokens from the namespace
-  // root to the end of blocks.front(), so blocks[j] is the page ending at path.size() - j *
-  // page_size. Must not call back into the index. An empty function = none.
-  using EvictHook = std::function<void(uint64_t ns_hash, const std::string& ns_key, std::span<const RadixBlock> blocks,
-                                       std::span<const int32_t> path)>;
-  void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
+  // the evicted pages' namespace hash, blocks (as on_removed: one node's last pages, deepest
+  // first) and their tags (tags[j] is blocks[j]'s: the KvPrefixDigest chain over the namespace
+  // key and every token up to the end of that page), before anyone can reuse the pages. Must not
+  // call back into the index. Setting a hook tags every page already indexed (O(indexed tokens),
+  // once); an empty function = none, and drops the tags.
+  using EvictHook = std::function<void(uint64_t ns_hash, std::span<const RadixBlock> blocks, std::span<const KvTag> tags)>;
+  void set_evict_hook(EvictHook hook);
   // Every indexed block, parents before children; `tokens` are the block's page of tokens.
   void for_each_block(const std::function<void(uint64_t ns_hash, const RadixBlock&, std::span<const int32_t> tokens)>& fn) const;
 
@@ -198,6 +207,8 @@ class RadixIndex {
     std::vector<int32_t> tokens;  // this edge's tokens (a multiple of page_size; empty for roots)
     std::vector<int32_t> pages;   // tokens.size() / page_size pages
     std::vector<uint64_t> hashes; // block hash of each page (parallel to pages)
+    // While an evict hook is set: the tag chain after each page (parallel to pages); else empty.
+    std::vector<KvPrefixDigest> digests;
     std::vector<uint32_t> children;
     std::string ns_key;           // roots only
     uint64_t first_page_hash = 0; // key of this node under its parent
@@ -232,6 +243,8 @@ class RadixIndex {
   void merge_into_parent(uint32_t parent, uint32_t child);
   uint64_t page_hash(std::span<const int32_t> page) const;
   uint64_t last_hash(uint32_t id) const;         // block hash ending at node `id` (a root: its namespace's)
+  KvPrefixDigest last_digest(uint32_t id) const; // tag chain ending at node `id` (tags kept)
+  void tag_pages(uint32_t id);                   // fills nodes_[id].digests from its parent's
   static uint64_t child_key(uint32_t parent, uint64_t page_hash);
   Status check_handle(RadixHandle h) const;
 
