@@ -88,6 +88,14 @@ inline void prefetch_lines(const uint8_t* pb, int i) {
   for (int l = 0; l < kLines; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 }
 
+// Share i of kShares of a super-block's kTotal lines, kPrefetch bytes ahead: lines
+// [kTotal * i / kShares, kTotal * (i + 1) / kShares), every line exactly once per super-block.
+template <int kTotal, int kShares>
+inline void prefetch_share(const uint8_t* pb, int i) {
+  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch;
+  for (int l = kTotal * i / kShares; l < kTotal * (i + 1) / kShares; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+}
+
 // Q4_K, or with kFifth Q5_K (the qh fifth bits or'ed in at 0x10; its high nibbles shifted down
 // rather than masked in place, so no factor 16).
 template <bool kFifth>
@@ -204,9 +212,10 @@ struct Q6KPacked {
   }
 
   template <int RN, int k>
-  static void sets(const uint8_t* pb, int64_t b, int h, const TokX* x, const __m512i* sc, __m512i* s) {
+  static void sets(const uint8_t* pb, int64_t b, int h, const TokX* x, const __m512i* sc, __m512i* s, bool prefetch) {
 #pragma GCC unroll 2
     for (int qq = 0; qq < 2; ++qq) {  // scale group 8h + 2k + qq: values 128h + 32k + 16qq .. + 15
+      if (prefetch) prefetch_share<kBlockBytes / 64, 16>(pb, 8 * h + 2 * k + qq);  // 3-4 of its 53 lines
       __m512i a[RN];
       for (int j = 0; j < RN; ++j) a[j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -239,15 +248,10 @@ struct Q6KPacked {
       __m512i s[RN];
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
       for (int h = 0; h < 2; ++h) {
-        if (prefetch) {
-          prefetch_lines(pb, 3 * h);  // 54 >= its 53 lines
-          prefetch_lines(pb, 3 * h + 1);
-          prefetch_lines(pb, 3 * h + 2);
-        }
-        sets<RN, 0>(pb, b, h, x, sc, s);
-        sets<RN, 1>(pb, b, h, x, sc, s);
-        sets<RN, 2>(pb, b, h, x, sc, s);
-        sets<RN, 3>(pb, b, h, x, sc, s);
+        sets<RN, 0>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 1>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 2>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 3>(pb, b, h, x, sc, s, prefetch);
       }
       const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb + kPackedQ6KDOffset)));
       for (int j = 0; j < RN; ++j) {
