@@ -192,13 +192,12 @@ struct Q45KPacked {
 struct Q6KPacked {
   static constexpr DType kType = DType::kQ6_K;
   static constexpr int64_t kBlockBytes = kPackedQ6KBlockBytes;
-  // The 16 bsums as int16 pairs (bs_4i, bs_4i+2), (bs_4i+1, bs_4i+3), i = 0..3.
-  static constexpr int kAux = 8;
+  // -32 x the 16 bsums: each scale group's accumulator starts there, so the -32 of every
+  // 6-bit value is in the sum the group's scale multiplies (sum_g sc_g (dot_g - 32 bs_g) is
+  // finish_q6_k's S - 32 offset exactly; |dot_g - 32 bs_g| <= 16 * 32 * 127, the sum < 2^28).
+  static constexpr int kAux = 16;
   static void aux(const BlockQ8_K& x, int32_t* o) {
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = pair16(x.bsums[4 * i], x.bsums[4 * i + 2]);
-      o[2 * i + 1] = pair16(x.bsums[4 * i + 1], x.bsums[4 * i + 3]);
-    }
+    for (int g = 0; g < 16; ++g) o[g] = -32 * x.bsums[g];
   }
 
   // Values 128h + 32k + 4q .. + 3 of the 16 rows (0..63, unsigned bytes).
@@ -217,7 +216,7 @@ struct Q6KPacked {
     for (int qq = 0; qq < 2; ++qq) {  // scale group 8h + 2k + qq: values 128h + 32k + 16qq .. + 15
       if (prefetch) prefetch_share<kBlockBytes / 64, 16>(pb, 8 * h + 2 * k + qq);  // 3-4 of its 53 lines
       __m512i a[RN];
-      for (int j = 0; j < RN; ++j) a[j] = _mm512_setzero_si512();
+      for (int j = 0; j < RN; ++j) a[j] = _mm512_set1_epi32(x[j].bs[kAux * b + 8 * h + 2 * k + qq]);
 #pragma GCC unroll 4
       for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
         const __m512i v = values<k>(pb, h, q);
@@ -235,15 +234,13 @@ struct Q6KPacked {
     for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* pb = grp + b * kBlockBytes;
-      __m512i sc[16], pairs[8];  // sc[g]: int32 scale of group g; pairs: int16 (sc_4i, sc_4i+2), (sc_4i+1, sc_4i+3)
+      __m512i sc[16];  // sc[g]: int32 scale of group g
       for (int i = 0; i < 4; ++i) {
         const __m512i v = _mm512_load_si512(pb + kPackedQ6KScalesOffset + 64 * i);
         sc[4 * i] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24);
         sc[4 * i + 1] = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24);
         sc[4 * i + 2] = _mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24);
         sc[4 * i + 3] = _mm512_srai_epi32(v, 24);
-        pairs[2 * i] = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
-        pairs[2 * i + 1] = _mm512_srai_epi16(v, 8);
       }
       __m512i s[RN];
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
@@ -254,12 +251,7 @@ struct Q6KPacked {
         sets<RN, 3>(pb, b, h, x, sc, s, prefetch);
       }
       const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb + kPackedQ6KDOffset)));
-      for (int j = 0; j < RN; ++j) {
-        const int32_t* bs = x[j].bs + kAux * b;
-        __m512i off = _mm512_setzero_si512();  // scales . bsums: the -32 of every value
-        for (int i = 0; i < 8; ++i) off = _mm512_dpwssd_epi32(off, pairs[i], _mm512_set1_epi32(bs[i]));
-        acc[j] = finish_add(acc[j], dv, _mm512_set1_ps(x[j].x[b].d), _mm512_sub_epi32(s[j], _mm512_slli_epi32(off, 5)));
-      }
+      for (int j = 0; j < RN; ++j) acc[j] = finish_add(acc[j], dv, _mm512_set1_ps(x[j].x[b].d), s[j]);
     }
     for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
   }
