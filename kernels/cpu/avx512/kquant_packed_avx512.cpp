@@ -12,8 +12,9 @@
 // rounding intrinsics): every result is bit-identical to the scalar oracle. No unpacking
 // shuffles of the weights, no horizontal sums, no gathers; one sequential read, prefetched.
 // Q6_K likewise: the 6-bit values are a nibble or'ed with two qh bits (3-4 vector ops per 16
-// rows x 4 values), one vpdpbusd accumulator per 16-value scale group times its int8 scale
-// (vpmulld), the scales . bsums offset by vpdpwssd, finish_q6_k's (d * dx) * (S - 32 * offset).
+// rows x 4 values), one vpdpbusd accumulator per 16-value scale group, started at -32 x the
+// group's activation sum (the -32 of every value), times its int8 scale (vpmulld), then
+// finish_q6_k's (d * dx) * (S - 32 * offset).
 #include <immintrin.h>
 
 // GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
@@ -34,15 +35,19 @@ namespace {
 
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-// Bytes ahead of the super-block being read that the kernel prefetches into L1, its lines
-// spread over its 4 chunks (Q4_K 9 before each, Q5_K 11; Q6_K 9 before each of 6 steps). A 75 MB Q4_K matrix x 1 token (2048 columns, 1
-// thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes, the read roofline
-// 42): no prefetch 21.4; into L2 2 / 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 /
-// 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 / 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 /
-// 40-43 / 38-41 / 38-40. Q6_K, a 110 MB matrix the same way: into L1 4 / 8 / 12 / 16 / 24
-// KiB ahead 32.6 / 36-38 / 33-35 / 31-32 / 29-30, into L2 8 / 16 KiB 35 / 29-30 (its file
-// layout's tiles 18-31). Cache-resident (256 rows, 200 passes) the kernels run at 95-98 GB
-// per CPU-s: the stream, not the arithmetic, bounds them.
+// Bytes ahead of the super-block being read that the kernel prefetches into L1, each of its
+// lines once per super-block, a line or two before each of its 32 weight loads (Q4_K 36 lines,
+// Q5_K 44) or 3-4 before each of its 16 scale groups (Q6_K, 53 lines). A 75 MB Q4_K matrix x 1
+// token (2048 columns, 1 thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes,
+// the read roofline 42), then 9 lines before each 64-value chunk: no prefetch 21.4; into L2 2 /
+// 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 / 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 /
+// 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 / 40-43 / 38-41 / 38-40. Bursts cost:
+// Llama-1B-shaped matrices, each once per pass (1014 MB of Q6_K; Zen 5, load 3-6), Q6_K with
+// 27 lines at once before each half super-block 28-30, with 4 before each scale group (11
+// lines twice) 31-33, each line once 37-38 (6 / 8 / 10 / 12 KiB ahead 36 / 37-38 / 37 / 36);
+// Q4_K (695 MB) 9 lines per chunk 33.4-34.2, 1-2 per load 34.6-35.8. Cache-resident (256
+// rows, 200 passes) the kernels run at 85-100 GB per CPU-s: the stream, not the arithmetic,
+// bounds them.
 constexpr int64_t kPrefetch = 8192;
 
 inline int32_t load_i32(const int8_t* p) {
@@ -78,14 +83,6 @@ inline __m512 finish_add(__m512 acc, __m512 d, __m512 dx, __m512i s) {
 inline __m512 finish_sub(__m512 acc, __m512 d, __m512 dx, __m512i s) {
   const __m512 minus = _mm512_mul_round_ps(_mm512_mul_round_ps(d, dx, kRound), _mm512_cvt_roundepi32_ps(s, kRound), kRound);
   return _mm512_sub_round_ps(acc, minus, kRound);
-}
-
-// Share i of a super-block's lines, kLines of them, kPrefetch bytes ahead.
-template <int kLines = 9>
-inline void prefetch_lines(const uint8_t* pb, int i) {
-  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * kLines * i;
-#pragma GCC unroll 11
-  for (int l = 0; l < kLines; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 }
 
 // Share i of kShares of a super-block's kTotal lines, kPrefetch bytes ahead: lines
@@ -140,11 +137,11 @@ struct Q45KPacked {
       for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        if (prefetch) prefetch_lines<kBlockBytes / 64 / 4>(pb, c);  // Q4_K 36 lines, Q5_K 44
         __m512i lo[RN], hi[RN];
         for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
+          if (prefetch) prefetch_share<kBlockBytes / 64, 32>(pb, 8 * c + k);  // 1-2 of its 36 (Q5_K 44) lines
           const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
           __m512i wl, wh;
           if constexpr (kFifth) {  // bits 2c (low nibbles) and 2c + 1 (high) of qh vector k, to 0x10
