@@ -12,8 +12,9 @@
 // rounding intrinsics): every result is bit-identical to the scalar oracle. No unpacking
 // shuffles of the weights, no horizontal sums, no gathers; one sequential read, prefetched.
 // Q6_K likewise: the 6-bit values are a nibble or'ed with two qh bits (3-4 vector ops per 16
-// rows x 4 values), one vpdpbusd accumulator per 16-value scale group times its int8 scale
-// (vpmulld), the scales . bsums offset by vpdpwssd, finish_q6_k's (d * dx) * (S - 32 * offset).
+// rows x 4 values), one vpdpbusd accumulator per 16-value scale group, started at -32 x the
+// group's activation sum (the -32 of every value), times its int8 scale (vpmulld), then
+// finish_q6_k's (d * dx) * (S - 32 * offset).
 #include <immintrin.h>
 
 // GCC 12 flags its own intrinsic headers (self-initialized "undefined" vectors, GCC bug 105593).
@@ -34,15 +35,19 @@ namespace {
 
 constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-// Bytes ahead of the super-block being read that the kernel prefetches into L1, its lines
-// spread over its 4 chunks (Q4_K 9 before each, Q5_K 11; Q6_K 9 before each of 6 steps). A 75 MB Q4_K matrix x 1 token (2048 columns, 1
-// thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes, the read roofline
-// 42): no prefetch 21.4; into L2 2 / 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 /
-// 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 / 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 /
-// 40-43 / 38-41 / 38-40. Q6_K, a 110 MB matrix the same way: into L1 4 / 8 / 12 / 16 / 24
-// KiB ahead 32.6 / 36-38 / 33-35 / 31-32 / 29-30, into L2 8 / 16 KiB 35 / 29-30 (its file
-// layout's tiles 18-31). Cache-resident (256 rows, 200 passes) the kernels run at 95-98 GB
-// per CPU-s: the stream, not the arithmetic, bounds them.
+// Bytes ahead of the super-block being read that the kernel prefetches into L1, each of its
+// lines once per super-block, a line or two before each of its 32 weight loads (Q4_K 36 lines,
+// Q5_K 44) or 3-4 before each of its 16 scale groups (Q6_K, 53 lines). A 75 MB Q4_K matrix x 1
+// token (2048 columns, 1 thread, AMD Zen 5 at load 11-13, GB per CPU-s, medians of 9 passes,
+// the read roofline 42), then 9 lines before each 64-value chunk: no prefetch 21.4; into L2 2 /
+// 4 / 6 / 8 / 12 KiB ahead 27.4 / 33.4 / 34.8 / 35.3 / 32.7; into L1 2 / 3 / 4 / 6 / 8 / 10 /
+// 12 / 16 KiB ahead 35.9 / 35 / 35-37 / 40-41 / 42-44 / 40-43 / 38-41 / 38-40. Bursts cost:
+// Llama-1B-shaped matrices, each once per pass (1014 MB of Q6_K; Zen 5, load 3-6), Q6_K with
+// 27 lines at once before each half super-block 28-30, with 4 before each scale group (11
+// lines twice) 31-33, each line once 37-38 (6 / 8 / 10 / 12 KiB ahead 36 / 37-38 / 37 / 36);
+// Q4_K (695 MB) 9 lines per chunk 33.4-34.2, 1-2 per load 34.6-35.8. Cache-resident (256
+// rows, 200 passes) the kernels run at 85-100 GB per CPU-s: the stream, not the arithmetic,
+// bounds them.
 constexpr int64_t kPrefetch = 8192;
 
 inline int32_t load_i32(const int8_t* p) {
@@ -80,12 +85,12 @@ inline __m512 finish_sub(__m512 acc, __m512 d, __m512 dx, __m512i s) {
   return _mm512_sub_round_ps(acc, minus, kRound);
 }
 
-// Share i of a super-block's lines, kLines of them, kPrefetch bytes ahead.
-template <int kLines = 9>
-inline void prefetch_lines(const uint8_t* pb, int i) {
-  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch + 64 * kLines * i;
-#pragma GCC unroll 11
-  for (int l = 0; l < kLines; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+// Share i of kShares of a super-block's kTotal lines, kPrefetch bytes ahead: lines
+// [kTotal * i / kShares, kTotal * (i + 1) / kShares), every line exactly once per super-block.
+template <int kTotal, int kShares>
+inline void prefetch_share(const uint8_t* pb, int i) {
+  const char* pf = reinterpret_cast<const char*>(pb) + kPrefetch;
+  for (int l = kTotal * i / kShares; l < kTotal * (i + 1) / kShares; ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 }
 
 // Q4_K, or with kFifth Q5_K (the qh fifth bits or'ed in at 0x10; its high nibbles shifted down
@@ -132,11 +137,11 @@ struct Q45KPacked {
       for (int j = 0; j < RN; ++j) s_lo[j] = s_hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
-        if (prefetch) prefetch_lines<kBlockBytes / 64 / 4>(pb, c);  // Q4_K 36 lines, Q5_K 44
         __m512i lo[RN], hi[RN];
         for (int j = 0; j < RN; ++j) lo[j] = hi[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; ++k) {
+          if (prefetch) prefetch_share<kBlockBytes / 64, 32>(pb, 8 * c + k);  // 1-2 of its 36 (Q5_K 44) lines
           const __m512i w = _mm512_load_si512(pb + (8 * c + k) * 64);
           __m512i wl, wh;
           if constexpr (kFifth) {  // bits 2c (low nibbles) and 2c + 1 (high) of qh vector k, to 0x10
@@ -184,13 +189,12 @@ struct Q45KPacked {
 struct Q6KPacked {
   static constexpr DType kType = DType::kQ6_K;
   static constexpr int64_t kBlockBytes = kPackedQ6KBlockBytes;
-  // The 16 bsums as int16 pairs (bs_4i, bs_4i+2), (bs_4i+1, bs_4i+3), i = 0..3.
-  static constexpr int kAux = 8;
+  // -32 x the 16 bsums: each scale group's accumulator starts there, so the -32 of every
+  // 6-bit value is in the sum the group's scale multiplies (sum_g sc_g (dot_g - 32 bs_g) is
+  // finish_q6_k's S - 32 offset exactly; |dot_g - 32 bs_g| <= 16 * 32 * 127, the sum < 2^28).
+  static constexpr int kAux = 16;
   static void aux(const BlockQ8_K& x, int32_t* o) {
-    for (int i = 0; i < 4; ++i) {
-      o[2 * i] = pair16(x.bsums[4 * i], x.bsums[4 * i + 2]);
-      o[2 * i + 1] = pair16(x.bsums[4 * i + 1], x.bsums[4 * i + 3]);
-    }
+    for (int g = 0; g < 16; ++g) o[g] = -32 * x.bsums[g];
   }
 
   // Values 128h + 32k + 4q .. + 3 of the 16 rows (0..63, unsigned bytes).
@@ -204,11 +208,12 @@ struct Q6KPacked {
   }
 
   template <int RN, int k>
-  static void sets(const uint8_t* pb, int64_t b, int h, const TokX* x, const __m512i* sc, __m512i* s) {
+  static void sets(const uint8_t* pb, int64_t b, int h, const TokX* x, const __m512i* sc, __m512i* s, bool prefetch) {
 #pragma GCC unroll 2
     for (int qq = 0; qq < 2; ++qq) {  // scale group 8h + 2k + qq: values 128h + 32k + 16qq .. + 15
+      if (prefetch) prefetch_share<kBlockBytes / 64, 16>(pb, 8 * h + 2 * k + qq);  // 3-4 of its 53 lines
       __m512i a[RN];
-      for (int j = 0; j < RN; ++j) a[j] = _mm512_setzero_si512();
+      for (int j = 0; j < RN; ++j) a[j] = _mm512_set1_epi32(x[j].bs[kAux * b + 8 * h + 2 * k + qq]);
 #pragma GCC unroll 4
       for (int q = 4 * qq; q < 4 * qq + 4; ++q) {
         const __m512i v = values<k>(pb, h, q);
@@ -226,36 +231,24 @@ struct Q6KPacked {
     for (int j = 0; j < RN; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* pb = grp + b * kBlockBytes;
-      __m512i sc[16], pairs[8];  // sc[g]: int32 scale of group g; pairs: int16 (sc_4i, sc_4i+2), (sc_4i+1, sc_4i+3)
+      __m512i sc[16];  // sc[g]: int32 scale of group g
       for (int i = 0; i < 4; ++i) {
         const __m512i v = _mm512_load_si512(pb + kPackedQ6KScalesOffset + 64 * i);
         sc[4 * i] = _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24);
         sc[4 * i + 1] = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24);
         sc[4 * i + 2] = _mm512_srai_epi32(_mm512_slli_epi32(v, 8), 24);
         sc[4 * i + 3] = _mm512_srai_epi32(v, 24);
-        pairs[2 * i] = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
-        pairs[2 * i + 1] = _mm512_srai_epi16(v, 8);
       }
       __m512i s[RN];
       for (int j = 0; j < RN; ++j) s[j] = _mm512_setzero_si512();
       for (int h = 0; h < 2; ++h) {
-        if (prefetch) {
-          prefetch_lines(pb, 3 * h);  // 54 >= its 53 lines
-          prefetch_lines(pb, 3 * h + 1);
-          prefetch_lines(pb, 3 * h + 2);
-        }
-        sets<RN, 0>(pb, b, h, x, sc, s);
-        sets<RN, 1>(pb, b, h, x, sc, s);
-        sets<RN, 2>(pb, b, h, x, sc, s);
-        sets<RN, 3>(pb, b, h, x, sc, s);
+        sets<RN, 0>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 1>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 2>(pb, b, h, x, sc, s, prefetch);
+        sets<RN, 3>(pb, b, h, x, sc, s, prefetch);
       }
       const __m512 dv = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb + kPackedQ6KDOffset)));
-      for (int j = 0; j < RN; ++j) {
-        const int32_t* bs = x[j].bs + kAux * b;
-        __m512i off = _mm512_setzero_si512();  // scales . bsums: the -32 of every value
-        for (int i = 0; i < 8; ++i) off = _mm512_dpwssd_epi32(off, pairs[i], _mm512_set1_epi32(bs[i]));
-        acc[j] = finish_add(acc[j], dv, _mm512_set1_ps(x[j].x[b].d), _mm512_sub_epi32(s[j], _mm512_slli_epi32(off, 5)));
-      }
+      for (int j = 0; j < RN; ++j) acc[j] = finish_add(acc[j], dv, _mm512_set1_ps(x[j].x[b].d), s[j]);
     }
     for (int j = 0; j < RN; ++j) _mm512_mask_storeu_ps(y[j], live, acc[j]);
   }
