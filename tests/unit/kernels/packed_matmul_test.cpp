@@ -44,7 +44,10 @@ void check_packed_matmul(DType t, Isa isa, std::span<const Shape> shapes) {
     ASSERT_FALSE(packed.empty());
     EXPECT_EQ(packed.bytes() % 64, 0u);
     EXPECT_EQ(packed.n_groups(), (s.rows + 15) / 16);
-    for (const int64_t n : {1, 2, 3, 5, 17}) {
+    const bool kquant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+    const std::vector<int64_t> ns = kquant ? std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17, 33}
+                                           : std::vector<int64_t>{1, 2, 3, 5, 17};
+    for (const int64_t n : ns) {
       const int64_t x_stride = s.cols + 3, y_stride = s.rows + 5;
       const auto x = random_floats(static_cast<size_t>(n * x_stride), 50 + static_cast<uint64_t>(n), -2.0f, 2.0f);
       const MatmulArgs base{.w_type = t, .w = w.data(), .rows = s.rows, .cols = s.cols, .x = x.data(), .x_stride = x_stride,
