@@ -26,5 +26,9 @@ secret tessera-curve-kvstore kvstore.key_secret frontend.key worker.key
 for f in "$dir"/*.d/*.key; do
   [ -e "$f" ] || continue
   role="$(basename "$(dirname "$f")" .d)"
-  echo "curve-secrets.sh: $f is not in any Secret (a Secret holds no directories): for one $role, copy it to $dir/$role.key" >&2
+  if [ -e "$dir/$role.key" ]; then  # the role's own key is shipped; never advise replacing it
+    echo "curve-secrets.sh: $f is not in any Secret (a Secret holds no directories); $dir/$role.key is" >&2
+  else
+    echo "curve-secrets.sh: $f is not in any Secret (a Secret holds no directories): for one $role, copy it to $dir/$role.key" >&2
+  fi
 done

@@ -71,6 +71,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check("router.key" not in r.stdout, "a set without router.key shipped one")
     check(os.path.join(old_set, "router.d", "r1.key") in r.stderr and "copy it to " + os.path.join(old_set, "router.key") in r.stderr,
           "curve-secrets.sh did not say that router.d/r1.key is not shipped: %r" % r.stderr)
+    # A per-host worker key beside the set's own worker.key: named as not shipped, but copying it
+    # over worker.key (whose secret half the worker pods hold) is never advised.
+    subprocess.run([os.path.join(BIN, "tessera"), "keys", keys, "--role", "worker", "--name", "h1"], check=True,
+                   stdout=subprocess.DEVNULL)
+    r = subprocess.run(["sh", os.path.join(K8S, "curve-secrets.sh"), keys], check=True, capture_output=True, text=True)
+    check(os.path.join(keys, "worker.d", "h1.key") in r.stderr and "copy it to" not in r.stderr,
+          "curve-secrets.sh on a set with worker.key and worker.d/h1.key: %r" % r.stderr)
 
 # ---- schema ----
 root = yaml.safe_load(open(os.path.join(K8S, "schema", "k8s-strict.json")))
