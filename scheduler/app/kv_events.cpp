@@ -36,8 +36,8 @@ void header(Packer& p, std::string_view type, uint64_t id) {
   p.pack(id);
 }
 
-// What msgpack-c may build from a kv_snapshot request (docs/protocol.md "K/V events"): one map
-// of scalars.
+// What msgpack-c may build from a kv_snapshot request (docs/protocol.md "K/V events"): a map
+// of scalars (depth 2 lets one level of containers in; the 4 KiB cap bounds them).
 const msgpack::unpack_limit kSnapshotRequestLimits(/*array=*/16, /*map=*/16, /*str=*/256, /*bin=*/256, /*ext=*/16,
                                                    /*depth=*/2);
 
@@ -235,7 +235,7 @@ void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
     if (!oh.ok()) {
       (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(0, ErrorCode::kMalformedMessage,
                                                                        "undecodable kv_snapshot request (a map of at most 16 "
-                                                                       "scalar fields): " + oh.error().message)),
+                                                                       "fields, nested at most 2 deep): " + oh.error().message)),
                        true);
       continue;
     }
