@@ -14,11 +14,19 @@
 namespace tessera {
 namespace {
 
+// SHA-256 fetched from OpenSSL's providers once for the process (EVP_sha256() in an init call
+// looks it up again every time: most of a one-page digest's cost). Never freed.
+const EVP_MD* sha256_md() {
+  static EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA2-256", nullptr);
+  TS_CHECK(md != nullptr) << "OpenSSL has no SHA2-256";
+  return md;
+}
+
 // One SHA-256 computation (OpenSSL's EVP interface; the SHA256_* calls are deprecated in 3.0).
 class Sha256 {
  public:
   Sha256() : ctx_(EVP_MD_CTX_new()) {
-    TS_CHECK(ctx_ != nullptr && EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) == 1) << "OpenSSL SHA-256 init failed";
+    TS_CHECK(ctx_ != nullptr && EVP_DigestInit_ex2(ctx_, sha256_md(), nullptr) == 1) << "OpenSSL SHA-256 init failed";
   }
   ~Sha256() { EVP_MD_CTX_free(ctx_); }
   Sha256(const Sha256&) = delete;
