@@ -1,6 +1,7 @@
 #include "kv_events.h"
 
 #include <chrono>
+#include <string_view>
 
 #include <msgpack.hpp>
 
@@ -239,12 +240,15 @@ void KvEvents::serve_snapshots(const WorkerRegistry& workers) {
                        true);
       continue;
     }
-    const uint64_t id = protocol::peek_id(env->body);
+    uint64_t id = 0;  // as protocol::peek_id reads it, from the map already unpacked
     std::string type;
     if (oh->get().type == msgpack::type::MAP)
-      for (const auto& kv : oh->get().via.map)
-        if (kv.key.type == msgpack::type::STR && kv.key.as<std::string>() == "type" && kv.val.type == msgpack::type::STR)
-          type = kv.val.as<std::string>();
+      for (const auto& kv : oh->get().via.map) {
+        if (kv.key.type != msgpack::type::STR) continue;
+        const std::string_view k(kv.key.via.str.ptr, kv.key.via.str.size);
+        if (k == "type" && kv.val.type == msgpack::type::STR) type = kv.val.as<std::string>();
+        if (k == "id" && kv.val.type == msgpack::type::POSITIVE_INTEGER) id = kv.val.via.u64;
+      }
     if (type != "kv_snapshot") {
       (void)zmqu::send(snapshot_, zmqu::router_reply(*env, error_reply(id, ErrorCode::kInvalidArgument,
                                                                        "the K/V snapshot port only takes 'kv_snapshot' (got '" +

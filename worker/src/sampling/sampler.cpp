@@ -20,6 +20,12 @@ bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
+// The kernels' path for this CPU, detected once (argmax, exp_affine_sum).
+kernels::Isa cpu_isa() {
+  static const kernels::Isa isa = kernels::detect_isa();
+  return isa;
+}
+
 }  // namespace
 
 Status validate_sampling_params(const SamplingParams& p) {
@@ -132,8 +138,7 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
   }
   // 3. Choice.
   if (params_.temperature == 0.0f || params_.top_k == 1) {
-    static const kernels::Isa isa = kernels::detect_isa();
-    out.token = static_cast<int32_t>(kernels::argmax(logits.data(), n, isa));  // lowest id on ties
+    out.token = static_cast<int32_t>(kernels::argmax(logits.data(), n, cpu_isa()));  // lowest id on ties
   } else {
     // Scaled logits. Candidates below min_p * p_max can never survive, so they are dropped
     // before sorting (p_i / p_max >= min_p  <=>  l_i >= l_max + ln(min_p)); with no truncation
@@ -158,7 +163,7 @@ SampleOutcome Sampler::sample(std::span<float> logits) {
       // running sum can differ from the block's total in the last bits: when it ends short of
       // u, the block's last possible token is drawn. A term of 0 (logit -inf) is never drawn.
       constexpr int64_t kBlock = 512;
-      static const kernels::Isa isa = kernels::detect_isa();
+      const kernels::Isa isa = cpu_isa();
       const float* l = logits.data();
       const size_t blocks = static_cast<size_t>((n + kBlock - 1) / kBlock);
       prefix_.assign(blocks + 1, 0.0);
