@@ -3,6 +3,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -20,22 +21,43 @@ namespace {
 
 // ~30-60 us of pause loops on current x86 before a worker blocks on the condition variable.
 constexpr int kSpinIterations = 1 << 11;
+constexpr size_t kLine = 64;
 
-// One parallel region, on the caller's stack for the duration of run().
+// One participant's share of a region's tasks: it takes them from the front, one at a time;
+// a participant that has finished its own share takes the rest of the others' the same way.
+// Its own cache line: a participant's claims do not move the line another one is claiming from
+// until it steals.
+struct alignas(kLine) Share {
+  std::atomic<int64_t> next{0};
+  int64_t end = 0;
+};
+
+// One parallel region, on the caller's stack for the duration of run(). Participant p (the
+// caller is 0, worker thread i is i) owns tasks [p * n / N, (p + 1) * n / N): a decode step's
+// back-to-back matmuls then give each thread the same rows every time, and a claim is an
+// uncontended atomic on the thread's own line. Finished tasks are added to `done` once per
+// participant per region.
 struct Region {
   void (*fn)(void*, int64_t) = nullptr;
   void* ctx = nullptr;
   int64_t n_tasks = 0;
-  std::atomic<int64_t> next{0};  // next task index to hand out
-  std::atomic<int64_t> done{0};  // tasks finished
+  int n_shares = 0;
+  Share* shares = nullptr;
+  alignas(kLine) std::atomic<int64_t> done{0};
 
-  void work() {
-    for (;;) {
-      const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n_tasks) return;
-      fn(ctx, i);
-      done.fetch_add(1, std::memory_order_release);
+  void work(int self) {
+    int64_t finished = 0;
+    for (int k = 0; k < n_shares; ++k) {
+      Share& s = shares[(self + k) % n_shares];
+      for (;;) {
+        if (s.next.load(std::memory_order_relaxed) >= s.end) break;
+        const int64_t i = s.next.fetch_add(1, std::memory_order_relaxed);
+        if (i >= s.end) break;
+        fn(ctx, i);
+        ++finished;
+      }
     }
+    if (finished > 0) done.fetch_add(finished, std::memory_order_release);
   }
 };
 
@@ -44,20 +66,22 @@ struct Region {
 // Protocol: the caller publishes `region`, bumps `generation` and works itself. A region is
 // over when all its tasks are done; the caller then unpublishes it and waits only for workers
 // that are inside it (`active`), never for workers that are asleep or descheduled — a late
-// worker finds no region (or a later one) and goes back to waiting. `active` is incremented
-// before `region` is read and the caller clears `region` before reading `active` (both
-// seq_cst), so a worker that can still see a region is always counted.
+// worker finds no region (or a later one) and goes back to waiting, and its share was taken
+// by the others. `active` is incremented before `region` is read and the caller clears
+// `region` before reading `active` (both seq_cst), so a worker that can still see a region is
+// always counted. The caller writes `generation` and `region` (one line); the workers write
+// `active` (another).
 struct ThreadPool::Shared {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<uint64_t> generation{0};
+  alignas(kLine) std::atomic<uint64_t> generation{0};
   std::atomic<Region*> region{nullptr};
-  std::atomic<int> active{0};
-  std::atomic<int> sleepers{0};
   std::atomic<bool> stop{false};
+  alignas(kLine) std::atomic<int> active{0};
+  std::atomic<int> sleepers{0};
+  alignas(kLine) std::mutex mu;
+  std::condition_variable cv;
   std::vector<std::thread> threads;
 
-  void worker_loop() {
+  void worker_loop(int self) {
     uint64_t seen = 0;
     for (;;) {
       for (int s = 0; s < kSpinIterations; ++s) {
@@ -73,7 +97,7 @@ struct ThreadPool::Shared {
       if (stop.load()) return;
       seen = generation.load(std::memory_order_acquire);
       active.fetch_add(1, std::memory_order_seq_cst);
-      if (Region* r = region.load(std::memory_order_seq_cst)) r->work();
+      if (Region* r = region.load(std::memory_order_seq_cst)) r->work(self);
       active.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
@@ -81,7 +105,7 @@ struct ThreadPool::Shared {
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads), shared_(std::make_unique<Shared>()) {
   TS_CHECK_GE(n_threads, 1);
-  for (int i = 1; i < n_threads; ++i) shared_->threads.emplace_back([s = shared_.get()] { s->worker_loop(); });
+  for (int i = 1; i < n_threads; ++i) shared_->threads.emplace_back([s = shared_.get(), i] { s->worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -100,17 +124,31 @@ void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx) {
     return;
   }
   Shared& s = *shared_;
+  constexpr int kStackShares = 16;
+  Share stack_shares[kStackShares];
+  std::unique_ptr<Share[]> heap_shares;
+  Share* shares = stack_shares;
+  if (n_threads_ > kStackShares) {
+    heap_shares = std::make_unique<Share[]>(static_cast<size_t>(n_threads_));
+    shares = heap_shares.get();
+  }
+  for (int p = 0; p < n_threads_; ++p) {
+    shares[p].next.store(n_tasks * p / n_threads_, std::memory_order_relaxed);
+    shares[p].end = n_tasks * (p + 1) / n_threads_;
+  }
   Region r;
   r.fn = fn;
   r.ctx = ctx;
   r.n_tasks = n_tasks;
+  r.n_shares = n_threads_;
+  r.shares = shares;
   s.region.store(&r, std::memory_order_seq_cst);
   s.generation.fetch_add(1, std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) > 0) {
     { std::lock_guard<std::mutex> lock(s.mu); }  // a sleeper between its check and wait sees the new generation
     s.cv.notify_all();
   }
-  r.work();
+  r.work(0);
   for (int spins = 0; r.done.load(std::memory_order_acquire) < n_tasks; ++spins) {
     if (spins < kSpinIterations) {
       TS_CPU_RELAX();
