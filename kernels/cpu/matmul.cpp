@@ -52,7 +52,92 @@ Split plan_split(int64_t rows, int64_t n, int threads) {
   return s;
 }
 
+// Share starts (ThreadPool::run's bounds) for tasks of the given costs: participant p's share
+// starts at the task nearest to p / threads of the total cost (matmul_batch's entries have
+// tasks of different sizes: Q, K and V of a GQA model).
+void cost_bounds(const std::vector<double>& cost, int threads, int64_t* bounds) {
+  double total = 0;
+  for (double c : cost) total += c;
+  const auto n = static_cast<int64_t>(cost.size());
+  bounds[0] = 0;
+  double before = 0;  // cost of tasks [0, i)
+  int64_t i = 0;
+  for (int p = 1; p < threads; ++p) {
+    const double at = total * p / threads;
+    while (i < n && before + cost[static_cast<size_t>(i)] / 2 < at) before += cost[static_cast<size_t>(i++)];
+    bounds[p] = i;
+  }
+  bounds[threads] = n;
+}
+
+// Row bytes x rows x tokens: what a task reads (decode) or computes (batches), in the units
+// cost_bounds compares.
+double task_cost(size_t row_bytes, int64_t rows, int64_t tokens) {
+  return static_cast<double>(row_bytes) * static_cast<double>(rows) * static_cast<double>(tokens);
+}
+
 }  // namespace
+
+size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int participant, size_t budget,
+                              std::span<ByteRange> out) {
+  if (threads < 2 || participant < 0 || participant >= threads) return 0;
+  struct Task {
+    const uint8_t* p;
+    size_t bytes;
+  };
+  thread_local std::vector<Task> tasks;  // matmul_batch's task order: entry by entry, row chunk by row chunk
+  thread_local std::vector<double> cost;
+  tasks.clear();
+  cost.clear();
+  for (const MatmulArgs& a : next) {
+    if (a.n <= 0 || a.rows <= 0) continue;
+    if (a.n >= kPrefetchMaxTokens) return 0;
+    const Split sp = plan_split(a.rows, a.n, threads);
+    const bool packed = a.w_packed != nullptr && !a.w_packed->empty();
+    const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
+    for (int64_t rc = 0; rc < sp.n_row_chunks; ++rc) {
+      const int64_t r0 = rc * sp.row_chunk, r1 = std::min(a.rows, r0 + sp.row_chunk);
+      for (int64_t tb = 0; tb < sp.n_token_blocks; ++tb) {
+        cost.push_back(task_cost(row_bytes, r1 - r0, std::min<int64_t>(a.n - tb * kTokenBlock, kTokenBlock)));
+        if (packed) {  // row chunks are multiples of 16 rows: whole groups
+          const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;
+          tasks.push_back({a.w_packed->group(g0), static_cast<size_t>((g1 - g0) * a.w_packed->group_bytes())});
+        } else {
+          tasks.push_back({static_cast<const uint8_t*>(a.w) + static_cast<size_t>(r0) * row_bytes,
+                           static_cast<size_t>(r1 - r0) * row_bytes});
+        }
+      }
+    }
+  }
+  std::vector<int64_t> bounds(static_cast<size_t>(threads) + 1);
+  cost_bounds(cost, threads, bounds.data());
+  size_t nr = 0, left = budget;
+  // The participant's share, as matmul_batch deals it.
+  for (int64_t i = bounds[static_cast<size_t>(participant)]; i < bounds[static_cast<size_t>(participant) + 1] && left > 0; ++i) {
+    const Task& t = tasks[static_cast<size_t>(i)];
+    const size_t take = std::min(left, t.bytes);
+    if (nr > 0 && static_cast<const uint8_t*>(out[nr - 1].p) + out[nr - 1].bytes == t.p) {
+      out[nr - 1].bytes += take;
+    } else if (nr < out.size()) {
+      out[nr++] = {t.p, take};
+    } else {
+      break;
+    }
+    left -= take;
+  }
+  return nr;
+}
+
+void matmul_prefetch_hint(std::span<const MatmulArgs> next, ThreadPool* pool, size_t budget) {
+  if (pool == nullptr || pool->size() < 2 || budget == 0) return;
+  for (int p = 0; p < pool->size(); ++p) {
+    ByteRange r[ThreadPool::kMaxPrefetchRanges];
+    const size_t n = matmul_prefetch_ranges(next, pool->size(), p, budget, r);
+    ThreadPool::PrefetchRange pr[ThreadPool::kMaxPrefetchRanges];
+    for (size_t i = 0; i < n; ++i) pr[i] = {r[i].p, r[i].bytes};
+    pool->hint_prefetch(p, {pr, n});
+  }
+}
 
 bool matmul_supports(DType w_type) {
   return w_type == DType::kF32 || w_type == DType::kF16 || w_type == DType::kBF16 || w_type == DType::kQ8_0 ||
@@ -71,6 +156,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     cpu::QuantGemmJob gjob;  // the other block formats (quant_gemm.h)
     bool quant_gemm = false;
     Split split;
+    size_t row_bytes = 0;
     int64_t rows = 0, n = 0, first_task = 0;
     int quant = -1;  // index into the quantized inputs, for Q8_0
   };
@@ -98,6 +184,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
     p.rows = a.rows;
     p.n = a.n;
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
+    p.row_bytes = row_bytes;
     const auto* w = static_cast<const uint8_t*>(a.w);
     // Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL on AVX-512 take the Q8_0 path's activations and the kernels of
     // qblock_tiles.h (as do Q8_0 batches); otherwise quant_gemm.h's dots.
@@ -228,9 +315,22 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
   };
   if (pool == nullptr) {
     for (int64_t i = 0; i < tasks; ++i) task(i);
-  } else {
-    pool->parallel_for(tasks, task);
+    return;
   }
+  thread_local std::vector<double> cost;
+  thread_local std::vector<int64_t> bounds;
+  cost.clear();
+  for (const Prepared& p : prep) {
+    for (int64_t rc = 0; rc < p.split.n_row_chunks; ++rc) {
+      const int64_t r0 = rc * p.split.row_chunk, r1 = std::min(p.rows, r0 + p.split.row_chunk);
+      for (int64_t tb = 0; tb < p.split.n_token_blocks; ++tb) {
+        cost.push_back(task_cost(p.row_bytes, r1 - r0, std::min<int64_t>(p.n - tb * kTokenBlock, kTokenBlock)));
+      }
+    }
+  }
+  bounds.resize(static_cast<size_t>(threads) + 1);
+  cost_bounds(cost, threads, bounds.data());
+  pool->parallel_for(tasks, task, bounds.data());
 }
 
 }  // namespace tessera::kernels

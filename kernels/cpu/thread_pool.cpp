@@ -1,5 +1,6 @@
 #include "tessera/kernels/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -27,10 +28,33 @@ constexpr size_t kLine = 64;
 // a participant that has finished its own share takes the rest of the others' the same way.
 // Its own cache line: a participant's claims do not move the line another one is claiming from
 // until it steals.
+struct Hint {
+  ThreadPool::PrefetchRange ranges[ThreadPool::kMaxPrefetchRanges];
+  int n = 0;
+};
+
 struct alignas(kLine) Share {
   std::atomic<int64_t> next{0};
   int64_t end = 0;
+  Hint hint;  // what this participant prefetches once out of tasks
 };
+
+// Prefetches h's ranges into L2, 8 lines at a time, until stop() says the wait is over.
+template <class Stop>
+void prefetch_while_idle(const Hint& h, Stop&& stop) {
+  for (int k = 0; k < h.n; ++k) {
+    const char* p = static_cast<const char*>(h.ranges[k].p);
+    const size_t bytes = h.ranges[k].bytes;
+    for (size_t off = 0; off < bytes; off += 8 * kLine) {
+      if (stop()) return;
+#if defined(__x86_64__) || defined(__i386__)
+      for (size_t l = off; l < std::min(bytes, off + 8 * kLine); l += kLine) _mm_prefetch(p + l, _MM_HINT_T1);
+#else
+      for (size_t l = off; l < std::min(bytes, off + 8 * kLine); l += kLine) __builtin_prefetch(p + l, 0, 2);
+#endif
+    }
+  }
+}
 
 // One parallel region, on the caller's stack for the duration of run(). Participant p (the
 // caller is 0, worker thread i is i) owns tasks [p * n / N, (p + 1) * n / N): a decode step's
@@ -80,6 +104,7 @@ struct ThreadPool::Shared {
   alignas(kLine) std::mutex mu;
   std::condition_variable cv;
   std::vector<std::thread> threads;
+  std::vector<Hint> pending;  // per participant, for the next run(); the caller's thread only
 
   void worker_loop(int self) {
     uint64_t seen = 0;
@@ -97,14 +122,20 @@ struct ThreadPool::Shared {
       if (stop.load()) return;
       seen = generation.load(std::memory_order_acquire);
       active.fetch_add(1, std::memory_order_seq_cst);
-      if (Region* r = region.load(std::memory_order_seq_cst)) r->work(self);
+      Hint hint;
+      if (Region* r = region.load(std::memory_order_seq_cst)) {
+        r->work(self);
+        hint = r->shares[self].hint;  // copied while the region is alive
+      }
       active.fetch_sub(1, std::memory_order_seq_cst);
+      prefetch_while_idle(hint, [&] { return generation.load(std::memory_order_relaxed) != seen; });
     }
   }
 };
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads), shared_(std::make_unique<Shared>()) {
   TS_CHECK_GE(n_threads, 1);
+  shared_->pending.resize(static_cast<size_t>(n_threads));
   for (int i = 1; i < n_threads; ++i) shared_->threads.emplace_back([s = shared_.get(), i] { s->worker_loop(i); });
 }
 
@@ -117,13 +148,23 @@ ThreadPool::~ThreadPool() {
   for (auto& t : shared_->threads) t.join();
 }
 
-void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx) {
-  if (n_tasks <= 0) return;
-  if (n_threads_ == 1 || n_tasks == 1) {
+void ThreadPool::hint_prefetch(int participant, std::span<const PrefetchRange> ranges) {
+  TS_CHECK(participant >= 0 && participant < n_threads_) << "hint_prefetch: participant " << participant;
+  Hint& h = shared_->pending[static_cast<size_t>(participant)];
+  h.n = 0;
+  for (const PrefetchRange& r : ranges) {
+    if (h.n == kMaxPrefetchRanges) break;
+    if (r.p != nullptr && r.bytes > 0) h.ranges[h.n++] = r;
+  }
+}
+
+void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx, const int64_t* bounds) {
+  Shared& s = *shared_;
+  if (n_tasks <= 0 || n_threads_ == 1 || n_tasks == 1) {
+    for (Hint& h : s.pending) h.n = 0;
     for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i);
     return;
   }
-  Shared& s = *shared_;
   constexpr int kStackShares = 16;
   Share stack_shares[kStackShares];
   std::unique_ptr<Share[]> heap_shares;
@@ -132,9 +173,15 @@ void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx) {
     heap_shares = std::make_unique<Share[]>(static_cast<size_t>(n_threads_));
     shares = heap_shares.get();
   }
+  if (bounds != nullptr) {
+    TS_CHECK(bounds[0] == 0 && bounds[n_threads_] == n_tasks) << "ThreadPool::run: share bounds must span the tasks";
+    for (int p = 0; p < n_threads_; ++p) TS_CHECK_LE(bounds[p], bounds[p + 1]);
+  }
   for (int p = 0; p < n_threads_; ++p) {
-    shares[p].next.store(n_tasks * p / n_threads_, std::memory_order_relaxed);
-    shares[p].end = n_tasks * (p + 1) / n_threads_;
+    shares[p].next.store(bounds != nullptr ? bounds[p] : n_tasks * p / n_threads_, std::memory_order_relaxed);
+    shares[p].end = bounds != nullptr ? bounds[p + 1] : n_tasks * (p + 1) / n_threads_;
+    shares[p].hint = s.pending[static_cast<size_t>(p)];
+    s.pending[static_cast<size_t>(p)].n = 0;
   }
   Region r;
   r.fn = fn;
@@ -149,6 +196,7 @@ void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx) {
     s.cv.notify_all();
   }
   r.work(0);
+  prefetch_while_idle(shares[0].hint, [&] { return r.done.load(std::memory_order_relaxed) >= n_tasks; });
   for (int spins = 0; r.done.load(std::memory_order_acquire) < n_tasks; ++spins) {
     if (spins < kSpinIterations) {
       TS_CPU_RELAX();

@@ -205,5 +205,86 @@ TEST(PackedMatmul, OtherTypesAndIsasGiveNothingToPack) {
   EXPECT_FALSE(packed_matmul_supports(DType::kF32, Isa::kAvx512));
 }
 
+// The idle-prefetch ranges (matmul.h): with no budget limit, the participants' ranges together
+// are every weight byte of the batch once, in order, participant by participant, each share
+// within one task of an equal split; a budget cuts each participant's to its first bytes; a
+// batch of kPrefetchMaxTokens tokens or one thread gives none. Unpacked and packed weights.
+TEST(PackedMatmul, PrefetchRangesAreTheParticipantsSharesOfTheWeights) {
+  const DType t = DType::kQ4_0;
+  const Shape shapes[] = {{576, 576}, {192, 576}, {192, 576}};  // a 135M model's Q, K, V
+  std::vector<std::vector<uint8_t>> ws;
+  std::vector<PackedWeights> packs;
+  for (const Shape s : shapes) {
+    const auto wf = random_floats(static_cast<size_t>(s.rows * s.cols), 7);
+    const size_t rb = dtype_row_bytes(t, s.cols);
+    ws.emplace_back(rb * static_cast<size_t>(s.rows));
+    for (int64_t r = 0; r < s.rows; ++r) quantize_row(t, wf.data() + r * s.cols, ws.back().data() + static_cast<size_t>(r) * rb, s.cols);
+    packs.push_back(pack_for_matmul(t, ws.back().data(), s.rows, s.cols, Isa::kAvx512));
+  }
+  for (bool packed : {false, true}) {
+    if (packed && packs[0].empty()) continue;  // no AVX-512 here
+    SCOPED_TRACE(packed ? "packed" : "file layout");
+    std::vector<MatmulArgs> args;
+    std::vector<std::pair<const uint8_t*, size_t>> whole;  // each weight's bytes as the kernel reads them
+    for (size_t i = 0; i < 3; ++i) {
+      args.push_back({.w_type = t, .w = ws[i].data(), .rows = shapes[i].rows, .cols = shapes[i].cols, .n = 1,
+                      .w_packed = packed ? &packs[i] : nullptr});
+      whole.emplace_back(packed ? packs[i].group(0) : ws[i].data(), packed ? packs[i].bytes() : ws[i].size());
+    }
+    size_t total = 0;
+    for (const auto& w : whole) total += w.second;
+    for (int threads : {2, 3, 4}) {
+      std::vector<ByteRange> all;
+      std::vector<size_t> per;
+      std::vector<const void*> first;  // each participant's first byte
+      for (int p = 0; p < threads; ++p) {
+        ByteRange r[8];
+        const size_t n = matmul_prefetch_ranges(args, threads, p, size_t{1} << 30, r);
+        ASSERT_GT(n, 0u);
+        first.push_back(r[0].p);
+        size_t bytes = 0;
+        for (size_t i = 0; i < n; ++i) {
+          all.push_back(r[i]);
+          bytes += r[i].bytes;
+        }
+        per.push_back(bytes);
+      }
+      // Concatenated, the ranges walk the three weights from start to end.
+      size_t w = 0, off = 0;
+      for (const ByteRange& r : all) {
+        const auto* p = static_cast<const uint8_t*>(r.p);
+        if (off == whole[w].second) {
+          ++w;
+          off = 0;
+        }
+        ASSERT_LT(w, 3u);
+        ASSERT_EQ(p, whole[w].first + off) << "threads " << threads;
+        ASSERT_LE(off + r.bytes, whole[w].second);
+        off += r.bytes;
+      }
+      EXPECT_EQ(w, 2u);
+      EXPECT_EQ(off, whole[2].second);
+      size_t sum = 0;
+      for (size_t b : per) sum += b;
+      EXPECT_EQ(sum, total);
+      for (size_t b : per) EXPECT_NEAR(static_cast<double>(b), static_cast<double>(total) / threads, total / 8.0) << threads;
+      // A budget: each participant's first bytes only.
+      ByteRange r[8];
+      ASSERT_EQ(matmul_prefetch_ranges(args, threads, 0, 1000, r), 1u);
+      EXPECT_EQ(r[0].p, whole[0].first);
+      EXPECT_EQ(r[0].bytes, 1000u);
+      const size_t n1 = matmul_prefetch_ranges(args, threads, threads - 1, 1000, r);
+      size_t b1 = 0;
+      for (size_t i = 0; i < n1; ++i) b1 += r[i].bytes;
+      EXPECT_EQ(b1, 1000u);
+      EXPECT_EQ(r[0].p, first.back());
+    }
+    ByteRange r[8];
+    EXPECT_EQ(matmul_prefetch_ranges(args, 1, 0, 1 << 20, r), 0u);
+    for (MatmulArgs& a : args) a.n = kPrefetchMaxTokens;
+    EXPECT_EQ(matmul_prefetch_ranges(args, 2, 0, 1 << 20, r), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::kernels

@@ -44,6 +44,54 @@ TEST(ThreadPool, UsesSeveralThreads) {
   EXPECT_TRUE(ok.load());
 }
 
+// Participant 1 (the worker) owns tasks [2, 4) of 4; task 2 waits until task 3 has run. Whoever
+// runs task 2 is stuck there, so the region finishes only if the other participant takes task
+// 3 from that share (bounded wait, no sleeps).
+TEST(ThreadPool, AFinishedParticipantTakesTheRestOfAnotherShare) {
+  ThreadPool pool(2);
+  for (int rep = 0; rep < 200; ++rep) {
+    std::atomic<bool> third_done{false};
+    std::atomic<bool> ok{true};
+    std::vector<std::atomic<int>> hits(4);
+    pool.parallel_for(4, [&](int64_t i) {
+      hits[static_cast<size_t>(i)].fetch_add(1);
+      if (i == 3) third_done.store(true);
+      if (i != 2) return;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!third_done.load()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          ok = false;
+          return;
+        }
+        std::this_thread::yield();
+      }
+    });
+    ASSERT_TRUE(ok.load()) << "rep " << rep;
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "rep " << rep << " task " << i;
+  }
+}
+
+// Prefetch hints change nothing a region computes, are taken by the next region only, and may
+// name ranges that are read by nobody (idle participants only prefetch them).
+TEST(ThreadPool, PrefetchHintsLeaveResultsUnchanged) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> data(1 << 18, 1.0f);
+    for (int rep = 0; rep < 100; ++rep) {
+      for (int p = 0; p < threads; ++p) {
+        const ThreadPool::PrefetchRange r[] = {{data.data() + p * 1000, 4096 * sizeof(float)}, {nullptr, 64},
+                                               {data.data(), 0}, {data.data() + 7, 100}, {data.data(), 64},
+                                               {data.data(), 64}};
+        pool.hint_prefetch(p, r);  // the empty ones are skipped, the sixth is over kMaxPrefetchRanges
+      }
+      const int64_t n = 1 + rep % 37;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << threads << " " << n;
+    }
+  }
+}
+
 double cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -114,7 +114,8 @@ std::span<float> CpuBackend::blend_layers(KvPool& pool, const BlendRows& r, int3
         .start_pos = s.start_pos.data(), .page_indptr = s.page_indptr.data(), .page_ids = s.page_ids.data()};
     kernels::paged_attention(a, tp, isa_);
     linear(w.wo, att, q_dim, o, dim, T);
-    residual_and_mlp(l, w, T, x, xn, o, gate, up, s_.moe);
+    residual_and_mlp(l, w, T, x, xn, o, gate, up, s_.moe,
+                     l + 1 < c.n_layers ? &model_.layers[static_cast<size_t>(l) + 1] : nullptr);
 
     if (selecting) {  // keep the top ratio of the reused rows, every other row, and compact x
       auto& dev = s.deviation;

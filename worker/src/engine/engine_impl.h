@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <span>
 #include <utility>
 #include <vector>
@@ -146,6 +147,10 @@ class CpuBackend final : public Backend {
   }
   // w's packed copy (repack_weights), or null.
   const kernels::PackedWeights* packed_for(const Tensor& w) const;
+  // Idle prefetch (kernels/thread_pool.h) for decode-sized T: the next parallel region on `pool`
+  // is followed by one matmul_batch of `next` (T rows each), whose weights its threads then
+  // prefetch while they wait; no hint unless every one of them runs on `pool`.
+  void hint_next(kernels::ThreadPool* pool, std::initializer_list<const Tensor*> next, int64_t T);
 
   // The per-layer steps shared by the forward pass (run) and CacheBlend's layer loop
   // (blend_layers), over T rows of stride dim (layer_step.cpp): a family feature added here
@@ -164,8 +169,10 @@ class CpuBackend final : public Backend {
   // The rest of layer `layer` once attention's output projection is in o [T, dim]: x += post_norm(o),
   // then the MLP block x += post_norm(mlp(rmsnorm(x))) (dense or mixture of experts). xn, o, gate,
   // up: scratch of [T, dim] / [T, hidden_dim] floats.
+  // next_layer: the layer after this one (its Q/K/V weights are prefetched during the MLP), or
+  // null for the last (the output head's).
   void residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t T, float* x, float* xn, float* o, float* gate,
-                        float* up, MoeScratch& moe);
+                        float* up, MoeScratch& moe, const LayerWeights* next_layer);
   // Logits [rows.size(), vocab] of the rows of x at the given indices (final norm, output matmul,
   // soft-capping), in `logits`; `normed` is scratch.
   std::span<float> logits_of(const float* x, std::span<const int32_t> rows, std::vector<float>& normed,
@@ -229,7 +236,25 @@ class CpuBackend final : public Backend {
   Scratch s_;
   std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
   int32_t mla_expand_rows_ = kMlaExpandRowsDefault;
-  std::map<std::pair<const void*, int64_t>, kernels::PackedWeights> packed_;  // (data, rows) -> packed copy
+  struct WeightKey {  // (data, rows): a tensor's bytes (an expert's slice of a stacked tensor has its own)
+    const void* data;
+    int64_t rows;
+    bool operator==(const WeightKey&) const = default;
+  };
+  struct WeightKeyHash {
+    size_t operator()(const WeightKey& k) const {
+      return std::hash<const void*>()(k.data) ^ (std::hash<int64_t>()(k.rows) * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  std::unordered_map<WeightKey, kernels::PackedWeights, WeightKeyHash> packed_;  // -> packed copy
+  // hint_next's ranges, keyed by (the first weight's data, T): per participant, at most
+  // kMaxPrefetchRanges; none (empty) where the weights run on different pools.
+  struct HintRanges {
+    kernels::ThreadPool* pool = nullptr;
+    std::vector<kernels::ThreadPool::PrefetchRange> ranges;  // participant p: [p * kMax, p * kMax + n[p])
+    std::vector<uint8_t> n;
+  };
+  std::unordered_map<WeightKey, HintRanges, WeightKeyHash> hints_;
   BlendConfig blend_cfg_;
   ChunkKvCache chunk_cache_{BlendConfig{}.cache_bytes};
   BlendStats blend_stats_;

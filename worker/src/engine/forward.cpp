@@ -114,6 +114,7 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
       a.kv = pool.layer_data(l);
       a.kv_dtype = pool.dtype();
       a.window = c.layer_uses_swa(l) ? c.sliding_window : 0;
+      hint_next(tp, {&w.wo}, T);
       kernels::paged_attention(a, tp, isa);
       for (size_t b = 0; b < batch.size(); ++b) {  // H2O sequences: attention mass per cache index
         if (batch[b].key_mass == nullptr) continue;
@@ -132,10 +133,12 @@ std::span<float> CpuBackend::run(std::span<const SeqInput> batch) {
         }
         linear(w.wo, att_v, vw, o, dim, T);
       } else {
+        if (!c.layer_is_moe(l)) hint_next(pool_for(w.wo), {&w.w_gate, &w.w_up}, T);
         linear(w.wo, att, q_dim, o, dim, T);
       }
     }
-    residual_and_mlp(l, w, T, x, xn, o, gate, up, s.moe);
+    residual_and_mlp(l, w, T, x, xn, o, gate, up, s.moe,
+                     l + 1 < c.n_layers ? &model.layers[static_cast<size_t>(l) + 1] : nullptr);
   }
 
   // Logits of the rows that asked for them.

@@ -1,6 +1,7 @@
 // The per-layer steps that the forward pass (forward.cpp) and CacheBlend's layer loop
 // (blend_forward.cpp) share (engine_impl.h): one place for each family feature of a layer.
 #include <cmath>
+#include <cstdlib>
 
 #include "engine_impl.h"
 #include "tessera/kernels/activation.h"
@@ -19,6 +20,37 @@ void add_bias(const Tensor& b, float* out, int64_t width, int64_t T) {
 
 void CpuBackend::linear(const Tensor& w, const float* in, int64_t in_stride, float* out, int64_t out_stride, int64_t T) {
   kernels::matmul(matmul_args(w, in, in_stride, out, out_stride, T, packed_for(w)), pool_for(w), isa_for(w));
+}
+
+void CpuBackend::hint_next(kernels::ThreadPool* pool, std::initializer_list<const Tensor*> next, int64_t T) {
+  // Per thread, the first 128 KiB of its share (SmolLM2-135M Q4_0 decode, 2 threads, Zen 5:
+  // docs/BENCHMARKS.md "Idle prefetch").
+  constexpr size_t kBudget = 128 << 10;
+  constexpr int kMax = kernels::ThreadPool::kMaxPrefetchRanges;
+  if (T >= kernels::kPrefetchMaxTokens || pool == nullptr || pool->size() < 2 || next.size() == 0) return;
+  // The ranges depend on the weights, the pool and whether T makes a GEMV (the same for every
+  // decode step): computed once per (first weight, T).
+  const Tensor& first = **next.begin();
+  HintRanges& h = hints_[WeightKey{first.data, T}];
+  if (h.pool != pool) {
+    h = HintRanges{.pool = pool, .ranges = {}, .n = std::vector<uint8_t>(static_cast<size_t>(pool->size()), 0)};
+    kernels::MatmulArgs args[4];
+    size_t n = 0;
+    for (const Tensor* t : next) {
+      if (n == 4 || t->empty() || pool_for(*t) != pool) return;  // ranges stay empty: no hint
+      args[n++] = matmul_args(*t, nullptr, t->cols, nullptr, t->rows, T, packed_for(*t));
+    }
+    h.ranges.resize(static_cast<size_t>(pool->size() * kMax));
+    for (int p = 0; p < pool->size(); ++p) {
+      kernels::ByteRange r[kMax];
+      h.n[static_cast<size_t>(p)] = static_cast<uint8_t>(kernels::matmul_prefetch_ranges({args, n}, pool->size(), p, kBudget, r));
+      for (int i = 0; i < h.n[static_cast<size_t>(p)]; ++i) h.ranges[static_cast<size_t>(p * kMax + i)] = {r[i].p, r[i].bytes};
+    }
+  }
+  if (h.ranges.empty()) return;
+  for (int p = 0; p < pool->size(); ++p) {
+    pool->hint_prefetch(p, {h.ranges.data() + static_cast<size_t>(p * kMax), h.n[static_cast<size_t>(p)]});
+  }
 }
 
 void CpuBackend::embed(std::span<const int32_t> tokens, float* x) {
@@ -78,7 +110,7 @@ void CpuBackend::attention_qkv(const LayerWeights& w, const float* xn, int64_t T
 }
 
 void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t T, float* x, float* xn, float* o,
-                                  float* gate, float* up, MoeScratch& moe) {
+                                  float* gate, float* up, MoeScratch& moe, const LayerWeights* next_layer) {
   const ModelConfig& c = cfg_;
   const int64_t dim = c.dim, hidden = c.hidden_dim;
   for_rows(T, [&](int64_t t) {  // x += post_norm(o); xn = rmsnorm(x), row by row
@@ -95,6 +127,7 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
     const kernels::MatmulArgs gate_up[2] = {matmul_args(w.w_gate, xn, dim, gate, hidden, T, packed_for(w.w_gate)),
                                             matmul_args(w.w_up, xn, dim, up, hidden, T, packed_for(w.w_up))};
     if (pool_for(w.w_gate) == pool_for(w.w_up) && isa_for(w.w_gate) == isa_for(w.w_up)) {
+      hint_next(pool_for(w.w_gate), {&w.w_down}, T);
       kernels::matmul_batch(gate_up, pool_for(w.w_gate), isa_for(w.w_gate));
     } else {
       kernels::matmul(gate_up[0], pool_for(w.w_gate), isa_for(w.w_gate));
@@ -115,6 +148,11 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
       for_rows(T, [&](int64_t t) { act(t, 1); });
     } else {
       act(0, T);
+    }
+    if (next_layer != nullptr && !c.is_mla()) {
+      hint_next(pool_for(w.w_down), {&next_layer->wq, &next_layer->wk, &next_layer->wv}, T);
+    } else if (next_layer == nullptr) {
+      hint_next(pool_for(w.w_down), {&model_.output}, T);
     }
     linear(w.w_down, gate, hidden, o, dim, T);
   }

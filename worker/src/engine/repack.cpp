@@ -28,7 +28,7 @@ CpuBackend::RepackStats CpuBackend::repack_weights() {
     if (p.empty()) return;
     ++st.tensors;
     st.packed_bytes += p.bytes();
-    packed_.emplace(std::make_pair(w.data, w.rows), std::move(p));
+    packed_.emplace(WeightKey{w.data, w.rows}, std::move(p));
     // Without AMX the matmuls read the packed copy only; with AMX, batches of kQBlockAmxMinN
     // tokens or more (prefill) run the AMX tiles over the original layout, so its pages stay
     // (not Q8_0's: its AMX tiles read the packed copy too).

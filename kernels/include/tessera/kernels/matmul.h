@@ -58,4 +58,22 @@ void matmul(const MatmulArgs& args, ThreadPool* pool, Isa isa);
 // activations (same x, x_stride, cols, n) share one quantization. Outputs must not overlap.
 void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa);
 
+// Idle prefetch (thread_pool.h): tells `pool` that its next region is followed by
+// matmul_batch(next, pool, ...), so that each participant, once out of tasks in that region,
+// prefetches the first `budget` bytes of the weights it will take in `next` (its static share
+// of the same task split; the packed copy where one is given). A hint: results never change.
+// Nothing happens without a pool of 2+ threads or for batches of kPrefetchMaxTokens+ tokens
+// (compute-bound: the weights are read from cache many times).
+inline constexpr int64_t kPrefetchMaxTokens = 8;
+void matmul_prefetch_hint(std::span<const MatmulArgs> next, ThreadPool* pool, size_t budget);
+// The ranges matmul_prefetch_hint gives `participant` of `threads`: the start of the rows of its
+// tasks, in task order, adjacent ones merged, at most `budget` bytes and out.size() ranges.
+// Returns how many it wrote.
+struct ByteRange {
+  const void* p = nullptr;
+  size_t bytes = 0;
+};
+size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int participant, size_t budget,
+                              std::span<ByteRange> out);
+
 }  // namespace tessera::kernels
