@@ -128,17 +128,6 @@ size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int
   return nr;
 }
 
-void matmul_prefetch_hint(std::span<const MatmulArgs> next, ThreadPool* pool, size_t budget) {
-  if (pool == nullptr || pool->size() < 2 || budget == 0) return;
-  for (int p = 0; p < pool->size(); ++p) {
-    ByteRange r[ThreadPool::kMaxPrefetchRanges];
-    const size_t n = matmul_prefetch_ranges(next, pool->size(), p, budget, r);
-    ThreadPool::PrefetchRange pr[ThreadPool::kMaxPrefetchRanges];
-    for (size_t i = 0; i < n; ++i) pr[i] = {r[i].p, r[i].bytes};
-    pool->hint_prefetch(p, {pr, n});
-  }
-}
-
 bool matmul_supports(DType w_type) {
   return w_type == DType::kF32 || w_type == DType::kF16 || w_type == DType::kBF16 || w_type == DType::kQ8_0 ||
          cpu::quant_gemm_supports(w_type);

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
-#include <new>
 #include <thread>
 #include <vector>
 
@@ -24,15 +23,16 @@ namespace {
 constexpr int kSpinIterations = 1 << 11;
 constexpr size_t kLine = 64;
 
-// One participant's share of a region's tasks: it takes them from the front, one at a time;
-// a participant that has finished its own share takes the rest of the others' the same way.
-// Its own cache line: a participant's claims do not move the line another one is claiming from
-// until it steals.
+// What one participant prefetches once out of tasks (ThreadPool::hint_prefetch).
 struct Hint {
   ThreadPool::PrefetchRange ranges[ThreadPool::kMaxPrefetchRanges];
   int n = 0;
 };
 
+// One participant's share of a region's tasks: it takes them from the front, one at a time;
+// a participant that has finished its own share takes the rest of the others' the same way.
+// Line-aligned (two lines with the hint): a participant's claims do not move the line another
+// one is claiming from until it steals.
 struct alignas(kLine) Share {
   std::atomic<int64_t> next{0};
   int64_t end = 0;
@@ -57,7 +57,8 @@ void prefetch_while_idle(const Hint& h, Stop&& stop) {
 }
 
 // One parallel region, on the caller's stack for the duration of run(). Participant p (the
-// caller is 0, worker thread i is i) owns tasks [p * n / N, (p + 1) * n / N): a decode step's
+// caller is 0, worker thread i is i) owns tasks [p * n / N, (p + 1) * n / N), or the caller's
+// bounds [bounds[p], bounds[p + 1]): a decode step's
 // back-to-back matmuls then give each thread the same rows every time, and a claim is an
 // uncontended atomic on the thread's own line. Finished tasks are added to `done` once per
 // participant per region.
@@ -105,6 +106,9 @@ struct ThreadPool::Shared {
   std::condition_variable cv;
   std::vector<std::thread> threads;
   std::vector<Hint> pending;  // per participant, for the next run(); the caller's thread only
+  // Per participant, rewritten by each run() (only once every worker has left the last region:
+  // run() returns after `active` drops to 0), read by the region's participants.
+  std::unique_ptr<Share[]> shares;
 
   void worker_loop(int self) {
     uint64_t seen = 0;
@@ -136,6 +140,7 @@ struct ThreadPool::Shared {
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads), shared_(std::make_unique<Shared>()) {
   TS_CHECK_GE(n_threads, 1);
   shared_->pending.resize(static_cast<size_t>(n_threads));
+  shared_->shares = std::make_unique<Share[]>(static_cast<size_t>(n_threads));
   for (int i = 1; i < n_threads; ++i) shared_->threads.emplace_back([s = shared_.get(), i] { s->worker_loop(i); });
 }
 
@@ -160,23 +165,17 @@ void ThreadPool::hint_prefetch(int participant, std::span<const PrefetchRange> r
 
 void ThreadPool::run(int64_t n_tasks, void (*fn)(void*, int64_t), void* ctx, const int64_t* bounds) {
   Shared& s = *shared_;
+  if (bounds != nullptr && n_tasks > 0) {
+    TS_CHECK_EQ(bounds[0], 0) << "ThreadPool::run: share bounds must start at 0";
+    TS_CHECK_EQ(bounds[n_threads_], n_tasks) << "ThreadPool::run: share bounds must end at n_tasks";
+    for (int p = 0; p < n_threads_; ++p) TS_CHECK_LE(bounds[p], bounds[p + 1]) << "ThreadPool::run: share bounds must not decrease";
+  }
   if (n_tasks <= 0 || n_threads_ == 1 || n_tasks == 1) {
     for (Hint& h : s.pending) h.n = 0;
     for (int64_t i = 0; i < n_tasks; ++i) fn(ctx, i);
     return;
   }
-  constexpr int kStackShares = 16;
-  Share stack_shares[kStackShares];
-  std::unique_ptr<Share[]> heap_shares;
-  Share* shares = stack_shares;
-  if (n_threads_ > kStackShares) {
-    heap_shares = std::make_unique<Share[]>(static_cast<size_t>(n_threads_));
-    shares = heap_shares.get();
-  }
-  if (bounds != nullptr) {
-    TS_CHECK(bounds[0] == 0 && bounds[n_threads_] == n_tasks) << "ThreadPool::run: share bounds must span the tasks";
-    for (int p = 0; p < n_threads_; ++p) TS_CHECK_LE(bounds[p], bounds[p + 1]);
-  }
+  Share* shares = s.shares.get();
   for (int p = 0; p < n_threads_; ++p) {
     shares[p].next.store(bounds != nullptr ? bounds[p] : n_tasks * p / n_threads_, std::memory_order_relaxed);
     shares[p].end = bounds != nullptr ? bounds[p + 1] : n_tasks * (p + 1) / n_threads_;

@@ -71,6 +71,29 @@ TEST(ThreadPool, AFinishedParticipantTakesTheRestOfAnotherShare) {
   }
 }
 
+// Caller-given share bounds (tasks of unequal cost): empty shares, the caller's included, and
+// shares of every size still run every task exactly once; bounds that do not span the tasks or
+// decrease are refused on every path.
+TEST(ThreadPool, ShareBoundsOfAnySizeRunEveryTaskOnce) {
+  ThreadPool pool(3);
+  const std::vector<std::vector<int64_t>> cases = {
+      {0, 0, 0, 5}, {0, 5, 5, 5}, {0, 0, 5, 5}, {0, 1, 2, 3}, {0, 2, 2, 9}, {0, 9, 9, 9}, {0, 0, 0, 1}};
+  for (const auto& b : cases) {
+    for (int rep = 0; rep < 50; ++rep) {
+      const int64_t n = b.back();
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.parallel_for(n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); }, b.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << b[1] << " " << b[2] << " " << n;
+    }
+  }
+  const int64_t bad_end[] = {0, 1, 2, 4}, bad_start[] = {1, 1, 2, 3}, bad_order[] = {0, 2, 1, 3};
+  EXPECT_DEATH(pool.parallel_for(3, [](int64_t) {}, bad_end), "end at n_tasks");
+  EXPECT_DEATH(pool.parallel_for(3, [](int64_t) {}, bad_start), "start at 0");
+  EXPECT_DEATH(pool.parallel_for(3, [](int64_t) {}, bad_order), "must not decrease");
+  const int64_t one_bad[] = {0, 0, 0, 2};
+  EXPECT_DEATH(pool.parallel_for(1, [](int64_t) {}, one_bad), "end at n_tasks");  // the serial path checks too
+}
+
 // Prefetch hints change nothing a region computes, are taken by the next region only, and may
 // name ranges that are read by nobody (idle participants only prefetch them).
 TEST(ThreadPool, PrefetchHintsLeaveResultsUnchanged) {

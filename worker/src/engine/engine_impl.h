@@ -236,22 +236,26 @@ class CpuBackend final : public Backend {
   Scratch s_;
   std::vector<MlaAbsorbed> mla_absorbed_;  // per layer, MLA latent cache only (mla.cpp)
   int32_t mla_expand_rows_ = kMlaExpandRowsDefault;
-  struct WeightKey {  // (data, rows): a tensor's bytes (an expert's slice of a stacked tensor has its own)
+  struct WeightKey {  // packed_: (data, rows), a tensor's bytes (an expert's slice of a stacked tensor has its own); hints_: (data, T)
     const void* data;
-    int64_t rows;
+    int64_t k;
     bool operator==(const WeightKey&) const = default;
   };
   struct WeightKeyHash {
     size_t operator()(const WeightKey& k) const {
-      return std::hash<const void*>()(k.data) ^ (std::hash<int64_t>()(k.rows) * 0x9E3779B97F4A7C15ull);
+      return std::hash<const void*>()(k.data) ^ (std::hash<int64_t>()(k.k) * 0x9E3779B97F4A7C15ull);
     }
   };
   std::unordered_map<WeightKey, kernels::PackedWeights, WeightKeyHash> packed_;  // -> packed copy
-  // hint_next's ranges, keyed by (the first weight's data, T): per participant, at most
-  // kMaxPrefetchRanges; none (empty) where the weights run on different pools.
+  // hint_next's ranges, keyed by (the first weight's data, T) and checked against all the
+  // weights: per participant p, ranges[p * kMaxPrefetchRanges, + n[p]); empty where the weights
+  // do not run in one matmul_batch on that pool (no hint).
   struct HintRanges {
+    static constexpr size_t kMaxWeights = 4;
     kernels::ThreadPool* pool = nullptr;
-    std::vector<kernels::ThreadPool::PrefetchRange> ranges;  // participant p: [p * kMax, p * kMax + n[p])
+    size_t n_weights = 0;
+    const void* weights[kMaxWeights] = {};
+    std::vector<kernels::ThreadPool::PrefetchRange> ranges;
     std::vector<uint8_t> n;
   };
   std::unordered_map<WeightKey, HintRanges, WeightKeyHash> hints_;

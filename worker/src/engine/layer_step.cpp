@@ -1,7 +1,6 @@
 // The per-layer steps that the forward pass (forward.cpp) and CacheBlend's layer loop
 // (blend_forward.cpp) share (engine_impl.h): one place for each family feature of a layer.
 #include <cmath>
-#include <cstdlib>
 
 #include "engine_impl.h"
 #include "tessera/kernels/activation.h"
@@ -24,23 +23,29 @@ void CpuBackend::linear(const Tensor& w, const float* in, int64_t in_stride, flo
 
 void CpuBackend::hint_next(kernels::ThreadPool* pool, std::initializer_list<const Tensor*> next, int64_t T) {
   // Per thread, the first 128 KiB of its share (SmolLM2-135M Q4_0 decode, 2 threads, Zen 5:
-  // docs/BENCHMARKS.md "Idle prefetch").
+  // docs/BENCHMARKS.md "Decode thread pool").
   constexpr size_t kBudget = 128 << 10;
   constexpr int kMax = kernels::ThreadPool::kMaxPrefetchRanges;
-  if (T >= kernels::kPrefetchMaxTokens || pool == nullptr || pool->size() < 2 || next.size() == 0) return;
+  if (T >= kernels::kPrefetchMaxTokens || pool == nullptr || pool->size() < 2 || next.size() == 0 ||
+      next.size() > HintRanges::kMaxWeights) {
+    return;
+  }
   // The ranges depend on the weights, the pool and whether T makes a GEMV (the same for every
-  // decode step): computed once per (first weight, T).
-  const Tensor& first = **next.begin();
-  HintRanges& h = hints_[WeightKey{first.data, T}];
-  if (h.pool != pool) {
-    h = HintRanges{.pool = pool, .ranges = {}, .n = std::vector<uint8_t>(static_cast<size_t>(pool->size()), 0)};
-    kernels::MatmulArgs args[4];
+  // decode step): computed once per (weights, T).
+  HintRanges& h = hints_[WeightKey{(*next.begin())->data, T}];
+  bool same = h.pool == pool && h.n_weights == next.size();
+  for (size_t i = 0; same && i < next.size(); ++i) same = h.weights[i] == next.begin()[i]->data;
+  if (!same) {
+    h = HintRanges{.pool = pool, .n_weights = next.size()};
+    for (size_t i = 0; i < next.size(); ++i) h.weights[i] = next.begin()[i]->data;
+    kernels::MatmulArgs args[HintRanges::kMaxWeights];
     size_t n = 0;
-    for (const Tensor* t : next) {
-      if (n == 4 || t->empty() || pool_for(*t) != pool) return;  // ranges stay empty: no hint
+    for (const Tensor* t : next) {  // one matmul_batch: the same pool and kernel path for all
+      if (t->empty() || pool_for(*t) != pool || isa_for(*t) != isa_for(**next.begin())) return;  // no hint
       args[n++] = matmul_args(*t, nullptr, t->cols, nullptr, t->rows, T, packed_for(*t));
     }
     h.ranges.resize(static_cast<size_t>(pool->size() * kMax));
+    h.n.assign(static_cast<size_t>(pool->size()), 0);
     for (int p = 0; p < pool->size(); ++p) {
       kernels::ByteRange r[kMax];
       h.n[static_cast<size_t>(p)] = static_cast<uint8_t>(kernels::matmul_prefetch_ranges({args, n}, pool->size(), p, kBudget, r));
@@ -151,7 +156,7 @@ void CpuBackend::residual_and_mlp(int32_t layer, const LayerWeights& w, int64_t 
     }
     if (next_layer != nullptr && !c.is_mla()) {
       hint_next(pool_for(w.w_down), {&next_layer->wq, &next_layer->wk, &next_layer->wv}, T);
-    } else if (next_layer == nullptr) {
+    } else if (next_layer == nullptr && model_.output.rows == c.vocab_size) {  // logits_of's matmul, one row per token
       hint_next(pool_for(w.w_down), {&model_.output}, T);
     }
     linear(w.w_down, gate, hidden, o, dim, T);

@@ -58,17 +58,14 @@ void matmul(const MatmulArgs& args, ThreadPool* pool, Isa isa);
 // activations (same x, x_stride, cols, n) share one quantization. Outputs must not overlap.
 void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa);
 
-// Idle prefetch (thread_pool.h): tells `pool` that its next region is followed by
-// matmul_batch(next, pool, ...), so that each participant, once out of tasks in that region,
-// prefetches the first `budget` bytes of the weights it will take in `next` (its static share
-// of the same task split; the packed copy where one is given). A hint: results never change.
-// Nothing happens without a pool of 2+ threads or for batches of kPrefetchMaxTokens+ tokens
-// (compute-bound: the weights are read from cache many times).
+// Idle prefetch (thread_pool.h): the ranges a participant of `threads` prefetches while it waits
+// before matmul_batch(next, pool of `threads`, ...): the start of the rows of the tasks that
+// matmul_batch gives it (the same task split and cost-balanced shares), in task order, adjacent
+// ones merged, at most `budget` bytes and out.size() ranges; the packed copy where next's entry
+// has a non-empty one (the caller passes the copy matmul_batch will read, or none). Returns how
+// many it wrote: none for one thread, or for batches of kPrefetchMaxTokens+ tokens
+// (compute-bound: their weights are read from cache many times). A hint: results never change.
 inline constexpr int64_t kPrefetchMaxTokens = 8;
-void matmul_prefetch_hint(std::span<const MatmulArgs> next, ThreadPool* pool, size_t budget);
-// The ranges matmul_prefetch_hint gives `participant` of `threads`: the start of the rows of its
-// tasks, in task order, adjacent ones merged, at most `budget` bytes and out.size() ranges.
-// Returns how many it wrote.
 struct ByteRange {
   const void* p = nullptr;
   size_t bytes = 0;

@@ -51,7 +51,7 @@ class ThreadPool {
 
   // Calls fn(ctx, i) exactly once for every i in [0, n_tasks), spread over the threads, and
   // returns when all calls have returned. bounds: null, or size() + 1 share starts,
-  // non-decreasing from 0 to n_tasks (checked).
+  // non-decreasing from 0 to n_tasks (checked, on every path).
   void run(int64_t n_tasks, void (*fn)(void* ctx, int64_t task), void* ctx, const int64_t* bounds = nullptr);
 
   template <class F>
