@@ -23,12 +23,27 @@ const EVP_MD* sha256_md() {
 }
 
 // One SHA-256 computation (OpenSSL's EVP interface; the SHA256_* calls are deprecated in 3.0).
+// The context is the thread's, kept for the thread's life and re-initialized per computation
+// (EVP_MD_CTX_new/free was ~a third of a one-page digest); a computation started while another
+// is alive on the same thread gets a context of its own.
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) {
+  Sha256() {
+    thread_local Ctx mine;
+    if (!mine.busy) {
+      ctx_ = mine.ctx;
+      busy_ = &mine.busy;
+      mine.busy = true;
+    } else {
+      owned_ = EVP_MD_CTX_new();
+      ctx_ = owned_;
+    }
     TS_CHECK(ctx_ != nullptr && EVP_DigestInit_ex2(ctx_, sha256_md(), nullptr) == 1) << "OpenSSL SHA-256 init failed";
   }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  ~Sha256() {
+    if (busy_ != nullptr) *busy_ = false;
+    EVP_MD_CTX_free(owned_);
+  }
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
   void update(const void* p, size_t n) { TS_CHECK(EVP_DigestUpdate(ctx_, p, n) == 1); }
@@ -38,7 +53,17 @@ class Sha256 {
   }
 
  private:
-  EVP_MD_CTX* ctx_;
+  struct Ctx {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    bool busy = false;
+    Ctx() = default;
+    Ctx(const Ctx&) = delete;
+    Ctx& operator=(const Ctx&) = delete;
+    ~Ctx() { EVP_MD_CTX_free(ctx); }
+  };
+  EVP_MD_CTX* ctx_ = nullptr;
+  EVP_MD_CTX* owned_ = nullptr;  // the nested case's own context
+  bool* busy_ = nullptr;         // the thread's context, released on destruction
 };
 
 // The secret of kv_name_hash: written once under the mutex, then `set` is published (release);
