@@ -81,6 +81,18 @@ class KvOffloadCluster : public ::testing::Test {
     EXPECT_EQ(r->status, 200) << r->body;
     return json::parse(r->body, nullptr, false);
   }
+  // Waits until the scheduler has confirmed `pages` offloaded pages. Confirmations ride on step
+  // results (docs/kv.md), so puts that finish after the worker's last step are reported with its
+  // next one: each check that comes up short gives `key`'s worker a one-token step.
+  bool wait_offloaded(int64_t pages, const std::string& key) {
+    return wait_until(
+        [&] {
+          if (sched("tessera_scheduler_kv_offload_offloaded_pages_total") >= static_cast<double>(pages)) return true;
+          complete("Hi", 1, key);
+          return false;
+        },
+        milliseconds(20000));
+  }
   // The worker (0 or 1) the next request with `key` goes to, found with a one-token probe.
   int worker_of(const std::string& key) {
     const double w0 = routed(0), w1 = routed(1);
@@ -134,8 +146,7 @@ TEST_F(KvOffloadCluster, PrefixEvictedOnOneWorkerIsReloadedByTheOther) {
   // 2. Flood the same worker with other long prompts: the prompt's pages are evicted and spilled.
   const char* names[] = {"Tom", "Sam", "Max", "Ben", "Zoe"};
   for (const char* who : names) complete(story(who, 14), 12, "offload-a");
-  ASSERT_TRUE(wait_until([&] { return sched("tessera_scheduler_kv_offload_offloaded_pages_total") >= full_pages; },
-                         milliseconds(20000)))
+  ASSERT_TRUE(wait_offloaded(full_pages, "offload-a"))
       << "offloaded " << sched("tessera_scheduler_kv_offload_offloaded_pages_total") << " pages\n" << cluster_->logs();
   EXPECT_GE(sched("tessera_scheduler_kv_offload_spilled_pages_total"), full_pages);
   // The blobs are in Redis too (L2), not only in the kvstore's memory.
@@ -201,9 +212,7 @@ TEST_F(KvOffloadCluster, AForgedBlobUnderTheVictimsKeyIsRefusedAndRecomputed) {
   ASSERT_NE(h1, 0u) << blocks.size() << " blocks in the snapshot";
   const char* names[] = {"Tom", "Sam", "Max", "Ben", "Zoe"};
   for (const char* who : names) complete(story(who, 14), 12, "offload-a");
-  ASSERT_TRUE(wait_until([&] { return sched("tessera_scheduler_kv_offload_offloaded_pages_total") >= full_pages; },
-                         milliseconds(20000)))
-      << cluster_->logs();
+  ASSERT_TRUE(wait_offloaded(full_pages, "offload-a")) << cluster_->logs();
   // The forgery, through the kvstore: page 1's blob under page 0's key.
   auto model = load_model(shared_path("models/stories260K/stories260K.bin"));
   ASSERT_TRUE(model.ok()) << model.error().to_string();
