@@ -70,16 +70,25 @@ void cost_bounds(const std::vector<double>& cost, int threads, int64_t* bounds) 
   bounds[threads] = n;
 }
 
-// Row bytes x rows x tokens: what a task reads (decode) or computes (batches), in the units
-// cost_bounds compares.
-double task_cost(size_t row_bytes, int64_t rows, int64_t tokens) {
-  return static_cast<double>(row_bytes) * static_cast<double>(rows) * static_cast<double>(tokens);
+// fn(r0, r1, cost) for each task of one matmul_batch entry, in task order (row chunk by row
+// chunk, token block by token block); cost = row bytes x rows x tokens, what the task reads
+// (decode) or computes (batches), in the units cost_bounds compares. matmul_batch and
+// matmul_prefetch_ranges both walk the tasks with it, so their orders and shares agree.
+template <class F>
+void for_each_task(const Split& sp, int64_t rows, int64_t n, size_t row_bytes, F&& fn) {
+  for (int64_t rc = 0; rc < sp.n_row_chunks; ++rc) {
+    const int64_t r0 = rc * sp.row_chunk, r1 = std::min(rows, r0 + sp.row_chunk);
+    for (int64_t tb = 0; tb < sp.n_token_blocks; ++tb) {
+      const int64_t tokens = std::min<int64_t>(n - tb * kTokenBlock, kTokenBlock);
+      fn(r0, r1, static_cast<double>(row_bytes) * static_cast<double>(r1 - r0) * static_cast<double>(tokens));
+    }
+  }
 }
 
 }  // namespace
 
 size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int participant, size_t budget,
-                              std::span<ByteRange> out) {
+                              std::span<ThreadPool::PrefetchRange> out) {
   if (threads < 2 || participant < 0 || participant >= threads) return 0;
   struct Task {
     const uint8_t* p;
@@ -92,22 +101,18 @@ size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int
   for (const MatmulArgs& a : next) {
     if (a.n <= 0 || a.rows <= 0) continue;
     if (a.n >= kPrefetchMaxTokens) return 0;
-    const Split sp = plan_split(a.rows, a.n, threads);
     const bool packed = a.w_packed != nullptr && !a.w_packed->empty();
     const size_t row_bytes = dtype_row_bytes(a.w_type, a.cols);
-    for (int64_t rc = 0; rc < sp.n_row_chunks; ++rc) {
-      const int64_t r0 = rc * sp.row_chunk, r1 = std::min(a.rows, r0 + sp.row_chunk);
-      for (int64_t tb = 0; tb < sp.n_token_blocks; ++tb) {
-        cost.push_back(task_cost(row_bytes, r1 - r0, std::min<int64_t>(a.n - tb * kTokenBlock, kTokenBlock)));
-        if (packed) {  // row chunks are multiples of 16 rows: whole groups
-          const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;
-          tasks.push_back({a.w_packed->group(g0), static_cast<size_t>((g1 - g0) * a.w_packed->group_bytes())});
-        } else {
-          tasks.push_back({static_cast<const uint8_t*>(a.w) + static_cast<size_t>(r0) * row_bytes,
-                           static_cast<size_t>(r1 - r0) * row_bytes});
-        }
+    for_each_task(plan_split(a.rows, a.n, threads), a.rows, a.n, row_bytes, [&](int64_t r0, int64_t r1, double c) {
+      cost.push_back(c);
+      if (packed) {  // row chunks are multiples of 16 rows: whole groups
+        const int64_t g0 = r0 / 16, g1 = (r1 + 15) / 16;
+        tasks.push_back({a.w_packed->group(g0), static_cast<size_t>((g1 - g0) * a.w_packed->group_bytes())});
+      } else {
+        tasks.push_back({static_cast<const uint8_t*>(a.w) + static_cast<size_t>(r0) * row_bytes,
+                         static_cast<size_t>(r1 - r0) * row_bytes});
       }
-    }
+    });
   }
   std::vector<int64_t> bounds(static_cast<size_t>(threads) + 1);
   cost_bounds(cost, threads, bounds.data());
@@ -310,12 +315,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa) {
   thread_local std::vector<int64_t> bounds;
   cost.clear();
   for (const Prepared& p : prep) {
-    for (int64_t rc = 0; rc < p.split.n_row_chunks; ++rc) {
-      const int64_t r0 = rc * p.split.row_chunk, r1 = std::min(p.rows, r0 + p.split.row_chunk);
-      for (int64_t tb = 0; tb < p.split.n_token_blocks; ++tb) {
-        cost.push_back(task_cost(p.row_bytes, r1 - r0, std::min<int64_t>(p.n - tb * kTokenBlock, kTokenBlock)));
-      }
-    }
+    for_each_task(p.split, p.rows, p.n, p.row_bytes, [](int64_t, int64_t, double c) { cost.push_back(c); });
   }
   bounds.resize(static_cast<size_t>(threads) + 1);
   cost_bounds(cost, threads, bounds.data());

@@ -234,11 +234,11 @@ TEST(PackedMatmul, PrefetchRangesAreTheParticipantsSharesOfTheWeights) {
     size_t total = 0;
     for (const auto& w : whole) total += w.second;
     for (int threads : {2, 3, 4}) {
-      std::vector<ByteRange> all;
+      std::vector<ThreadPool::PrefetchRange> all;
       std::vector<size_t> per;
       std::vector<const void*> first;  // each participant's first byte
       for (int p = 0; p < threads; ++p) {
-        ByteRange r[8];
+        ThreadPool::PrefetchRange r[8];
         const size_t n = matmul_prefetch_ranges(args, threads, p, size_t{1} << 30, r);
         ASSERT_GT(n, 0u);
         first.push_back(r[0].p);
@@ -251,7 +251,7 @@ TEST(PackedMatmul, PrefetchRangesAreTheParticipantsSharesOfTheWeights) {
       }
       // Concatenated, the ranges walk the three weights from start to end.
       size_t w = 0, off = 0;
-      for (const ByteRange& r : all) {
+      for (const ThreadPool::PrefetchRange& r : all) {
         const auto* p = static_cast<const uint8_t*>(r.p);
         if (off == whole[w].second) {
           ++w;
@@ -269,7 +269,7 @@ TEST(PackedMatmul, PrefetchRangesAreTheParticipantsSharesOfTheWeights) {
       EXPECT_EQ(sum, total);
       for (size_t b : per) EXPECT_NEAR(static_cast<double>(b), static_cast<double>(total) / threads, total / 8.0) << threads;
       // A budget: each participant's first bytes only.
-      ByteRange r[8];
+      ThreadPool::PrefetchRange r[8];
       ASSERT_EQ(matmul_prefetch_ranges(args, threads, 0, 1000, r), 1u);
       EXPECT_EQ(r[0].p, whole[0].first);
       EXPECT_EQ(r[0].bytes, 1000u);
@@ -279,7 +279,7 @@ TEST(PackedMatmul, PrefetchRangesAreTheParticipantsSharesOfTheWeights) {
       EXPECT_EQ(b1, 1000u);
       EXPECT_EQ(r[0].p, first.back());
     }
-    ByteRange r[8];
+    ThreadPool::PrefetchRange r[8];
     EXPECT_EQ(matmul_prefetch_ranges(args, 1, 0, 1 << 20, r), 0u);
     for (MatmulArgs& a : args) a.n = kPrefetchMaxTokens;
     EXPECT_EQ(matmul_prefetch_ranges(args, 2, 0, 1 << 20, r), 0u);

@@ -47,9 +47,8 @@ void CpuBackend::hint_next(kernels::ThreadPool* pool, std::initializer_list<cons
     h.ranges.resize(static_cast<size_t>(pool->size() * kMax));
     h.n.assign(static_cast<size_t>(pool->size()), 0);
     for (int p = 0; p < pool->size(); ++p) {
-      kernels::ByteRange r[kMax];
-      h.n[static_cast<size_t>(p)] = static_cast<uint8_t>(kernels::matmul_prefetch_ranges({args, n}, pool->size(), p, kBudget, r));
-      for (int i = 0; i < h.n[static_cast<size_t>(p)]; ++i) h.ranges[static_cast<size_t>(p * kMax + i)] = {r[i].p, r[i].bytes};
+      const std::span<kernels::ThreadPool::PrefetchRange> out(h.ranges.data() + static_cast<size_t>(p * kMax), kMax);
+      h.n[static_cast<size_t>(p)] = static_cast<uint8_t>(kernels::matmul_prefetch_ranges({args, n}, pool->size(), p, kBudget, out));
     }
   }
   if (h.ranges.empty()) return;

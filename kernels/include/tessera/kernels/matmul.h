@@ -25,10 +25,10 @@
 
 #include "tessera/common/dtype.h"
 #include "tessera/kernels/isa.h"
+#include "tessera/kernels/thread_pool.h"
 
 namespace tessera::kernels {
 
-class ThreadPool;
 class PackedWeights;
 
 struct MatmulArgs {
@@ -66,11 +66,7 @@ void matmul_batch(std::span<const MatmulArgs> list, ThreadPool* pool, Isa isa);
 // many it wrote: none for one thread, or for batches of kPrefetchMaxTokens+ tokens
 // (compute-bound: their weights are read from cache many times). A hint: results never change.
 inline constexpr int64_t kPrefetchMaxTokens = 8;
-struct ByteRange {
-  const void* p = nullptr;
-  size_t bytes = 0;
-};
 size_t matmul_prefetch_ranges(std::span<const MatmulArgs> next, int threads, int participant, size_t budget,
-                              std::span<ByteRange> out);
+                              std::span<ThreadPool::PrefetchRange> out);
 
 }  // namespace tessera::kernels
